@@ -1,0 +1,40 @@
+#pragma once
+// Channels: the subscription index plus at-most-once fan-out.
+
+#include "broker/frame_arena.hpp"
+#include "broker/subscription_index.hpp"
+#include "protocol/frame_builder.hpp"
+
+#include <cstddef>
+#include <string_view>
+
+namespace switchyard::broker {
+
+class session;
+
+// Owned by server_core; used on the loop thread only. Holds raw session
+// pointers: a session removes all of its patterns before it is destroyed.
+class channel_table {
+ public:
+  channel_table(frame_arena& arena, protocol::frame_builder& builder)
+      : arena_(arena), builder_(builder) {}
+
+  // Preconditions: protocol::is_valid_pattern(pattern). Return false when the
+  // pair was already present / absent.
+  bool subscribe(std::string_view pattern, session* s) { return index_.add(pattern, s); }
+  bool unsubscribe(std::string_view pattern, session* s) { return index_.remove(pattern, s); }
+
+  // Encodes one Deliver frame (once, whatever the subscriber count) and
+  // hands it to every matching session. Returns the number of sessions
+  // that matched. Precondition: protocol::is_valid_channel(channel).
+  std::size_t publish(std::string_view channel, protocol::bytes_view payload);
+
+  std::size_t subscription_count() const noexcept { return index_.size(); }
+
+ private:
+  frame_arena& arena_;
+  protocol::frame_builder& builder_;
+  subscription_index<session*> index_;
+};
+
+}  // namespace switchyard::broker

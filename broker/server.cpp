@@ -1,0 +1,143 @@
+#include "broker/server.hpp"
+
+#include "broker/server_core.hpp"
+#include "broker/session.hpp"
+#include "common/asio.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace switchyard::broker {
+
+server_core::server_core(server_config c)
+    : config(std::move(c)), channels(arena, builder) {
+  log = spdlog::get("broker");
+  if (!log) log = spdlog::stderr_color_mt("broker");
+  log->set_level(spdlog::level::from_str(config.log_level));
+}
+
+server_core::~server_core() = default;
+
+struct server::impl {
+  explicit impl(server_config cfg) : core(std::move(cfg)), acceptor(io), signals(io) {}
+
+  // Declared first: destroyed last, after the io_context has destroyed every
+  // coroutine (and so every session) that points into it.
+  server_core core;
+  asio::io_context io{1};
+  asio::ip::tcp::acceptor acceptor;
+  asio::signal_set signals;
+  std::uint16_t port = 0;
+  bool stop_requested = false;
+
+  asio::awaitable<void> accept_loop();
+  void begin_stop();
+  void maybe_finish_stop();
+};
+
+asio::awaitable<void> server::impl::accept_loop() {
+  for (;;) {
+    asio_error_code ec;
+    asio::ip::tcp::socket socket =
+        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || core.stopping) co_return;
+      core.log->warn("accept failed: {}", ec.message());
+      // Out of descriptors and similar: back off briefly instead of spinning.
+      asio::steady_timer pause(io, std::chrono::milliseconds(50));
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    auto s = std::make_shared<session>(core, std::move(socket), core.next_session_id++);
+    std::error_code reject;
+    if (core.sessions.size() >= core.config.max_connections) {
+      ++core.counters.connections_rejected;
+      reject = make_error_code(protocol::errc::too_many_connections);
+      core.log->warn("conn={} rejected: {} connections is the cap", s->id(), core.config.max_connections);
+    } else {
+      ++core.counters.connections_accepted;
+    }
+    core.sessions.insert(s);
+    s->start(reject);
+  }
+}
+
+void server::impl::begin_stop() {
+  if (core.stopping) return;
+  core.stopping = true;
+  core.log->info("stopping: closing {} sessions", core.sessions.size());
+  asio_error_code ignored;
+  acceptor.close(ignored);
+  signals.cancel(ignored);
+  // Copy: close_with_error may complete synchronously for idle sessions.
+  const auto sessions = core.sessions;
+  for (const auto& s : sessions) s->close_with_error(protocol::errc::shutting_down, "server stopping");
+  asio::co_spawn(io, [this]() -> asio::awaitable<void> {
+    // Poll until every session is gone; bounded by the shutdown grace plus
+    // a margin, after which the loop stops regardless.
+    const auto give_up = std::chrono::steady_clock::now() + core.config.shutdown_grace + std::chrono::milliseconds(500);
+    asio::steady_timer t(io);
+    while (!core.sessions.empty() && std::chrono::steady_clock::now() < give_up) {
+      t.expires_after(std::chrono::milliseconds(10));
+      asio_error_code ec;
+      co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    io.stop();
+  }, asio::detached);
+}
+
+server::server(server_config config) : impl_(std::make_unique<impl>((validate(config), std::move(config)))) {}
+
+server::~server() {
+  // Sessions hold sockets on the io_context: drop the registry's references
+  // first, so that only coroutine frames own sessions.
+  // The io_context, destroyed next, destroys the rest with their coroutine
+  // frames while its services still exist.
+  impl_->core.sessions.clear();
+}
+
+void server::start() {
+  auto& core = impl_->core;
+  if (!core.config.data_dir.empty()) std::filesystem::create_directories(core.config.data_dir);
+  const auto address = asio::ip::make_address(core.config.listen_host);
+  const asio::ip::tcp::endpoint endpoint(address, core.config.listen_port);
+  auto& acceptor = impl_->acceptor;
+  acceptor.open(endpoint.protocol());
+  acceptor.set_option(asio::socket_base::reuse_address(true));
+  acceptor.bind(endpoint);
+  acceptor.listen(asio::socket_base::max_listen_connections);
+  impl_->port = acceptor.local_endpoint().port();
+  if (!core.config.port_file.empty()) {
+    // Write then rename, so a reader never sees a half-written port.
+    const std::string tmp = core.config.port_file + ".tmp";
+    std::ofstream(tmp) << impl_->port << "\n";
+    std::filesystem::rename(tmp, core.config.port_file);
+  }
+  core.log->info("listening on {}:{} data-dir={}", core.config.listen_host, impl_->port, core.config.data_dir);
+  asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
+}
+
+std::uint16_t server::port() const noexcept { return impl_->port; }
+
+void server::handle_signals() {
+  impl_->signals.add(SIGINT);
+  impl_->signals.add(SIGTERM);
+  impl_->signals.async_wait([this](const std::error_code& ec, int sig) {
+    if (ec) return;
+    impl_->core.log->info("signal {}: shutting down", sig);
+    impl_->begin_stop();
+  });
+}
+
+void server::run() { impl_->io.run(); }
+
+void server::stop() {
+  asio::post(impl_->io, [this] { impl_->begin_stop(); });
+}
+
+const server_counters& server::counters() const noexcept { return impl_->core.counters; }
+
+}  // namespace switchyard::broker

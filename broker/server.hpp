@@ -1,0 +1,49 @@
+#pragma once
+// switchyard-server as a library: the listener, the session registry and the
+// event loop. main.cpp and the end-to-end tests both use it.
+
+#include "broker/server_config.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace switchyard::broker {
+
+struct server_counters;
+
+class server {
+ public:
+  // Validates the config (throws std::invalid_argument). Does not bind.
+  explicit server(server_config config);
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  // Creates the data folder, binds and listens, writes the port file.
+  // Throws std::system_error (address in use, permission, ...).
+  void start();
+
+  // The bound port (after start()).
+  std::uint16_t port() const noexcept;
+
+  // Stops on SIGINT/SIGTERM (call before run()).
+  void handle_signals();
+
+  // Runs the event loop on the calling thread until stop() finished:
+  // everything the broker does happens on this one thread.
+  void run();
+
+  // Thread-safe. Stops accepting, sends every session a shutting_down
+  // goodbye, and makes run() return once they are closed (or after the
+  // shutdown grace).
+  void stop();
+
+  // Counters, read on the loop thread (or after run() returned).
+  const server_counters& counters() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace switchyard::broker

@@ -1,0 +1,82 @@
+#include "broker/server_config.hpp"
+
+#include "protocol/limits.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace switchyard::broker {
+
+void validate(const server_config& cfg) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (cfg.max_frame < protocol::min_max_frame || cfg.max_frame > (64u << 20))
+    bad("max-frame must be between 16384 and 67108864 bytes");
+  if (cfg.max_connections < 1) bad("max-connections must be at least 1");
+  if (cfg.hello_timeout.count() < 1) bad("hello-timeout-ms must be at least 1");
+  if (cfg.heartbeat_interval.count() < 10) bad("heartbeat-ms must be at least 10");
+  if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
+  if (cfg.listen_host.empty()) bad("listen address needs a host");
+}
+
+server_config parse_server_args(int argc, const char* const* argv) {
+  server_config cfg;
+  CLI::App app{"switchyard-server: message broker for real-time gateway fleets", "switchyard-server"};
+  app.set_version_flag("--version", std::string(SWITCHYARD_VERSION));
+  app.set_config("--config", "", "TOML file with any of the options below (long names as keys)");
+  app.allow_config_extras(false);
+
+  std::string listen = cfg.listen_host + ":" + std::to_string(cfg.listen_port);
+  std::int64_t hello_ms = cfg.hello_timeout.count();
+  std::int64_t heartbeat_ms = cfg.heartbeat_interval.count();
+  std::string slow = "drop";
+
+  app.add_option("--listen", listen, "host:port to listen on (port 0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--data-dir", cfg.data_dir, "data folder (created if missing)")->capture_default_str();
+  app.add_option("--port-file", cfg.port_file, "write the bound port to this file once listening");
+  app.add_option("--max-frame", cfg.max_frame, "largest accepted frame in bytes")->capture_default_str();
+  app.add_option("--max-connections", cfg.max_connections, "connection cap")->capture_default_str();
+  app.add_option("--hello-timeout-ms", hello_ms, "time a new connection has to send its hello")
+      ->capture_default_str();
+  app.add_option("--heartbeat-ms", heartbeat_ms,
+                 "server ping interval; a connection silent for 2.5 intervals is closed")
+      ->capture_default_str();
+  app.add_option("--max-pending-bytes", cfg.max_pending_bytes,
+                 "per-connection outbound queue limit; past it the connection is a slow consumer")
+      ->capture_default_str();
+  app.add_option("--slow-consumer", slow, "what to do with a slow consumer: drop or disconnect")
+      ->check(CLI::IsMember({"drop", "disconnect"}))
+      ->capture_default_str();
+  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::ostringstream out, err;
+    const int code = app.exit(e, out, err);
+    throw cli_exit{code, out.str() + err.str()};
+  }
+
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument("--listen must be host:port");
+  cfg.listen_host = listen.substr(0, colon);
+  try {
+    const unsigned long port = std::stoul(listen.substr(colon + 1));
+    if (port > 65535) throw std::out_of_range("port");
+    cfg.listen_port = static_cast<std::uint16_t>(port);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("--listen port must be a number 0..65535");
+  }
+  cfg.hello_timeout = std::chrono::milliseconds(hello_ms);
+  cfg.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
+  cfg.slow_consumer = slow == "disconnect" ? slow_consumer_policy::disconnect : slow_consumer_policy::drop;
+  validate(cfg);
+  return cfg;
+}
+
+}  // namespace switchyard::broker

@@ -1,0 +1,48 @@
+#pragma once
+// Configuration of switchyard-server: defaults, command-line flags and the
+// optional TOML config file.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace switchyard::broker {
+
+enum class slow_consumer_policy { drop, disconnect };
+
+struct server_config {
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 7878;          // 0 = pick a free port
+  std::string data_dir = "switchyard-data";  // created if missing
+  std::string port_file;                     // if set, the bound port is written here
+
+  std::uint32_t max_frame = 1u << 20;
+  std::uint32_t max_connections = 10000;
+  std::chrono::milliseconds hello_timeout{2000};
+  std::chrono::milliseconds heartbeat_interval{5000};
+  std::size_t max_pending_bytes = 64u << 20;  // per connection, then slow consumer
+  slow_consumer_policy slow_consumer = slow_consumer_policy::drop;
+  std::chrono::milliseconds shutdown_grace{2000};  // flush time for goodbyes at stop
+
+  std::string log_level = "info";
+};
+
+// Silence allowed past the last frame received before a connection is
+// declared dead: two intervals plus half an interval of grace.
+inline std::chrono::milliseconds heartbeat_deadline(std::chrono::milliseconds interval) {
+  return interval * 2 + interval / 2;
+}
+
+// Parses argv (and the file named by --config, TOML). Throws
+// std::runtime_error with a user-facing message on invalid input; returns
+// std::nullopt-like "exit now" by throwing cli_exit for --help/--version.
+struct cli_exit {
+  int code;
+  std::string output;
+};
+server_config parse_server_args(int argc, const char* const* argv);
+
+// Checks ranges; throws std::invalid_argument naming the bad setting.
+void validate(const server_config& cfg);
+
+}  // namespace switchyard::broker

@@ -1,0 +1,52 @@
+#pragma once
+// State shared by all sessions of one server: configuration, the channel
+// table, the frame arena and counters. Owned by server; lives on the
+// broker's event-loop thread, and every member is used from that thread only.
+
+#include "broker/channel_table.hpp"
+#include "broker/frame_arena.hpp"
+#include "broker/server_config.hpp"
+#include "protocol/frame_builder.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <unordered_set>
+
+namespace spdlog {
+class logger;
+}
+
+namespace switchyard::broker {
+
+class session;
+
+struct server_counters {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_rejected = 0;
+  std::uint64_t published = 0;
+  std::uint64_t delivered = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t protocol_errors = 0;
+};
+
+struct server_core {
+  explicit server_core(server_config c);
+  ~server_core();
+
+  server_config config;
+  // The arena is declared first so that it outlives every frame_ref held by
+  // the channel table and sessions (members are destroyed in reverse order).
+  frame_arena arena;
+  protocol::frame_builder builder;  // scratch encoder for the loop thread
+  channel_table channels;
+  std::unordered_set<std::shared_ptr<session>> sessions;
+  server_counters counters;
+  std::shared_ptr<spdlog::logger> log;
+  bool stopping = false;
+  std::uint64_t next_session_id = 1;
+
+  // Encodes nothing itself: stores an already encoded frame in the arena.
+  frame_ref store(protocol::bytes_view frame) { return arena.store(frame); }
+};
+
+}  // namespace switchyard::broker

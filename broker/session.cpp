@@ -1,0 +1,379 @@
+#include "broker/session.hpp"
+
+#include "broker/server_core.hpp"
+#include "protocol/channel_name.hpp"
+#include "protocol/limits.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace switchyard::broker {
+
+namespace wire = protocol::wire;
+using protocol::errc;
+using asio::use_awaitable;
+using asio::redirect_error;
+
+namespace {
+
+constexpr std::size_t initial_read_buffer = 64 * 1024;
+
+bool is_normal_close(const asio_error_code& ec) {
+  return !ec || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+}
+
+// Read buffer kept 8-byte aligned so frames can be verified in place.
+struct read_buffer {
+  std::unique_ptr<std::uint64_t[]> words;
+  std::size_t capacity = 0;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+
+  std::uint8_t* data() noexcept { return reinterpret_cast<std::uint8_t*>(words.get()); }
+  void reserve(std::size_t bytes) {
+    auto fresh = std::make_unique<std::uint64_t[]>((bytes + 7) / 8);
+    std::memcpy(fresh.get(), data() + begin, end - begin);
+    end -= begin;
+    begin = 0;
+    words = std::move(fresh);
+    capacity = (bytes + 7) / 8 * 8;
+  }
+  // Makes room for at least `needed` bytes of the current frame, moving the
+  // unread tail to the (aligned) front when that is enough.
+  void make_room(std::size_t needed) {
+    if (begin == end) begin = end = 0;
+    const std::size_t want = std::max<std::size_t>(needed, 4096);
+    if (capacity - begin >= want && capacity > end) return;
+    if (capacity >= want && begin > 0) {
+      std::memmove(data(), data() + begin, end - begin);
+      end -= begin;
+      begin = 0;
+      if (capacity > end) return;
+    }
+    reserve(std::max(want, capacity * 2));
+  }
+};
+
+}  // namespace
+
+session::session(server_core& core, asio::ip::tcp::socket socket, std::uint64_t id)
+    : core_(core),
+      socket_(std::move(socket)),
+      wake_(socket_.get_executor()),
+      hello_timer_(socket_.get_executor()),
+      heartbeat_timer_(socket_.get_executor()),
+      close_timer_(socket_.get_executor()),
+      id_(id),
+      queue_(core.config.max_pending_bytes),
+      parser_(protocol::pre_hello_max_frame),
+      last_rx_(clock::now()) {
+  asio_error_code ec;
+  const auto ep = socket_.remote_endpoint(ec);
+  peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+session::~session() = default;
+
+void session::start(std::error_code reject) {
+  auto self = shared_from_this();
+  const auto ex = socket_.get_executor();
+  asio::co_spawn(ex, writer(self), asio::detached);
+  if (reject) {
+    close_with_error(static_cast<errc>(reject.value()), reject.message());
+    return;
+  }
+  asio::co_spawn(ex, reader(self), asio::detached);
+  asio::co_spawn(ex, hello_watchdog(self), asio::detached);
+}
+
+void session::kick() noexcept {
+  if (writer_waiting_) {
+    writer_waiting_ = false;
+    wake_.cancel();
+  }
+}
+
+void session::send(protocol::bytes_view frame) {
+  if (closed_) return;
+  queue_.push(core_.store(frame));
+  kick();
+}
+
+void session::send_error(std::uint64_t request_id, errc code, std::string_view message) {
+  send(core_.builder.error(request_id, code, message));
+}
+
+void session::deliver(const frame_ref& frame) {
+  if (!welcomed_ || closing_) return;
+  if (queue_.push_droppable(frame)) {
+    ++core_.counters.delivered;
+    kick();
+    return;
+  }
+  ++core_.counters.dropped;
+  if (core_.config.slow_consumer == slow_consumer_policy::disconnect)
+    close_with_error(errc::slow_consumer, "outbound queue passed max-pending-bytes");
+}
+
+void session::close_with_error(errc code, std::string_view message) {
+  if (closing_ || closed_) return;
+  closing_ = true;
+  core_.log->info("conn={} closing: {} ({})", id_, protocol::errc_name(code), message);
+  send(core_.builder.error(0, code, message, 0, true));
+  // A peer that does not read must not keep the session forever.
+  asio::co_spawn(socket_.get_executor(), close_watchdog(shared_from_this()), asio::detached);
+}
+
+void session::fail(asio_error_code ec, std::string_view what) {
+  if (closed_) return;
+  closed_ = true;
+  closing_ = true;
+  if (is_normal_close(ec))
+    core_.log->debug("conn={} closed ({}{}{})", id_, what, ec ? ": " : "", ec ? ec.message() : "");
+  else
+    core_.log->warn("conn={} closed on {} error: {}", id_, what, ec.message());
+  for (const auto& p : patterns_) core_.channels.unsubscribe(p, this);
+  patterns_.clear();
+  asio_error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  wake_.cancel();
+  hello_timer_.cancel();
+  heartbeat_timer_.cancel();
+  close_timer_.cancel();
+  queue_.clear();
+  core_.sessions.erase(shared_from_this());
+}
+
+asio::awaitable<void> session::close_watchdog(std::shared_ptr<session> /*keep_alive*/) {
+  close_timer_.expires_after(core_.config.shutdown_grace);
+  asio_error_code ec;
+  co_await close_timer_.async_wait(redirect_error(use_awaitable, ec));
+  if (!ec) fail(asio::error::timed_out, "closing (peer did not read the goodbye)");
+}
+
+asio::awaitable<void> session::hello_watchdog(std::shared_ptr<session> /*keep_alive*/) {
+  hello_timer_.expires_after(core_.config.hello_timeout);
+  asio_error_code ec;
+  co_await hello_timer_.async_wait(redirect_error(use_awaitable, ec));
+  if (!ec && !welcomed_ && !closing_) {
+    ++core_.counters.protocol_errors;
+    close_with_error(errc::hello_timeout, "no hello within the hello timeout");
+  }
+}
+
+asio::awaitable<void> session::heartbeat(std::shared_ptr<session> /*keep_alive*/) {
+  const auto interval = core_.config.heartbeat_interval;
+  const auto deadline = heartbeat_deadline(interval);
+  while (!closing_) {
+    heartbeat_timer_.expires_after(interval);
+    asio_error_code ec;
+    co_await heartbeat_timer_.async_wait(redirect_error(use_awaitable, ec));
+    if (ec || closing_) co_return;
+    if (clock::now() - last_rx_ > deadline) {
+      close_with_error(errc::heartbeat_timeout, "no frame from the client within 2.5 heartbeat intervals");
+      co_return;
+    }
+    send(core_.builder.ping());
+  }
+}
+
+asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
+  std::vector<protocol::bytes_view> spans;
+  std::vector<asio::const_buffer> buffers;
+  while (!closed_) {
+    if (!queue_.has_pending()) {
+      if (closing_) {
+        // Everything, the goodbye included, is written: close politely.
+        fail({}, "goodbye sent");
+        co_return;
+      }
+      wake_.expires_at(asio::steady_timer::time_point::max());
+      writer_waiting_ = true;
+      asio_error_code ignored;
+      co_await wake_.async_wait(redirect_error(use_awaitable, ignored));
+      writer_waiting_ = false;
+      continue;
+    }
+    spans.clear();
+    buffers.clear();
+    queue_.begin_write(spans);
+    for (const auto& s : spans) buffers.emplace_back(s.data(), s.size());
+    asio_error_code ec;
+    co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
+    if (closed_) co_return;
+    queue_.end_write();
+    if (ec) {
+      fail(ec, "write");
+      co_return;
+    }
+    if (dropped_notice_ && !closing_ && queue_.notice_due()) {
+      const auto n = queue_.take_dropped();
+      core_.log->info("conn={} slow consumer: {} deliveries dropped", id_, n);
+      send(core_.builder.dropped(n));
+    }
+  }
+}
+
+asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
+  read_buffer buf;
+  buf.reserve(initial_read_buffer);
+  while (!closing_) {
+    buf.make_room(parser_.needed());
+    asio_error_code ec;
+    const std::size_t n = co_await socket_.async_read_some(
+        asio::buffer(buf.data() + buf.end, buf.capacity - buf.end), redirect_error(use_awaitable, ec));
+    if (ec) {
+      fail(ec, "read");
+      co_return;
+    }
+    last_rx_ = clock::now();
+    buf.end += n;
+    while (!closing_) {
+      auto r = parser_.next({buf.data() + buf.begin, buf.end - buf.begin});
+      if (!r) {
+        ++core_.counters.protocol_errors;
+        const auto code = static_cast<errc>(r.error().value());
+        std::string why = r.error().message();
+        if (code == errc::frame_too_large)
+          why += " (limit " + std::to_string(parser_.max_frame()) + " bytes)";
+        close_with_error(code, why);
+        co_return;
+      }
+      if (!*r) break;
+      const std::size_t size = (*r)->size;
+      if (!handle(*(*r)->frame)) co_return;
+      buf.begin += size;
+    }
+  }
+}
+
+bool session::handle(const wire::Frame& frame) {
+  const std::uint64_t rid = frame.request_id();
+  if (!welcomed_) {
+    if (frame.message_type() != wire::Message::Hello) {
+      ++core_.counters.protocol_errors;
+      close_with_error(errc::hello_required, "the first frame must be a hello");
+      return false;
+    }
+    return handle_hello(frame);
+  }
+  switch (frame.message_type()) {
+    case wire::Message::Publish:
+      handle_publish(rid, *frame.message_as_Publish());
+      return true;
+    case wire::Message::Ping:
+      send(core_.builder.pong(rid));
+      return true;
+    case wire::Message::Pong:
+    case wire::Message::Error:  // a client's notice: logged only
+      if (frame.message_type() == wire::Message::Error && frame.message_as_Error()->message())
+        core_.log->debug("conn={} client error: {}", id_, frame.message_as_Error()->message()->string_view());
+      return true;
+    case wire::Message::Subscribe:
+      handle_subscribe(rid, *frame.message_as_Subscribe());
+      return true;
+    case wire::Message::Unsubscribe:
+      handle_unsubscribe(rid, *frame.message_as_Unsubscribe());
+      return true;
+    case wire::Message::Hello:
+      send_error(rid, errc::bad_request, "hello already received");
+      return true;
+    default:
+      ++core_.counters.protocol_errors;
+      close_with_error(errc::unsupported_message,
+                       std::string("message type ") + wire::EnumNameMessage(frame.message_type()) +
+                           " is not accepted from clients");
+      return false;
+  }
+}
+
+bool session::handle_hello(const wire::Frame& frame) {
+  const wire::Hello& hello = *frame.message_as_Hello();
+  if (hello.protocol_major() != protocol::protocol_major) {
+    ++core_.counters.protocol_errors;
+    close_with_error(errc::unsupported_version,
+                     "protocol major " + std::to_string(hello.protocol_major()) +
+                         " not supported; this server speaks " + std::to_string(protocol::protocol_major) +
+                         "." + std::to_string(protocol::protocol_minor));
+    return false;
+  }
+  if (hello.client_name()) client_name_ = hello.client_name()->str();
+  if (hello.client_id()) client_id_ = hello.client_id()->str();
+
+  std::array<std::string_view, protocol::supported_capabilities.size()> granted{};
+  std::size_t n_granted = 0;
+  if (const auto* asked = hello.capabilities()) {
+    for (const auto* cap : *asked) {
+      const std::string_view c = cap->string_view();
+      const auto it = std::find(protocol::supported_capabilities.begin(),
+                                protocol::supported_capabilities.end(), c);
+      if (it == protocol::supported_capabilities.end()) continue;
+      if (std::find(granted.begin(), granted.begin() + n_granted, c) != granted.begin() + n_granted) continue;
+      granted[n_granted++] = *it;
+    }
+  }
+  for (std::size_t i = 0; i < n_granted; ++i) {
+    dropped_notice_ |= granted[i] == protocol::capability::dropped_notice;
+    publish_ack_ |= granted[i] == protocol::capability::publish_ack;
+  }
+
+  protocol::welcome_fields w;
+  w.protocol_major = protocol::protocol_major;
+  w.protocol_minor = protocol::protocol_minor;
+  w.server_version = SWITCHYARD_VERSION;
+  w.session_id = id_;
+  w.heartbeat_ms = static_cast<std::uint32_t>(core_.config.heartbeat_interval.count());
+  w.max_frame = core_.config.max_frame;
+  w.capabilities = {granted.data(), n_granted};
+  send(core_.builder.welcome(frame.request_id(), w));
+  welcomed_ = true;
+  hello_timer_.cancel();
+  parser_.set_max_frame(core_.config.max_frame);
+  core_.log->info("conn={} hello from {} name='{}' client_id='{}' version={}.{}", id_, peer_,
+                  client_name_, client_id_, hello.protocol_major(), hello.protocol_minor());
+  asio::co_spawn(socket_.get_executor(), heartbeat(shared_from_this()), asio::detached);
+  return true;
+}
+
+void session::handle_subscribe(std::uint64_t rid, const wire::Subscribe& m) {
+  const std::string_view pattern = m.pattern()->string_view();
+  if (!protocol::is_valid_pattern(pattern)) {
+    send_error(rid, errc::bad_request, "invalid subscription pattern");
+    return;
+  }
+  if (patterns_.emplace(pattern).second) core_.channels.subscribe(pattern, this);
+  core_.log->debug("conn={} subscribe channel={}", id_, pattern);
+  send(core_.builder.ok(rid));
+}
+
+void session::handle_unsubscribe(std::uint64_t rid, const wire::Unsubscribe& m) {
+  const std::string_view pattern = m.pattern()->string_view();
+  auto it = patterns_.find(std::string(pattern));
+  if (it == patterns_.end()) {
+    send_error(rid, errc::not_found, "not subscribed to that pattern");
+    return;
+  }
+  core_.channels.unsubscribe(pattern, this);
+  patterns_.erase(it);
+  send(core_.builder.ok(rid));
+}
+
+void session::handle_publish(std::uint64_t rid, const wire::Publish& m) {
+  const std::string_view channel = m.channel()->string_view();
+  if (!protocol::is_valid_channel(channel)) {
+    send_error(rid, errc::bad_request, "invalid channel name (wildcards are for subscriptions)");
+    return;
+  }
+  ++core_.counters.published;
+  const auto* payload = m.payload();
+  core_.channels.publish(channel, payload ? protocol::bytes_view{payload->data(), payload->size()}
+                                          : protocol::bytes_view{});
+  if (rid != 0 && publish_ack_) send(core_.builder.ok(rid));
+}
+
+}  // namespace switchyard::broker

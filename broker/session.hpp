@@ -1,0 +1,92 @@
+#pragma once
+// One client connection: a reader coroutine (framing, verification,
+// dispatch), a writer coroutine (one gather write per loop turn from the
+// bounded outbound queue), a hello watchdog and a heartbeat.
+
+#include "broker/outbound_queue.hpp"
+#include "common/asio.hpp"
+#include "protocol/errc.hpp"
+#include "protocol/frame_parser.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <unordered_set>
+#include <vector>
+
+namespace switchyard::broker {
+
+struct server_core;
+
+// Lives on the broker loop thread; every member function runs there. The
+// session keeps itself alive through its coroutines and its entry in
+// server_core::sessions until fail() has run.
+class session : public std::enable_shared_from_this<session> {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  session(server_core& core, asio::ip::tcp::socket socket, std::uint64_t id);
+  ~session();
+
+  // Starts the coroutines. With `reject` set, the session only sends that
+  // error (fatal) and closes: used for connections over the cap.
+  void start(std::error_code reject = {});
+
+  // Queues a shared Deliver frame unless the session is not ready or is a
+  // slow consumer. Never blocks; never closes the session synchronously
+  // (the caller may be iterating the channel table).
+  void deliver(const frame_ref& frame);
+
+  // Sends a fatal error frame, stops reading and closes once the frame is
+  // written (or after the shutdown grace). Idempotent.
+  void close_with_error(protocol::errc code, std::string_view message);
+
+  std::uint64_t id() const noexcept { return id_; }
+  bool ready() const noexcept { return welcomed_ && !closing_; }
+
+ private:
+  asio::awaitable<void> reader(std::shared_ptr<session> self);
+  asio::awaitable<void> writer(std::shared_ptr<session> self);
+  asio::awaitable<void> hello_watchdog(std::shared_ptr<session> self);
+  asio::awaitable<void> heartbeat(std::shared_ptr<session> self);
+  asio::awaitable<void> close_watchdog(std::shared_ptr<session> self);
+
+  // Handles one verified frame; returns false to stop reading.
+  bool handle(const protocol::wire::Frame& frame);
+  bool handle_hello(const protocol::wire::Frame& frame);
+  void handle_subscribe(std::uint64_t request_id, const protocol::wire::Subscribe& m);
+  void handle_unsubscribe(std::uint64_t request_id, const protocol::wire::Unsubscribe& m);
+  void handle_publish(std::uint64_t request_id, const protocol::wire::Publish& m);
+
+  void send(protocol::bytes_view frame);  // queue a control frame
+  void send_error(std::uint64_t request_id, protocol::errc code, std::string_view message);
+  void kick() noexcept;  // wake the writer if it waits
+  // Logs (EOF and cancellation as normal), closes the socket and removes
+  // the session everywhere. Idempotent.
+  void fail(asio_error_code ec, std::string_view what);
+
+  server_core& core_;
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer wake_;       // the writer waits on it; kick() cancels it
+  asio::steady_timer hello_timer_;
+  asio::steady_timer heartbeat_timer_;
+  asio::steady_timer close_timer_;
+  const std::uint64_t id_;
+  std::string peer_;
+  std::string client_name_;
+  std::string client_id_;
+  outbound_queue queue_;
+  protocol::frame_parser parser_;
+  std::unordered_set<std::string> patterns_;
+  clock::time_point last_rx_;
+  bool welcomed_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+  bool writer_waiting_ = false;
+  bool dropped_notice_ = false;  // capability granted
+  bool publish_ack_ = false;     // capability granted
+};
+
+}  // namespace switchyard::broker

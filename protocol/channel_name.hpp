@@ -1,0 +1,27 @@
+#pragma once
+// Channel names and subscription patterns.
+//
+// A channel name is 1..max_channel_length bytes of dot-separated, non-empty
+// tokens of printable ASCII other than space, '*' and '>'
+// ("orders.eu.created"). A pattern has the same shape, and a token may also be
+// `*` (exactly one token) or, as the last token only, `>` (one or more tokens).
+
+#include <cstddef>
+#include <string_view>
+
+namespace switchyard::protocol {
+
+inline constexpr std::size_t max_channel_length = 255;
+inline constexpr std::size_t max_channel_tokens = 32;
+
+bool is_valid_channel(std::string_view name) noexcept;
+bool is_valid_pattern(std::string_view pattern) noexcept;
+
+// True when `channel` (a valid channel name) matches `pattern` (a valid pattern).
+bool pattern_matches(std::string_view pattern, std::string_view channel) noexcept;
+
+// Splits off the first token of `rest` (up to '.') and advances `rest` past
+// it and its dot. Precondition: rest is not empty.
+std::string_view next_token(std::string_view& rest) noexcept;
+
+}  // namespace switchyard::protocol

@@ -1,0 +1,49 @@
+#pragma once
+// Protocol constants shared by broker, client library, admin CLI and bench:
+// the version, the capability names and the default limits. docs/protocol.md
+// documents each of them; change both together.
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace switchyard::protocol {
+
+inline constexpr std::uint16_t protocol_major = 1;
+inline constexpr std::uint16_t protocol_minor = 0;
+
+// Frame = 4-byte little-endian length + that many bytes of FlatBuffers data.
+inline constexpr std::size_t frame_header_size = 4;
+// Every frame this project encodes is padded to this alignment, so frames
+// read back to back into an aligned buffer stay aligned (see frame_parser).
+inline constexpr std::size_t frame_alignment = 8;
+
+// Default largest frame (value of the length prefix) a peer accepts.
+inline constexpr std::uint32_t default_max_frame = 1u << 20;
+// Largest frame accepted before the hello has been answered.
+inline constexpr std::uint32_t pre_hello_max_frame = 16u << 10;
+// Smallest max_frame a server may be configured with (must hold a hello).
+inline constexpr std::uint32_t min_max_frame = pre_hello_max_frame;
+inline constexpr std::chrono::milliseconds default_hello_timeout{2000};
+inline constexpr std::chrono::milliseconds default_heartbeat_interval{5000};
+
+// Verifier limits: our messages nest at most 3 tables deep
+// (Frame -> message -> nothing deeper today); leave headroom for v1.x.
+inline constexpr std::uint32_t verifier_max_depth = 16;
+inline constexpr std::uint32_t verifier_max_tables = 256;
+
+// Capability names (the hello lists those a client understands; the welcome
+// lists those granted = asked ∩ supported).
+namespace capability {
+// Server sends a Dropped notice after dropping deliveries for a slow consumer.
+inline constexpr std::string_view dropped_notice = "dropped-notice";
+// Server answers a Publish that carries a request id with Ok.
+inline constexpr std::string_view publish_ack = "publish-ack";
+}  // namespace capability
+
+inline constexpr std::array<std::string_view, 2> supported_capabilities{
+    capability::dropped_notice, capability::publish_ack};
+
+}  // namespace switchyard::protocol

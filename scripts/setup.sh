@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Switchyard builds and tests with.
+# Idempotent: installs only what is missing, so a second run is a no-op.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config
+      libboost-dev flatbuffers-compiler libflatbuffers-dev
+      liblmdb-dev libxxhash-dev catch2 libspdlog-dev libfmt-dev
+      libcli11-dev libtomlplusplus-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if (( ${#missing[@]} )); then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
