@@ -1,0 +1,458 @@
+// switchyard-bench: throughput and latency workloads over the client library,
+// with the same definitions, flags and JSON fields as ../shared/peers (see
+// its README), so Switchyard can sit in the same table as NATS and Redis.
+//
+//   switchyard-bench fanout  --subs S --count N --size P [--json]
+//   switchyard-bench latency --rate R --seconds D --size P [--json]
+//   switchyard-bench durable --count N --size P --window W [--json]
+//
+// Without --address it starts its own switchyard-server on 127.0.0.1 (a
+// fresh one per run). Progress goes to stderr; the summary to stdout, or to
+// stderr with --json, where stdout's last line is the JSON result.
+
+#include "bench/server_process.hpp"
+#include "switchyard/client.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using switchyard::client;
+using switchyard::client_options;
+using switchyard::event_loop;
+
+constexpr std::uint64_t sentinel_seq = std::numeric_limits<std::uint64_t>::max();
+constexpr std::string_view channel = "bench.fanout";
+
+std::uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void sleep_until_ns(std::uint64_t t) {
+  timespec ts{static_cast<time_t>(t / 1'000'000'000ull), static_cast<long>(t % 1'000'000'000ull)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+std::uint64_t get_u64(const std::byte* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+void put_u64(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
+
+struct settings {
+  std::string workload;
+  std::string address;  // host:port; empty = start a server
+  std::string server_binary;
+  int subs = 1;
+  long count = 1'000'000;
+  int size = 128;
+  double rate = 20'000;
+  double seconds = 5;
+  int window = 256;
+  double idle = 2.0;
+  double timeout = 170;
+  bool json = false;
+};
+
+// Minimal JSON object writer: keys are ours, strings are escaped.
+class json_line {
+ public:
+  json_line& str(std::string_view k, std::string_view v) {
+    key(k);
+    out_ += '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') out_ += '\\', out_ += c;
+      else if (static_cast<unsigned char>(c) < 0x20) out_ += fmt::format("\\u{:04x}", c);
+      else out_ += c;
+    }
+    out_ += '"';
+    return *this;
+  }
+  json_line& num(std::string_view k, double v) {
+    key(k);
+    if (!std::isfinite(v)) out_ += "null";
+    else if (std::fabs(v) >= 1000) out_ += fmt::format("{:.0f}", v);
+    else out_ += fmt::format("{:.4g}", v);
+    return *this;
+  }
+  json_line& integer(std::string_view k, long long v) {
+    key(k);
+    out_ += std::to_string(v);
+    return *this;
+  }
+  json_line& raw(std::string_view k, std::string_view v) {
+    key(k);
+    out_ += v;
+    return *this;
+  }
+  std::string done() const { return out_ + "}"; }
+
+ private:
+  void key(std::string_view k) {
+    out_ += out_.size() > 1 ? ",\"" : "\"";
+    out_ += k;
+    out_ += "\":";
+  }
+  std::string out_ = "{";
+};
+
+enum class end_reason { none, count, sentinel, idle, error, deadline };
+const char* end_name(end_reason e) {
+  switch (e) {
+    case end_reason::count: return "count";
+    case end_reason::sentinel: return "sentinel";
+    case end_reason::idle: return "idle";
+    case end_reason::error: return "error";
+    case end_reason::deadline: return "deadline";
+    default: return "none";
+  }
+}
+
+// One subscriber's tallies. Written by its handler on the loop thread; the
+// main thread reads `recv`, `last_ns` and `ended` while it waits.
+struct subscriber {
+  std::unique_ptr<client> conn;
+  std::uint64_t expect = 0;
+  std::atomic<std::uint64_t> recv{0};
+  std::atomic<std::uint64_t> last_ns{0};
+  std::atomic<int> ended{static_cast<int>(end_reason::none)};
+  std::uint64_t first_ns = 0;
+  std::uint64_t next_seq = 0;
+  std::uint64_t gaps = 0;
+  std::uint64_t reorder = 0;
+  std::vector<std::int64_t> latencies;  // ns, latency workload only
+  bool latency_mode = false;
+
+  void on_message(const switchyard::message& m) {
+    if (ended.load(std::memory_order_relaxed) != static_cast<int>(end_reason::none) || m.payload.size() < 8) return;
+    const std::uint64_t t = now_ns();
+    const std::uint64_t seq = get_u64(m.payload.data());
+    if (seq == sentinel_seq) {
+      ended = static_cast<int>(end_reason::sentinel);
+      return;
+    }
+    const auto n = recv.load(std::memory_order_relaxed);
+    if (n == 0) first_ns = t;
+    if (seq > next_seq) ++gaps;
+    else if (seq < next_seq) ++reorder;
+    next_seq = seq + 1;
+    if (latency_mode && m.payload.size() >= 16 && latencies.size() < latencies.capacity())
+      latencies.push_back(static_cast<std::int64_t>(t - get_u64(m.payload.data() + 8)));
+    last_ns.store(t, std::memory_order_relaxed);
+    recv.store(n + 1, std::memory_order_release);
+    if (n + 1 >= expect) ended = static_cast<int>(end_reason::count);
+  }
+};
+
+struct target {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+};
+
+double pct_us(const std::vector<std::int64_t>& sorted, double p) {
+  if (sorted.empty()) return NAN;
+  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return static_cast<double>(sorted[rank - 1]) / 1000.0;
+}
+
+void emit(const settings& s, const std::string& summary, const json_line& j) {
+  std::fputs(summary.c_str(), s.json ? stderr : stdout);
+  if (s.json) std::printf("%s\n", j.done().c_str());
+  std::fflush(stdout);
+}
+
+int fail_line(const settings& s, std::string_view error, int code = 1) {
+  json_line j;
+  j.str("broker", "switchyard").str("workload", s.workload).str("error", error);
+  emit(s, fmt::format("switchyard-bench {}: {}\n", s.workload, error), j);
+  return code;
+}
+
+client_options options_for(const target& t, std::string name) {
+  client_options o;
+  o.host = t.host;
+  o.port = t.port;
+  o.client_name = std::move(name);
+  o.max_pending_bytes = 4u << 20;
+  return o;
+}
+
+// fanout / latency: S subscribers (one for latency), one publisher.
+int run_pubsub(const settings& s, const target& t, bool latency) {
+  const int nsubs = latency ? 1 : s.subs;
+  const std::uint64_t count =
+      latency ? std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(s.rate * s.seconds)))
+              : static_cast<std::uint64_t>(s.count);
+  // Subscribers share one I/O thread: on two cores, one thread per
+  // connection would mostly add context switches.
+  auto sub_loop = std::make_shared<event_loop>();
+  std::vector<std::unique_ptr<subscriber>> subs;
+  std::uint64_t server_dropped_notices = 0;
+  std::atomic<std::uint64_t> dropped{0};
+  for (int i = 0; i < nsubs; ++i) {
+    auto sub = std::make_unique<subscriber>();
+    sub->expect = count;
+    sub->latency_mode = latency;
+    if (latency) sub->latencies.reserve(count + 16);
+    auto o = options_for(t, fmt::format("bench-sub-{}", i));
+    o.on_dropped = [&dropped](std::uint64_t n) { dropped += n; };
+    auto c = client::connect(o, sub_loop);
+    if (!c) return fail_line(s, "subscriber connect: " + c.error().message());
+    subscriber* raw = sub.get();
+    auto id = (*c)->subscribe(channel, [raw](const switchyard::message& m) { raw->on_message(m); });
+    if (!id) return fail_line(s, "subscribe: " + id.error().message());
+    sub->conn = std::move(*c);
+    subs.push_back(std::move(sub));
+  }
+
+  auto o = options_for(t, "bench-pub");
+  o.write_immediately = latency;
+  auto pub = client::connect(o);
+  if (!pub) return fail_line(s, "publisher connect: " + pub.error().message());
+
+  std::vector<std::byte> buf(static_cast<std::size_t>(s.size), std::byte{'x'});
+  put_u64(buf.data() + 8, 0);
+  const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(s.timeout * 1e9);
+
+  // Progress and end detection run beside the publisher.
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<std::uint64_t> t0{0};
+  std::atomic<bool> waiting_done{false};
+  std::thread watcher([&] {
+    std::uint64_t next_progress = now_ns() + 1'000'000'000ull;
+    while (!waiting_done) {
+      std::this_thread::sleep_for(5ms);
+      const std::uint64_t t = now_ns();
+      const std::uint64_t start = t0.load();
+      bool all = true;
+      std::uint64_t total = 0;
+      for (auto& sub : subs) {
+        total += sub->recv.load(std::memory_order_relaxed);
+        if (sub->ended != static_cast<int>(end_reason::none)) continue;
+        all = false;
+        if (t > deadline) sub->ended = static_cast<int>(end_reason::deadline);
+        else if (start) {
+          const std::uint64_t base = std::max(sub->last_ns.load(), start);
+          if (t > base + static_cast<std::uint64_t>(s.idle * 1e9)) sub->ended = static_cast<int>(end_reason::idle);
+        }
+      }
+      if (all && start) break;
+      if (t >= next_progress) {
+        std::fprintf(stderr, "\r%s: published %llu/%llu, delivered %llu   ", s.workload.c_str(),
+                     static_cast<unsigned long long>(sent.load()), static_cast<unsigned long long>(count),
+                     static_cast<unsigned long long>(total));
+        next_progress = t + 1'000'000'000ull;
+      }
+    }
+    std::fputs("\r\033[K", stderr);
+  });
+
+  std::string pub_error;
+  std::uint64_t late_max = 0;
+  const std::uint64_t start = now_ns();
+  t0 = start;
+  if (!latency) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      put_u64(buf.data(), i);
+      if (auto ec = (*pub)->publish(channel, buf)) {
+        pub_error = ec.message();
+        break;
+      }
+      sent.store(i + 1, std::memory_order_relaxed);
+      if ((i & 0xffff) == 0 && now_ns() > deadline) {
+        pub_error = "publisher hit deadline";
+        break;
+      }
+    }
+  } else {
+    const double interval = 1e9 / s.rate;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const std::uint64_t due = start + static_cast<std::uint64_t>(static_cast<double>(i) * interval);
+      std::uint64_t now = now_ns();
+      if (now < due) {
+        sleep_until_ns(due);
+        now = now_ns();
+      }
+      late_max = std::max(late_max, now - due);
+      put_u64(buf.data(), i);
+      put_u64(buf.data() + 8, now);
+      if (auto ec = (*pub)->publish(channel, buf)) {
+        pub_error = ec.message();
+        break;
+      }
+      sent.store(i + 1, std::memory_order_relaxed);
+      if (now > deadline) {
+        pub_error = "publisher hit deadline";
+        break;
+      }
+    }
+  }
+  const std::uint64_t t_sent = now_ns();
+  put_u64(buf.data(), sentinel_seq);
+  if (pub_error.empty()) {
+    if (auto ec = (*pub)->publish(channel, buf)) pub_error = ec.message();
+    else if (auto ec2 = (*pub)->flush()) pub_error = "flush: " + ec2.message();
+  }
+  const std::uint64_t t_pub_end = now_ns();
+  watcher.join();
+  waiting_done = true;
+
+  // Stop the subscribers' I/O before reading their tallies.
+  for (auto& sub : subs) sub->conn->close();
+  (*pub)->close();
+  server_dropped_notices = dropped.load();
+
+  std::uint64_t total = 0, last = 0, gaps = 0, reorder = 0;
+  bool any_error = false;
+  std::string recv_list = "[", ends = "[";
+  for (std::size_t i = 0; i < subs.size(); ++i) {
+    auto& sub = *subs[i];
+    total += sub.recv;
+    last = std::max<std::uint64_t>(last, sub.last_ns);
+    gaps += sub.gaps;
+    reorder += sub.reorder;
+    const auto e = static_cast<end_reason>(sub.ended.load());
+    any_error |= e == end_reason::error || e == end_reason::deadline;
+    recv_list += fmt::format("{}{}", i ? "," : "", sub.recv.load());
+    ends += fmt::format("{}\"{}\"", i ? "," : "", end_name(e));
+  }
+  recv_list += "]";
+  ends += "]";
+
+  json_line j;
+  j.str("broker", "switchyard").str("workload", s.workload);
+  std::string summary;
+  if (!latency) {
+    const double pub_secs = static_cast<double>(t_pub_end - start) / 1e9;
+    const double del_secs = last > start ? static_cast<double>(last - start) / 1e9 : NAN;
+    const double expected = static_cast<double>(count) * nsubs;
+    const double loss = 1.0 - static_cast<double>(total) / expected;
+    j.integer("subs", nsubs).integer("n", static_cast<long long>(count)).integer("size", s.size);
+    j.str("client", "switchyard client-lib: batched publish (loop-thread writer), subscribers share one I/O thread");
+    j.integer("sent", static_cast<long long>(sent.load()));
+    j.num("pub_secs", pub_secs).num("pub_rate", static_cast<double>(sent.load()) / pub_secs);
+    j.num("pub_call_secs", static_cast<double>(t_sent - start) / 1e9);
+    j.raw("recv", recv_list).integer("recv_total", static_cast<long long>(total));
+    j.num("delivered_secs", del_secs).num("delivered_rate", static_cast<double>(total) / del_secs);
+    j.num("loss", loss).integer("gaps", static_cast<long long>(gaps)).integer("reorder", static_cast<long long>(reorder));
+    summary = fmt::format(
+        "fanout: {} subscriber(s), {} messages of {} B\n"
+        "  publish:   {:.0f} msg/s ({:.3f} s until the broker confirmed)\n"
+        "  delivered: {:.0f} msg/s ({} of {}, loss {:.2f}%, gaps {}, reorder {})\n",
+        nsubs, count, s.size, static_cast<double>(sent.load()) / pub_secs, pub_secs,
+        static_cast<double>(total) / del_secs, total, static_cast<std::uint64_t>(expected), loss * 100, gaps, reorder);
+  } else {
+    auto& lat = subs[0]->latencies;
+    std::sort(lat.begin(), lat.end());
+    double sum = 0;
+    for (auto v : lat) sum += static_cast<double>(v);
+    const double loss = 1.0 - static_cast<double>(subs[0]->recv) / static_cast<double>(count);
+    j.integer("subs", 1).num("rate", s.rate).num("secs", s.seconds).integer("size", s.size);
+    j.str("client", "switchyard client-lib: publish writes immediately, subscriber on its own I/O thread");
+    j.integer("sent", static_cast<long long>(sent.load())).integer("recv", static_cast<long long>(subs[0]->recv));
+    j.num("loss", loss).num("achieved_rate", static_cast<double>(sent.load()) / (static_cast<double>(t_sent - start) / 1e9));
+    j.num("pub_late_max_us", static_cast<double>(late_max) / 1000.0).integer("samples", static_cast<long long>(lat.size()));
+    j.num("min_us", lat.empty() ? NAN : static_cast<double>(lat.front()) / 1000.0);
+    j.num("mean_us", lat.empty() ? NAN : sum / static_cast<double>(lat.size()) / 1000.0);
+    j.num("p50_us", pct_us(lat, 50)).num("p90_us", pct_us(lat, 90)).num("p99_us", pct_us(lat, 99));
+    j.num("p999_us", pct_us(lat, 99.9)).num("max_us", lat.empty() ? NAN : static_cast<double>(lat.back()) / 1000.0);
+    j.integer("gaps", static_cast<long long>(gaps)).integer("reorder", static_cast<long long>(reorder));
+    summary = fmt::format(
+        "latency: {} msg/s for {} s, {} B, one-way (publish call -> handler)\n"
+        "  p50 {:.1f} us  p90 {:.1f} us  p99 {:.1f} us  p99.9 {:.1f} us  max {:.1f} us\n"
+        "  received {}/{} (loss {:.2f}%), publisher late by at most {:.1f} us\n",
+        s.rate, s.seconds, s.size, pct_us(lat, 50), pct_us(lat, 90), pct_us(lat, 99), pct_us(lat, 99.9),
+        lat.empty() ? NAN : static_cast<double>(lat.back()) / 1000.0, subs[0]->recv.load(), count, loss * 100,
+        static_cast<double>(late_max) / 1000.0);
+  }
+  j.raw("sub_end", ends);
+  j.raw("server", fmt::format("{{\"dropped\":{}}}", server_dropped_notices));
+  if (!pub_error.empty()) j.str("errors", "pub: " + pub_error);
+  emit(s, summary, j);
+  return (!pub_error.empty() || any_error) ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings s;
+  CLI::App app{"switchyard-bench: Switchyard throughput and latency workloads (definitions as in shared/peers)",
+               "switchyard-bench"};
+  app.require_subcommand(1, 1);
+  app.add_option("--address", s.address, "broker host:port (default: start a fresh server on 127.0.0.1)");
+  app.add_option("--server", s.server_binary, "switchyard-server binary to start (default: the one in this build)");
+  app.add_flag("--json", s.json, "print one JSON line (the last line of stdout)");
+  app.add_option("--timeout", s.timeout, "hard limit for the whole run, seconds")->capture_default_str();
+
+  auto* fanout = app.add_subcommand("fanout", "S subscribers, one publisher sending N messages as fast as it can");
+  fanout->add_option("--subs", s.subs, "subscriber connections")->check(CLI::Range(1, 64))->capture_default_str();
+  fanout->add_option("--count", s.count, "messages to publish")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
+  fanout->add_option("--size", s.size, "payload bytes (>= 16)")->check(CLI::Range(16, 1 << 20))->capture_default_str();
+  fanout->add_option("--idle", s.idle, "a subscriber stops after this many seconds without a message")->capture_default_str();
+
+  auto* latency = app.add_subcommand("latency", "one subscriber, one publisher at a fixed rate; one-way latency percentiles");
+  latency->add_option("--rate", s.rate, "messages per second")->check(CLI::Range(1.0, 1e7))->capture_default_str();
+  latency->add_option("--seconds", s.seconds, "duration")->check(CLI::Range(0.001, 600.0))->capture_default_str();
+  latency->add_option("--size", s.size, "payload bytes (>= 16)")->check(CLI::Range(16, 1 << 20))->capture_default_str();
+
+  auto* durable = app.add_subcommand("durable", "acknowledged appends to the sequence log (not available yet)");
+  durable->add_option("--count", s.count, "appends")->capture_default_str();
+  durable->add_option("--size", s.size, "payload bytes")->capture_default_str();
+  durable->add_option("--window", s.window, "unacknowledged appends at most")->capture_default_str();
+
+  // Flags may come before or after the workload name.
+  for (auto* sub : {fanout, latency, durable}) sub->fallthrough();
+  CLI11_PARSE(app, argc, argv);
+  s.workload = app.get_subcommands().front()->get_name();
+
+  if (s.workload == "durable")
+    return fail_line(s, "the durable workload needs the sequence log, which is not implemented yet", 4);
+  if (s.workload == "latency" && s.rate * s.seconds > 5e7) return fail_line(s, "rate*seconds too large", 2);
+
+  // A hard limit like the peers' alarm(): print an error line and leave.
+  std::thread([limit = s.timeout + 5, &s] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+    std::printf("{\"broker\":\"switchyard\",\"workload\":\"%s\",\"error\":\"hard timeout\"}\n", s.workload.c_str());
+    std::fflush(stdout);
+    std::_Exit(3);
+  }).detach();
+
+  target t;
+  std::optional<switchyard::bench::server_process> server;
+  if (!s.address.empty()) {
+    const auto colon = s.address.rfind(':');
+    if (colon == std::string::npos) return fail_line(s, "--address must be host:port", 2);
+    t.host = s.address.substr(0, colon);
+    t.port = static_cast<std::uint16_t>(std::stoul(s.address.substr(colon + 1)));
+  } else {
+    const std::string binary = s.server_binary.empty() ? switchyard::bench::default_server_binary() : s.server_binary;
+    auto started = switchyard::bench::server_process::start(binary, {}, 10s);
+    if (!started) return fail_line(s, started.error());
+    server.emplace(std::move(*started));
+    t.port = server->port();
+  }
+  const int rc = run_pubsub(s, t, s.workload == "latency");
+  if (server) server->stop();
+  return rc;
+}

@@ -1,0 +1,97 @@
+#include "bench/server_process.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <utility>
+
+namespace switchyard::bench {
+
+namespace fs = std::filesystem;
+
+std::string default_server_binary() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& candidate : {self.parent_path().parent_path() / "broker" / "switchyard-server",
+                                     self.parent_path() / "switchyard-server"}) {
+      if (fs::exists(candidate, ec)) return candidate.string();
+    }
+  }
+  return "switchyard-server";
+}
+
+std::expected<server_process, std::string> server_process::start(const std::string& binary,
+                                                                  const std::vector<std::string>& extra_args,
+                                                                  std::chrono::milliseconds timeout) {
+  char dir_template[] = "/tmp/switchyard-bench.XXXXXX";
+  if (!::mkdtemp(dir_template)) return std::unexpected(std::string("mkdtemp failed"));
+  server_process p;
+  p.dir_ = dir_template;
+  const std::string port_file = p.dir_ + "/port";
+  std::vector<std::string> args{binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                                "--data-dir", p.dir_ + "/data", "--log-level", "warn"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  p.pid_ = ::fork();
+  if (p.pid_ < 0) return std::unexpected(std::string("fork failed"));
+  if (p.pid_ == 0) {
+    ::execvp(argv[0], argv.data());
+    std::_Exit(127);
+  }
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < give_up) {
+    int status = 0;
+    if (::waitpid(p.pid_, &status, WNOHANG) == p.pid_) {
+      p.pid_ = -1;
+      return std::unexpected("server " + binary + " exited during start-up (status " + std::to_string(status) + ")");
+    }
+    std::ifstream in(port_file);
+    unsigned port = 0;
+    if (in >> port && port > 0) {
+      p.port_ = static_cast<std::uint16_t>(port);
+      return p;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::unexpected("server " + binary + " did not report its port within the timeout");
+}
+
+server_process::server_process(server_process&& o) noexcept
+    : pid_(std::exchange(o.pid_, -1)), port_(o.port_), dir_(std::move(o.dir_)) {
+  o.dir_.clear();
+}
+
+server_process::~server_process() { stop(); }
+
+void server_process::stop() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    bool exited = false;
+    for (int i = 0; i < 500 && !exited; ++i) {
+      exited = ::waitpid(pid_, &status, WNOHANG) == pid_;
+      if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!exited) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+  }
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    dir_.clear();
+  }
+}
+
+}  // namespace switchyard::bench

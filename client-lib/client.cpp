@@ -1,0 +1,643 @@
+#include "switchyard/client.hpp"
+
+#include "client_log.hpp"
+#include "common/asio.hpp"
+#include "protocol/channel_name.hpp"
+#include "protocol/frame_builder.hpp"
+#include "protocol/frame_parser.hpp"
+#include "protocol/limits.hpp"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+namespace switchyard {
+
+namespace wire = protocol::wire;
+using client_lib::log;
+using asio::redirect_error;
+using asio::use_awaitable;
+
+// ------------------------------------------------------------- event_loop
+
+struct event_loop::impl {
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::thread thread;
+
+  impl() : thread([this] { io.run(); }) {}
+  ~impl() {
+    work.reset();
+    io.stop();
+    if (thread.get_id() == std::this_thread::get_id())
+      thread.detach();  // last reference dropped by a handler on this loop
+    else if (thread.joinable())
+      thread.join();
+  }
+  bool on_loop_thread() const noexcept { return thread.get_id() == std::this_thread::get_id(); }
+};
+
+event_loop::event_loop() : impl_(std::make_unique<impl>()) {}
+event_loop::~event_loop() = default;
+
+// ------------------------------------------------------------------ client
+
+namespace {
+
+// Encoders for user threads and loop threads alike; frames are copied out
+// before the next encode on the same thread.
+protocol::frame_builder& local_builder() {
+  thread_local protocol::frame_builder builder;
+  return builder;
+}
+
+std::string random_client_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<std::uint64_t> dist;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "c-%016llx", static_cast<unsigned long long>(dist(rd)));
+  return buf;
+}
+
+std::error_code server_error(const wire::Error& e) {
+  const auto code = static_cast<int>(e.code());
+  if (code <= 0 || code >= 100) return make_error_code(errc::protocol_violation);
+  return {code, client_category()};
+}
+
+struct sub_entry {
+  subscription_id id;
+  std::string pattern;
+  message_handler handler;
+};
+using sub_list = std::vector<std::shared_ptr<const sub_entry>>;
+
+}  // namespace
+
+struct client::impl : std::enable_shared_from_this<client::impl> {
+  using clock = std::chrono::steady_clock;
+  using completion = std::function<void(std::error_code)>;
+
+  impl(client_options o, std::shared_ptr<event_loop> l)
+      : opts(std::move(o)), loop(std::move(l)), io(loop->get().io), socket(io), heartbeat_timer(io),
+        parser(protocol::default_max_frame) {
+    if (opts.client_id.empty()) opts.client_id = random_client_id();
+  }
+
+  client_options opts;
+  std::shared_ptr<event_loop> loop;
+  asio::io_context& io;
+  asio::ip::tcp::socket socket;
+  asio::steady_timer heartbeat_timer;
+  protocol::frame_parser parser;
+
+  // Welcome data: written once on the loop thread before connect() returns.
+  std::uint64_t session_id = 0;
+  std::uint32_t max_frame = protocol::default_max_frame;
+  std::chrono::milliseconds heartbeat{protocol::default_heartbeat_interval};
+  std::vector<std::string> caps;
+  bool publish_ack = false;
+
+  std::atomic<bool> open{false};
+  std::atomic<std::uint64_t> dropped{0};
+  std::atomic<std::uint64_t> next_request{1};
+  clock::time_point last_rx = clock::now();
+  std::error_code server_goodbye;  // last fatal Error from the server (loop thread)
+  bool closed_by_user = false;     // loop thread
+
+  // Guarded by mu: the outbound buffer, the requests in flight and the
+  // subscriptions.
+  std::mutex mu;
+  std::condition_variable space_cv;
+  std::vector<std::uint8_t> out;      // frames waiting for the writer
+  std::vector<std::uint8_t> writing;  // frames being written (loop thread)
+  bool write_active = false;          // writer scheduled or running
+  bool dead = false;                  // no more writes accepted
+  std::unordered_map<std::uint64_t, completion> requests;
+  std::shared_ptr<const sub_list> subs = std::make_shared<const sub_list>();
+  std::map<std::string, int, std::less<>> pattern_refs;
+  subscription_id next_sub = 1;
+
+  // ---------------------------------------------------------------- write
+
+  // Appends one encoded frame (any thread). Waits for space unless on the
+  // loop thread.
+  std::error_code enqueue(protocol::bytes_view frame) {
+    if (frame.size() > max_frame + protocol::frame_header_size) return errc::payload_too_large;
+    std::unique_lock lock(mu);
+    if (dead) return errc::not_connected;
+    if (out.size() + frame.size() > opts.max_pending_bytes && !out.empty() &&
+        !loop->get().on_loop_thread()) {
+      const bool ok = space_cv.wait_for(lock, opts.request_timeout, [&] {
+        return dead || out.size() + frame.size() <= opts.max_pending_bytes || out.empty();
+      });
+      if (dead) return errc::not_connected;
+      if (!ok) return errc::timeout;
+    }
+    if (opts.write_immediately && !write_active && out.empty()) {
+      // Nothing queued ahead of us: try the socket directly from this thread.
+      const ssize_t n = ::send(socket.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n == static_cast<ssize_t>(frame.size())) return {};
+      // A partial write, EAGAIN or an error: the loop writer sends the rest
+      // (and reports the error through the normal read/write path).
+      if (n > 0) frame = frame.subspan(static_cast<std::size_t>(n));
+    }
+    out.insert(out.end(), frame.begin(), frame.end());
+    if (!write_active) {
+      write_active = true;
+      asio::post(io, [self = shared_from_this()] { self->start_write(); });
+    }
+    return {};
+  }
+
+  // Loop thread: writes whatever is queued, then again until empty.
+  void start_write() {
+    {
+      std::lock_guard lock(mu);
+      if (out.empty() || dead) {
+        write_active = false;
+        return;
+      }
+      writing.swap(out);
+    }
+    space_cv.notify_all();
+    asio::async_write(socket, asio::buffer(writing),
+                      [self = shared_from_this()](asio_error_code ec, std::size_t) {
+                        self->writing.clear();
+                        if (ec) {
+                          self->fail(ec, "write");
+                          return;
+                        }
+                        self->start_write();
+                      });
+  }
+
+  // ------------------------------------------------------------- requests
+
+  // Registers `done` under a fresh request id, encodes with `encode(id)` and
+  // sends. `done` runs on the loop thread (or here, at once, on a send error).
+  template <class Encode>
+  void request(Encode encode, completion done) {
+    const std::uint64_t id = next_request.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::unique_lock lock(mu);
+      if (dead) {
+        lock.unlock();
+        if (done) done(errc::not_connected);
+        return;
+      }
+      requests.emplace(id, std::move(done));
+    }
+    if (auto ec = enqueue(encode(id))) complete(id, ec);
+  }
+
+  void complete(std::uint64_t id, std::error_code ec) {
+    completion done;
+    {
+      std::lock_guard lock(mu);
+      auto it = requests.find(id);
+      if (it == requests.end()) return;
+      done = std::move(it->second);
+      requests.erase(it);
+    }
+    if (done) done(ec);
+  }
+
+  // Blocking wrapper for request(); not on the loop thread.
+  template <class Encode>
+  std::error_code request_sync(Encode encode) {
+    if (loop->get().on_loop_thread()) return errc::would_deadlock;
+    auto promise = std::make_shared<std::promise<std::error_code>>();
+    auto result = promise->get_future();
+    std::uint64_t id = 0;
+    request([&](std::uint64_t rid) { id = rid; return encode(rid); },
+            [promise](std::error_code ec) { promise->set_value(ec); });
+    if (result.wait_for(opts.request_timeout) != std::future_status::ready) {
+      complete(id, errc::timeout);
+    }
+    return result.get();
+  }
+
+  // ------------------------------------------------------------ lifecycle
+
+  // Loop thread. Ends the connection once; fails every pending request.
+  void fail(std::error_code ec, std::string_view what) {
+    std::unordered_map<std::uint64_t, completion> pending;
+    {
+      std::lock_guard lock(mu);
+      if (dead && !open) return;
+      dead = true;
+      pending.swap(requests);
+    }
+    space_cv.notify_all();
+    const bool was_open = open.exchange(false);
+    asio_error_code ignored;
+    socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+    heartbeat_timer.cancel();
+    const std::error_code reason = server_goodbye ? server_goodbye : ec;
+    for (auto& [id, done] : pending)
+      if (done) done(make_error_code(errc::not_connected));
+    if (!was_open || closed_by_user) return;
+    log(log_level::info, "switchyard: connection {} closed on {}: {}", session_id, what, reason.message());
+    if (opts.on_disconnect) opts.on_disconnect(reason);
+  }
+
+  asio::awaitable<void> heartbeat_loop(std::shared_ptr<impl> /*keep_alive*/) {
+    const auto interval = opts.heartbeat_interval.count() > 0 ? opts.heartbeat_interval : heartbeat;
+    const auto deadline = interval * 2 + interval / 2;
+    while (open) {
+      heartbeat_timer.expires_after(interval);
+      asio_error_code ec;
+      co_await heartbeat_timer.async_wait(redirect_error(use_awaitable, ec));
+      if (ec || !open) co_return;
+      if (clock::now() - last_rx > deadline) {
+        fail(errc::heartbeat_timeout, "heartbeat");
+        co_return;
+      }
+      enqueue(local_builder().ping());
+    }
+  }
+
+  // --------------------------------------------------------------- reader
+
+  // 8-byte aligned read buffer so frames verify in place.
+  std::unique_ptr<std::uint64_t[]> rbuf;
+  std::size_t rcap = 0, rbegin = 0, rend = 0;
+  std::uint8_t* rdata() noexcept { return reinterpret_cast<std::uint8_t*>(rbuf.get()); }
+
+  void make_room(std::size_t needed) {
+    if (rbegin == rend) rbegin = rend = 0;
+    const std::size_t want = std::max<std::size_t>(needed, 4096);
+    if (rcap - rbegin >= want && rcap > rend) return;
+    if (rcap >= want && rbegin > 0) {
+      std::memmove(rdata(), rdata() + rbegin, rend - rbegin);
+      rend -= rbegin;
+      rbegin = 0;
+      if (rcap > rend) return;
+    }
+    const std::size_t cap = (std::max(want, rcap * 2) + 7) / 8 * 8;
+    auto fresh = std::make_unique<std::uint64_t[]>(cap / 8);
+    if (rbuf) std::memcpy(fresh.get(), rdata() + rbegin, rend - rbegin);
+    rend -= rbegin;
+    rbegin = 0;
+    rbuf = std::move(fresh);
+    rcap = cap;
+  }
+
+  // Reads until at least one complete frame is buffered; returns it, or an
+  // error (socket or protocol).
+  asio::awaitable<std::expected<protocol::frame_view, std::error_code>> read_frame() {
+    for (;;) {
+      auto r = parser.next({rdata() + rbegin, rend - rbegin});
+      if (!r) co_return std::unexpected(r.error());
+      if (*r) co_return **r;
+      make_room(parser.needed());
+      asio_error_code ec;
+      const std::size_t n = co_await socket.async_read_some(asio::buffer(rdata() + rend, rcap - rend),
+                                                            redirect_error(use_awaitable, ec));
+      if (ec) co_return std::unexpected(std::error_code(ec));
+      last_rx = clock::now();
+      rend += n;
+    }
+  }
+
+  // Handles one frame after the welcome. Returns false to stop reading.
+  bool dispatch(const wire::Frame& f, const sub_list& subscriptions) {
+    switch (f.message_type()) {
+      case wire::Message::Deliver: {
+        const auto& d = *f.message_as_Deliver();
+        const std::string_view channel = d.channel()->string_view();
+        const auto* p = d.payload();
+        const message m{channel, p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{}};
+        for (const auto& s : subscriptions)
+          if (protocol::pattern_matches(s->pattern, channel)) s->handler(m);
+        return true;
+      }
+      case wire::Message::Ok:
+      case wire::Message::Pong:
+        if (f.request_id() != 0) complete(f.request_id(), {});
+        return true;
+      case wire::Message::Ping:
+        enqueue(local_builder().pong(f.request_id()));
+        return true;
+      case wire::Message::Dropped: {
+        const std::uint64_t n = f.message_as_Dropped()->count();
+        dropped += n;
+        log(log_level::warn, "switchyard: connection {} was a slow consumer: {} messages dropped", session_id, n);
+        if (opts.on_dropped) opts.on_dropped(n);
+        return true;
+      }
+      case wire::Message::Error: {
+        const auto& e = *f.message_as_Error();
+        const auto ec = server_error(e);
+        if (f.request_id() != 0) {
+          complete(f.request_id(), ec);
+          return true;
+        }
+        log(log_level::warn, "switchyard: server error on connection {}: {} ({})", session_id, ec.message(),
+            e.message() ? e.message()->string_view() : "");
+        if (e.fatal()) server_goodbye = ec;
+        return true;
+      }
+      default:
+        log(log_level::error, "switchyard: unexpected message {} from the server",
+            wire::EnumNameMessage(f.message_type()));
+        fail(errc::protocol_violation, "protocol");
+        return false;
+    }
+  }
+
+  asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
+    asio::co_spawn(io, heartbeat_loop(self), asio::detached);
+    std::shared_ptr<const sub_list> subscriptions;
+    while (open) {
+      // One snapshot of the subscriptions per read batch: a lock per
+      // syscall, not per message.
+      {
+        std::lock_guard lock(mu);
+        subscriptions = subs;
+      }
+      auto r = parser.next({rdata() + rbegin, rend - rbegin});
+      if (!r) {
+        fail(r.error(), "protocol");
+        co_return;
+      }
+      if (!*r) {
+        make_room(parser.needed());
+        asio_error_code ec;
+        const std::size_t n = co_await socket.async_read_some(
+            asio::buffer(rdata() + rend, rcap - rend), redirect_error(use_awaitable, ec));
+        if (ec) {
+          fail(ec, "read");
+          co_return;
+        }
+        last_rx = clock::now();
+        rend += n;
+        continue;
+      }
+      // Dispatch every complete frame already buffered.
+      do {
+        const std::size_t size = (*r)->size;
+        if (!dispatch(*(*r)->frame, *subscriptions) || !open) co_return;
+        rbegin += size;
+        r = parser.next({rdata() + rbegin, rend - rbegin});
+        if (!r) {
+          fail(r.error(), "protocol");
+          co_return;
+        }
+      } while (*r);
+    }
+  }
+
+  // Connect + hello + welcome. Completes `ready` with the outcome, then
+  // keeps reading.
+  asio::awaitable<void> run(std::shared_ptr<impl> self,
+                            std::shared_ptr<std::promise<std::error_code>> ready) {
+    auto finish = [&](std::error_code ec) {
+      if (ready) ready->set_value(ec);
+      ready.reset();
+    };
+    asio::ip::tcp::resolver resolver(io);
+    asio_error_code ec;
+    const auto endpoints = co_await resolver.async_resolve(opts.host, std::to_string(opts.port),
+                                                           redirect_error(use_awaitable, ec));
+    if (ec) co_return finish(ec);
+    co_await asio::async_connect(socket, endpoints, redirect_error(use_awaitable, ec));
+    if (ec) co_return finish(ec);
+    socket.set_option(asio::ip::tcp::no_delay(true), ec);
+    make_room(64 * 1024);
+
+    static constexpr std::array<std::string_view, 2> wanted{protocol::capability::dropped_notice,
+                                                            protocol::capability::publish_ack};
+    protocol::hello_fields h;
+    h.protocol_major = protocol::protocol_major;
+    h.protocol_minor = protocol::protocol_minor;
+    h.client_name = opts.client_name;
+    h.client_version = SWITCHYARD_VERSION;
+    h.client_id = opts.client_id;
+    h.credentials = opts.credentials;
+    h.capabilities = wanted;
+    const auto hello = local_builder().hello(0, h);
+    co_await asio::async_write(socket, asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
+    if (ec) co_return finish(ec);
+
+    auto r = co_await read_frame();
+    if (!r) co_return finish(r.error());
+    const wire::Frame& f = *r->frame;
+    if (f.message_type() == wire::Message::Error) co_return finish(server_error(*f.message_as_Error()));
+    if (f.message_type() != wire::Message::Welcome) co_return finish(errc::protocol_violation);
+    const auto& w = *f.message_as_Welcome();
+    session_id = w.session_id();
+    if (w.max_frame() >= protocol::min_max_frame) max_frame = w.max_frame();
+    if (w.heartbeat_ms() > 0) heartbeat = std::chrono::milliseconds(w.heartbeat_ms());
+    if (w.capabilities())
+      for (const auto* c : *w.capabilities()) caps.push_back(c->str());
+    publish_ack = std::find(caps.begin(), caps.end(), protocol::capability::publish_ack) != caps.end();
+    rbegin += r->size;
+    // Frames from the server may be as large as our own limit allows.
+    parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));
+    open = true;
+    log(log_level::info, "switchyard: connected to {}:{} session {}", opts.host, opts.port, session_id);
+    finish({});
+    co_await read_loop(self);
+  }
+};
+
+client::client(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+
+client::~client() { close(); }
+
+std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_options options,
+                                                                        std::shared_ptr<event_loop> loop) {
+  if (!loop) loop = std::make_shared<event_loop>();
+  if (loop->get().on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
+  auto p = std::make_shared<impl>(std::move(options), loop);
+  auto ready = std::make_shared<std::promise<std::error_code>>();
+  auto result = ready->get_future();
+  asio::co_spawn(p->io, p->run(p, ready), asio::detached);
+  if (result.wait_for(p->opts.connect_timeout) != std::future_status::ready) {
+    asio::post(p->io, [p] {
+      asio_error_code ignored;
+      p->socket.close(ignored);
+    });
+    // The cancelled connect completes promptly; a name lookup may not, and
+    // then finishes later against shared state that outlives this call.
+    result.wait_for(std::chrono::seconds(1));
+    std::unique_ptr<client> c(new client(p));
+    c->close();
+    return std::unexpected(make_error_code(errc::timeout));
+  }
+  if (auto ec = result.get()) {
+    std::unique_ptr<client> c(new client(p));
+    c->close();
+    return std::unexpected(ec);
+  }
+  return std::unique_ptr<client>(new client(std::move(p)));
+}
+
+std::error_code client::publish(std::string_view channel, std::span<const std::byte> payload) {
+  if (!protocol::is_valid_channel(channel)) return errc::invalid_channel;
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->enqueue(local_builder().publish(0, channel, data));
+}
+
+std::error_code client::publish_confirmed(std::string_view channel, std::span<const std::byte> payload) {
+  if (!protocol::is_valid_channel(channel)) return errc::invalid_channel;
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  if (!impl_->publish_ack) {
+    // Without the capability the broker does not answer publishes: a ping
+    // round trip after it gives the same guarantee.
+    if (auto ec = impl_->enqueue(local_builder().publish(0, channel, data))) return ec;
+    return flush();
+  }
+  return impl_->request_sync([&](std::uint64_t id) { return local_builder().publish(id, channel, data); });
+}
+
+std::expected<subscription_id, std::error_code> client::subscribe(std::string_view pattern,
+                                                                  message_handler handler) {
+  if (impl_->loop->get().on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
+  auto promise = std::make_shared<std::promise<std::expected<subscription_id, std::error_code>>>();
+  auto result = promise->get_future();
+  async_subscribe(pattern, std::move(handler),
+                  [promise](std::expected<subscription_id, std::error_code> r) { promise->set_value(r); });
+  // The request itself times out through request_timeout (see below).
+  return result.get();
+}
+
+void client::async_subscribe(std::string_view pattern, message_handler handler,
+                             std::function<void(std::expected<subscription_id, std::error_code>)> done) {
+  auto& p = *impl_;
+  if (!protocol::is_valid_pattern(pattern)) {
+    done(std::unexpected(make_error_code(errc::invalid_pattern)));
+    return;
+  }
+  subscription_id id = 0;
+  bool first = false;
+  {
+    std::lock_guard lock(p.mu);
+    if (p.dead) {
+      done(std::unexpected(make_error_code(errc::not_connected)));
+      return;
+    }
+    id = p.next_sub++;
+    auto next = std::make_shared<sub_list>(*p.subs);
+    next->push_back(std::make_shared<const sub_entry>(sub_entry{id, std::string(pattern), std::move(handler)}));
+    p.subs = std::move(next);
+    first = p.pattern_refs[std::string(pattern)]++ == 0;
+  }
+  if (!first) {
+    done(id);
+    return;
+  }
+  // Times out like any blocking request: a watchdog completes it with
+  // errc::timeout if the broker has not answered.
+  auto timer = std::make_shared<asio::steady_timer>(p.io, p.opts.request_timeout);
+  const std::string pat(pattern);
+  std::weak_ptr<impl> weak = impl_;
+  auto rid = std::make_shared<std::uint64_t>(0);
+  p.request(
+      [&](std::uint64_t r) {
+        *rid = r;
+        return local_builder().subscribe(r, pat);
+      },
+      [weak, id, timer, done = std::move(done)](std::error_code ec) {
+        timer->cancel();
+        if (!ec) {
+          done(id);
+          return;
+        }
+        if (auto self = weak.lock()) {
+          // Roll back the local entry; the broker never confirmed it.
+          std::lock_guard lock(self->mu);
+          auto next = std::make_shared<sub_list>();
+          std::string pattern;
+          for (const auto& s : *self->subs) {
+            if (s->id == id) pattern = s->pattern;
+            else next->push_back(s);
+          }
+          self->subs = std::move(next);
+          if (!pattern.empty() && --self->pattern_refs[pattern] == 0) self->pattern_refs.erase(pattern);
+        }
+        done(std::unexpected(ec));
+      });
+  timer->async_wait([weak, rid](asio_error_code ec) {
+    if (ec) return;
+    if (auto self = weak.lock()) self->complete(*rid, errc::timeout);
+  });
+}
+
+std::error_code client::unsubscribe(subscription_id id) {
+  auto& p = *impl_;
+  std::string pattern;
+  bool last = false;
+  {
+    std::lock_guard lock(p.mu);
+    auto next = std::make_shared<sub_list>();
+    for (const auto& s : *p.subs) {
+      if (s->id == id) pattern = s->pattern;
+      else next->push_back(s);
+    }
+    if (pattern.empty()) return errc::not_found;
+    p.subs = std::move(next);
+    last = --p.pattern_refs[pattern] == 0;
+    if (last) p.pattern_refs.erase(pattern);
+  }
+  // The handler is already gone locally; the broker's answer is not awaited.
+  if (last) p.request([&](std::uint64_t r) { return local_builder().unsubscribe(r, pattern); }, nullptr);
+  return {};
+}
+
+std::error_code client::flush() {
+  return impl_->request_sync([](std::uint64_t id) { return local_builder().ping(id); });
+}
+
+void client::async_flush(std::function<void(std::error_code)> done) {
+  impl_->request([](std::uint64_t id) { return local_builder().ping(id); }, std::move(done));
+}
+
+void client::close() {
+  auto p = impl_;
+  if (!p) return;
+  auto closed = std::make_shared<std::promise<void>>();
+  auto result = closed->get_future();
+  asio::post(p->io, [p, closed] {
+    p->closed_by_user = true;
+    p->fail(errc::not_connected, "close");
+    closed->set_value();
+  });
+  if (!p->loop->get().on_loop_thread()) result.wait();
+}
+
+bool client::connected() const noexcept { return impl_->open; }
+std::uint64_t client::session_id() const noexcept { return impl_->session_id; }
+std::uint32_t client::server_max_frame() const noexcept { return impl_->max_frame; }
+std::vector<std::string> client::capabilities() const { return impl_->caps; }
+std::uint64_t client::dropped_total() const noexcept { return impl_->dropped; }
+
+// --------------------------------------------------------------- publisher
+
+std::expected<publisher, std::error_code> publisher::connect(client_options options) {
+  auto c = client::connect(std::move(options));
+  if (!c) return std::unexpected(c.error());
+  return publisher(std::move(*c));
+}
+
+std::error_code publisher::publish(std::string_view channel, std::string_view payload) {
+  return publish(channel, std::as_bytes(std::span(payload.data(), payload.size())));
+}
+
+std::error_code publisher::publish(std::string_view channel, std::span<const std::byte> payload) {
+  return client_->publish_confirmed(channel, payload);
+}
+
+}  // namespace switchyard

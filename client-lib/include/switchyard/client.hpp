@@ -1,0 +1,165 @@
+#pragma once
+// The Switchyard client: one connection to a broker.
+//
+//   auto c = switchyard::client::connect({.host = "127.0.0.1", .port = 7878});
+//   if (!c) { /* c.error().message() */ }
+//   (*c)->subscribe("orders.*.created", [](const switchyard::message& m) { ... });
+//   (*c)->publish("orders.eu.created", "payload");
+//
+// Threading: every client runs its I/O on an event_loop (one thread; several
+// clients may share one). Handlers and callbacks run on that thread, one at
+// a time, and must not block for long. All member functions are thread-safe.
+// The blocking ones (connect, subscribe, flush, publish_confirmed) wait up to
+// the options' timeouts and return errc::would_deadlock when called on the
+// loop thread itself (use the async_ forms there).
+//
+// Delivery is at most once. A slow consumer's missed messages are reported
+// through on_dropped.
+
+#include "switchyard/error.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace switchyard {
+
+// One thread running I/O for any number of clients. Destroying the last
+// reference stops the thread (after every client using it is gone).
+class event_loop {
+ public:
+  event_loop();
+  ~event_loop();
+  event_loop(const event_loop&) = delete;
+  event_loop& operator=(const event_loop&) = delete;
+
+  struct impl;
+  impl& get() noexcept { return *impl_; }
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+// A delivered message. Both views borrow the library's read buffer and are
+// valid only during the handler call: copy what you keep.
+struct message {
+  std::string_view channel;
+  std::span<const std::byte> payload;
+
+  std::string_view payload_text() const noexcept {
+    return {reinterpret_cast<const char*>(payload.data()), payload.size()};
+  }
+};
+
+using message_handler = std::function<void(const message&)>;
+using subscription_id = std::uint64_t;
+
+struct client_options {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 7878;
+  std::string client_name = "switchyard-client";  // shown in the broker's logs
+  std::string client_id;                          // stable id; empty = random per client
+  std::string credentials;                        // reserved for auth
+
+  std::chrono::milliseconds connect_timeout{5000};  // TCP connect + hello/welcome
+  std::chrono::milliseconds request_timeout{5000};  // blocking subscribe / flush / confirmed publish
+  // 0 = ping as often as the server asks in its welcome. The connection is
+  // declared dead after 2.5 intervals without any frame from the server.
+  std::chrono::milliseconds heartbeat_interval{0};
+
+  // Bytes of publishes waiting to be written. Past it, publish() waits (up
+  // to request_timeout, then errc::timeout) except on the loop thread.
+  std::size_t max_pending_bytes = 8u << 20;
+  // false: publishes are batched and written by the loop thread (best
+  // throughput). true: publish() writes to the socket itself when nothing
+  // else is waiting (lowest latency, one system call per message).
+  bool write_immediately = false;
+
+  // Called on the loop thread when the server reports dropped deliveries
+  // (slow consumer), with the number lost.
+  std::function<void(std::uint64_t dropped)> on_dropped;
+  // Called on the loop thread once when the connection ends for any reason
+  // other than close(): the server's error code when it sent one
+  // (shutting_down, heartbeat_timeout, ...), else the socket error.
+  std::function<void(std::error_code)> on_disconnect;
+};
+
+class client {
+ public:
+  // Connects, sends the hello and waits for the welcome. With no loop given,
+  // the client gets an event_loop of its own.
+  static std::expected<std::unique_ptr<client>, std::error_code> connect(
+      client_options options, std::shared_ptr<event_loop> loop = nullptr);
+
+  ~client();  // close()
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  // Queues a publish (at most once, no answer). Errors: invalid_channel,
+  // payload_too_large, not_connected, timeout (buffer full too long).
+  std::error_code publish(std::string_view channel, std::span<const std::byte> payload);
+  std::error_code publish(std::string_view channel, std::string_view payload) {
+    return publish(channel, std::as_bytes(std::span(payload.data(), payload.size())));
+  }
+  // Publishes and waits until the broker has routed it (blocking).
+  std::error_code publish_confirmed(std::string_view channel, std::span<const std::byte> payload);
+
+  // Subscribes to a pattern (`*` = one token, `>` = the rest) and waits for
+  // the broker's confirmation. The handler runs on the loop thread.
+  std::expected<subscription_id, std::error_code> subscribe(std::string_view pattern,
+                                                            message_handler handler);
+  // Same, without waiting: `done` runs on the loop thread with the outcome.
+  void async_subscribe(std::string_view pattern, message_handler handler,
+                       std::function<void(std::expected<subscription_id, std::error_code>)> done);
+  // Removes a subscription; never blocks (safe inside a handler). Called on
+  // the loop thread (from a handler), the handler is not called again;
+  // from another thread, a message already being dispatched may still
+  // reach it. Errors: not_found.
+  std::error_code unsubscribe(subscription_id id);
+
+  // Round trip to the broker: when it returns success, everything this
+  // client sent before was processed by the broker.
+  std::error_code flush();
+  void async_flush(std::function<void(std::error_code)> done);
+
+  // Closes the connection; pending requests fail with not_connected.
+  // Blocks until the loop has let go of the connection (not on the loop
+  // thread, where it closes without waiting). Idempotent.
+  void close();
+
+  bool connected() const noexcept;
+  std::uint64_t session_id() const noexcept;          // from the welcome
+  std::uint32_t server_max_frame() const noexcept;    // from the welcome
+  std::vector<std::string> capabilities() const;      // granted by the server
+  std::uint64_t dropped_total() const noexcept;       // sum of dropped notices
+
+  struct impl;
+
+ private:
+  explicit client(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;
+};
+
+// A minimal blocking publisher for scripts and simple services: each
+// publish waits until the broker has routed it.
+class publisher {
+ public:
+  static std::expected<publisher, std::error_code> connect(client_options options);
+  std::error_code publish(std::string_view channel, std::string_view payload);
+  std::error_code publish(std::string_view channel, std::span<const std::byte> payload);
+  client& connection() noexcept { return *client_; }
+
+ private:
+  explicit publisher(std::unique_ptr<client> c) : client_(std::move(c)) {}
+  std::unique_ptr<client> client_;
+};
+
+}  // namespace switchyard
