@@ -72,6 +72,23 @@ server_process::server_process(server_process&& o) noexcept
 
 server_process::~server_process() { stop(); }
 
+std::optional<int> server_process::signal_and_wait(int sig, std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return std::nullopt;
+  ::kill(pid_, sig);
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < give_up) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return -WTERMSIG(status);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return std::nullopt;
+}
+
 void server_process::stop() {
   if (pid_ > 0) {
     ::kill(pid_, SIGTERM);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ class server_process {
   std::uint16_t port() const noexcept { return port_; }
   // SIGTERM, wait up to 5 s, then SIGKILL; removes the temp folder.
   void stop();
+  // Sends `sig` and waits up to `timeout` for the exit. Returns the exit
+  // code, -signal if it died of a signal, or nullopt if it is still running.
+  std::optional<int> signal_and_wait(int sig, std::chrono::milliseconds timeout);
 
  private:
   server_process() = default;

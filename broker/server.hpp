@@ -3,13 +3,12 @@
 // event loop. main.cpp and the end-to-end tests both use it.
 
 #include "broker/server_config.hpp"
+#include "broker/server_counters.hpp"
 
 #include <cstdint>
 #include <memory>
 
 namespace switchyard::broker {
-
-struct server_counters;
 
 class server {
  public:

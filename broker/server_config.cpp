@@ -4,7 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include <map>
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 
@@ -65,13 +65,12 @@ server_config parse_server_args(int argc, const char* const* argv) {
   const auto colon = listen.rfind(':');
   if (colon == std::string::npos) throw std::invalid_argument("--listen must be host:port");
   cfg.listen_host = listen.substr(0, colon);
-  try {
-    const unsigned long port = std::stoul(listen.substr(colon + 1));
-    if (port > 65535) throw std::out_of_range("port");
-    cfg.listen_port = static_cast<std::uint16_t>(port);
-  } catch (const std::exception&) {
+  const std::string_view port_text = std::string_view(listen).substr(colon + 1);
+  unsigned port = 0;
+  const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc{} || end != port_text.data() + port_text.size() || port_text.empty() || port > 65535)
     throw std::invalid_argument("--listen port must be a number 0..65535");
-  }
+  cfg.listen_port = static_cast<std::uint16_t>(port);
   cfg.hello_timeout = std::chrono::milliseconds(hello_ms);
   cfg.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   cfg.slow_consumer = slow == "disconnect" ? slow_consumer_policy::disconnect : slow_consumer_policy::drop;

@@ -6,6 +6,7 @@
 #include "broker/channel_table.hpp"
 #include "broker/frame_arena.hpp"
 #include "broker/server_config.hpp"
+#include "broker/server_counters.hpp"
 #include "protocol/frame_builder.hpp"
 
 #include <cstdint>
@@ -19,15 +20,6 @@ class logger;
 namespace switchyard::broker {
 
 class session;
-
-struct server_counters {
-  std::uint64_t connections_accepted = 0;
-  std::uint64_t connections_rejected = 0;
-  std::uint64_t published = 0;
-  std::uint64_t delivered = 0;
-  std::uint64_t dropped = 0;
-  std::uint64_t protocol_errors = 0;
-};
 
 struct server_core {
   explicit server_core(server_config c);

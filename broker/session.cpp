@@ -348,7 +348,7 @@ void session::handle_subscribe(std::uint64_t rid, const wire::Subscribe& m) {
   }
   if (patterns_.emplace(pattern).second) core_.channels.subscribe(pattern, this);
   core_.log->debug("conn={} subscribe channel={}", id_, pattern);
-  send(core_.builder.ok(rid));
+  if (rid != 0) send(core_.builder.ok(rid));
 }
 
 void session::handle_unsubscribe(std::uint64_t rid, const wire::Unsubscribe& m) {
@@ -360,7 +360,7 @@ void session::handle_unsubscribe(std::uint64_t rid, const wire::Unsubscribe& m) 
   }
   core_.channels.unsubscribe(pattern, this);
   patterns_.erase(it);
-  send(core_.builder.ok(rid));
+  if (rid != 0) send(core_.builder.ok(rid));
 }
 
 void session::handle_publish(std::uint64_t rid, const wire::Publish& m) {

@@ -87,14 +87,17 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   using clock = std::chrono::steady_clock;
   using completion = std::function<void(std::error_code)>;
 
-  impl(client_options o, std::shared_ptr<event_loop> l)
-      : opts(std::move(o)), loop(std::move(l)), io(loop->get().io), socket(io), heartbeat_timer(io),
+  impl(client_options o, event_loop::impl& l)
+      : opts(std::move(o)), loop(l), io(l.io), socket(io), heartbeat_timer(io),
         parser(protocol::default_max_frame) {
     if (opts.client_id.empty()) opts.client_id = random_client_id();
   }
 
   client_options opts;
-  std::shared_ptr<event_loop> loop;
+  // Borrowed: the client object owns the event_loop reference, so the loop
+  // is never destroyed from its own thread when the last coroutine lets go
+  // of this impl.
+  event_loop::impl& loop;
   asio::io_context& io;
   asio::ip::tcp::socket socket;
   asio::steady_timer heartbeat_timer;
@@ -136,7 +139,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     std::unique_lock lock(mu);
     if (dead) return errc::not_connected;
     if (out.size() + frame.size() > opts.max_pending_bytes && !out.empty() &&
-        !loop->get().on_loop_thread()) {
+        !loop.on_loop_thread()) {
       const bool ok = space_cv.wait_for(lock, opts.request_timeout, [&] {
         return dead || out.size() + frame.size() <= opts.max_pending_bytes || out.empty();
       });
@@ -215,7 +218,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // Blocking wrapper for request(); not on the loop thread.
   template <class Encode>
   std::error_code request_sync(Encode encode) {
-    if (loop->get().on_loop_thread()) return errc::would_deadlock;
+    if (loop.on_loop_thread()) return errc::would_deadlock;
     auto promise = std::make_shared<std::promise<std::error_code>>();
     auto result = promise->get_future();
     std::uint64_t id = 0;
@@ -453,7 +456,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   }
 };
 
-client::client(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
+client::client(std::shared_ptr<event_loop> loop, std::shared_ptr<impl> p)
+    : loop_(std::move(loop)), impl_(std::move(p)) {}
 
 client::~client() { close(); }
 
@@ -461,7 +465,7 @@ std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_o
                                                                         std::shared_ptr<event_loop> loop) {
   if (!loop) loop = std::make_shared<event_loop>();
   if (loop->get().on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
-  auto p = std::make_shared<impl>(std::move(options), loop);
+  auto p = std::make_shared<impl>(std::move(options), loop->get());
   auto ready = std::make_shared<std::promise<std::error_code>>();
   auto result = ready->get_future();
   asio::co_spawn(p->io, p->run(p, ready), asio::detached);
@@ -473,16 +477,16 @@ std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_o
     // The cancelled connect completes promptly; a name lookup may not, and
     // then finishes later against shared state that outlives this call.
     result.wait_for(std::chrono::seconds(1));
-    std::unique_ptr<client> c(new client(p));
+    std::unique_ptr<client> c(new client(loop, p));
     c->close();
     return std::unexpected(make_error_code(errc::timeout));
   }
   if (auto ec = result.get()) {
-    std::unique_ptr<client> c(new client(p));
+    std::unique_ptr<client> c(new client(loop, p));
     c->close();
     return std::unexpected(ec);
   }
-  return std::unique_ptr<client>(new client(std::move(p)));
+  return std::unique_ptr<client>(new client(loop, std::move(p)));
 }
 
 std::error_code client::publish(std::string_view channel, std::span<const std::byte> payload) {
@@ -505,7 +509,7 @@ std::error_code client::publish_confirmed(std::string_view channel, std::span<co
 
 std::expected<subscription_id, std::error_code> client::subscribe(std::string_view pattern,
                                                                   message_handler handler) {
-  if (impl_->loop->get().on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
+  if (impl_->loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
   auto promise = std::make_shared<std::promise<std::expected<subscription_id, std::error_code>>>();
   auto result = promise->get_future();
   async_subscribe(pattern, std::move(handler),
@@ -615,7 +619,7 @@ void client::close() {
     p->fail(errc::not_connected, "close");
     closed->set_value();
   });
-  if (!p->loop->get().on_loop_thread()) result.wait();
+  if (!p->loop.on_loop_thread()) result.wait();
 }
 
 bool client::connected() const noexcept { return impl_->open; }

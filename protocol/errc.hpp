@@ -1,6 +1,6 @@
 #pragma once
 // Protocol error codes. The values are the wire values of
-// `switchyard.wire.ErrorCode` (switchyard.fbs); a static_assert in errc.cpp
+// `switchyard.protocol.wire.ErrorCode` (switchyard.fbs); a static_assert in errc.cpp
 // keeps the two in step.
 
 #include <cstdint>

@@ -3,7 +3,6 @@
 #include "protocol/limits.hpp"
 #include "protocol/switchyard_generated.h"
 
-#include <array>
 
 namespace switchyard::protocol {
 namespace {
@@ -16,14 +15,14 @@ Offset<String> string_or_null(flatbuffers::FlatBufferBuilder& fbb, std::string_v
   return s.empty() ? Offset<String>{} : fbb.CreateString(s.data(), s.size());
 }
 
+// `scratch` keeps its capacity between calls: no allocation once warm.
 Offset<Vector<Offset<String>>> string_list(flatbuffers::FlatBufferBuilder& fbb,
-                                           std::span<const std::string_view> items) {
+                                           std::span<const std::string_view> items,
+                                           std::vector<Offset<String>>& scratch) {
   if (items.empty()) return {};
-  // Capability lists are short; a fixed buffer keeps encoding allocation-free.
-  std::array<Offset<String>, 64> offsets{};
-  const std::size_t n = std::min(items.size(), offsets.size());
-  for (std::size_t i = 0; i < n; ++i) offsets[i] = fbb.CreateString(items[i].data(), items[i].size());
-  return fbb.CreateVector(offsets.data(), n);
+  scratch.clear();
+  for (const auto& item : items) scratch.push_back(fbb.CreateString(item.data(), item.size()));
+  return fbb.CreateVector(scratch.data(), scratch.size());
 }
 
 }  // namespace
@@ -54,7 +53,7 @@ bytes_view frame_builder::hello(std::uint64_t request_id, const hello_fields& f)
   const auto version = string_or_null(fbb, f.client_version);
   const auto id = string_or_null(fbb, f.client_id);
   const auto credentials = string_or_null(fbb, f.credentials);
-  const auto caps = string_list(fbb, f.capabilities);
+  const auto caps = string_list(fbb, f.capabilities, strings_);
   wire::HelloBuilder b(fbb);
   b.add_protocol_major(f.protocol_major);
   b.add_protocol_minor(f.protocol_minor);
@@ -69,7 +68,7 @@ bytes_view frame_builder::hello(std::uint64_t request_id, const hello_fields& f)
 bytes_view frame_builder::welcome(std::uint64_t request_id, const welcome_fields& f) {
   auto& fbb = start();
   const auto version = string_or_null(fbb, f.server_version);
-  const auto caps = string_list(fbb, f.capabilities);
+  const auto caps = string_list(fbb, f.capabilities, strings_);
   wire::WelcomeBuilder b(fbb);
   b.add_protocol_major(f.protocol_major);
   b.add_protocol_minor(f.protocol_minor);

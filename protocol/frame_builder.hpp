@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace switchyard::protocol {
 
@@ -63,6 +64,7 @@ class frame_builder {
 
  private:
   flatbuffers::FlatBufferBuilder fbb_;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> strings_;
 };
 
 }  // namespace switchyard::protocol

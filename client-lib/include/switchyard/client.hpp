@@ -144,7 +144,8 @@ class client {
   struct impl;
 
  private:
-  explicit client(std::shared_ptr<impl> p);
+  client(std::shared_ptr<event_loop> loop, std::shared_ptr<impl> p);
+  std::shared_ptr<event_loop> loop_;  // declared first: released after impl_
   std::shared_ptr<impl> impl_;
 };
 

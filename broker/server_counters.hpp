@@ -1,0 +1,17 @@
+#pragma once
+// Event counters of one server, maintained on its loop thread.
+
+#include <cstdint>
+
+namespace switchyard::broker {
+
+struct server_counters {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_rejected = 0;  // over max_connections
+  std::uint64_t published = 0;             // publishes routed (valid channel)
+  std::uint64_t delivered = 0;             // deliveries queued, one per connection per publish
+  std::uint64_t dropped = 0;               // deliveries dropped for slow consumers
+  std::uint64_t protocol_errors = 0;       // connections closed for bad input
+};
+
+}  // namespace switchyard::broker

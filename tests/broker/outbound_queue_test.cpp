@@ -1,0 +1,349 @@
+// Unit tests for broker::outbound_queue (with real frame_arena frames).
+
+#include "broker/frame_arena.hpp"
+#include "broker/outbound_queue.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace {
+
+using switchyard::broker::frame_arena;
+using switchyard::broker::frame_ref;
+using switchyard::broker::outbound_queue;
+
+using spans = std::vector<std::span<const std::uint8_t>>;
+
+// A frame of `size` bytes (a multiple of 8) filled with `fill`.
+frame_ref make(frame_arena& arena, std::size_t size, std::uint8_t fill = 0xab) {
+  REQUIRE(size % 8 == 0);
+  return arena.store(std::vector<std::uint8_t>(size, fill));
+}
+
+std::size_t total(const spans& s) {
+  std::size_t n = 0;
+  for (const auto& x : s) n += x.size();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("outbound queue starts empty", "[broker]") {
+  outbound_queue q(100);
+  CHECK(q.max_bytes() == 100);
+  CHECK(q.queued_bytes() == 0);
+  CHECK_FALSE(q.has_pending());
+  CHECK_FALSE(q.writing());
+  CHECK(q.dropped() == 0);
+  CHECK(q.dropped_total() == 0);
+  CHECK_FALSE(q.notice_due());
+}
+
+TEST_CASE("droppable frames under the limit are queued", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(100);
+  CHECK(q.push_droppable(make(arena, 32)));
+  CHECK(q.push_droppable(make(arena, 32)));
+  CHECK(q.push_droppable(make(arena, 32)));
+  CHECK(q.queued_bytes() == 96);
+  CHECK(q.has_pending());
+  CHECK(q.dropped() == 0);
+  CHECK(q.dropped_total() == 0);
+}
+
+TEST_CASE("a droppable frame that fills the queue exactly to the limit is queued", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(64);
+  CHECK(q.push_droppable(make(arena, 32)));
+  CHECK(q.push_droppable(make(arena, 32)));
+  CHECK(q.queued_bytes() == 64);
+  CHECK(q.dropped() == 0);
+  CHECK_FALSE(q.push_droppable(make(arena, 8)));
+  CHECK(q.dropped() == 1);
+}
+
+TEST_CASE("a droppable frame over the limit is dropped and counted", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(100);
+  REQUIRE(q.push_droppable(make(arena, 64)));
+  CHECK_FALSE(q.push_droppable(make(arena, 40)));
+  CHECK(q.queued_bytes() == 64);
+  CHECK(q.dropped() == 1);
+  CHECK(q.dropped_total() == 1);
+  // A smaller one still fits.
+  CHECK(q.push_droppable(make(arena, 32)));
+  CHECK(q.queued_bytes() == 96);
+  CHECK_FALSE(q.push_droppable(make(arena, 8)));
+  CHECK(q.dropped() == 2);
+  CHECK(q.dropped_total() == 2);
+
+  // Only the queued frames are written.
+  spans out;
+  q.begin_write(out);
+  CHECK(total(out) == 96);
+}
+
+TEST_CASE("a single droppable frame larger than the whole limit is dropped", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(64);
+  CHECK_FALSE(q.push_droppable(make(arena, 72)));
+  CHECK(q.queued_bytes() == 0);
+  CHECK_FALSE(q.has_pending());
+  CHECK(q.dropped() == 1);
+}
+
+TEST_CASE("take_dropped resets dropped but not dropped_total", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(16);
+  REQUIRE(q.push_droppable(make(arena, 16)));
+  q.push_droppable(make(arena, 8));
+  q.push_droppable(make(arena, 8));
+  q.push_droppable(make(arena, 8));
+  CHECK(q.dropped() == 3);
+  CHECK(q.take_dropped() == 3);
+  CHECK(q.dropped() == 0);
+  CHECK(q.dropped_total() == 3);
+  CHECK(q.take_dropped() == 0);
+  q.push_droppable(make(arena, 8));
+  CHECK(q.dropped() == 1);
+  CHECK(q.dropped_total() == 4);
+}
+
+TEST_CASE("control frames are never dropped even past the limit", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(64);
+  REQUIRE(q.push_droppable(make(arena, 64)));
+  q.push(make(arena, 32));
+  q.push(make(arena, 128));
+  CHECK(q.queued_bytes() == 224);
+  CHECK(q.dropped() == 0);
+  CHECK(q.dropped_total() == 0);
+  spans out;
+  q.begin_write(out);
+  CHECK(total(out) == 224);
+  // While over the limit every delivery is dropped.
+  CHECK_FALSE(q.push_droppable(make(arena, 8)));
+  CHECK(q.dropped() == 1);
+}
+
+TEST_CASE("begin_write moves every pending frame in flight", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  q.push_droppable(make(arena, 16));
+  q.push(make(arena, 24));
+  REQUIRE(q.has_pending());
+  spans out;
+  q.begin_write(out);
+  CHECK_FALSE(q.has_pending());
+  CHECK(q.writing());
+  CHECK(total(out) == 40);
+  q.end_write();
+  CHECK_FALSE(q.writing());
+  CHECK_FALSE(q.has_pending());
+}
+
+TEST_CASE("begin_write merges frames that are adjacent in memory into one span", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  const frame_ref a = make(arena, 32, 0x01);
+  const frame_ref b = make(arena, 48, 0x02);
+  const frame_ref c = make(arena, 8, 0x03);
+  REQUIRE(a.adjacent(b));
+  REQUIRE(b.adjacent(c));
+  q.push_droppable(a);
+  q.push(b);
+  q.push_droppable(c);
+  spans out;
+  q.begin_write(out);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].data() == a.data());
+  CHECK(out[0].size() == 88);
+  CHECK(out[0][0] == 0x01);
+  CHECK(out[0][32] == 0x02);
+  CHECK(out[0][80] == 0x03);
+}
+
+TEST_CASE("begin_write keeps frames that are not adjacent in separate spans", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  const frame_ref a = make(arena, 32, 0x01);
+  const frame_ref gap = make(arena, 16, 0x09);  // stored but not queued
+  const frame_ref b = make(arena, 32, 0x02);
+  const frame_ref c = make(arena, 16, 0x03);
+  q.push_droppable(a);
+  q.push_droppable(b);
+  q.push_droppable(c);
+  spans out;
+  q.begin_write(out);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].data() == a.data());
+  CHECK(out[0].size() == 32);
+  CHECK(out[1].data() == b.data());
+  CHECK(out[1].size() == 48);  // b and c are adjacent
+}
+
+TEST_CASE("begin_write does not merge frames queued in reverse memory order", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  const frame_ref a = make(arena, 16, 0x01);
+  const frame_ref b = make(arena, 16, 0x02);
+  q.push_droppable(b);
+  q.push_droppable(a);
+  spans out;
+  q.begin_write(out);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].data() == b.data());
+  CHECK(out[1].data() == a.data());
+  CHECK(out[0].size() == 16);
+  CHECK(out[1].size() == 16);
+}
+
+TEST_CASE("begin_write does not merge frames from different arenas", "[broker]") {
+  frame_arena one, two;
+  outbound_queue q(1000);
+  q.push_droppable(make(one, 16));
+  q.push_droppable(make(two, 16));
+  spans out;
+  q.begin_write(out);
+  CHECK(out.size() == 2);
+  CHECK(total(out) == 32);
+}
+
+TEST_CASE("begin_write appends to the spans already in the output", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  const std::vector<std::uint8_t> other(8, 0x77);
+  const frame_ref a = make(arena, 16);
+  const frame_ref b = make(arena, 16);
+  q.push(a);
+  q.push(b);
+  spans out{std::span<const std::uint8_t>(other)};
+  q.begin_write(out);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].data() == other.data());
+  CHECK(out[0].size() == 8);
+  CHECK(out[1].data() == a.data());
+  CHECK(out[1].size() == 32);
+}
+
+TEST_CASE("queued bytes cover frames both pending and in flight until end_write", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  q.push_droppable(make(arena, 32));
+  q.push(make(arena, 64));
+  CHECK(q.queued_bytes() == 96);
+  spans out;
+  q.begin_write(out);
+  CHECK(q.queued_bytes() == 96);  // in flight still counts
+  q.end_write();
+  CHECK(q.queued_bytes() == 0);
+  CHECK_FALSE(q.writing());
+}
+
+TEST_CASE("frames pushed during a write wait as pending and are counted", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  const frame_ref first = make(arena, 32, 0x01);
+  q.push_droppable(first);
+  spans out;
+  q.begin_write(out);
+  REQUIRE(out.size() == 1);
+
+  const frame_ref second = make(arena, 16, 0x02);
+  const frame_ref third = make(arena, 8, 0x03);
+  CHECK(q.push_droppable(second));
+  q.push(third);
+  CHECK(q.writing());
+  CHECK(q.has_pending());
+  CHECK(q.queued_bytes() == 56);
+
+  q.end_write();
+  CHECK(q.queued_bytes() == 24);
+  CHECK(q.has_pending());
+  CHECK_FALSE(q.writing());
+
+  spans next;
+  q.begin_write(next);
+  REQUIRE(next.size() == 1);  // second and third are adjacent
+  CHECK(next[0].data() == second.data());
+  CHECK(next[0].size() == 24);
+  q.end_write();
+  CHECK(q.queued_bytes() == 0);
+}
+
+TEST_CASE("bytes in flight count toward the limit for droppable frames", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(100);
+  q.push_droppable(make(arena, 64));
+  spans out;
+  q.begin_write(out);
+  CHECK_FALSE(q.has_pending());
+  CHECK_FALSE(q.push_droppable(make(arena, 40)));
+  CHECK(q.dropped() == 1);
+  q.end_write();
+  CHECK(q.push_droppable(make(arena, 40)));
+}
+
+TEST_CASE("end_write releases the queue's references to the written frames", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1u << 20);
+  const std::size_t base = arena.chunks_allocated();
+  // A frame above a quarter chunk has a chunk of its own, freed with its
+  // last reference.
+  q.push(make(arena, frame_arena::chunk_size / 2));
+  CHECK(arena.chunks_allocated() == base + 1);
+  spans out;
+  q.begin_write(out);
+  CHECK(arena.chunks_allocated() == base + 1);  // in flight keeps it alive
+  REQUIRE(out.size() == 1);
+  CHECK(out[0][0] == 0xab);
+  CHECK(out[0][out[0].size() - 1] == 0xab);
+  q.end_write();
+  CHECK(arena.chunks_allocated() == base);
+}
+
+TEST_CASE("clear empties the queue and resets the byte count", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(1000);
+  q.push(make(arena, 32));
+  spans out;
+  q.begin_write(out);
+  q.push(make(arena, 16));
+  q.clear();
+  CHECK(q.queued_bytes() == 0);
+  CHECK_FALSE(q.has_pending());
+  CHECK_FALSE(q.writing());
+}
+
+TEST_CASE("a drop notice is due only after drops once the queue is at most half full", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(128);
+  CHECK_FALSE(q.notice_due());  // no drops, empty
+
+  REQUIRE(q.push_droppable(make(arena, 128)));
+  REQUIRE_FALSE(q.push_droppable(make(arena, 8)));
+  CHECK(q.dropped() == 1);
+  CHECK_FALSE(q.notice_due());  // dropped, but still full
+
+  spans out;
+  q.begin_write(out);
+  CHECK_FALSE(q.notice_due());  // in flight still counts
+  q.push(make(arena, 64));       // exactly half after the write completes
+  q.end_write();
+  CHECK(q.queued_bytes() == 64);
+  CHECK(q.notice_due());
+
+  q.push(make(arena, 8));  // just above half
+  CHECK_FALSE(q.notice_due());
+
+  spans more;
+  q.begin_write(more);
+  q.end_write();
+  CHECK(q.queued_bytes() == 0);
+  CHECK(q.notice_due());
+  q.take_dropped();
+  CHECK_FALSE(q.notice_due());
+}

@@ -1,0 +1,297 @@
+// Unit tests for broker::parse_server_args and broker::validate (command-line
+// flags and the --config TOML file, parsed by CLI11).
+
+#include "broker/server_config.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+using namespace switchyard::broker;
+using namespace std::chrono_literals;
+
+server_config parse(std::initializer_list<const char*> args) {
+  std::vector<const char*> argv{"switchyard-server"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return parse_server_args(static_cast<int>(argv.size()), argv.data());
+}
+
+// Runs the parser and returns the cli_exit it throws; fails if it throws
+// nothing or something else.
+cli_exit parse_exit(std::initializer_list<const char*> args) {
+  try {
+    parse(args);
+  } catch (const cli_exit& e) {
+    return e;
+  } catch (const std::exception& e) {
+    FAIL("expected cli_exit, got std::exception: " << e.what());
+  }
+  FAIL("expected cli_exit, parsing succeeded");
+  return {};
+}
+
+// A config file in the temp directory, removed again at scope exit.
+class temp_config {
+ public:
+  explicit temp_config(const std::string& text) {
+    static std::atomic<int> counter{0};
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() /
+            ("switchyard-config-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
+             "-" + std::to_string(rd()) + ".toml");
+    std::ofstream out(path_);
+    out << text;
+    REQUIRE(out.good());
+  }
+  ~temp_config() {
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+  temp_config(const temp_config&) = delete;
+  temp_config& operator=(const temp_config&) = delete;
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace
+
+TEST_CASE("server config without arguments has the documented defaults", "[broker]") {
+  const server_config cfg = parse({});
+  CHECK(cfg.listen_host == "127.0.0.1");
+  CHECK(cfg.listen_port == 7878);
+  CHECK(cfg.data_dir == "switchyard-data");
+  CHECK(cfg.port_file.empty());
+  CHECK(cfg.max_frame == (1u << 20));
+  CHECK(cfg.max_connections == 10000);
+  CHECK(cfg.hello_timeout == 2000ms);
+  CHECK(cfg.heartbeat_interval == 5000ms);
+  CHECK(cfg.max_pending_bytes == (64u << 20));
+  CHECK(cfg.slow_consumer == slow_consumer_policy::drop);
+  CHECK(cfg.shutdown_grace == 2000ms);
+  CHECK(cfg.log_level == "info");
+}
+
+TEST_CASE("server config accepts every option on the command line", "[broker]") {
+  const server_config cfg =
+      parse({"--listen", "0.0.0.0:9000", "--data-dir", "/var/lib/sy", "--port-file", "/tmp/port",
+             "--max-frame", "65536", "--max-connections", "12", "--hello-timeout-ms", "750",
+             "--heartbeat-ms", "250", "--max-pending-bytes", "131072", "--log-level", "debug"});
+  CHECK(cfg.listen_host == "0.0.0.0");
+  CHECK(cfg.listen_port == 9000);
+  CHECK(cfg.data_dir == "/var/lib/sy");
+  CHECK(cfg.port_file == "/tmp/port");
+  CHECK(cfg.max_frame == 65536);
+  CHECK(cfg.max_connections == 12);
+  CHECK(cfg.hello_timeout == 750ms);
+  CHECK(cfg.heartbeat_interval == 250ms);
+  CHECK(cfg.max_pending_bytes == 131072);
+  CHECK(cfg.log_level == "debug");
+}
+
+TEST_CASE("server config --listen with port 0 parses port 0", "[broker]") {
+  const server_config cfg = parse({"--listen", "127.0.0.1:0"});
+  CHECK(cfg.listen_host == "127.0.0.1");
+  CHECK(cfg.listen_port == 0);
+}
+
+TEST_CASE("server config --listen splits host and port at the last colon", "[broker]") {
+  const server_config cfg = parse({"--listen", "localhost:65535"});
+  CHECK(cfg.listen_host == "localhost");
+  CHECK(cfg.listen_port == 65535);
+}
+
+TEST_CASE("server config --listen with a bad port throws invalid_argument", "[broker]") {
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:http"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:65536"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:-1"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:99999999999999999999999"}), std::invalid_argument);
+}
+
+TEST_CASE("server config --listen without a colon or without a host throws invalid_argument",
+          "[broker]") {
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--listen", ":7878"}), std::invalid_argument);
+}
+
+// Regression: the port was once parsed with stoul, which ignores trailing text.
+TEST_CASE("server config --listen rejects a port with trailing garbage", "[broker]") {
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:80x"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:8080abc"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:1.5"}), std::invalid_argument);
+}
+
+TEST_CASE("server config --slow-consumer selects the policy", "[broker]") {
+  CHECK(parse({"--slow-consumer", "disconnect"}).slow_consumer == slow_consumer_policy::disconnect);
+  CHECK(parse({"--slow-consumer", "drop"}).slow_consumer == slow_consumer_policy::drop);
+}
+
+TEST_CASE("server config rejects an unknown --slow-consumer policy with a non-zero exit", "[broker]") {
+  const cli_exit e = parse_exit({"--slow-consumer", "foo"});
+  CHECK(e.code != 0);
+  CHECK_THAT(e.output, Catch::Contains("slow-consumer"));
+  CHECK_THAT(e.output, Catch::Contains("foo"));
+}
+
+TEST_CASE("server config rejects an unknown --log-level with a non-zero exit", "[broker]") {
+  const cli_exit e = parse_exit({"--log-level", "verbose"});
+  CHECK(e.code != 0);
+  CHECK_THAT(e.output, Catch::Contains("log-level"));
+}
+
+TEST_CASE("server config --help exits with code 0 and lists the options", "[broker]") {
+  const cli_exit e = parse_exit({"--help"});
+  CHECK(e.code == 0);
+  CHECK_THAT(e.output, Catch::Contains("--max-frame"));
+  CHECK_THAT(e.output, Catch::Contains("--slow-consumer"));
+  CHECK_THAT(e.output, Catch::Contains("--config"));
+}
+
+TEST_CASE("server config --version exits with code 0 and prints the version", "[broker]") {
+  const cli_exit e = parse_exit({"--version"});
+  CHECK(e.code == 0);
+  CHECK_THAT(e.output, Catch::Contains(SWITCHYARD_VERSION));
+}
+
+TEST_CASE("server config rejects an unknown flag with a non-zero exit", "[broker]") {
+  const cli_exit e = parse_exit({"--no-such-flag"});
+  CHECK(e.code != 0);
+  CHECK_THAT(e.output, Catch::Contains("no-such-flag"));
+}
+
+TEST_CASE("server config rejects a non-numeric number option with a non-zero exit", "[broker]") {
+  CHECK(parse_exit({"--max-frame", "lots"}).code != 0);
+  CHECK(parse_exit({"--max-connections", "-5"}).code != 0);
+  CHECK(parse_exit({"--heartbeat-ms", "1s"}).code != 0);
+}
+
+TEST_CASE("server config --max-frame 100 is below the minimum and throws invalid_argument",
+          "[broker]") {
+  CHECK_THROWS_AS(parse({"--max-frame", "100"}), std::invalid_argument);
+}
+
+TEST_CASE("server config accepts --max-frame at both ends of its range and nothing beyond",
+          "[broker]") {
+  CHECK(parse({"--max-frame", "16384"}).max_frame == 16384);
+  CHECK_THROWS_AS(parse({"--max-frame", "16383"}), std::invalid_argument);
+  CHECK(parse({"--max-frame", "67108864", "--max-pending-bytes", "67108864"}).max_frame == 67108864);
+  CHECK_THROWS_AS(parse({"--max-frame", "67108865", "--max-pending-bytes", "134217728"}),
+                  std::invalid_argument);
+}
+
+TEST_CASE("server config rejects a pending-bytes limit below max-frame", "[broker]") {
+  CHECK_THROWS_AS(parse({"--max-frame", "65536", "--max-pending-bytes", "65535"}), std::invalid_argument);
+  CHECK(parse({"--max-frame", "65536", "--max-pending-bytes", "65536"}).max_pending_bytes == 65536);
+}
+
+TEST_CASE("server config rejects out-of-range connection, hello and heartbeat settings", "[broker]") {
+  CHECK_THROWS_AS(parse({"--max-connections", "0"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--hello-timeout-ms", "0"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--hello-timeout-ms", "-1"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--heartbeat-ms", "9"}), std::invalid_argument);
+  CHECK(parse({"--heartbeat-ms", "10"}).heartbeat_interval == 10ms);
+  CHECK(parse({"--hello-timeout-ms", "1"}).hello_timeout == 1ms);
+}
+
+TEST_CASE("validate names the bad setting in its exception", "[broker]") {
+  server_config cfg;
+  CHECK_NOTHROW(validate(cfg));
+  cfg.max_connections = 0;
+  CHECK_THROWS_WITH(validate(cfg), Catch::Contains("max-connections"));
+  cfg = server_config{};
+  cfg.listen_host.clear();
+  CHECK_THROWS_AS(validate(cfg), std::invalid_argument);
+  cfg = server_config{};
+  cfg.max_frame = 100;
+  CHECK_THROWS_WITH(validate(cfg), Catch::Contains("max-frame"));
+}
+
+TEST_CASE("heartbeat deadline is two and a half intervals", "[broker]") {
+  CHECK(heartbeat_deadline(1000ms) == 2500ms);
+  CHECK(heartbeat_deadline(5000ms) == 12500ms);
+  CHECK(heartbeat_deadline(10ms) == 25ms);
+}
+
+TEST_CASE("server config applies settings from a TOML file given with --config", "[broker]") {
+  temp_config file("max-connections = 7\nslow-consumer = \"disconnect\"\n");
+  const server_config cfg = parse({"--config", file.path().c_str()});
+  CHECK(cfg.max_connections == 7);
+  CHECK(cfg.slow_consumer == slow_consumer_policy::disconnect);
+  // Untouched settings keep their defaults.
+  CHECK(cfg.max_frame == (1u << 20));
+  CHECK(cfg.listen_port == 7878);
+}
+
+TEST_CASE("server config file keys are the long option names without dashes", "[broker]") {
+  temp_config file(
+      "listen = \"0.0.0.0:9100\"\n"
+      "data-dir = \"/srv/switchyard\"\n"
+      "max-frame = 32768\n"
+      "hello-timeout-ms = 900\n"
+      "heartbeat-ms = 300\n"
+      "max-pending-bytes = 1048576\n"
+      "log-level = \"warn\"\n");
+  const server_config cfg = parse({"--config", file.path().c_str()});
+  CHECK(cfg.listen_host == "0.0.0.0");
+  CHECK(cfg.listen_port == 9100);
+  CHECK(cfg.data_dir == "/srv/switchyard");
+  CHECK(cfg.max_frame == 32768);
+  CHECK(cfg.hello_timeout == 900ms);
+  CHECK(cfg.heartbeat_interval == 300ms);
+  CHECK(cfg.max_pending_bytes == 1048576);
+  CHECK(cfg.log_level == "warn");
+}
+
+TEST_CASE("server config command-line flags override the config file", "[broker]") {
+  temp_config file("max-connections = 7\nslow-consumer = \"disconnect\"\n");
+  const server_config cfg =
+      parse({"--config", file.path().c_str(), "--max-connections", "9", "--slow-consumer", "drop"});
+  CHECK(cfg.max_connections == 9);
+  CHECK(cfg.slow_consumer == slow_consumer_policy::drop);
+}
+
+TEST_CASE("server config rejects an unknown key in the config file with a non-zero exit", "[broker]") {
+  temp_config file("max-connections = 7\nno-such-setting = 1\n");
+  const cli_exit e = parse_exit({"--config", file.path().c_str()});
+  CHECK(e.code != 0);
+  CHECK_THAT(e.output, Catch::Contains("no-such-setting"));
+}
+
+TEST_CASE("server config file keys with underscores instead of dashes are unknown keys", "[broker]") {
+  temp_config file("max_connections = 7\n");
+  const cli_exit e = parse_exit({"--config", file.path().c_str()});
+  CHECK(e.code != 0);
+}
+
+TEST_CASE("server config file values go through the same checks as flags", "[broker]") {
+  {
+    temp_config file("slow-consumer = \"foo\"\n");
+    CHECK(parse_exit({"--config", file.path().c_str()}).code != 0);
+  }
+  {
+    temp_config file("max-frame = 100\n");
+    CHECK_THROWS_AS(parse({"--config", file.path().c_str()}), std::invalid_argument);
+  }
+}
+
+TEST_CASE("server config with a missing config file exits non-zero", "[broker]") {
+  const std::string missing =
+      (std::filesystem::temp_directory_path() / "switchyard-config-test-does-not-exist.toml").string();
+  REQUIRE_FALSE(std::filesystem::exists(missing));
+  const cli_exit e = parse_exit({"--config", missing.c_str()});
+  CHECK(e.code != 0);
+}

@@ -1,0 +1,248 @@
+// End to end: bad input closes only the offending connection, with the
+// right error, and never disturbs other clients.
+
+#include "protocol/errc.hpp"
+#include "protocol/limits.hpp"
+#include "switchyard/client.hpp"
+#include "tests/support/raw_connection.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <atomic>
+#include <random>
+
+using namespace switchyard;
+using perrc = protocol::errc;
+using protocol::wire::Message;
+using test::raw_connection;
+using test::raw_frame;
+using test::test_server;
+using test::wait_until;
+
+namespace {
+
+// Reads the next frame and checks it is a fatal Error with `code`, then
+// that the server closes the connection.
+void expect_fatal_error(raw_connection& c, perrc code) {
+  raw_frame f;
+  const auto* frame = c.next_of(Message::Error, f);
+  REQUIRE(frame != nullptr);
+  const auto* e = frame->message_as_Error();
+  CHECK(static_cast<int>(e->code()) == static_cast<int>(code));
+  CHECK(e->fatal());
+  CHECK(e->message() != nullptr);
+  CHECK(c.closed_by_peer());
+}
+
+void expect_welcome(raw_connection& c) {
+  raw_frame f;
+  const auto* frame = c.next(f);
+  REQUIRE(frame != nullptr);
+  REQUIRE(frame->message_type() == Message::Welcome);
+}
+
+// A bystander that must keep working while others misbehave.
+struct bystander {
+  std::unique_ptr<client> sub, pub;
+  std::atomic<int> got{0};
+  explicit bystander(const test_server& s) {
+    auto a = client::connect({.port = s.port(), .client_name = "bystander-sub"});
+    auto b = client::connect({.port = s.port(), .client_name = "bystander-pub"});
+    REQUIRE(a);
+    REQUIRE(b);
+    sub = std::move(*a);
+    pub = std::move(*b);
+    REQUIRE(sub->subscribe("still.alive", [this](const message&) { ++got; }));
+  }
+  void check_round_trip() {
+    const int before = got;
+    REQUIRE_FALSE(pub->publish("still.alive", "yes"));
+    REQUIRE(wait_until([&] { return got == before + 1; }));
+    CHECK(sub->connected());
+    CHECK(pub->connected());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an oversized frame closes only that connection with frame_too_large", "[e2e][broker]") {
+  auto cfg = test_server::default_config();
+  cfg.max_frame = 64 * 1024;
+  test_server server(cfg);
+  bystander ok(server);
+  raw_connection bad(server.port());
+  bad.send_hello();
+  expect_welcome(bad);
+  // Only the header: the server must refuse before the body arrives.
+  const std::uint32_t length = 64 * 1024 + 1;
+  const std::array<std::uint8_t, 4> header{static_cast<std::uint8_t>(length), static_cast<std::uint8_t>(length >> 8),
+                                           static_cast<std::uint8_t>(length >> 16), static_cast<std::uint8_t>(length >> 24)};
+  bad.send(header);
+  expect_fatal_error(bad, perrc::frame_too_large);
+  ok.check_round_trip();
+}
+
+TEST_CASE("a frame of exactly max_frame bytes is accepted", "[e2e][broker]") {
+  auto cfg = test_server::default_config();
+  // Our frames are padded to 8 bytes with a 4-byte prefix, so bodies are
+  // 4 mod 8: pick a limit one of them can hit exactly.
+  cfg.max_frame = 64 * 1024 + 4;
+  test_server server(cfg);
+  raw_connection c(server.port());
+  c.send_hello();
+  expect_welcome(c);
+  protocol::frame_builder b;
+  std::vector<std::uint8_t> payload(60 * 1024);
+  while (b.publish(7, "big.frame", payload).size() - 4 < cfg.max_frame) payload.push_back(0);
+  const auto frame = b.publish(7, "big.frame", payload);
+  REQUIRE(frame.size() - 4 == cfg.max_frame);
+  c.send(frame);
+  raw_frame f;
+  const auto* answer = c.next(f);
+  REQUIRE(answer != nullptr);
+  CHECK(answer->message_type() == Message::Ok);
+  CHECK(answer->request_id() == 7);
+}
+
+TEST_CASE("garbage bytes close the connection with malformed_frame", "[e2e][broker]") {
+  test_server server;
+  bystander ok(server);
+  raw_connection bad(server.port());
+  bad.send_hello();
+  expect_welcome(bad);
+  std::mt19937 rng(42);
+  std::array<std::uint8_t, 68> junk{};
+  for (auto& x : junk) x = static_cast<std::uint8_t>(rng());
+  junk[0] = 64;  // a plausible length prefix: the body is random
+  junk[1] = junk[2] = junk[3] = 0;
+  bad.send(junk);
+  expect_fatal_error(bad, perrc::malformed_frame);
+  ok.check_round_trip();
+}
+
+TEST_CASE("garbage before the hello is refused too", "[e2e][broker]") {
+  test_server server;
+  raw_connection bad(server.port());
+  const std::string text = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  bad.send({reinterpret_cast<const std::uint8_t*>(text.data()), text.size()});
+  // "GET " read as a length is ~542 million: over the pre-hello cap.
+  expect_fatal_error(bad, perrc::frame_too_large);
+}
+
+TEST_CASE("a first frame that is not a hello gets hello_required", "[e2e][broker]") {
+  test_server server;
+  bystander ok(server);
+  raw_connection bad(server.port());
+  protocol::frame_builder b;
+  bad.send(b.subscribe(1, "x.y"));
+  expect_fatal_error(bad, perrc::hello_required);
+  ok.check_round_trip();
+}
+
+TEST_CASE("a frame above the pre-hello cap is refused before the hello", "[e2e][broker]") {
+  test_server server;
+  raw_connection bad(server.port());
+  protocol::frame_builder b;
+  std::vector<std::uint8_t> payload(protocol::pre_hello_max_frame + 1);
+  bad.send(b.publish(1, "a.b", payload));
+  expect_fatal_error(bad, perrc::frame_too_large);
+}
+
+TEST_CASE("no hello within the hello timeout closes the connection", "[e2e][broker]") {
+  auto cfg = test_server::default_config();
+  cfg.hello_timeout = std::chrono::milliseconds(100);
+  test_server server(cfg);
+  raw_connection silent(server.port());
+  expect_fatal_error(silent, perrc::hello_timeout);
+}
+
+TEST_CASE("an unsupported protocol major is refused with unsupported_version", "[e2e][broker]") {
+  test_server server;
+  raw_connection c(server.port());
+  c.send_hello(2);
+  expect_fatal_error(c, perrc::unsupported_version);
+}
+
+TEST_CASE("an unknown message type closes the connection with unsupported_message", "[e2e][broker]") {
+  test_server server;
+  bystander ok(server);
+  raw_connection bad(server.port());
+  bad.send_hello();
+  expect_welcome(bad);
+  protocol::frame_builder b;
+  auto& fbb = b.start();
+  const auto body = protocol::wire::CreateOk(fbb).Union();
+  bad.send(b.finish(9, 200, body));
+  expect_fatal_error(bad, perrc::unsupported_message);
+  ok.check_round_trip();
+}
+
+TEST_CASE("a server-to-client message sent by a client is refused", "[e2e][broker]") {
+  test_server server;
+  raw_connection bad(server.port());
+  bad.send_hello();
+  expect_welcome(bad);
+  protocol::frame_builder b;
+  bad.send(b.deliver("a.b", {}));
+  expect_fatal_error(bad, perrc::unsupported_message);
+}
+
+TEST_CASE("capabilities granted are those asked for that the server supports", "[e2e][broker]") {
+  test_server server;
+  raw_connection c(server.port());
+  const std::array<std::string_view, 3> asked{"future-thing", "dropped-notice", "dropped-notice"};
+  protocol::hello_fields h;
+  h.protocol_major = 1;
+  h.capabilities = asked;
+  protocol::frame_builder b;
+  c.send(b.hello(3, h));
+  raw_frame f;
+  const auto* frame = c.next(f);
+  REQUIRE(frame != nullptr);
+  REQUIRE(frame->message_type() == Message::Welcome);
+  CHECK(frame->request_id() == 3);
+  const auto* caps = frame->message_as_Welcome()->capabilities();
+  REQUIRE(caps != nullptr);
+  REQUIRE(caps->size() == 1);
+  CHECK(caps->Get(0)->string_view() == "dropped-notice");
+}
+
+TEST_CASE("invalid names get a non-fatal bad_request answer", "[e2e][broker]") {
+  test_server server;
+  raw_connection c(server.port());
+  c.send_hello();
+  expect_welcome(c);
+  protocol::frame_builder b;
+  c.send(b.subscribe(5, "a.>.b"));
+  raw_frame f;
+  const auto* e = c.next_of(Message::Error, f);
+  REQUIRE(e != nullptr);
+  CHECK(e->request_id() == 5);
+  CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(perrc::bad_request));
+  CHECK_FALSE(e->message_as_Error()->fatal());
+  c.send(b.publish(6, "wild.*", {}));
+  e = c.next_of(Message::Error, f);
+  REQUIRE(e != nullptr);
+  CHECK(e->request_id() == 6);
+  // Still open: a ping is answered.
+  c.send(b.ping(8));
+  const auto* pong = c.next_of(Message::Pong, f);
+  REQUIRE(pong != nullptr);
+  CHECK(pong->request_id() == 8);
+}
+
+TEST_CASE("connections over the cap get too_many_connections", "[e2e][broker]") {
+  auto cfg = test_server::default_config();
+  cfg.max_connections = 2;
+  test_server server(cfg);
+  raw_connection a(server.port()), b(server.port());
+  a.send_hello();
+  b.send_hello();
+  expect_welcome(a);
+  expect_welcome(b);
+  raw_connection c(server.port());
+  expect_fatal_error(c, perrc::too_many_connections);
+}

@@ -1,0 +1,186 @@
+// End to end: pub/sub through a real broker on 127.0.0.1 with the client
+// library.
+
+#include "switchyard/client.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+using namespace switchyard;
+using switchyard::test::test_server;
+using switchyard::test::wait_until;
+
+namespace {
+
+std::unique_ptr<client> connect_to(const test_server& s, std::string name = "test") {
+  client_options o;
+  o.port = s.port();
+  o.client_name = std::move(name);
+  auto c = client::connect(o);
+  REQUIRE(c);
+  return std::move(*c);
+}
+
+// Collects messages delivered to one handler (loop thread writes, test reads).
+struct inbox {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> got;
+  std::atomic<std::size_t> count{0};
+  message_handler handler() {
+    return [this](const message& m) {
+      std::lock_guard lock(mu);
+      got.emplace_back(std::string(m.channel), std::string(m.payload_text()));
+      ++count;
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a publish reaches subscribers on orders.*.created and orders.>", "[e2e][broker][client]") {
+  test_server server;
+  auto star = connect_to(server, "star");
+  auto tail = connect_to(server, "tail");
+  auto other = connect_to(server, "other");
+  inbox a, b, c;
+  REQUIRE(star->subscribe("orders.*.created", a.handler()));
+  REQUIRE(tail->subscribe("orders.>", b.handler()));
+  REQUIRE(other->subscribe("orders.*.deleted", c.handler()));
+
+  auto pub = connect_to(server, "pub");
+  REQUIRE_FALSE(pub->publish("orders.eu.created", "order 42"));
+  REQUIRE_FALSE(pub->flush());
+
+  REQUIRE(wait_until([&] { return a.count == 1 && b.count == 1; }));
+  CHECK(a.got[0] == std::pair<std::string, std::string>{"orders.eu.created", "order 42"});
+  CHECK(b.got[0] == std::pair<std::string, std::string>{"orders.eu.created", "order 42"});
+  // A round trip on the non-matching subscriber proves nothing was queued for it.
+  REQUIRE_FALSE(other->flush());
+  CHECK(c.count == 0);
+}
+
+TEST_CASE("one delivery per connection reaches every matching local subscription", "[e2e][broker][client]") {
+  test_server server;
+  auto sub = connect_to(server);
+  inbox a, b;
+  REQUIRE(sub->subscribe("room.*", a.handler()));
+  REQUIRE(sub->subscribe("room.>", b.handler()));
+  auto pub = connect_to(server, "pub");
+  REQUIRE_FALSE(pub->publish("room.7", "hi"));
+  REQUIRE_FALSE(pub->flush());
+  REQUIRE(wait_until([&] { return a.count == 1 && b.count == 1; }));
+  REQUIRE_FALSE(sub->flush());
+  server.stop();
+  // Two handlers ran, but the broker encoded and queued the message once.
+  CHECK(server.counters().delivered == 1);
+  CHECK(a.count == 1);
+  CHECK(b.count == 1);
+}
+
+TEST_CASE("unsubscribe stops delivery", "[e2e][broker][client]") {
+  test_server server;
+  auto sub = connect_to(server);
+  auto pub = connect_to(server, "pub");
+  inbox a;
+  auto id = sub->subscribe("news.sport", a.handler());
+  REQUIRE(id);
+  REQUIRE_FALSE(pub->publish("news.sport", "one"));
+  REQUIRE(wait_until([&] { return a.count == 1; }));
+
+  REQUIRE_FALSE(sub->unsubscribe(*id));
+  REQUIRE_FALSE(sub->flush());  // the broker has processed the unsubscribe
+  REQUIRE_FALSE(pub->publish("news.sport", "two"));
+  REQUIRE_FALSE(pub->flush());  // ... and the publish
+  REQUIRE_FALSE(sub->flush());  // anything queued for sub came before this pong
+  CHECK(a.count == 1);
+  CHECK(sub->unsubscribe(*id) == errc::not_found);
+}
+
+TEST_CASE("per-publisher order is preserved over 100k messages", "[e2e][broker][client]") {
+  test_server server;
+  auto sub = connect_to(server);
+  constexpr std::uint64_t n = 100'000;
+  std::atomic<std::uint64_t> received{0};
+  std::atomic<std::uint64_t> out_of_order{0};
+  std::uint64_t expect = 0;  // loop thread only
+  REQUIRE(sub->subscribe("seq.test", [&](const message& m) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, m.payload.data(), sizeof v);
+    if (v != expect) ++out_of_order;
+    expect = v + 1;
+    ++received;
+  }));
+  auto pub = connect_to(server, "pub");
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::byte payload[16]{};
+    std::memcpy(payload, &i, sizeof i);
+    REQUIRE_FALSE(pub->publish("seq.test", payload));
+  }
+  REQUIRE_FALSE(pub->flush());
+  REQUIRE(wait_until([&] { return received == n; }, std::chrono::seconds(60)));
+  CHECK(out_of_order == 0);
+  CHECK(sub->dropped_total() == 0);
+}
+
+TEST_CASE("invalid channels and patterns are refused by the client library", "[e2e][client]") {
+  test_server server;
+  auto c = connect_to(server);
+  CHECK(c->publish("orders.*", "x") == errc::invalid_channel);
+  CHECK(c->publish("", "x") == errc::invalid_channel);
+  CHECK(c->publish("a..b", "x") == errc::invalid_channel);
+  auto r = c->subscribe("orders.>.x", [](const message&) {});
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::invalid_pattern);
+}
+
+TEST_CASE("publish_confirmed returns once the broker routed the message", "[e2e][broker][client]") {
+  test_server server;
+  auto sub = connect_to(server);
+  inbox a;
+  REQUIRE(sub->subscribe("confirm.me", a.handler()));
+  auto p = publisher::connect({.port = server.port()});
+  REQUIRE(p);
+  REQUIRE_FALSE(p->publish("confirm.me", "sure"));
+  // Routed means queued for the subscriber before the answer: a round trip
+  // on the subscriber's connection must bring it.
+  REQUIRE_FALSE(sub->flush());
+  CHECK(a.count == 1);
+  CHECK(p->publish("bad channel", "x") == errc::invalid_channel);
+}
+
+TEST_CASE("the welcome reports session, limits and granted capabilities", "[e2e][client]") {
+  auto cfg = test_server::default_config();
+  cfg.max_frame = 64 * 1024;
+  test_server server(cfg);
+  auto c = connect_to(server);
+  CHECK(c->session_id() > 0);
+  CHECK(c->server_max_frame() == 64 * 1024);
+  auto caps = c->capabilities();
+  std::sort(caps.begin(), caps.end());
+  CHECK(caps == std::vector<std::string>{"dropped-notice", "publish-ack"});
+  // A payload that cannot fit the server's frame limit is refused locally.
+  std::vector<std::byte> big(70 * 1024);
+  CHECK(c->publish("big.one", big) == errc::payload_too_large);
+  CHECK(c->connected());
+}
+
+TEST_CASE("connecting to a port with no server fails with a clear error", "[e2e][client]") {
+  std::uint16_t port = 0;
+  {
+    test_server server;
+    port = server.port();
+  }
+  client_options o;
+  o.port = port;
+  o.connect_timeout = std::chrono::seconds(3);
+  auto c = client::connect(o);
+  REQUIRE_FALSE(c);
+  CHECK(c.error() == std::errc::connection_refused);
+}

@@ -1,0 +1,171 @@
+// End to end: a slow consumer loses messages (counted and reported) while
+// other subscribers lose nothing and the publisher is never blocked.
+
+#include "protocol/errc.hpp"
+#include "switchyard/client.hpp"
+#include "tests/support/raw_connection.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+using namespace switchyard;
+using protocol::wire::Message;
+using test::raw_connection;
+using test::raw_frame;
+using test::test_server;
+using test::wait_until;
+
+namespace {
+
+constexpr std::uint64_t message_count = 20'000;
+constexpr std::size_t payload_size = 1024;  // 20 MB in all: more than any socket buffers
+
+broker::server_config small_queue_config() {
+  auto cfg = test_server::default_config();
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = 256 * 1024;
+  return cfg;
+}
+
+// Counts in-order sequence numbers from the first 8 payload bytes.
+struct counting_sub {
+  std::atomic<std::uint64_t> received{0};
+  std::atomic<std::uint64_t> out_of_order{0};
+  std::uint64_t last = 0;  // loop thread
+  void on(const message& m) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, m.payload.data(), sizeof v);
+    if (received > 0 && v <= last) ++out_of_order;
+    last = v;
+    ++received;
+  }
+};
+
+// Publishes message_count messages. With `fast` given, publishing pauses
+// every 64 messages until that subscriber has caught up, so it never lags
+// by more than 64 KiB (well under the queue limit) and must lose nothing,
+// while the non-reading subscriber falls ever further behind.
+void publish_all(client& pub, const counting_sub* fast = nullptr) {
+  std::vector<std::byte> payload(payload_size);
+  for (std::uint64_t i = 0; i < message_count; ++i) {
+    std::memcpy(payload.data(), &i, sizeof i);
+    REQUIRE_FALSE(pub.publish("feed.prices", payload));
+    if (fast && (i + 1) % 64 == 0) {
+      REQUIRE_FALSE(pub.flush());
+      REQUIRE(wait_until([&] { return fast->received >= i + 1; }));
+    }
+  }
+  REQUIRE_FALSE(pub.flush());
+}
+
+}  // namespace
+
+TEST_CASE("a subscriber that never reads gets drops counted and a notice while a fast one loses nothing",
+          "[e2e][broker][slow]") {
+  test_server server(small_queue_config());
+  raw_connection slow(server.port(), 64 * 1024);
+  slow.send_hello();
+  protocol::frame_builder b;
+  slow.send(b.subscribe(2, "feed.>"));
+  raw_frame f;
+  REQUIRE(slow.next_of(Message::Ok, f) != nullptr);
+
+  auto fast = client::connect({.port = server.port(), .client_name = "fast"});
+  REQUIRE(fast);
+  counting_sub fast_sub;
+  REQUIRE((*fast)->subscribe("feed.prices", [&](const message& m) { fast_sub.on(m); }));
+
+  auto pub = client::connect({.port = server.port(), .client_name = "pub"});
+  REQUIRE(pub);
+  publish_all(**pub, &fast_sub);  // completes: the slow subscriber does not block it
+
+  REQUIRE(wait_until([&] { return fast_sub.received == message_count; }, std::chrono::seconds(30)));
+  CHECK(fast_sub.out_of_order == 0);
+  CHECK((*fast)->dropped_total() == 0);
+
+  // Now drain the slow one: every message is either delivered or counted in
+  // a Dropped notice, and the notice arrives.
+  std::uint64_t delivered = 0, dropped = 0, notices = 0;
+  for (int guard = 0; guard < 1'000'000 && delivered + dropped < message_count; ++guard) {
+    const auto* frame = slow.next(f, std::chrono::seconds(10));
+    INFO("delivered " << delivered << ", dropped " << dropped << ", notices " << notices);
+    REQUIRE(frame != nullptr);
+    if (frame->message_type() == Message::Deliver) ++delivered;
+    if (frame->message_type() == Message::Dropped) {
+      dropped += frame->message_as_Dropped()->count();
+      ++notices;
+    }
+  }
+  CHECK(delivered + dropped == message_count);
+  CHECK(dropped > 0);
+  CHECK(notices >= 1);
+  server.stop();
+  CHECK(server.counters().dropped == dropped);
+}
+
+TEST_CASE("the client library reports drops to on_dropped", "[e2e][client][slow]") {
+  test_server server(small_queue_config());
+  std::atomic<std::uint64_t> reported{0};
+  auto slow = client::connect({.port = server.port(), .client_name = "slow",
+                               .on_dropped = [&](std::uint64_t n) { reported += n; }});
+  REQUIRE(slow);
+  // The handler blocks the slow client's loop until publishing is over, so
+  // its socket is not read and the broker's queue for it overflows.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<std::uint64_t> received{0};
+  REQUIRE((*slow)->subscribe("feed.prices", [&](const message&) {
+    if (received++ == 0) {
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
+    }
+  }));
+  auto pub = client::connect({.port = server.port(), .client_name = "pub"});
+  REQUIRE(pub);
+  publish_all(**pub);
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  REQUIRE(wait_until([&] { return received + reported == message_count; }, std::chrono::seconds(30)));
+  CHECK(reported > 0);
+  CHECK((*slow)->dropped_total() == reported);
+  CHECK((*slow)->connected());
+}
+
+TEST_CASE("with slow-consumer=disconnect the slow subscriber is closed with slow_consumer", "[e2e][broker][slow]") {
+  auto cfg = small_queue_config();
+  cfg.slow_consumer = broker::slow_consumer_policy::disconnect;
+  cfg.shutdown_grace = std::chrono::seconds(30);  // time for us to read up to the goodbye
+  test_server server(cfg);
+  raw_connection slow(server.port(), 64 * 1024);
+  slow.send_hello();
+  protocol::frame_builder b;
+  slow.send(b.subscribe(2, "feed.prices"));
+  raw_frame f;
+  REQUIRE(slow.next_of(Message::Ok, f) != nullptr);
+
+  auto fast = client::connect({.port = server.port(), .client_name = "fast"});
+  REQUIRE(fast);
+  counting_sub fast_sub;
+  REQUIRE((*fast)->subscribe("feed.prices", [&](const message& m) { fast_sub.on(m); }));
+  auto pub = client::connect({.port = server.port(), .client_name = "pub"});
+  REQUIRE(pub);
+  publish_all(**pub, &fast_sub);
+  REQUIRE(wait_until([&] { return fast_sub.received == message_count; }, std::chrono::seconds(30)));
+  CHECK((*fast)->connected());
+
+  // The slow one finds, after whatever deliveries fit, a fatal slow_consumer error.
+  const auto* e = slow.next_of(Message::Error, f, std::chrono::seconds(20));
+  REQUIRE(e != nullptr);
+  CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::slow_consumer));
+  CHECK(slow.closed_by_peer());
+}

@@ -1,0 +1,292 @@
+// Unit tests for protocol::is_valid_channel, is_valid_pattern,
+// pattern_matches and next_token.
+
+#include "protocol/channel_name.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using namespace switchyard::protocol;
+
+std::string tokens(std::size_t n, std::string_view token = "a") {
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) s += '.';
+    s += token;
+  }
+  return s;
+}
+
+std::vector<std::string> split(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = s.find('.', start);
+    out.emplace_back(s.substr(start, dot - start));
+    if (dot == std::string_view::npos) return out;
+    start = dot + 1;
+  }
+}
+
+// Independent reference matcher over token lists.
+bool reference_match(const std::vector<std::string>& p, std::size_t pi, const std::vector<std::string>& c,
+                     std::size_t ci) {
+  if (pi == p.size()) return ci == c.size();
+  if (p[pi] == ">") return ci < c.size();  // one or more remaining tokens
+  if (ci == c.size()) return false;
+  if (p[pi] != "*" && p[pi] != c[ci]) return false;
+  return reference_match(p, pi + 1, c, ci + 1);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Channel names
+
+TEST_CASE("ordinary dotted channel names are valid", "[protocol]") {
+  CHECK(is_valid_channel("orders"));
+  CHECK(is_valid_channel("orders.eu.created"));
+  CHECK(is_valid_channel("a.b.c.d"));
+  CHECK(is_valid_channel("x"));
+  CHECK(is_valid_channel("Orders-2024_v1.EU:west/created#1"));
+  CHECK(is_valid_channel("!~"));
+}
+
+TEST_CASE("an empty channel name is invalid", "[protocol]") {
+  CHECK_FALSE(is_valid_channel(""));
+  CHECK_FALSE(is_valid_pattern(""));
+}
+
+TEST_CASE("channel names with empty tokens from leading, trailing or double dots are invalid",
+          "[protocol]") {
+  CHECK_FALSE(is_valid_channel("."));
+  CHECK_FALSE(is_valid_channel(".."));
+  CHECK_FALSE(is_valid_channel(".orders"));
+  CHECK_FALSE(is_valid_channel("orders."));
+  CHECK_FALSE(is_valid_channel("orders.eu."));
+  CHECK_FALSE(is_valid_channel("orders..eu"));
+  CHECK_FALSE(is_valid_channel("orders.eu..created"));
+  CHECK_FALSE(is_valid_channel("a.b.c.d."));
+}
+
+TEST_CASE("channel names containing spaces are invalid", "[protocol]") {
+  CHECK_FALSE(is_valid_channel(" "));
+  CHECK_FALSE(is_valid_channel("orders eu"));
+  CHECK_FALSE(is_valid_channel(" orders"));
+  CHECK_FALSE(is_valid_channel("orders "));
+  CHECK_FALSE(is_valid_channel("orders. eu"));
+}
+
+TEST_CASE("channel names containing control characters, DEL or non-ASCII bytes are invalid",
+          "[protocol]") {
+  CHECK_FALSE(is_valid_channel("orders\teu"));
+  CHECK_FALSE(is_valid_channel("orders\n"));
+  CHECK_FALSE(is_valid_channel(std::string_view("ord\0ers", 7)));
+  CHECK_FALSE(is_valid_channel("orders\x1b"));
+  CHECK_FALSE(is_valid_channel("orders\x7f"));
+  CHECK_FALSE(is_valid_channel("caf\xc3\xa9"));
+  CHECK_FALSE(is_valid_channel("\x80"));
+  CHECK_FALSE(is_valid_channel("\xff"));
+}
+
+TEST_CASE("wildcards are not allowed in a channel name", "[protocol]") {
+  CHECK_FALSE(is_valid_channel("*"));
+  CHECK_FALSE(is_valid_channel(">"));
+  CHECK_FALSE(is_valid_channel("orders.*"));
+  CHECK_FALSE(is_valid_channel("orders.>"));
+  CHECK_FALSE(is_valid_channel("orders.*.created"));
+  CHECK_FALSE(is_valid_channel("orders*"));
+  CHECK_FALSE(is_valid_channel("or>ders"));
+}
+
+TEST_CASE("a channel name of 255 bytes is valid and one of 256 bytes is not", "[protocol]") {
+  const std::string at_limit(max_channel_length, 'c');
+  const std::string over(max_channel_length + 1, 'c');
+  CHECK(is_valid_channel(at_limit));
+  CHECK_FALSE(is_valid_channel(over));
+  CHECK(is_valid_pattern(at_limit));
+  CHECK_FALSE(is_valid_pattern(over));
+  // Same limits with dots inside.
+  std::string dotted = tokens(16, std::string(15, 'd'));  // 16*15 + 15 = 255
+  REQUIRE(dotted.size() == 255);
+  CHECK(is_valid_channel(dotted));
+  dotted += 'd';
+  CHECK_FALSE(is_valid_channel(dotted));
+}
+
+TEST_CASE("a channel name of 32 tokens is valid and one of 33 tokens is not", "[protocol]") {
+  CHECK(is_valid_channel(tokens(max_channel_tokens)));
+  CHECK_FALSE(is_valid_channel(tokens(max_channel_tokens + 1)));
+  CHECK(is_valid_pattern(tokens(max_channel_tokens - 1) + ".>"));
+  CHECK_FALSE(is_valid_pattern(tokens(max_channel_tokens) + ".>"));
+  CHECK(is_valid_pattern(tokens(max_channel_tokens, "*")));
+  CHECK_FALSE(is_valid_pattern(tokens(max_channel_tokens + 1, "*")));
+}
+
+// ---------------------------------------------------------------------------
+// Patterns
+
+TEST_CASE("every valid channel name is also a valid pattern", "[protocol]") {
+  for (const char* s : {"orders", "orders.eu.created", "x.y", "A-b_c.D"}) {
+    INFO(s);
+    CHECK(is_valid_channel(s));
+    CHECK(is_valid_pattern(s));
+  }
+}
+
+TEST_CASE("a star is a valid pattern token at any position", "[protocol]") {
+  CHECK(is_valid_pattern("*"));
+  CHECK(is_valid_pattern("*.created"));
+  CHECK(is_valid_pattern("orders.*"));
+  CHECK(is_valid_pattern("orders.*.created"));
+  CHECK(is_valid_pattern("*.*.*"));
+  CHECK(is_valid_pattern("*.>"));
+}
+
+TEST_CASE("a greater-than is a valid pattern token only in last position", "[protocol]") {
+  CHECK(is_valid_pattern(">"));
+  CHECK(is_valid_pattern("orders.>"));
+  CHECK(is_valid_pattern("orders.*.>"));
+  CHECK_FALSE(is_valid_pattern(">.a"));
+  CHECK_FALSE(is_valid_pattern("orders.>.created"));
+  CHECK_FALSE(is_valid_pattern(">.>"));
+}
+
+TEST_CASE("wildcards that are only part of a token are invalid in a pattern", "[protocol]") {
+  CHECK_FALSE(is_valid_pattern("a*"));
+  CHECK_FALSE(is_valid_pattern("*a"));
+  CHECK_FALSE(is_valid_pattern("orders.eu*"));
+  CHECK_FALSE(is_valid_pattern("orders.**"));
+  CHECK_FALSE(is_valid_pattern("orders.>>"));
+  CHECK_FALSE(is_valid_pattern("orders.a>"));
+  CHECK_FALSE(is_valid_pattern("*>"));
+}
+
+TEST_CASE("patterns with empty tokens, spaces or control characters are invalid", "[protocol]") {
+  CHECK_FALSE(is_valid_pattern("."));
+  CHECK_FALSE(is_valid_pattern(".*"));
+  CHECK_FALSE(is_valid_pattern("*."));
+  CHECK_FALSE(is_valid_pattern("orders..>"));
+  CHECK_FALSE(is_valid_pattern("orders.>."));
+  CHECK_FALSE(is_valid_pattern("orders.* "));
+  CHECK_FALSE(is_valid_pattern("orders.\t"));
+}
+
+// ---------------------------------------------------------------------------
+// Matching
+
+TEST_CASE("a literal pattern matches exactly its own channel", "[protocol]") {
+  CHECK(pattern_matches("orders", "orders"));
+  CHECK(pattern_matches("orders.eu.created", "orders.eu.created"));
+  CHECK_FALSE(pattern_matches("orders", "orders.eu"));
+  CHECK_FALSE(pattern_matches("orders.eu", "orders"));
+  CHECK_FALSE(pattern_matches("orders.eu", "orders.us"));
+  CHECK_FALSE(pattern_matches("order", "orders"));
+  CHECK_FALSE(pattern_matches("orders", "order"));
+  CHECK_FALSE(pattern_matches("orders.e", "orders.eu"));
+  CHECK_FALSE(pattern_matches("a.b", "b.a"));
+}
+
+TEST_CASE("a star matches exactly one token", "[protocol]") {
+  CHECK(pattern_matches("orders.*", "orders.eu"));
+  CHECK_FALSE(pattern_matches("orders.*", "orders"));
+  CHECK_FALSE(pattern_matches("orders.*", "orders.eu.created"));
+  CHECK(pattern_matches("*.created", "orders.created"));
+  CHECK_FALSE(pattern_matches("*.created", "orders.eu.created"));
+  CHECK(pattern_matches("*.*", "a.b"));
+  CHECK_FALSE(pattern_matches("*.*", "a"));
+  CHECK_FALSE(pattern_matches("*.*", "a.b.c"));
+}
+
+TEST_CASE("a star in the middle matches one token and not two", "[protocol]") {
+  CHECK(pattern_matches("orders.*.created", "orders.eu.created"));
+  CHECK(pattern_matches("orders.*.created", "orders.us.created"));
+  CHECK_FALSE(pattern_matches("orders.*.created", "orders.eu.west.created"));
+  CHECK_FALSE(pattern_matches("orders.*.created", "orders.created"));
+  CHECK_FALSE(pattern_matches("orders.*.created", "orders.eu.deleted"));
+  CHECK_FALSE(pattern_matches("orders.*.created", "billing.eu.created"));
+}
+
+TEST_CASE("a trailing greater-than matches one or more tokens but not zero", "[protocol]") {
+  CHECK(pattern_matches("orders.>", "orders.eu"));
+  CHECK(pattern_matches("orders.>", "orders.eu.created"));
+  CHECK(pattern_matches("orders.>", "orders.eu.west.created.v2"));
+  CHECK_FALSE(pattern_matches("orders.>", "orders"));
+  CHECK_FALSE(pattern_matches("orders.>", "billing.eu"));
+  CHECK_FALSE(pattern_matches("orders.>", "ordersx.eu"));
+  CHECK(pattern_matches("orders.*.>", "orders.eu.created"));
+  CHECK_FALSE(pattern_matches("orders.*.>", "orders.eu"));
+}
+
+TEST_CASE("a lone greater-than matches every channel", "[protocol]") {
+  CHECK(pattern_matches(">", "a"));
+  CHECK(pattern_matches(">", "orders"));
+  CHECK(pattern_matches(">", "orders.eu.created"));
+  CHECK(pattern_matches(">", tokens(max_channel_tokens)));
+}
+
+TEST_CASE("a lone star matches single-token channels only", "[protocol]") {
+  CHECK(pattern_matches("*", "a"));
+  CHECK(pattern_matches("*", "orders"));
+  CHECK_FALSE(pattern_matches("*", "orders.eu"));
+  CHECK_FALSE(pattern_matches("*", "a.b.c"));
+}
+
+TEST_CASE("pattern_matches agrees with a reference matcher on random patterns and channels",
+          "[protocol]") {
+  std::mt19937 rng(7);
+  const std::vector<std::string> alphabet{"a", "b", "ab"};
+  auto random_channel = [&] {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng() % 5);
+    for (int i = 0; i < n; ++i) {
+      if (i) s += '.';
+      s += alphabet[rng() % alphabet.size()];
+    }
+    return s;
+  };
+  auto random_pattern = [&] {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng() % 5);
+    for (int i = 0; i < n; ++i) {
+      if (i) s += '.';
+      const auto r = rng() % 6;
+      if (r == 0) s += '*';
+      else if (r == 1 && i == n - 1) s += '>';
+      else s += alphabet[rng() % alphabet.size()];
+    }
+    return s;
+  };
+  int matches = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string p = random_pattern();
+    const std::string c = random_channel();
+    REQUIRE(is_valid_pattern(p));
+    REQUIRE(is_valid_channel(c));
+    const bool expected = reference_match(split(p), 0, split(c), 0);
+    INFO("pattern " << p << " channel " << c);
+    CHECK(pattern_matches(p, c) == expected);
+    matches += expected;
+  }
+  CHECK(matches > 100);  // the sample is not trivially all-false
+}
+
+TEST_CASE("next_token splits off one token and advances past its dot", "[protocol]") {
+  std::string_view rest = "orders.eu.created";
+  CHECK(next_token(rest) == "orders");
+  CHECK(rest == "eu.created");
+  CHECK(next_token(rest) == "eu");
+  CHECK(rest == "created");
+  CHECK(next_token(rest) == "created");
+  CHECK(rest.empty());
+
+  std::string_view trailing = "a.";
+  CHECK(next_token(trailing) == "a");
+  CHECK(trailing.empty());
+}

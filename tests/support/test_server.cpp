@@ -1,0 +1,32 @@
+#include "tests/support/test_server.hpp"
+
+#include <cstdlib>
+
+namespace switchyard::test {
+
+broker::server_config test_server::default_config() {
+  broker::server_config c;
+  c.listen_host = "127.0.0.1";
+  c.listen_port = 0;
+  c.data_dir.clear();
+  c.log_level = std::getenv("SWITCHYARD_TEST_LOG") ? std::getenv("SWITCHYARD_TEST_LOG") : "warn";
+  c.hello_timeout = std::chrono::milliseconds(2000);
+  c.shutdown_grace = std::chrono::milliseconds(500);
+  return c;
+}
+
+test_server::test_server(broker::server_config config)
+    : server_(std::make_unique<broker::server>(std::move(config))) {
+  server_->start();
+  thread_ = std::thread([this] { server_->run(); });
+}
+
+test_server::~test_server() { stop(); }
+
+void test_server::stop() {
+  if (!thread_.joinable()) return;
+  server_->stop();
+  thread_.join();
+}
+
+}  // namespace switchyard::test

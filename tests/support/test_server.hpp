@@ -1,0 +1,33 @@
+#pragma once
+// A real switchyard broker on 127.0.0.1, port 0, running on its own thread
+// for the duration of a test.
+
+#include "broker/server.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+namespace switchyard::test {
+
+class test_server {
+ public:
+  // Starts at once; throws if the server cannot bind.
+  explicit test_server(broker::server_config config = default_config());
+  ~test_server();  // stop() + join
+
+  std::uint16_t port() const noexcept { return server_->port(); }
+  // Stops and waits for the loop thread to finish (idempotent).
+  void stop();
+  // Counters, valid after stop().
+  const broker::server_counters& counters() const noexcept { return server_->counters(); }
+
+  // Loopback, port 0, no data folder, quiet logs, short hello timeout.
+  static broker::server_config default_config();
+
+ private:
+  std::unique_ptr<broker::server> server_;
+  std::thread thread_;
+};
+
+}  // namespace switchyard::test
