@@ -33,13 +33,16 @@ inline std::chrono::milliseconds heartbeat_deadline(std::chrono::milliseconds in
   return interval * 2 + interval / 2;
 }
 
-// Parses argv (and the file named by --config, TOML). Throws
-// std::runtime_error with a user-facing message on invalid input; returns
-// std::nullopt-like "exit now" by throwing cli_exit for --help/--version.
+// Thrown by parse_server_args when the process should exit at once: after
+// --help/--version (code 0, text for stdout) or a flag/config error
+// (non-zero code, message).
 struct cli_exit {
   int code;
   std::string output;
 };
+
+// Parses argv and the TOML file named by --config (flags win). Throws
+// cli_exit (see above) or std::invalid_argument naming the bad setting.
 server_config parse_server_args(int argc, const char* const* argv);
 
 // Checks ranges; throws std::invalid_argument naming the bad setting.

@@ -35,7 +35,7 @@ struct read_buffer {
   std::uint8_t* data() noexcept { return reinterpret_cast<std::uint8_t*>(words.get()); }
   void reserve(std::size_t bytes) {
     auto fresh = std::make_unique<std::uint64_t[]>((bytes + 7) / 8);
-    std::memcpy(fresh.get(), data() + begin, end - begin);
+    if (end > begin) std::memcpy(fresh.get(), data() + begin, end - begin);
     end -= begin;
     begin = 0;
     words = std::move(fresh);

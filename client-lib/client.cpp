@@ -35,19 +35,24 @@ struct event_loop::impl {
   std::thread thread;
 
   impl() : thread([this] { io.run(); }) {}
+  // Never runs on `thread` itself (see ~event_loop).
   ~impl() {
     work.reset();
     io.stop();
-    if (thread.get_id() == std::this_thread::get_id())
-      thread.detach();  // last reference dropped by a handler on this loop
-    else if (thread.joinable())
-      thread.join();
+    if (thread.joinable()) thread.join();
   }
   bool on_loop_thread() const noexcept { return thread.get_id() == std::this_thread::get_id(); }
 };
 
 event_loop::event_loop() : impl_(std::make_unique<impl>()) {}
-event_loop::~event_loop() = default;
+event_loop::~event_loop() {
+  if (impl_ && impl_->on_loop_thread()) {
+    // The last reference was dropped by a handler running on this very loop,
+    // and an io_context cannot be destroyed from inside its own run(): a
+    // short-lived thread joins the loop thread and destroys it instead.
+    std::thread([p = std::move(impl_)]() mutable { p.reset(); }).detach();
+  }
+}
 
 // ------------------------------------------------------------------ client
 
@@ -111,6 +116,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   bool publish_ack = false;
 
   std::atomic<bool> open{false};
+  bool connect_timed_out = false;  // loop thread
   std::atomic<std::uint64_t> dropped{0};
   std::atomic<std::uint64_t> next_request{1};
   clock::time_point last_rx = clock::now();
@@ -402,13 +408,22 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     }
   }
 
-  // Connect + hello + welcome. Completes `ready` with the outcome, then
-  // keeps reading.
-  asio::awaitable<void> run(std::shared_ptr<impl> self,
-                            std::shared_ptr<std::promise<std::error_code>> ready) {
+  // Connect + hello + welcome within opts.connect_timeout. Calls `ready`
+  // once with the outcome (on the loop thread), then keeps reading.
+  asio::awaitable<void> run(std::shared_ptr<impl> self, std::function<void(std::error_code)> ready) {
+    asio::steady_timer guard(io, opts.connect_timeout);
+    guard.async_wait([self](asio_error_code ec) {
+      if (ec || self->open) return;
+      // Closing the socket makes the pending connect/read fail at once.
+      self->connect_timed_out = true;
+      asio_error_code ignored;
+      self->socket.close(ignored);
+    });
     auto finish = [&](std::error_code ec) {
-      if (ready) ready->set_value(ec);
-      ready.reset();
+      guard.cancel();
+      if (connect_timed_out) ec = errc::timeout;
+      if (ready) ready(ec);
+      ready = nullptr;
     };
     asio::ip::tcp::resolver resolver(io);
     asio_error_code ec;
@@ -461,32 +476,36 @@ client::client(std::shared_ptr<event_loop> loop, std::shared_ptr<impl> p)
 
 client::~client() { close(); }
 
+void client::async_connect(client_options options, std::shared_ptr<event_loop> loop,
+                           std::function<void(std::expected<std::unique_ptr<client>, std::error_code>)> done) {
+  if (!loop) loop = std::make_shared<event_loop>();
+  auto p = std::make_shared<impl>(std::move(options), loop->get());
+  auto& io = p->io;
+  asio::co_spawn(io, p->run(p, [p, loop, done = std::move(done)](std::error_code ec) {
+    std::unique_ptr<client> c(new client(loop, p));
+    if (!ec) {
+      done(std::move(c));
+      return;
+    }
+    c->close();  // on the loop thread: closes without waiting
+    done(std::unexpected(ec));
+  }), asio::detached);
+}
+
 std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_options options,
                                                                         std::shared_ptr<event_loop> loop) {
   if (!loop) loop = std::make_shared<event_loop>();
   if (loop->get().on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
-  auto p = std::make_shared<impl>(std::move(options), loop->get());
-  auto ready = std::make_shared<std::promise<std::error_code>>();
-  auto result = ready->get_future();
-  asio::co_spawn(p->io, p->run(p, ready), asio::detached);
-  if (result.wait_for(p->opts.connect_timeout) != std::future_status::ready) {
-    asio::post(p->io, [p] {
-      asio_error_code ignored;
-      p->socket.close(ignored);
-    });
-    // The cancelled connect completes promptly; a name lookup may not, and
-    // then finishes later against shared state that outlives this call.
-    result.wait_for(std::chrono::seconds(1));
-    std::unique_ptr<client> c(new client(loop, p));
-    c->close();
+  using result_type = std::expected<std::unique_ptr<client>, std::error_code>;
+  auto promise = std::make_shared<std::promise<result_type>>();
+  auto result = promise->get_future();
+  const auto limit = options.connect_timeout;
+  async_connect(std::move(options), loop, [promise](result_type r) { promise->set_value(std::move(r)); });
+  // The connect timeout fires on the loop; the margin covers a name lookup,
+  // which closing the socket cannot interrupt.
+  if (result.wait_for(limit + std::chrono::seconds(2)) != std::future_status::ready)
     return std::unexpected(make_error_code(errc::timeout));
-  }
-  if (auto ec = result.get()) {
-    std::unique_ptr<client> c(new client(loop, p));
-    c->close();
-    return std::unexpected(ec);
-  }
-  return std::unique_ptr<client>(new client(loop, std::move(p)));
+  return result.get();
 }
 
 std::error_code client::publish(std::string_view channel, std::span<const std::byte> payload) {

@@ -136,3 +136,44 @@ TEST_CASE("stopping the server tells clients it is shutting down", "[e2e][broker
   REQUIRE(wait_until([&] { return probe.fired.load(); }));
   CHECK(probe.get() == errc::shutting_down);
 }
+
+TEST_CASE("connect gives up after connect_timeout when the server never answers the hello", "[e2e][client]") {
+  // A listening socket nobody accepts from: the TCP handshake completes in
+  // the kernel's backlog, but no welcome ever comes.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+
+  auto c = client::connect({.port = ntohs(addr.sin_port), .connect_timeout = std::chrono::milliseconds(100)});
+  REQUIRE_FALSE(c);
+  CHECK(c.error() == errc::timeout);
+  ::close(listener);
+}
+
+TEST_CASE("async_connect hands over a working client on the loop thread", "[e2e][client]") {
+  test_server server;
+  auto loop = std::make_shared<event_loop>();
+  std::mutex mu;
+  std::unique_ptr<client> conn;
+  std::error_code error;
+  std::atomic<bool> done{false};
+  client::async_connect({.port = server.port()}, loop,
+                        [&](std::expected<std::unique_ptr<client>, std::error_code> r) {
+                          std::lock_guard lock(mu);
+                          if (r) conn = std::move(*r);
+                          else error = r.error();
+                          done = true;
+                        });
+  REQUIRE(wait_until([&] { return done.load(); }));
+  std::lock_guard lock(mu);
+  REQUIRE_FALSE(error);
+  REQUIRE(conn);
+  CHECK(conn->connected());
+  CHECK_FALSE(conn->flush());
+}

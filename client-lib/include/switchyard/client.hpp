@@ -98,6 +98,10 @@ class client {
   // the client gets an event_loop of its own.
   static std::expected<std::unique_ptr<client>, std::error_code> connect(
       client_options options, std::shared_ptr<event_loop> loop = nullptr);
+  // Same without blocking: `done` runs on the loop thread with the client
+  // or the error (errc::timeout after options.connect_timeout).
+  static void async_connect(client_options options, std::shared_ptr<event_loop> loop,
+                            std::function<void(std::expected<std::unique_ptr<client>, std::error_code>)> done);
 
   ~client();  // close()
   client(const client&) = delete;
