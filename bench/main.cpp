@@ -69,6 +69,7 @@ struct settings {
   double rate = 20'000;
   double seconds = 5;
   int window = 256;
+  int sub_threads = 0;  // 0 = one per subscriber, like the peers' subscriber threads
   double idle = 2.0;
   double timeout = 170;
   bool json = false;
@@ -204,9 +205,11 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   const std::uint64_t count =
       latency ? std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(s.rate * s.seconds)))
               : static_cast<std::uint64_t>(s.count);
-  // Subscribers share one I/O thread: on two cores, one thread per
-  // connection would mostly add context switches.
-  auto sub_loop = std::make_shared<event_loop>();
+  // Each subscriber reads on its own I/O thread by default, as the peers'
+  // subscriber threads do; --sub-threads N shares N threads among them.
+  const int threads = s.sub_threads > 0 ? std::min(s.sub_threads, nsubs) : nsubs;
+  std::vector<std::shared_ptr<event_loop>> sub_loops;
+  for (int i = 0; i < threads; ++i) sub_loops.push_back(std::make_shared<event_loop>());
   std::vector<std::unique_ptr<subscriber>> subs;
   std::uint64_t server_dropped_notices = 0;
   std::atomic<std::uint64_t> dropped{0};
@@ -217,7 +220,7 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
     if (latency) sub->latencies.reserve(count + 16);
     auto o = options_for(t, fmt::format("bench-sub-{}", i));
     o.on_dropped = [&dropped](std::uint64_t n) { dropped += n; };
-    auto c = client::connect(o, sub_loop);
+    auto c = client::connect(o, sub_loops[static_cast<std::size_t>(i) % sub_loops.size()]);
     if (!c) return fail_line(s, "subscriber connect: " + c.error().message());
     subscriber* raw = sub.get();
     auto id = (*c)->subscribe(channel, [raw](const switchyard::message& m) { raw->on_message(m); });
@@ -349,7 +352,8 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
     const double expected = static_cast<double>(count) * nsubs;
     const double loss = 1.0 - static_cast<double>(total) / expected;
     j.integer("subs", nsubs).integer("n", static_cast<long long>(count)).integer("size", s.size);
-    j.str("client", "switchyard client-lib: batched publish (loop-thread writer), subscribers share one I/O thread");
+    j.str("client", fmt::format("switchyard client-lib: batched publish (loop-thread writer), subscribers on {} I/O thread(s)",
+                                threads));
     j.integer("sent", static_cast<long long>(sent.load()));
     j.num("pub_secs", pub_secs).num("pub_rate", static_cast<double>(sent.load()) / pub_secs);
     j.num("pub_call_secs", static_cast<double>(t_sent - start) / 1e9);
@@ -409,6 +413,8 @@ int main(int argc, char** argv) {
   fanout->add_option("--subs", s.subs, "subscriber connections")->check(CLI::Range(1, 64))->capture_default_str();
   fanout->add_option("--count", s.count, "messages to publish")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
   fanout->add_option("--size", s.size, "payload bytes (>= 16)")->check(CLI::Range(16, 1 << 20))->capture_default_str();
+  fanout->add_option("--sub-threads", s.sub_threads, "I/O threads shared by the subscribers (0 = one each)")
+      ->check(CLI::Range(0, 64))->capture_default_str();
   fanout->add_option("--idle", s.idle, "a subscriber stops after this many seconds without a message")->capture_default_str();
 
   auto* latency = app.add_subcommand("latency", "one subscriber, one publisher at a fixed rate; one-way latency percentiles");
