@@ -12,8 +12,23 @@
 
 namespace switchyard::broker {
 
-server_core::server_core(server_config c)
-    : config(std::move(c)), channels(arena, builder) {
+namespace {
+lease_config lease_settings(const server_config& c) {
+  lease_config l;
+  l.min_ttl = c.lease_min_ttl;
+  l.max_ttl = c.lease_max_ttl;
+  l.sweep_period = c.sweep_period;
+  l.max_expiries_per_sweep = c.max_expiries_per_sweep;
+  l.stall_threshold = c.stall_threshold;
+  return l;
+}
+}  // namespace
+
+server_core::server_core(server_config c, clock_source clock)
+    : config(std::move(c)),
+      channels(arena, builder),
+      leases(lease_settings(config), std::move(clock)),
+      routing(leases) {
   log = spdlog::get("broker");
   if (!log) log = spdlog::stderr_color_mt("broker");
   log->set_level(spdlog::level::from_str(config.log_level));
@@ -22,7 +37,8 @@ server_core::server_core(server_config c)
 server_core::~server_core() = default;
 
 struct server::impl {
-  explicit impl(server_config cfg) : core(std::move(cfg)), acceptor(io), signals(io) {}
+  explicit impl(server_config cfg)
+      : core(std::move(cfg), [] { return std::chrono::steady_clock::now(); }), acceptor(io), signals(io) {}
 
   // Declared first: destroyed last, after the io_context has destroyed every
   // coroutine (and so every session) that points into it.
@@ -34,6 +50,7 @@ struct server::impl {
   bool stop_requested = false;
 
   asio::awaitable<void> accept_loop();
+  asio::awaitable<void> sweep_loop();
   void begin_stop();
   void maybe_finish_stop();
 };
@@ -62,6 +79,30 @@ asio::awaitable<void> server::impl::accept_loop() {
     }
     core.sessions.insert(s);
     s->start(reject);
+  }
+}
+
+asio::awaitable<void> server::impl::sweep_loop() {
+  asio::steady_timer timer(io);
+  const auto on_expire = [this](lease_id id, lease_attachment* first) {
+    core.log->debug("lease={} expired", id);
+    core.routing.remove_lease(id, first);
+  };
+  while (!core.stopping) {
+    timer.expires_after(core.config.sweep_period);
+    asio_error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || core.stopping) co_return;
+    for (;;) {
+      const auto r = core.leases.sweep(on_expire);
+      core.counters.leases_expired += r.expired;
+      if (r.stall_absorbed.count() > 0)
+        core.log->warn("lease sweeper stalled: leases extended by {} ms instead of expiring",
+                       r.stall_absorbed.count());
+      if (!r.more_due) break;
+      // Rate limit reached: let the loop serve connections before the next batch.
+      co_await asio::post(io, asio::use_awaitable);
+    }
   }
 }
 
@@ -118,6 +159,7 @@ void server::start() {
   }
   core.log->info("listening on {}:{} data-dir={}", core.config.listen_host, impl_->port, core.config.data_dir);
   asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
+  asio::co_spawn(impl_->io, impl_->sweep_loop(), asio::detached);
 }
 
 std::uint16_t server::port() const noexcept { return impl_->port; }

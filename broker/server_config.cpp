@@ -19,6 +19,13 @@ void validate(const server_config& cfg) {
   if (cfg.heartbeat_interval.count() < 10) bad("heartbeat-ms must be at least 10");
   if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
   if (cfg.listen_host.empty()) bad("listen address needs a host");
+  if (cfg.lease_min_ttl.count() < 1) bad("lease-min-ttl-ms must be at least 1");
+  if (cfg.lease_max_ttl < cfg.lease_min_ttl || cfg.lease_max_ttl > std::chrono::hours(24 * 7))
+    bad("lease-max-ttl-ms must be between lease-min-ttl-ms and one week");
+  if (cfg.sweep_period.count() < 1 || cfg.sweep_period > cfg.lease_min_ttl)
+    bad("sweep-ms must be between 1 and lease-min-ttl-ms");
+  if (cfg.lease_max_ttl / cfg.sweep_period > 50'000'000) bad("lease-max-ttl-ms / sweep-ms is too large");
+  if (cfg.max_expiries_per_sweep < 1) bad("max-expiries-per-sweep must be at least 1");
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {
@@ -32,6 +39,10 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::int64_t hello_ms = cfg.hello_timeout.count();
   std::int64_t heartbeat_ms = cfg.heartbeat_interval.count();
   std::string slow = "drop";
+  std::int64_t min_ttl_ms = cfg.lease_min_ttl.count();
+  std::int64_t max_ttl_ms = cfg.lease_max_ttl.count();
+  std::int64_t sweep_ms = cfg.sweep_period.count();
+  std::int64_t stall_ms = cfg.stall_threshold.count();
 
   app.add_option("--listen", listen, "host:port to listen on (port 0 = any free port)")
       ->capture_default_str();
@@ -54,6 +65,18 @@ server_config parse_server_args(int argc, const char* const* argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
 
+  app.add_option("--lease-min-ttl-ms", min_ttl_ms, "shortest lease TTL granted (shorter asks are raised)")
+      ->capture_default_str();
+  app.add_option("--lease-max-ttl-ms", max_ttl_ms, "longest lease TTL granted (longer asks are lowered)")
+      ->capture_default_str();
+  app.add_option("--sweep-ms", sweep_ms, "lease sweeper period: leases expire at most this late")->capture_default_str();
+  app.add_option("--max-expiries-per-sweep", cfg.max_expiries_per_sweep,
+                 "leases expired per sweep at most; the rest wait for the next turn")
+      ->capture_default_str();
+  app.add_option("--stall-threshold-ms", stall_ms,
+                 "a sweeper this late was stalled: leases are extended by the stall instead of expiring")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -74,6 +97,10 @@ server_config parse_server_args(int argc, const char* const* argv) {
   cfg.hello_timeout = std::chrono::milliseconds(hello_ms);
   cfg.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   cfg.slow_consumer = slow == "disconnect" ? slow_consumer_policy::disconnect : slow_consumer_policy::drop;
+  cfg.lease_min_ttl = std::chrono::milliseconds(min_ttl_ms);
+  cfg.lease_max_ttl = std::chrono::milliseconds(max_ttl_ms);
+  cfg.sweep_period = std::chrono::milliseconds(sweep_ms);
+  cfg.stall_threshold = std::chrono::milliseconds(stall_ms);
   validate(cfg);
   return cfg;
 }

@@ -24,6 +24,13 @@ struct server_config {
   slow_consumer_policy slow_consumer = slow_consumer_policy::drop;
   std::chrono::milliseconds shutdown_grace{2000};  // flush time for goodbyes at stop
 
+  // Leases (see lease_table.hpp).
+  std::chrono::milliseconds lease_min_ttl{1000};
+  std::chrono::milliseconds lease_max_ttl{3'600'000};
+  std::chrono::milliseconds sweep_period{100};
+  std::size_t max_expiries_per_sweep = 10'000;
+  std::chrono::milliseconds stall_threshold{2000};
+
   std::string log_level = "info";
 };
 

@@ -5,6 +5,8 @@
 
 #include "broker/channel_table.hpp"
 #include "broker/frame_arena.hpp"
+#include "broker/lease_table.hpp"
+#include "broker/routing_table.hpp"
 #include "broker/server_config.hpp"
 #include "broker/server_counters.hpp"
 #include "protocol/frame_builder.hpp"
@@ -22,7 +24,7 @@ namespace switchyard::broker {
 class session;
 
 struct server_core {
-  explicit server_core(server_config c);
+  server_core(server_config c, clock_source clock);
   ~server_core();
 
   server_config config;
@@ -31,6 +33,8 @@ struct server_core {
   frame_arena arena;
   protocol::frame_builder builder;  // scratch encoder for the loop thread
   channel_table channels;
+  lease_table leases;
+  routing_table routing;
   std::unordered_set<std::shared_ptr<session>> sessions;
   server_counters counters;
   std::shared_ptr<spdlog::logger> log;

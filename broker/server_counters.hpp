@@ -12,6 +12,9 @@ struct server_counters {
   std::uint64_t delivered = 0;             // deliveries queued, one per connection per publish
   std::uint64_t dropped = 0;               // deliveries dropped for slow consumers
   std::uint64_t protocol_errors = 0;       // connections closed for bad input
+  std::uint64_t leases_expired = 0;        // by the sweeper (revokes not counted)
+  std::uint64_t sends_routed = 0;          // route keys delivered into an inbox
+  std::uint64_t sends_unrouted = 0;        // route keys with no route
 };
 
 }  // namespace switchyard::broker

@@ -138,6 +138,8 @@ void session::fail(asio_error_code ec, std::string_view what) {
     core_.log->warn("conn={} closed on {} error: {}", id_, what, ec.message());
   for (const auto& p : patterns_) core_.channels.unsubscribe(p, this);
   patterns_.clear();
+  core_.routing.disconnect(this, inbox_ids_);
+  inbox_ids_.clear();
   asio_error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
@@ -283,6 +285,21 @@ bool session::handle(const wire::Frame& frame) {
     case wire::Message::Hello:
       send_error(rid, errc::bad_request, "hello already received");
       return true;
+    case wire::Message::LeaseGrant:
+    case wire::Message::LeaseKeepAlive:
+    case wire::Message::LeaseRevoke:
+    case wire::Message::LeaseTimeToLive:
+    case wire::Message::LeaseList:
+    case wire::Message::RegistryPut:
+    case wire::Message::RegistryGet:
+    case wire::Message::RegistryDelete:
+    case wire::Message::RegistryList:
+    case wire::Message::InboxOpen:
+    case wire::Message::InboxClose:
+    case wire::Message::Send:
+      if (!routing_) send_error(rid, errc::unsupported_message, "this needs the \"routing\" capability in the hello");
+      else handle_routing(frame);
+      return true;
     default:
       ++core_.counters.protocol_errors;
       close_with_error(errc::unsupported_message,
@@ -320,6 +337,7 @@ bool session::handle_hello(const wire::Frame& frame) {
   for (std::size_t i = 0; i < n_granted; ++i) {
     dropped_notice_ |= granted[i] == protocol::capability::dropped_notice;
     publish_ack_ |= granted[i] == protocol::capability::publish_ack;
+    routing_ |= granted[i] == protocol::capability::routing;
   }
 
   protocol::welcome_fields w;

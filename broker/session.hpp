@@ -59,6 +59,9 @@ class session : public std::enable_shared_from_this<session> {
   void handle_subscribe(std::uint64_t request_id, const protocol::wire::Subscribe& m);
   void handle_unsubscribe(std::uint64_t request_id, const protocol::wire::Unsubscribe& m);
   void handle_publish(std::uint64_t request_id, const protocol::wire::Publish& m);
+  // Leases, registry, inboxes and send (session_routing.cpp).
+  void handle_routing(const protocol::wire::Frame& frame);
+  void handle_send(std::uint64_t request_id, const protocol::wire::Send& m);
 
   void send(protocol::bytes_view frame);  // queue a control frame
   void send_error(std::uint64_t request_id, protocol::errc code, std::string_view message);
@@ -87,6 +90,8 @@ class session : public std::enable_shared_from_this<session> {
   bool writer_waiting_ = false;
   bool dropped_notice_ = false;  // capability granted
   bool publish_ack_ = false;     // capability granted
+  bool routing_ = false;         // capability granted
+  std::vector<std::string> inbox_ids_;  // inboxes opened on this connection
 };
 
 }  // namespace switchyard::broker

@@ -37,6 +37,7 @@ class category final : public std::error_category {
       case errc::trimmed: return "position trimmed from the log";
       case errc::storage_full: return "storage full";
       case errc::internal: return "internal server error";
+      case errc::inbox_taken: return "inbox is open on another live connection";
     }
     return "protocol error " + std::to_string(value);
   }

@@ -29,11 +29,12 @@ enum class errc : std::uint16_t {
   trimmed = 17,
   storage_full = 18,
   internal = 19,
+  inbox_taken = 20,
 };
 
 // The highest code this build knows; codes above it (from a newer peer) are
 // reported as-is with a generic message.
-inline constexpr errc last_known_errc = errc::internal;
+inline constexpr errc last_known_errc = errc::inbox_taken;
 
 const std::error_category& protocol_category() noexcept;
 

@@ -3,6 +3,8 @@
 #include "protocol/limits.hpp"
 #include "protocol/switchyard_generated.h"
 
+#include <vector>
+
 
 namespace switchyard::protocol {
 namespace {
@@ -139,6 +141,137 @@ bytes_view frame_builder::deliver(std::string_view channel, bytes_view payload) 
   const auto ch = fbb.CreateString(channel.data(), channel.size());
   return finish(0, static_cast<std::uint8_t>(wire::Message::Deliver),
                 wire::CreateDeliver(fbb, ch, data).Union());
+}
+
+template <class T>
+bytes_view frame_builder::finish_as(std::uint64_t request_id, flatbuffers::Offset<T> message) {
+  return finish(request_id, static_cast<std::uint8_t>(wire::MessageTraits<T>::enum_value), message.Union());
+}
+
+bytes_view frame_builder::lease_grant(std::uint64_t request_id, std::uint32_t ttl_ms) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateLeaseGrant(fbb, ttl_ms));
+}
+
+bytes_view frame_builder::lease_keepalive(std::uint64_t request_id, std::uint64_t lease_id) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateLeaseKeepAlive(fbb, lease_id));
+}
+
+bytes_view frame_builder::lease_revoke(std::uint64_t request_id, std::uint64_t lease_id) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateLeaseRevoke(fbb, lease_id));
+}
+
+bytes_view frame_builder::lease_time_to_live(std::uint64_t request_id, std::uint64_t lease_id) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateLeaseTimeToLive(fbb, lease_id));
+}
+
+bytes_view frame_builder::lease_list(std::uint64_t request_id, std::uint32_t limit) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateLeaseList(fbb, limit));
+}
+
+bytes_view frame_builder::lease_info(std::uint64_t request_id, const lease_info_fields& f) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateLeaseInfo(fbb, f.lease_id, f.ttl_ms, f.remaining_ms));
+}
+
+bytes_view frame_builder::lease_list_result(std::uint64_t request_id, std::span<const lease_info_fields> leases) {
+  auto& fbb = start();
+  std::vector<Offset<wire::LeaseInfo>> items;
+  items.reserve(leases.size());
+  for (const auto& l : leases) items.push_back(wire::CreateLeaseInfo(fbb, l.lease_id, l.ttl_ms, l.remaining_ms));
+  const auto list = fbb.CreateVector(items);
+  return finish_as(request_id, wire::CreateLeaseListResult(fbb, list));
+}
+
+bytes_view frame_builder::registry_put(std::uint64_t request_id, std::string_view key, std::string_view value,
+                                       std::uint64_t lease_id, std::uint32_t ttl_ms) {
+  auto& fbb = start();
+  const auto k = fbb.CreateString(key.data(), key.size());
+  const auto v = string_or_null(fbb, value);
+  return finish_as(request_id, wire::CreateRegistryPut(fbb, k, v, lease_id, ttl_ms));
+}
+
+bytes_view frame_builder::registry_get(std::uint64_t request_id, std::string_view key) {
+  auto& fbb = start();
+  const auto k = fbb.CreateString(key.data(), key.size());
+  return finish_as(request_id, wire::CreateRegistryGet(fbb, k));
+}
+
+bytes_view frame_builder::registry_delete(std::uint64_t request_id, std::string_view key) {
+  auto& fbb = start();
+  const auto k = fbb.CreateString(key.data(), key.size());
+  return finish_as(request_id, wire::CreateRegistryDelete(fbb, k));
+}
+
+bytes_view frame_builder::registry_list(std::uint64_t request_id, std::string_view prefix, std::uint32_t limit) {
+  auto& fbb = start();
+  const auto p = string_or_null(fbb, prefix);
+  return finish_as(request_id, wire::CreateRegistryList(fbb, p, limit));
+}
+
+namespace {
+Offset<wire::RegistryEntry> make_entry(flatbuffers::FlatBufferBuilder& fbb, const registry_entry_fields& f) {
+  const auto k = fbb.CreateString(f.key.data(), f.key.size());
+  const auto v = fbb.CreateString(f.value.data(), f.value.size());
+  return wire::CreateRegistryEntry(fbb, k, v, f.version, f.lease_id, f.remaining_ms);
+}
+}  // namespace
+
+bytes_view frame_builder::registry_entry(std::uint64_t request_id, const registry_entry_fields& f) {
+  auto& fbb = start();
+  return finish_as(request_id, make_entry(fbb, f));
+}
+
+bytes_view frame_builder::registry_list_result(std::uint64_t request_id,
+                                               std::span<const registry_entry_fields> entries, bool more) {
+  auto& fbb = start();
+  std::vector<Offset<wire::RegistryEntry>> items;
+  items.reserve(entries.size());
+  for (const auto& e : entries) items.push_back(make_entry(fbb, e));
+  const auto list = fbb.CreateVector(items);
+  return finish_as(request_id, wire::CreateRegistryListResult(fbb, list, more));
+}
+
+bytes_view frame_builder::inbox_open(std::uint64_t request_id, std::string_view inbox_id, std::uint64_t lease_id) {
+  auto& fbb = start();
+  const auto id = fbb.CreateString(inbox_id.data(), inbox_id.size());
+  return finish_as(request_id, wire::CreateInboxOpen(fbb, id, lease_id));
+}
+
+bytes_view frame_builder::inbox_close(std::uint64_t request_id, std::string_view inbox_id) {
+  auto& fbb = start();
+  const auto id = fbb.CreateString(inbox_id.data(), inbox_id.size());
+  return finish_as(request_id, wire::CreateInboxClose(fbb, id));
+}
+
+bytes_view frame_builder::send(std::uint64_t request_id, std::span<const std::string_view> route_keys,
+                               bytes_view payload) {
+  auto& fbb = start();
+  const auto data = fbb.CreateVector(payload.data(), payload.size());
+  // A send always carries its key list, even when empty (required field).
+  auto keys = string_list(fbb, route_keys, strings_);
+  if (keys.IsNull()) keys = fbb.CreateVector(std::vector<Offset<String>>{});
+  return finish_as(request_id, wire::CreateSend(fbb, keys, data));
+}
+
+bytes_view frame_builder::send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
+                                      std::uint32_t routed) {
+  auto& fbb = start();
+  const auto list = string_list(fbb, gateways, strings_);
+  return finish_as(request_id, wire::CreateSendResult(fbb, list, routed));
+}
+
+bytes_view frame_builder::inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
+                                         bytes_view payload) {
+  auto& fbb = start();
+  const auto data = fbb.CreateVector(payload.data(), payload.size());
+  const auto keys = string_list(fbb, route_keys, strings_);
+  const auto id = fbb.CreateString(inbox_id.data(), inbox_id.size());
+  return finish_as(0, wire::CreateInboxDelivery(fbb, id, keys, data));
 }
 
 bytes_view frame_builder::dropped(std::uint64_t count) {

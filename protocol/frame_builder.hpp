@@ -34,6 +34,20 @@ struct welcome_fields {
   std::span<const std::string_view> capabilities;
 };
 
+struct lease_info_fields {
+  std::uint64_t lease_id = 0;
+  std::uint32_t ttl_ms = 0;
+  std::uint32_t remaining_ms = 0;
+};
+
+struct registry_entry_fields {
+  std::string_view key;
+  std::string_view value;
+  std::uint64_t version = 0;
+  std::uint64_t lease_id = 0;
+  std::uint32_t remaining_ms = 0;
+};
+
 // Builds one frame at a time into a reusable buffer, so steady-state encoding
 // allocates nothing. Every method returns the whole frame (4-byte
 // little-endian length prefix included, size a multiple of
@@ -56,6 +70,30 @@ class frame_builder {
   bytes_view deliver(std::string_view channel, bytes_view payload);
   bytes_view dropped(std::uint64_t count);
 
+  // Leases, registry, inboxes (capability "routing").
+  bytes_view lease_grant(std::uint64_t request_id, std::uint32_t ttl_ms);
+  bytes_view lease_keepalive(std::uint64_t request_id, std::uint64_t lease_id);
+  bytes_view lease_revoke(std::uint64_t request_id, std::uint64_t lease_id);
+  bytes_view lease_time_to_live(std::uint64_t request_id, std::uint64_t lease_id);
+  bytes_view lease_list(std::uint64_t request_id, std::uint32_t limit);
+  bytes_view lease_info(std::uint64_t request_id, const lease_info_fields& f);
+  bytes_view lease_list_result(std::uint64_t request_id, std::span<const lease_info_fields> leases);
+  bytes_view registry_put(std::uint64_t request_id, std::string_view key, std::string_view value,
+                          std::uint64_t lease_id, std::uint32_t ttl_ms);
+  bytes_view registry_get(std::uint64_t request_id, std::string_view key);
+  bytes_view registry_delete(std::uint64_t request_id, std::string_view key);
+  bytes_view registry_list(std::uint64_t request_id, std::string_view prefix, std::uint32_t limit);
+  bytes_view registry_entry(std::uint64_t request_id, const registry_entry_fields& f);
+  bytes_view registry_list_result(std::uint64_t request_id, std::span<const registry_entry_fields> entries,
+                                  bool more);
+  bytes_view inbox_open(std::uint64_t request_id, std::string_view inbox_id, std::uint64_t lease_id);
+  bytes_view inbox_close(std::uint64_t request_id, std::string_view inbox_id);
+  bytes_view send(std::uint64_t request_id, std::span<const std::string_view> route_keys, bytes_view payload);
+  bytes_view send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
+                         std::uint32_t routed);
+  bytes_view inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
+                            bytes_view payload);
+
   // Escape hatch for tests and future messages: the builder to fill, then
   // finish(request_id, type, offset).
   flatbuffers::FlatBufferBuilder& start();
@@ -63,6 +101,9 @@ class frame_builder {
                     flatbuffers::Offset<void> message);
 
  private:
+  template <class T>
+  bytes_view finish_as(std::uint64_t request_id, flatbuffers::Offset<T> message);
+
   flatbuffers::FlatBufferBuilder fbb_;
   std::vector<flatbuffers::Offset<flatbuffers::String>> strings_;
 };

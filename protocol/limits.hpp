@@ -41,9 +41,11 @@ namespace capability {
 inline constexpr std::string_view dropped_notice = "dropped-notice";
 // Server answers a Publish that carries a request id with Ok.
 inline constexpr std::string_view publish_ack = "publish-ack";
+// Leases, the routing registry, inboxes and send-to-user (message tags 12..29).
+inline constexpr std::string_view routing = "routing";
 }  // namespace capability
 
-inline constexpr std::array<std::string_view, 2> supported_capabilities{
-    capability::dropped_notice, capability::publish_ack};
+inline constexpr std::array<std::string_view, 3> supported_capabilities{
+    capability::dropped_notice, capability::publish_ack, capability::routing};
 
 }  // namespace switchyard::protocol

@@ -1,0 +1,184 @@
+#include "broker/lease_table.hpp"
+
+#include <algorithm>
+
+namespace switchyard::broker {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+lease_table::lease_table(lease_config config, clock_source clock)
+    : config_(config), clock_(std::move(clock)) {
+  if (config_.sweep_period.count() < 1) config_.sweep_period = milliseconds(1);
+  if (config_.min_ttl.count() < 1) config_.min_ttl = milliseconds(1);
+  config_.max_ttl = std::max(config_.max_ttl, config_.min_ttl);
+  if (config_.max_expiries_per_sweep == 0) config_.max_expiries_per_sweep = 1;
+  epoch_ = clock_();
+  last_sweep_ = epoch_;
+  wheel_.assign(static_cast<std::size_t>(config_.max_ttl / config_.sweep_period) + 2, nullptr);
+}
+
+lease_table::~lease_table() = default;
+
+mono_clock::time_point lease_table::now() const {
+  // While the sweeper is overdue by more than the stall threshold, lease
+  // time stands still; the next sweep absorbs the stall, and time resumes
+  // from the same point, so a pause never makes leases look expired.
+  const auto real = clock_();
+  const auto frozen_at = last_sweep_ + config_.sweep_period + config_.stall_threshold;
+  return std::min(real, frozen_at) - stalled_;
+}
+
+std::uint64_t lease_table::tick_of(mono_clock::time_point t) const {
+  if (t <= epoch_) return 0;
+  const auto since = t - epoch_;
+  const auto period = mono_clock::duration(config_.sweep_period);
+  return static_cast<std::uint64_t>((since + period - mono_clock::duration(1)) / period);
+}
+
+void lease_table::link(lease& l) {
+  // A deadline in a tick already swept goes to the next tick to sweep.
+  const std::uint64_t tick = std::max(tick_of(l.deadline), swept_tick_);
+  l.bucket = static_cast<std::uint32_t>(tick % wheel_.size());
+  lease*& head = wheel_[l.bucket];
+  l.prev = nullptr;
+  l.next = head;
+  if (head) head->prev = &l;
+  head = &l;
+}
+
+void lease_table::unlink(lease& l) noexcept {
+  if (l.prev) l.prev->next = l.next;
+  else wheel_[l.bucket] = l.next;
+  if (l.next) l.next->prev = l.prev;
+  l.prev = l.next = nullptr;
+}
+
+std::optional<lease_info> lease_table::info(const lease& l) const {
+  const auto t = now();
+  if (l.deadline <= t) return std::nullopt;
+  return lease_info{l.id, milliseconds(l.ttl_ms), duration_cast<milliseconds>(l.deadline - t)};
+}
+
+lease_info lease_table::grant(milliseconds ttl) {
+  ttl = std::clamp(ttl, config_.min_ttl, config_.max_ttl);
+  const lease_id id = next_id_++;
+  lease& l = leases_.try_emplace(id).first->second;
+  l.id = id;
+  l.ttl_ms = static_cast<std::uint32_t>(ttl.count());
+  l.deadline = now() + ttl;
+  link(l);
+  return {id, ttl, ttl};
+}
+
+std::optional<lease_info> lease_table::keepalive(lease_id id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return std::nullopt;
+  lease& l = it->second;
+  const auto t = now();
+  if (l.deadline <= t) return std::nullopt;  // expired, not yet swept
+  unlink(l);
+  l.deadline = t + milliseconds(l.ttl_ms);
+  link(l);
+  return lease_info{id, milliseconds(l.ttl_ms), milliseconds(l.ttl_ms)};
+}
+
+std::optional<lease_info> lease_table::time_to_live(lease_id id) const {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return std::nullopt;
+  return info(it->second);
+}
+
+std::vector<lease_info> lease_table::list(std::size_t limit) const {
+  std::vector<lease_info> out;
+  for (const auto& [id, l] : leases_) {
+    if (out.size() >= limit) break;
+    if (auto i = info(l)) out.push_back(*i);
+  }
+  return out;
+}
+
+bool lease_table::attach(lease_id id, lease_attachment& a) {
+  auto it = leases_.find(id);
+  if (it == leases_.end() || !info(it->second)) return false;
+  detach(a);
+  lease& l = it->second;
+  a.lease = id;
+  a.prev = nullptr;
+  a.next = l.attached;
+  if (l.attached) l.attached->prev = &a;
+  l.attached = &a;
+  return true;
+}
+
+void lease_table::detach(lease_attachment& a) noexcept {
+  if (a.lease == 0) return;
+  if (a.prev) {
+    a.prev->next = a.next;
+  } else if (auto it = leases_.find(a.lease); it != leases_.end() && it->second.attached == &a) {
+    it->second.attached = a.next;
+  }
+  if (a.next) a.next->prev = a.prev;
+  a.prev = a.next = nullptr;
+  a.lease = 0;
+}
+
+void lease_table::erase(lease& l, const remove_fn& fn) {
+  unlink(l);
+  const lease_id id = l.id;
+  if (fn) fn(id, l.attached);
+  // Whatever the callback left attached is unlinked, so no attachment keeps
+  // pointing at a lease that no longer exists.
+  for (lease_attachment* a = l.attached; a;) {
+    lease_attachment* next = a->next;
+    a->prev = a->next = nullptr;
+    a->lease = 0;
+    a = next;
+  }
+  leases_.erase(id);
+}
+
+bool lease_table::revoke(lease_id id, const remove_fn& on_remove) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return false;
+  erase(it->second, on_remove);
+  return true;
+}
+
+lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {
+  sweep_result result;
+  const auto real = clock_();
+  const auto late = real - last_sweep_ - mono_clock::duration(config_.sweep_period);
+  if (late > mono_clock::duration(config_.stall_threshold)) {
+    const auto absorbed = late - mono_clock::duration(config_.stall_threshold);
+    stalled_ += absorbed;
+    result.stall_absorbed = duration_cast<milliseconds>(absorbed);
+  }
+  last_sweep_ = real;
+
+  const auto t = now();
+  // Every tick whose time has come: epoch + tick * period <= t.
+  const auto period = mono_clock::duration(config_.sweep_period);
+  const std::uint64_t last_due = t < epoch_ ? 0 : static_cast<std::uint64_t>((t - epoch_) / period);
+  while (swept_tick_ <= last_due) {
+    lease* l = wheel_[swept_tick_ % wheel_.size()];
+    while (l) {
+      lease* next = l->next;
+      // A bucket may also hold leases of a later round (keepalives during a
+      // rate-limited backlog): only those past their deadline go.
+      if (l->deadline <= t) {
+        if (result.expired == config_.max_expiries_per_sweep) {
+          result.more_due = true;
+          return result;
+        }
+        erase(*l, on_expire);
+        ++result.expired;
+      }
+      l = next;
+    }
+    ++swept_tick_;
+  }
+  return result;
+}
+
+}  // namespace switchyard::broker

@@ -1,0 +1,139 @@
+#pragma once
+// Leases: a holder proves it is alive by renewing a lease before its TTL
+// runs out; the sweeper expires the rest.
+//
+// Expiry structure: a single-level timing wheel. Time is cut into ticks of
+// one sweep period; a lease sits in the bucket of the first tick at or after
+// its deadline, in an intrusive doubly-linked list, so grant, keepalive
+// (unlink + relink) and revoke are O(1), and a sweep touches only the buckets
+// whose tick has come and the leases in them, never the whole table. The
+// wheel has max_ttl/period + 2 buckets, so a bucket never holds leases of a
+// later round. A heap was the alternative; it costs O(log n) per keepalive
+// and either a decrease-key or stale entries, and keepalives are the hot
+// operation here (every live lease, every TTL/3).
+//
+// Guarantee: a lease expires no earlier than its TTL after the last
+// keepalive (a bucket is swept only once its tick has passed the deadline)
+// and no later than TTL plus one sweep period, unless the rate limit defers
+// it to the next sweep. Two protections:
+//  - at most max_expiries_per_sweep leases expire per sweep, so a mass
+//    expiry is spread over several loop turns instead of stalling the loop;
+//  - if the sweeper itself ran much later than its period (a paused
+//    process), the lease clock is held back by the stall, which extends every
+//    lease by it instead of expiring them all at once.
+//
+// The table runs on "lease time": the injected monotonic clock minus the
+// stalls absorbed so far. Single-threaded (the broker loop).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace switchyard::broker {
+
+using lease_id = std::uint64_t;
+using mono_clock = std::chrono::steady_clock;
+// Injectable monotonic clock: tests drive time by hand.
+using clock_source = std::function<mono_clock::time_point()>;
+
+struct lease_config {
+  std::chrono::milliseconds min_ttl{1000};
+  std::chrono::milliseconds max_ttl{3'600'000};
+  std::chrono::milliseconds sweep_period{100};
+  std::size_t max_expiries_per_sweep = 10'000;
+  // A sweep that comes this much later than its period counts as a stall.
+  std::chrono::milliseconds stall_threshold{2000};
+};
+
+struct lease_info {
+  lease_id id = 0;
+  std::chrono::milliseconds ttl{0};
+  std::chrono::milliseconds remaining{0};
+};
+
+// Something bound to a lease (a registry entry, an inbox): linked into the
+// lease's list so that expiry finds everything attached in O(attached).
+struct lease_attachment {
+  lease_attachment* prev = nullptr;
+  lease_attachment* next = nullptr;
+  lease_id lease = 0;
+  std::uint8_t kind = 0;  // free for the owner: what the attachment is
+};
+
+class lease_table {
+ public:
+  lease_table(lease_config config, clock_source clock);
+  ~lease_table();
+  lease_table(const lease_table&) = delete;
+  lease_table& operator=(const lease_table&) = delete;
+
+  // Grants a lease with `ttl` clamped to [min_ttl, max_ttl]; ids start at 1
+  // and are never reused.
+  lease_info grant(std::chrono::milliseconds ttl);
+  // Resets the deadline to now + TTL. nullopt: unknown or expired.
+  std::optional<lease_info> keepalive(lease_id id);
+  // Remaining time. nullopt: unknown or expired (even if not swept yet).
+  std::optional<lease_info> time_to_live(lease_id id) const;
+  bool alive(lease_id id) const { return time_to_live(id).has_value(); }
+  // Up to `limit` live leases, in no particular order.
+  std::vector<lease_info> list(std::size_t limit) const;
+
+  // Removes a lease now; `on_remove` gets it with its attachments first.
+  // Returns false when the lease was unknown.
+  using remove_fn = std::function<void(lease_id, lease_attachment* first)>;
+  bool revoke(lease_id id, const remove_fn& on_remove);
+
+  struct sweep_result {
+    std::size_t expired = 0;
+    bool more_due = false;  // rate limit hit: leases past their deadline remain
+    std::chrono::milliseconds stall_absorbed{0};
+  };
+  // Expires every lease whose deadline has passed (at most
+  // max_expiries_per_sweep), calling `on_expire` for each before it is
+  // erased. Run it every sweep_period.
+  sweep_result sweep(const remove_fn& on_expire);
+
+  // Links `a` into lease `id`'s attachment list. False if the lease is
+  // unknown or expired.
+  bool attach(lease_id id, lease_attachment& a);
+  // Unlinks `a` from its lease (no-op if not attached).
+  void detach(lease_attachment& a) noexcept;
+
+  // The lease clock: the injected clock minus absorbed stalls.
+  mono_clock::time_point now() const;
+  std::size_t size() const noexcept { return leases_.size(); }
+  const lease_config& config() const noexcept { return config_; }
+
+ private:
+  struct lease {
+    lease_id id;
+    std::uint32_t ttl_ms;
+    std::uint32_t bucket;
+    mono_clock::time_point deadline;  // lease time
+    lease* prev = nullptr;            // wheel bucket list
+    lease* next = nullptr;
+    lease_attachment* attached = nullptr;
+  };
+
+  std::uint64_t tick_of(mono_clock::time_point t) const;  // first tick at or after t
+  void link(lease& l);
+  void unlink(lease& l) noexcept;
+  void erase(lease& l, const remove_fn& fn);
+  std::optional<lease_info> info(const lease& l) const;
+
+  lease_config config_;
+  clock_source clock_;
+  mono_clock::time_point epoch_;         // tick 0, lease time
+  mono_clock::duration stalled_{0};      // total stall absorbed
+  mono_clock::time_point last_sweep_;    // real clock
+  std::uint64_t swept_tick_ = 0;         // every tick before this was swept
+  std::vector<lease*> wheel_;
+  std::unordered_map<lease_id, lease> leases_;
+  lease_id next_id_ = 1;
+};
+
+}  // namespace switchyard::broker

@@ -1,0 +1,136 @@
+#include "broker/routing_table.hpp"
+
+#include "protocol/errc.hpp"
+
+namespace switchyard::broker {
+
+using protocol::errc;
+using std::chrono::milliseconds;
+
+std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_view key, std::string_view value,
+                                                                 lease_id lease, milliseconds ttl) {
+  const bool own = lease == 0;
+  if (!own && !leases_.alive(lease)) return std::unexpected(make_error_code(errc::not_found));
+  auto [it, fresh] = registry_.try_emplace(std::string(key));
+  registry_entry& e = it->second;
+  if (fresh) {
+    e.key = &it->first;
+    e.kind = static_cast<std::uint8_t>(attachment_kind::registry_entry);
+  } else if (e.own_lease && e.lease != 0 && (own || e.lease != lease)) {
+    // The entry had a private TTL lease; it is replaced, so it goes too.
+    const lease_id old = e.lease;
+    leases_.detach(e);
+    leases_.revoke(old, nullptr);
+  } else {
+    leases_.detach(e);
+  }
+  if (own) lease = leases_.grant(ttl).id;
+  leases_.attach(lease, e);
+  e.own_lease = own;
+  e.value.assign(value);
+  e.version = ++revision_;
+  return e.version;
+}
+
+std::optional<registry_view> routing_table::get(std::string_view key) const {
+  auto it = registry_.find(key);
+  if (it == registry_.end() || it->second.lease == 0) return std::nullopt;
+  const auto ttl = leases_.time_to_live(it->second.lease);
+  if (!ttl) return std::nullopt;  // expired, the sweeper has not run yet
+  const registry_entry& e = it->second;
+  return registry_view{it->first, e.value, e.version, e.own_lease ? 0 : e.lease, ttl->remaining};
+}
+
+void routing_table::drop_entry(std::map<std::string, registry_entry, std::less<>>::iterator it) {
+  registry_entry& e = it->second;
+  const lease_id own = e.own_lease ? e.lease : 0;
+  leases_.detach(e);
+  registry_.erase(it);
+  if (own != 0) leases_.revoke(own, nullptr);
+}
+
+bool routing_table::erase(std::string_view key) {
+  auto it = registry_.find(key);
+  if (it == registry_.end()) return false;
+  const bool was_live = live(it->second);
+  drop_entry(it);
+  return was_live;
+}
+
+std::vector<registry_view> routing_table::list(std::string_view prefix, std::size_t limit, bool& more) const {
+  std::vector<registry_view> out;
+  more = false;
+  for (auto it = registry_.lower_bound(prefix); it != registry_.end(); ++it) {
+    if (std::string_view(it->first).substr(0, prefix.size()) != prefix) break;
+    if (it->second.lease == 0) continue;
+    const auto ttl = leases_.time_to_live(it->second.lease);
+    if (!ttl) continue;
+    if (out.size() == limit) {
+      more = true;
+      break;
+    }
+    const registry_entry& e = it->second;
+    out.push_back({it->first, e.value, e.version, e.own_lease ? 0 : e.lease, ttl->remaining});
+  }
+  return out;
+}
+
+std::error_code routing_table::open_inbox(std::string_view id, lease_id lease, session* owner) {
+  if (!leases_.alive(lease)) return errc::not_found;
+  auto it = inboxes_.find(std::string(id));
+  if (it != inboxes_.end()) {
+    inbox& box = it->second;
+    // One live owner: a connected holder with a live lease keeps it.
+    if (box.owner && box.owner != owner && live(box)) return errc::inbox_taken;
+    leases_.detach(box);
+  } else {
+    it = inboxes_.try_emplace(std::string(id)).first;
+    it->second.id = it->first;
+    it->second.kind = static_cast<std::uint8_t>(attachment_kind::inbox);
+  }
+  it->second.owner = owner;
+  leases_.attach(lease, it->second);
+  return {};
+}
+
+bool routing_table::close_inbox(std::string_view id, session* owner) {
+  auto it = inboxes_.find(std::string(id));
+  if (it == inboxes_.end() || it->second.owner != owner) return false;
+  leases_.detach(it->second);
+  inboxes_.erase(it);
+  return true;
+}
+
+session* routing_table::inbox_owner(std::string_view id) const {
+  auto it = inboxes_.find(std::string(id));
+  if (it == inboxes_.end() || !live(it->second)) return nullptr;
+  return it->second.owner;
+}
+
+void routing_table::disconnect(session* owner, const std::vector<std::string>& inbox_ids) {
+  for (const auto& id : inbox_ids) {
+    auto it = inboxes_.find(id);
+    if (it != inboxes_.end() && it->second.owner == owner) it->second.owner = nullptr;
+  }
+}
+
+void routing_table::remove_lease(lease_id, lease_attachment* first) {
+  for (lease_attachment* a = first; a;) {
+    lease_attachment* next = a->next;
+    if (a->kind == static_cast<std::uint8_t>(attachment_kind::registry_entry)) {
+      auto* e = static_cast<registry_entry*>(a);
+      // The lease is going away: its own-lease flag must not revoke it again.
+      e->own_lease = false;
+      leases_.detach(*e);
+      registry_.erase(registry_.find(*e->key));
+    } else if (a->kind == static_cast<std::uint8_t>(attachment_kind::inbox)) {
+      auto* box = static_cast<inbox*>(a);
+      leases_.detach(*box);
+      const std::string id = box->id;  // the key must outlive the erase
+      inboxes_.erase(id);
+    }
+    a = next;
+  }
+}
+
+}  // namespace switchyard::broker

@@ -1,0 +1,94 @@
+#pragma once
+// The routing registry (route key -> value, each bound to a lease) and the
+// gateway inboxes, on top of the lease table.
+//
+// Soft state: nothing here is persisted; gateways re-register after a
+// restart. Every entry and inbox is a lease_attachment, so when a lease
+// expires or is revoked, everything bound to it goes in the same step
+// (remove_lease). Single-threaded (the broker loop).
+
+#include "broker/lease_table.hpp"
+
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+namespace switchyard::broker {
+
+class session;
+
+enum class attachment_kind : std::uint8_t { registry_entry = 1, inbox = 2 };
+
+struct registry_entry : lease_attachment {
+  const std::string* key = nullptr;  // the map node's key
+  std::string value;
+  std::uint64_t version = 0;
+  bool own_lease = false;  // put with a TTL: the lease is private to this entry
+};
+
+struct inbox : lease_attachment {
+  std::string id;
+  session* owner = nullptr;  // null while its gateway is disconnected
+};
+
+struct registry_view {
+  std::string_view key;
+  std::string_view value;
+  std::uint64_t version = 0;
+  lease_id lease = 0;  // 0 when the entry has a TTL of its own
+  std::chrono::milliseconds remaining{0};
+};
+
+class routing_table {
+ public:
+  explicit routing_table(lease_table& leases) : leases_(leases) {}
+  routing_table(const routing_table&) = delete;
+  routing_table& operator=(const routing_table&) = delete;
+
+  // key -> value under `lease` (non-zero) or a private TTL lease. Errors:
+  // protocol not_found (the lease is unknown or expired). Returns the new version.
+  std::expected<std::uint64_t, std::error_code> put(std::string_view key, std::string_view value, lease_id lease,
+                                                    std::chrono::milliseconds ttl);
+  // Never an expired entry, even before the sweeper ran. The view is valid
+  // until the next change.
+  std::optional<registry_view> get(std::string_view key) const;
+  bool erase(std::string_view key);
+  // Entries with the prefix in key order (live ones only), at most `limit`;
+  // `more` says whether the limit cut the list.
+  std::vector<registry_view> list(std::string_view prefix, std::size_t limit, bool& more) const;
+
+  // Opens `id` for `owner` under `lease`. Errors: not_found (lease),
+  // inbox_taken (open on another live connection).
+  std::error_code open_inbox(std::string_view id, lease_id lease, session* owner);
+  // Closes `id` if `owner` holds it; false otherwise.
+  bool close_inbox(std::string_view id, session* owner);
+  // The session holding inbox `id`, or null (unknown, expired or disconnected).
+  session* inbox_owner(std::string_view id) const;
+  // Forget `owner` (its connection closed): its inboxes stay bound to their
+  // leases, so a gateway reconnecting within the TTL can reopen them.
+  void disconnect(session* owner, const std::vector<std::string>& inbox_ids);
+
+  // Removes everything attached to a lease (the lease table's remove
+  // callback for revoke and expiry).
+  void remove_lease(lease_id id, lease_attachment* first);
+
+  std::size_t entries() const noexcept { return registry_.size(); }
+  std::size_t inboxes() const noexcept { return inboxes_.size(); }
+
+ private:
+  bool live(const lease_attachment& a) const { return a.lease != 0 && leases_.alive(a.lease); }
+  void drop_entry(std::map<std::string, registry_entry, std::less<>>::iterator it);
+
+  lease_table& leases_;
+  std::map<std::string, registry_entry, std::less<>> registry_;
+  std::unordered_map<std::string, inbox> inboxes_;
+  std::uint64_t revision_ = 0;
+};
+
+}  // namespace switchyard::broker

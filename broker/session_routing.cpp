@@ -1,0 +1,198 @@
+// session: the lease, registry, inbox and send handlers (capability
+// "routing"). Split from session.cpp to keep each file about one thing.
+
+#include "broker/server_core.hpp"
+#include "broker/session.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace switchyard::broker {
+
+namespace wire = protocol::wire;
+using protocol::errc;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr std::size_t max_key_length = 1024;
+constexpr std::size_t max_value_length = 64 * 1024;
+constexpr std::uint32_t default_list_limit = 1000;
+constexpr std::uint32_t max_list_limit = 10'000;
+
+std::uint32_t list_limit(std::uint32_t asked) {
+  return asked == 0 ? default_list_limit : std::min(asked, max_list_limit);
+}
+
+std::uint32_t ms32(milliseconds d) {
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(d.count(), 0, UINT32_MAX));
+}
+
+protocol::lease_info_fields fields(const lease_info& l) {
+  return {l.id, ms32(l.ttl), ms32(l.remaining)};
+}
+
+protocol::registry_entry_fields fields(const registry_view& v) {
+  return {v.key, v.value, v.version, v.lease, ms32(v.remaining)};
+}
+
+std::string_view view(const flatbuffers::String* s) { return s ? s->string_view() : std::string_view{}; }
+
+}  // namespace
+
+void session::handle_routing(const wire::Frame& frame) {
+  const std::uint64_t rid = frame.request_id();
+  auto& leases = core_.leases;
+  auto& routing = core_.routing;
+  auto& b = core_.builder;
+  const auto lease_gone = [&] { send_error(rid, errc::not_found, "lease not found (expired or revoked)"); };
+  const auto on_remove = [&](lease_id id, lease_attachment* first) { routing.remove_lease(id, first); };
+
+  switch (frame.message_type()) {
+    case wire::Message::LeaseGrant: {
+      const auto l = leases.grant(milliseconds(frame.message_as_LeaseGrant()->ttl_ms()));
+      core_.log->debug("conn={} lease={} granted ttl={}ms", id_, l.id, l.ttl.count());
+      send(b.lease_info(rid, fields(l)));
+      return;
+    }
+    case wire::Message::LeaseKeepAlive: {
+      if (auto l = leases.keepalive(frame.message_as_LeaseKeepAlive()->lease_id())) send(b.lease_info(rid, fields(*l)));
+      else lease_gone();
+      return;
+    }
+    case wire::Message::LeaseRevoke: {
+      const lease_id id = frame.message_as_LeaseRevoke()->lease_id();
+      if (!leases.revoke(id, on_remove)) return lease_gone();
+      core_.log->debug("conn={} lease={} revoked", id_, id);
+      if (rid != 0) send(b.ok(rid));
+      return;
+    }
+    case wire::Message::LeaseTimeToLive: {
+      if (auto l = leases.time_to_live(frame.message_as_LeaseTimeToLive()->lease_id())) send(b.lease_info(rid, fields(*l)));
+      else lease_gone();
+      return;
+    }
+    case wire::Message::LeaseList: {
+      const auto list = leases.list(list_limit(frame.message_as_LeaseList()->limit()));
+      std::vector<protocol::lease_info_fields> out;
+      out.reserve(list.size());
+      for (const auto& l : list) out.push_back(fields(l));
+      send(b.lease_list_result(rid, out));
+      return;
+    }
+    case wire::Message::RegistryPut: {
+      const auto& m = *frame.message_as_RegistryPut();
+      const std::string_view key = m.key()->string_view();
+      const std::string_view value = view(m.value());
+      if (key.empty() || key.size() > max_key_length || value.size() > max_value_length)
+        return send_error(rid, errc::bad_request, "registry keys are 1..1024 bytes, values at most 64 KiB");
+      if (m.lease_id() == 0 && m.ttl_ms() == 0)
+        return send_error(rid, errc::bad_request, "a registry entry needs a lease_id or a ttl_ms");
+      auto version = routing.put(key, value, m.lease_id(), milliseconds(m.ttl_ms()));
+      if (!version) return lease_gone();
+      send(b.registry_entry(rid, fields(*routing.get(key))));
+      return;
+    }
+    case wire::Message::RegistryGet: {
+      if (auto e = routing.get(frame.message_as_RegistryGet()->key()->string_view())) send(b.registry_entry(rid, fields(*e)));
+      else send_error(rid, errc::not_found, "no such key (or it expired)");
+      return;
+    }
+    case wire::Message::RegistryDelete: {
+      if (!routing.erase(frame.message_as_RegistryDelete()->key()->string_view()))
+        return send_error(rid, errc::not_found, "no such key (or it expired)");
+      if (rid != 0) send(b.ok(rid));
+      return;
+    }
+    case wire::Message::RegistryList: {
+      const auto& m = *frame.message_as_RegistryList();
+      bool more = false;
+      auto list = routing.list(view(m.prefix()), list_limit(m.limit()), more);
+      // Keep the answer well inside one frame: cut the list and say so.
+      std::vector<protocol::registry_entry_fields> out;
+      std::size_t bytes = 1024;
+      for (const auto& e : list) {
+        bytes += e.key.size() + e.value.size() + 64;
+        if (bytes > core_.config.max_frame / 2) {
+          more = true;
+          break;
+        }
+        out.push_back(fields(e));
+      }
+      send(b.registry_list_result(rid, out, more));
+      return;
+    }
+    case wire::Message::InboxOpen: {
+      const auto& m = *frame.message_as_InboxOpen();
+      const std::string_view inbox_id = m.inbox_id()->string_view();
+      if (inbox_id.empty() || inbox_id.size() > max_key_length)
+        return send_error(rid, errc::bad_request, "inbox ids are 1..1024 bytes");
+      if (const auto ec = routing.open_inbox(inbox_id, m.lease_id(), this)) {
+        return send_error(rid, static_cast<errc>(ec.value()),
+                          ec == errc::inbox_taken ? "inbox is open on another live connection"
+                                                  : "lease not found (expired or revoked)");
+      }
+      if (std::find(inbox_ids_.begin(), inbox_ids_.end(), inbox_id) == inbox_ids_.end())
+        inbox_ids_.emplace_back(inbox_id);
+      core_.log->info("conn={} inbox={} opened lease={}", id_, inbox_id, m.lease_id());
+      if (rid != 0) send(b.ok(rid));
+      return;
+    }
+    case wire::Message::InboxClose: {
+      const std::string_view inbox_id = frame.message_as_InboxClose()->inbox_id()->string_view();
+      if (!routing.close_inbox(inbox_id, this))
+        return send_error(rid, errc::not_found, "inbox not open on this connection");
+      std::erase(inbox_ids_, inbox_id);
+      if (rid != 0) send(b.ok(rid));
+      return;
+    }
+    case wire::Message::Send:
+      handle_send(rid, *frame.message_as_Send());
+      return;
+    default:
+      return;
+  }
+}
+
+void session::handle_send(std::uint64_t rid, const wire::Send& m) {
+  const auto& keys = *m.route_keys();
+  const auto* p = m.payload();
+  const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
+
+  // Resolve every key, then group by gateway: each inbox gets one delivery
+  // listing its keys, encoded once.
+  struct target {
+    std::string_view inbox;
+    session* owner;
+    std::vector<std::string_view> keys;
+  };
+  std::vector<target> targets;
+  std::unordered_map<session*, std::size_t> index;
+  std::vector<std::string_view> gateways(keys.size());
+  std::uint32_t routed = 0;
+  for (flatbuffers::uoffset_t i = 0; i < keys.size(); ++i) {
+    const std::string_view key = keys.Get(i)->string_view();
+    const auto entry = core_.routing.get(key);
+    if (!entry) continue;
+    session* owner = core_.routing.inbox_owner(entry->value);
+    if (!owner) continue;
+    auto [it, fresh] = index.try_emplace(owner, targets.size());
+    if (fresh) targets.push_back({entry->value, owner, {}});
+    targets[it->second].keys.push_back(key);
+    gateways[i] = entry->value;
+    ++routed;
+  }
+  for (const auto& t : targets) t.owner->deliver(core_.store(core_.builder.inbox_delivery(t.inbox, t.keys, payload)));
+  core_.counters.sends_routed += routed;
+  core_.counters.sends_unrouted += keys.size() - routed;
+
+  if (keys.size() == 1 && routed == 0) {
+    const std::string message = "no route for " + keys.Get(0)->str();
+    return send_error(rid, errc::no_route, message);
+  }
+  if (rid != 0) send(core_.builder.send_result(rid, gateways, routed));
+}
+
+}  // namespace switchyard::broker
