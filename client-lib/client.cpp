@@ -86,11 +86,18 @@ struct sub_entry {
 };
 using sub_list = std::vector<std::shared_ptr<const sub_entry>>;
 
+struct inbox_entry {
+  std::string id;
+  inbox_handler handler;
+};
+using inbox_list = std::vector<std::shared_ptr<const inbox_entry>>;
+
 }  // namespace
 
 struct client::impl : std::enable_shared_from_this<client::impl> {
   using clock = std::chrono::steady_clock;
-  using completion = std::function<void(std::error_code)>;
+  // A request's answer: an error, or the answer frame (valid during the call).
+  using completion = std::function<void(std::error_code, const wire::Frame*)>;
 
   impl(client_options o, event_loop::impl& l)
       : opts(std::move(o)), loop(l), io(l.io), socket(io), heartbeat_timer(io),
@@ -114,6 +121,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::chrono::milliseconds heartbeat{protocol::default_heartbeat_interval};
   std::vector<std::string> caps;
   bool publish_ack = false;
+  bool routing = false;  // "routing" capability granted
 
   std::atomic<bool> open{false};
   bool connect_timed_out = false;  // loop thread
@@ -134,6 +142,20 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::unordered_map<std::uint64_t, completion> requests;
   std::shared_ptr<const sub_list> subs = std::make_shared<const sub_list>();
   std::map<std::string, int, std::less<>> pattern_refs;
+  std::shared_ptr<const inbox_list> inboxes = std::make_shared<const inbox_list>();
+  std::vector<std::string_view> key_scratch;  // loop thread: route keys of one delivery
+
+  void dispatch_inbox(const wire::InboxDelivery& d, const inbox_list& handlers) {
+    const std::string_view id = d.inbox_id() ? d.inbox_id()->string_view() : std::string_view{};
+    key_scratch.clear();
+    if (d.route_keys())
+      for (const auto* k : *d.route_keys()) key_scratch.push_back(k->string_view());
+    const auto* p = d.payload();
+    const inbox_message m{id, key_scratch,
+                          p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{}};
+    for (const auto& h : handlers)
+      if (h->id == id) h->handler(m);
+  }
   subscription_id next_sub = 1;
 
   // ---------------------------------------------------------------- write
@@ -201,7 +223,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       std::unique_lock lock(mu);
       if (dead) {
         lock.unlock();
-        if (done) done(errc::not_connected);
+        if (done) done(errc::not_connected, nullptr);
         return;
       }
       requests.emplace(id, std::move(done));
@@ -209,7 +231,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (auto ec = enqueue(encode(id))) complete(id, ec);
   }
 
-  void complete(std::uint64_t id, std::error_code ec) {
+  void complete(std::uint64_t id, std::error_code ec, const wire::Frame* answer = nullptr) {
     completion done;
     {
       std::lock_guard lock(mu);
@@ -218,22 +240,32 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       done = std::move(it->second);
       requests.erase(it);
     }
-    if (done) done(ec);
+    if (done) done(ec, answer);
   }
 
-  // Blocking wrapper for request(); not on the loop thread.
-  template <class Encode>
-  std::error_code request_sync(Encode encode) {
-    if (loop.on_loop_thread()) return errc::would_deadlock;
-    auto promise = std::make_shared<std::promise<std::error_code>>();
+  // Blocking request (not on the loop thread): waits up to request_timeout
+  // and turns the answer frame into T with `parse`.
+  template <class T, class Encode, class Parse>
+  std::expected<T, std::error_code> call(Encode encode, Parse parse) {
+    if (loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
+    auto promise = std::make_shared<std::promise<std::expected<T, std::error_code>>>();
     auto result = promise->get_future();
     std::uint64_t id = 0;
     request([&](std::uint64_t rid) { id = rid; return encode(rid); },
-            [promise](std::error_code ec) { promise->set_value(ec); });
-    if (result.wait_for(opts.request_timeout) != std::future_status::ready) {
-      complete(id, errc::timeout);
-    }
+            [promise, parse](std::error_code ec, const wire::Frame* answer) {
+              if (ec) promise->set_value(std::unexpected(ec));
+              else if (!answer) promise->set_value(std::unexpected(make_error_code(errc::protocol_violation)));
+              else promise->set_value(parse(*answer));
+            });
+    if (result.wait_for(opts.request_timeout) != std::future_status::ready) complete(id, errc::timeout);
     return result.get();
+  }
+
+  // A blocking request whose success answer carries nothing (Ok, Pong).
+  template <class Encode>
+  std::error_code request_sync(Encode encode) {
+    auto r = call<bool>(encode, [](const wire::Frame&) -> std::expected<bool, std::error_code> { return true; });
+    return r ? std::error_code{} : r.error();
   }
 
   // ------------------------------------------------------------ lifecycle
@@ -255,7 +287,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     heartbeat_timer.cancel();
     const std::error_code reason = server_goodbye ? server_goodbye : ec;
     for (auto& [id, done] : pending)
-      if (done) done(make_error_code(errc::not_connected));
+      if (done) done(make_error_code(errc::not_connected), nullptr);
     if (!was_open || closed_by_user) return;
     log(log_level::info, "switchyard: connection {} closed on {}: {}", session_id, what, reason.message());
     if (opts.on_disconnect) opts.on_disconnect(reason);
@@ -321,7 +353,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   }
 
   // Handles one frame after the welcome. Returns false to stop reading.
-  bool dispatch(const wire::Frame& f, const sub_list& subscriptions) {
+  bool dispatch(const wire::Frame& f, const sub_list& subscriptions, const inbox_list& inboxes) {
     switch (f.message_type()) {
       case wire::Message::Deliver: {
         const auto& d = *f.message_as_Deliver();
@@ -334,7 +366,15 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       }
       case wire::Message::Ok:
       case wire::Message::Pong:
-        if (f.request_id() != 0) complete(f.request_id(), {});
+      case wire::Message::LeaseInfo:
+      case wire::Message::LeaseListResult:
+      case wire::Message::RegistryEntry:
+      case wire::Message::RegistryListResult:
+      case wire::Message::SendResult:
+        if (f.request_id() != 0) complete(f.request_id(), {}, &f);
+        return true;
+      case wire::Message::InboxDelivery:
+        dispatch_inbox(*f.message_as_InboxDelivery(), inboxes);
         return true;
       case wire::Message::Ping:
         enqueue(local_builder().pong(f.request_id()));
@@ -369,12 +409,14 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
     asio::co_spawn(io, heartbeat_loop(self), asio::detached);
     std::shared_ptr<const sub_list> subscriptions;
+    std::shared_ptr<const inbox_list> inbox_handlers;
     while (open) {
-      // One snapshot of the subscriptions per read batch: a lock per
-      // syscall, not per message.
+      // One snapshot of the handlers per read batch: a lock per syscall,
+      // not per message.
       {
         std::lock_guard lock(mu);
         subscriptions = subs;
+        inbox_handlers = inboxes;
       }
       auto r = parser.next({rdata() + rbegin, rend - rbegin});
       if (!r) {
@@ -397,7 +439,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       // Dispatch every complete frame already buffered.
       do {
         const std::size_t size = (*r)->size;
-        if (!dispatch(*(*r)->frame, *subscriptions) || !open) co_return;
+        if (!dispatch(*(*r)->frame, *subscriptions, *inbox_handlers) || !open) co_return;
         rbegin += size;
         r = parser.next({rdata() + rbegin, rend - rbegin});
         if (!r) {
@@ -435,8 +477,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     socket.set_option(asio::ip::tcp::no_delay(true), ec);
     make_room(64 * 1024);
 
-    static constexpr std::array<std::string_view, 2> wanted{protocol::capability::dropped_notice,
-                                                            protocol::capability::publish_ack};
+    static constexpr std::array<std::string_view, 3> wanted{
+        protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing};
     protocol::hello_fields h;
     h.protocol_major = protocol::protocol_major;
     h.protocol_minor = protocol::protocol_minor;
@@ -461,6 +503,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (w.capabilities())
       for (const auto* c : *w.capabilities()) caps.push_back(c->str());
     publish_ack = std::find(caps.begin(), caps.end(), protocol::capability::publish_ack) != caps.end();
+    routing = std::find(caps.begin(), caps.end(), protocol::capability::routing) != caps.end();
     rbegin += r->size;
     // Frames from the server may be as large as our own limit allows.
     parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));
@@ -573,7 +616,7 @@ void client::async_subscribe(std::string_view pattern, message_handler handler,
         *rid = r;
         return local_builder().subscribe(r, pat);
       },
-      [weak, id, timer, done = std::move(done)](std::error_code ec) {
+      [weak, id, timer, done = std::move(done)](std::error_code ec, const wire::Frame*) {
         timer->cancel();
         if (!ec) {
           done(id);
@@ -625,7 +668,10 @@ std::error_code client::flush() {
 }
 
 void client::async_flush(std::function<void(std::error_code)> done) {
-  impl_->request([](std::uint64_t id) { return local_builder().ping(id); }, std::move(done));
+  impl_->request([](std::uint64_t id) { return local_builder().ping(id); },
+                 [done = std::move(done)](std::error_code ec, const wire::Frame*) {
+                   if (done) done(ec);
+                 });
 }
 
 void client::close() {
@@ -646,6 +692,193 @@ std::uint64_t client::session_id() const noexcept { return impl_->session_id; }
 std::uint32_t client::server_max_frame() const noexcept { return impl_->max_frame; }
 std::vector<std::string> client::capabilities() const { return impl_->caps; }
 std::uint64_t client::dropped_total() const noexcept { return impl_->dropped; }
+
+// ------------------------------------------------------- routing (leases ...)
+
+namespace {
+
+using std::chrono::milliseconds;
+
+template <class T>
+using result = std::expected<T, std::error_code>;
+
+std::uint32_t ms32(milliseconds d) {
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(d.count(), 0, UINT32_MAX));
+}
+
+std::error_code mismatch() { return make_error_code(errc::protocol_violation); }
+
+result<lease_info> parse_lease(const wire::Frame& f) {
+  const auto* l = f.message_as_LeaseInfo();
+  if (!l) return std::unexpected(mismatch());
+  return lease_info{l->lease_id(), milliseconds(l->ttl_ms()), milliseconds(l->remaining_ms())};
+}
+
+registry_entry to_entry(const wire::RegistryEntry& e) {
+  return {e.key() ? e.key()->str() : std::string{}, e.value() ? e.value()->str() : std::string{}, e.version(),
+          e.lease_id(), milliseconds(e.remaining_ms())};
+}
+
+result<registry_entry> parse_entry(const wire::Frame& f) {
+  const auto* e = f.message_as_RegistryEntry();
+  if (!e) return std::unexpected(mismatch());
+  return to_entry(*e);
+}
+
+}  // namespace
+
+// Every routing call needs the capability; without it the server would
+// answer unsupported_message.
+#define SWITCHYARD_NEED_ROUTING()                                                  \
+  if (!impl_->routing) return std::unexpected(make_error_code(errc::not_supported))
+
+result<lease_info> client::lease_grant(milliseconds ttl) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
+                                 parse_lease);
+}
+
+result<lease_info> client::lease_keepalive(lease_id id) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
+                                 parse_lease);
+}
+
+result<lease_info> client::lease_time_to_live(lease_id id) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_time_to_live(r, id); },
+                                 parse_lease);
+}
+
+std::error_code client::lease_revoke(lease_id id) {
+  if (!impl_->routing) return errc::not_supported;
+  return impl_->request_sync([&](std::uint64_t r) { return local_builder().lease_revoke(r, id); });
+}
+
+result<std::vector<lease_info>> client::lease_list(std::size_t limit) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<std::vector<lease_info>>(
+      [&](std::uint64_t r) { return local_builder().lease_list(r, static_cast<std::uint32_t>(limit)); },
+      [](const wire::Frame& f) -> result<std::vector<lease_info>> {
+        const auto* m = f.message_as_LeaseListResult();
+        if (!m) return std::unexpected(mismatch());
+        std::vector<lease_info> out;
+        if (m->leases())
+          for (const auto* l : *m->leases())
+            out.push_back({l->lease_id(), milliseconds(l->ttl_ms()), milliseconds(l->remaining_ms())});
+        return out;
+      });
+}
+
+result<std::uint64_t> client::registry_put(std::string_view key, std::string_view value, lease_id lease) {
+  SWITCHYARD_NEED_ROUTING();
+  if (lease == 0) return std::unexpected(make_error_code(errc::not_found));
+  auto e = impl_->call<registry_entry>(
+      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); }, parse_entry);
+  if (!e) return std::unexpected(e.error());
+  return e->version;
+}
+
+result<std::uint64_t> client::registry_put_ttl(std::string_view key, std::string_view value, milliseconds ttl) {
+  SWITCHYARD_NEED_ROUTING();
+  auto e = impl_->call<registry_entry>(
+      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, 0, std::max<std::uint32_t>(1, ms32(ttl))); },
+      parse_entry);
+  if (!e) return std::unexpected(e.error());
+  return e->version;
+}
+
+result<registry_entry> client::registry_get(std::string_view key) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<registry_entry>([&](std::uint64_t r) { return local_builder().registry_get(r, key); },
+                                     parse_entry);
+}
+
+std::error_code client::registry_delete(std::string_view key) {
+  if (!impl_->routing) return errc::not_supported;
+  return impl_->request_sync([&](std::uint64_t r) { return local_builder().registry_delete(r, key); });
+}
+
+result<std::vector<registry_entry>> client::registry_list(std::string_view prefix, std::size_t limit, bool* more) {
+  SWITCHYARD_NEED_ROUTING();
+  auto cut = std::make_shared<bool>(false);
+  auto r = impl_->call<std::vector<registry_entry>>(
+      [&](std::uint64_t id) { return local_builder().registry_list(id, prefix, static_cast<std::uint32_t>(limit)); },
+      [cut](const wire::Frame& f) -> result<std::vector<registry_entry>> {
+        const auto* m = f.message_as_RegistryListResult();
+        if (!m) return std::unexpected(mismatch());
+        std::vector<registry_entry> out;
+        if (m->entries())
+          for (const auto* e : *m->entries()) out.push_back(to_entry(*e));
+        *cut = m->more();
+        return out;
+      });
+  if (more) *more = *cut;
+  return r;
+}
+
+std::error_code client::open_inbox(std::string_view id, lease_id lease, inbox_handler handler) {
+  auto& p = *impl_;
+  if (!p.routing) return errc::not_supported;
+  // Install the handler first: a delivery may follow the Ok immediately.
+  auto entry = std::make_shared<const inbox_entry>(inbox_entry{std::string(id), std::move(handler)});
+  {
+    std::lock_guard lock(p.mu);
+    auto next = std::make_shared<inbox_list>();
+    for (const auto& e : *p.inboxes)
+      if (e->id != id) next->push_back(e);
+    next->push_back(entry);
+    p.inboxes = std::move(next);
+  }
+  const auto ec = p.request_sync([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); });
+  if (ec) {
+    std::lock_guard lock(p.mu);
+    auto next = std::make_shared<inbox_list>();
+    for (const auto& e : *p.inboxes)
+      if (e != entry) next->push_back(e);
+    p.inboxes = std::move(next);
+  }
+  return ec;
+}
+
+std::error_code client::close_inbox(std::string_view id) {
+  auto& p = *impl_;
+  if (!p.routing) return errc::not_supported;
+  {
+    std::lock_guard lock(p.mu);
+    auto next = std::make_shared<inbox_list>();
+    for (const auto& e : *p.inboxes)
+      if (e->id != id) next->push_back(e);
+    p.inboxes = std::move(next);
+  }
+  return p.request_sync([&](std::uint64_t r) { return local_builder().inbox_close(r, id); });
+}
+
+result<std::string> client::send(std::string_view route_key, std::span<const std::byte> payload) {
+  const std::string_view keys[] = {route_key};
+  auto r = send_many(keys, payload);
+  if (!r) return std::unexpected(r.error());
+  if (r->routed == 0 || r->gateways.empty()) return std::unexpected(make_error_code(errc::no_route));
+  return std::move(r->gateways.front());
+}
+
+result<send_result> client::send_many(std::span<const std::string_view> route_keys, std::span<const std::byte> payload) {
+  SWITCHYARD_NEED_ROUTING();
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->call<send_result>(
+      [&](std::uint64_t r) { return local_builder().send(r, route_keys, data); },
+      [](const wire::Frame& f) -> result<send_result> {
+        const auto* m = f.message_as_SendResult();
+        if (!m) return std::unexpected(mismatch());
+        send_result out;
+        out.routed = m->routed();
+        if (m->gateways())
+          for (const auto* g : *m->gateways()) out.gateways.push_back(g->str());
+        return out;
+      });
+}
+
+#undef SWITCHYARD_NEED_ROUTING
 
 // --------------------------------------------------------------- publisher
 

@@ -62,6 +62,40 @@ struct message {
 using message_handler = std::function<void(const message&)>;
 using subscription_id = std::uint64_t;
 
+// A payload sent to users, delivered into a gateway's inbox. The views are
+// valid only during the handler call.
+struct inbox_message {
+  std::string_view inbox;                      // the inbox it was delivered to
+  std::span<const std::string_view> route_keys;  // the users (route keys) it is for
+  std::span<const std::byte> payload;
+
+  std::string_view payload_text() const noexcept {
+    return {reinterpret_cast<const char*>(payload.data()), payload.size()};
+  }
+};
+using inbox_handler = std::function<void(const inbox_message&)>;
+
+using lease_id = std::uint64_t;
+
+struct lease_info {
+  lease_id id = 0;
+  std::chrono::milliseconds ttl{0};        // as granted (the server clamps asks)
+  std::chrono::milliseconds remaining{0};  // until expiry
+};
+
+struct registry_entry {
+  std::string key;
+  std::string value;
+  std::uint64_t version = 0;  // server-wide revision of the last put
+  lease_id lease = 0;         // 0: the entry has a TTL of its own
+  std::chrono::milliseconds remaining{0};
+};
+
+struct send_result {
+  std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (no route)
+  std::size_t routed = 0;
+};
+
 struct client_options {
   std::string host = "127.0.0.1";
   std::uint16_t port = 7878;
@@ -133,6 +167,46 @@ class client {
   // client sent before was processed by the broker.
   std::error_code flush();
   void async_flush(std::function<void(std::error_code)> done);
+
+  // ---- Leases, the routing registry, inboxes, send-to-user ----
+  // All blocking (request_timeout); errors: not_found (unknown or expired
+  // lease / key), no_route, inbox_taken, not_connected, timeout,
+  // not_supported (the server did not grant "routing").
+
+  std::expected<lease_info, std::error_code> lease_grant(std::chrono::milliseconds ttl);
+  std::expected<lease_info, std::error_code> lease_keepalive(lease_id id);
+  std::expected<lease_info, std::error_code> lease_time_to_live(lease_id id);
+  std::error_code lease_revoke(lease_id id);
+  std::expected<std::vector<lease_info>, std::error_code> lease_list(std::size_t limit = 0);
+
+  // Binds key -> value to a lease; returns the entry's new version.
+  std::expected<std::uint64_t, std::error_code> registry_put(std::string_view key, std::string_view value,
+                                                             lease_id lease);
+  // Same with a TTL of the entry's own instead of a lease.
+  std::expected<std::uint64_t, std::error_code> registry_put_ttl(std::string_view key, std::string_view value,
+                                                                 std::chrono::milliseconds ttl);
+  std::expected<registry_entry, std::error_code> registry_get(std::string_view key);
+  std::error_code registry_delete(std::string_view key);
+  // Entries whose key starts with `prefix`, in key order (limit 0 = server
+  // default, 1000); `more`, if given, says whether the list was cut.
+  std::expected<std::vector<registry_entry>, std::error_code> registry_list(std::string_view prefix,
+                                                                            std::size_t limit = 0,
+                                                                            bool* more = nullptr);
+
+  // Opens inbox `id` on this connection under `lease`; `handler` runs on the
+  // loop thread for every delivery. Errors: inbox_taken, not_found (lease).
+  std::error_code open_inbox(std::string_view id, lease_id lease, inbox_handler handler);
+  std::error_code close_inbox(std::string_view id);
+
+  // Sends a payload to the user behind `route_key`: returns the gateway
+  // (inbox id) it was routed to, or errc::no_route.
+  std::expected<std::string, std::error_code> send(std::string_view route_key, std::span<const std::byte> payload);
+  std::expected<std::string, std::error_code> send(std::string_view route_key, std::string_view payload) {
+    return send(route_key, std::as_bytes(std::span(payload.data(), payload.size())));
+  }
+  // One payload to many users (a room): one delivery per gateway.
+  std::expected<send_result, std::error_code> send_many(std::span<const std::string_view> route_keys,
+                                                        std::span<const std::byte> payload);
 
   // Closes the connection; pending requests fail with not_connected.
   // Blocks until the loop has let go of the connection (not on the loop

@@ -32,6 +32,7 @@ enum class errc {
   trimmed = 17,
   storage_full = 18,
   internal = 19,
+  inbox_taken = 20,
 
   // Detected by the library.
   not_connected = 100,      // the connection is closed (or was never open)
