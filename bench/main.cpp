@@ -5,11 +5,14 @@
 //   switchyard-bench fanout  --subs S --count N --size P [--json]
 //   switchyard-bench latency --rate R --seconds D --size P [--json]
 //   switchyard-bench durable --count N --size P --window W [--json]
+//   switchyard-bench route   --users U --gateways G --count N --size P --window W [--json]
+//   switchyard-bench leases  --leases L --window W [--json]
 //
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
 // fresh one per run). Progress goes to stderr; the summary to stdout, or to
 // stderr with --json, where stdout's last line is the JSON result.
 
+#include "bench/bench_common.hpp"
 #include "bench/server_process.hpp"
 #include "switchyard/client.hpp"
 
@@ -33,89 +36,13 @@
 namespace {
 
 using namespace std::chrono_literals;
+using namespace switchyard::bench;
 using switchyard::client;
 using switchyard::client_options;
 using switchyard::event_loop;
 
 constexpr std::uint64_t sentinel_seq = std::numeric_limits<std::uint64_t>::max();
 constexpr std::string_view channel = "bench.fanout";
-
-std::uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-void sleep_until_ns(std::uint64_t t) {
-  timespec ts{static_cast<time_t>(t / 1'000'000'000ull), static_cast<long>(t % 1'000'000'000ull)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-}
-
-std::uint64_t get_u64(const std::byte* p) {
-  std::uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-void put_u64(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
-
-struct settings {
-  std::string workload;
-  std::string address;  // host:port; empty = start a server
-  std::string server_binary;
-  int subs = 1;
-  long count = 1'000'000;
-  int size = 128;
-  double rate = 20'000;
-  double seconds = 5;
-  int window = 256;
-  int sub_threads = 0;  // 0 = one per subscriber, like the peers' subscriber threads
-  double idle = 2.0;
-  double timeout = 170;
-  bool json = false;
-};
-
-// Minimal JSON object writer: keys are ours, strings are escaped.
-class json_line {
- public:
-  json_line& str(std::string_view k, std::string_view v) {
-    key(k);
-    out_ += '"';
-    for (char c : v) {
-      if (c == '"' || c == '\\') out_ += '\\', out_ += c;
-      else if (static_cast<unsigned char>(c) < 0x20) out_ += fmt::format("\\u{:04x}", c);
-      else out_ += c;
-    }
-    out_ += '"';
-    return *this;
-  }
-  json_line& num(std::string_view k, double v) {
-    key(k);
-    if (!std::isfinite(v)) out_ += "null";
-    else if (std::fabs(v) >= 1000) out_ += fmt::format("{:.0f}", v);
-    else out_ += fmt::format("{:.4g}", v);
-    return *this;
-  }
-  json_line& integer(std::string_view k, long long v) {
-    key(k);
-    out_ += std::to_string(v);
-    return *this;
-  }
-  json_line& raw(std::string_view k, std::string_view v) {
-    key(k);
-    out_ += v;
-    return *this;
-  }
-  std::string done() const { return out_ + "}"; }
-
- private:
-  void key(std::string_view k) {
-    out_ += out_.size() > 1 ? ",\"" : "\"";
-    out_ += k;
-    out_ += "\":";
-  }
-  std::string out_ = "{";
-};
 
 enum class end_reason { none, count, sentinel, idle, error, deadline };
 const char* end_name(end_reason e) {
@@ -165,38 +92,11 @@ struct subscriber {
   }
 };
 
-struct target {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;
-};
-
 double pct_us(const std::vector<std::int64_t>& sorted, double p) {
   if (sorted.empty()) return NAN;
   auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
   rank = std::clamp<std::size_t>(rank, 1, sorted.size());
   return static_cast<double>(sorted[rank - 1]) / 1000.0;
-}
-
-void emit(const settings& s, const std::string& summary, const json_line& j) {
-  std::fputs(summary.c_str(), s.json ? stderr : stdout);
-  if (s.json) std::printf("%s\n", j.done().c_str());
-  std::fflush(stdout);
-}
-
-int fail_line(const settings& s, std::string_view error, int code = 1) {
-  json_line j;
-  j.str("broker", "switchyard").str("workload", s.workload).str("error", error);
-  emit(s, fmt::format("switchyard-bench {}: {}\n", s.workload, error), j);
-  return code;
-}
-
-client_options options_for(const target& t, std::string name) {
-  client_options o;
-  o.host = t.host;
-  o.port = t.port;
-  o.client_name = std::move(name);
-  o.max_pending_bytes = 4u << 20;
-  return o;
 }
 
 // fanout / latency: S subscribers (one for latency), one publisher.
@@ -427,8 +327,20 @@ int main(int argc, char** argv) {
   durable->add_option("--size", s.size, "payload bytes")->capture_default_str();
   durable->add_option("--window", s.window, "unacknowledged appends at most")->capture_default_str();
 
+  auto* route = app.add_subcommand("route", "send-to-user: U users across G gateways, one service sending to random users");
+  route->add_option("--users", s.users, "registered users")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
+  route->add_option("--gateways", s.gateways, "gateways (inboxes)")->check(CLI::Range(1, 10'000))->capture_default_str();
+  route->add_option("--count", s.count, "sends")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
+  route->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
+  route->add_option("--window", s.window, "sends in flight at most (0 = fire and forget, no answers)")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+
+  auto* leases = app.add_subcommand("leases", "grant and keep alive L leases (each with one route); memory and sweep cost");
+  leases->add_option("--leases", s.leases, "leases")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
+  leases->add_option("--window", s.window, "requests in flight at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+
   // Flags may come before or after the workload name.
-  for (auto* sub : {fanout, latency, durable}) sub->fallthrough();
+  for (auto* sub : {fanout, latency, durable, route, leases}) sub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   s.workload = app.get_subcommands().front()->get_name();
 
@@ -453,12 +365,18 @@ int main(int argc, char** argv) {
     t.port = static_cast<std::uint16_t>(std::stoul(s.address.substr(colon + 1)));
   } else {
     const std::string binary = s.server_binary.empty() ? switchyard::bench::default_server_binary() : s.server_binary;
-    auto started = switchyard::bench::server_process::start(binary, {}, 10s);
+    // Short minimum TTL so the leases workload can watch expiry in seconds.
+    const std::vector<std::string> args =
+        s.workload == "leases" ? std::vector<std::string>{"--lease-min-ttl-ms", "100"} : std::vector<std::string>{};
+    auto started = switchyard::bench::server_process::start(binary, args, 10s);
     if (!started) return fail_line(s, started.error());
     server.emplace(std::move(*started));
     t.port = server->port();
   }
-  const int rc = run_pubsub(s, t, s.workload == "latency");
+  int rc = 0;
+  if (s.workload == "route") rc = run_route(s, t);
+  else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
+  else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;
 }

@@ -23,6 +23,7 @@ class server_process {
   ~server_process();  // stop()
 
   std::uint16_t port() const noexcept { return port_; }
+  int pid() const noexcept { return pid_; }
   // SIGTERM, wait up to 5 s, then SIGKILL; removes the temp folder.
   void stop();
   // Sends `sig` and waits up to `timeout` for the exit. Returns the exit

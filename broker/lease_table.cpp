@@ -141,8 +141,11 @@ void lease_table::erase(lease& l, const remove_fn& fn) {
 bool lease_table::revoke(lease_id id, const remove_fn& on_remove) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return false;
+  // An expired lease the sweeper has not reached yet is removed as well,
+  // but reported as unknown, like keepalive and time_to_live report it.
+  const bool was_alive = info(it->second).has_value();
   erase(it->second, on_remove);
-  return true;
+  return was_alive;
 }
 
 lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {

@@ -83,7 +83,8 @@ class lease_table {
   std::vector<lease_info> list(std::size_t limit) const;
 
   // Removes a lease now; `on_remove` gets it with its attachments first.
-  // Returns false when the lease was unknown.
+  // Returns false when the lease was unknown or already expired (an expired
+  // one not yet swept is removed all the same).
   using remove_fn = std::function<void(lease_id, lease_attachment* first)>;
   bool revoke(lease_id id, const remove_fn& on_remove);
 

@@ -2,6 +2,8 @@
 
 #include "protocol/errc.hpp"
 
+#include <algorithm>
+
 namespace switchyard::broker {
 
 using protocol::errc;
@@ -41,7 +43,7 @@ std::optional<registry_view> routing_table::get(std::string_view key) const {
   return registry_view{it->first, e.value, e.version, e.own_lease ? 0 : e.lease, ttl->remaining};
 }
 
-void routing_table::drop_entry(std::map<std::string, registry_entry, std::less<>>::iterator it) {
+void routing_table::drop_entry(registry_map::iterator it) {
   registry_entry& e = it->second;
   const lease_id own = e.own_lease ? e.lease : 0;
   leases_.detach(e);
@@ -59,25 +61,27 @@ bool routing_table::erase(std::string_view key) {
 
 std::vector<registry_view> routing_table::list(std::string_view prefix, std::size_t limit, bool& more) const {
   std::vector<registry_view> out;
-  more = false;
-  for (auto it = registry_.lower_bound(prefix); it != registry_.end(); ++it) {
-    if (std::string_view(it->first).substr(0, prefix.size()) != prefix) break;
-    if (it->second.lease == 0) continue;
-    const auto ttl = leases_.time_to_live(it->second.lease);
+  for (const auto& [key, e] : registry_) {
+    if (std::string_view(key).substr(0, prefix.size()) != prefix || e.lease == 0) continue;
+    const auto ttl = leases_.time_to_live(e.lease);
     if (!ttl) continue;
-    if (out.size() == limit) {
-      more = true;
-      break;
-    }
-    const registry_entry& e = it->second;
-    out.push_back({it->first, e.value, e.version, e.own_lease ? 0 : e.lease, ttl->remaining});
+    out.push_back({key, e.value, e.version, e.own_lease ? 0 : e.lease, ttl->remaining});
+  }
+  // Key order, and only the first `limit` of it.
+  more = out.size() > limit;
+  if (more) {
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(limit), out.end(),
+                      [](const registry_view& a, const registry_view& b) { return a.key < b.key; });
+    out.resize(limit);
+  } else {
+    std::sort(out.begin(), out.end(), [](const registry_view& a, const registry_view& b) { return a.key < b.key; });
   }
   return out;
 }
 
 std::error_code routing_table::open_inbox(std::string_view id, lease_id lease, session* owner) {
   if (!leases_.alive(lease)) return errc::not_found;
-  auto it = inboxes_.find(std::string(id));
+  auto it = inboxes_.find(id);
   if (it != inboxes_.end()) {
     inbox& box = it->second;
     // One live owner: a connected holder with a live lease keeps it.
@@ -94,7 +98,7 @@ std::error_code routing_table::open_inbox(std::string_view id, lease_id lease, s
 }
 
 bool routing_table::close_inbox(std::string_view id, session* owner) {
-  auto it = inboxes_.find(std::string(id));
+  auto it = inboxes_.find(id);
   if (it == inboxes_.end() || it->second.owner != owner) return false;
   leases_.detach(it->second);
   inboxes_.erase(it);
@@ -102,7 +106,7 @@ bool routing_table::close_inbox(std::string_view id, session* owner) {
 }
 
 session* routing_table::inbox_owner(std::string_view id) const {
-  auto it = inboxes_.find(std::string(id));
+  auto it = inboxes_.find(id);
   if (it == inboxes_.end() || !live(it->second)) return nullptr;
   return it->second.owner;
 }

@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <expected>
-#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,7 +59,7 @@ class routing_table {
   std::optional<registry_view> get(std::string_view key) const;
   bool erase(std::string_view key);
   // Entries with the prefix in key order (live ones only), at most `limit`;
-  // `more` says whether the limit cut the list.
+  // `more` says whether the limit cut the list. O(entries): an admin call.
   std::vector<registry_view> list(std::string_view prefix, std::size_t limit, bool& more) const;
 
   // Opens `id` for `owner` under `lease`. Errors: not_found (lease),
@@ -83,11 +82,18 @@ class routing_table {
 
  private:
   bool live(const lease_attachment& a) const { return a.lease != 0 && leases_.alive(a.lease); }
-  void drop_entry(std::map<std::string, registry_entry, std::less<>>::iterator it);
+  struct string_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
+  };
+  // A hash map: get() runs on every send. list() is an admin operation and
+  // scans (O(entries)), sorting only what it returns.
+  using registry_map = std::unordered_map<std::string, registry_entry, string_hash, std::equal_to<>>;
+  void drop_entry(registry_map::iterator it);
 
   lease_table& leases_;
-  std::map<std::string, registry_entry, std::less<>> registry_;
-  std::unordered_map<std::string, inbox> inboxes_;
+  registry_map registry_;
+  std::unordered_map<std::string, inbox, string_hash, std::equal_to<>> inboxes_;
   std::uint64_t revision_ = 0;
 };
 

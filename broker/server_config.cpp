@@ -26,6 +26,7 @@ void validate(const server_config& cfg) {
     bad("sweep-ms must be between 1 and lease-min-ttl-ms");
   if (cfg.lease_max_ttl / cfg.sweep_period > 50'000'000) bad("lease-max-ttl-ms / sweep-ms is too large");
   if (cfg.max_expiries_per_sweep < 1) bad("max-expiries-per-sweep must be at least 1");
+  if (cfg.stall_threshold.count() < 0) bad("stall-threshold-ms must not be negative");
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {

@@ -75,7 +75,9 @@ void session::handle_routing(const wire::Frame& frame) {
       return;
     }
     case wire::Message::LeaseList: {
-      const auto list = leases.list(list_limit(frame.message_as_LeaseList()->limit()));
+      // About 40 bytes per lease on the wire: stay well inside one frame.
+      const std::uint32_t fits = std::max<std::uint32_t>(1, core_.config.max_frame / 2 / 40);
+      const auto list = leases.list(std::min(list_limit(frame.message_as_LeaseList()->limit()), fits));
       std::vector<protocol::lease_info_fields> out;
       out.reserve(list.size());
       for (const auto& l : list) out.push_back(fields(l));
@@ -161,7 +163,26 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
   const auto* p = m.payload();
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
 
-  // Resolve every key, then group by gateway: each inbox gets one delivery
+  // One key (send to a user): no grouping, nothing allocated.
+  if (keys.size() == 1) {
+    const std::string_view key = keys.Get(0)->string_view();
+    const auto entry = core_.routing.get(key);
+    session* owner = entry ? core_.routing.inbox_owner(entry->value) : nullptr;
+    if (!owner) {
+      ++core_.counters.sends_unrouted;
+      return send_error(rid, errc::no_route, "no route for " + std::string(key));
+    }
+    ++core_.counters.sends_routed;
+    const std::string_view one[] = {key};
+    owner->deliver(core_.store(core_.builder.inbox_delivery(entry->value, one, payload)));
+    if (rid != 0) {
+      const std::string_view gateway[] = {entry->value};
+      send(core_.builder.send_result(rid, gateway, 1));
+    }
+    return;
+  }
+
+  // Resolve every key, then group by inbox: each inbox gets one delivery
   // listing its keys, encoded once.
   struct target {
     std::string_view inbox;
@@ -169,7 +190,7 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
     std::vector<std::string_view> keys;
   };
   std::vector<target> targets;
-  std::unordered_map<session*, std::size_t> index;
+  std::unordered_map<std::string_view, std::size_t> index;
   std::vector<std::string_view> gateways(keys.size());
   std::uint32_t routed = 0;
   for (flatbuffers::uoffset_t i = 0; i < keys.size(); ++i) {
@@ -178,7 +199,7 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
     if (!entry) continue;
     session* owner = core_.routing.inbox_owner(entry->value);
     if (!owner) continue;
-    auto [it, fresh] = index.try_emplace(owner, targets.size());
+    auto [it, fresh] = index.try_emplace(entry->value, targets.size());
     if (fresh) targets.push_back({entry->value, owner, {}});
     targets[it->second].keys.push_back(key);
     gateways[i] = entry->value;
@@ -188,10 +209,6 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
   core_.counters.sends_routed += routed;
   core_.counters.sends_unrouted += keys.size() - routed;
 
-  if (keys.size() == 1 && routed == 0) {
-    const std::string message = "no route for " + keys.Get(0)->str();
-    return send_error(rid, errc::no_route, message);
-  }
   if (rid != 0) send(core_.builder.send_result(rid, gateways, routed));
 }
 

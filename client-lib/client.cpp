@@ -261,6 +261,17 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     return result.get();
   }
 
+  // Non-blocking request: `done` gets the parsed answer on the loop thread.
+  template <class T, class Encode, class Parse>
+  void call_async(Encode encode, Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
+    request(encode, [parse, done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
+      if (!done) return;
+      if (ec) done(std::unexpected(ec));
+      else if (!answer) done(std::unexpected(make_error_code(errc::protocol_violation)));
+      else done(parse(*answer));
+    });
+  }
+
   // A blocking request whose success answer carries nothing (Ok, Pong).
   template <class Encode>
   std::error_code request_sync(Encode encode) {
@@ -862,6 +873,13 @@ result<std::string> client::send(std::string_view route_key, std::span<const std
   return std::move(r->gateways.front());
 }
 
+std::error_code client::send_nowait(std::string_view route_key, std::span<const std::byte> payload) {
+  if (!impl_->routing) return errc::not_supported;
+  const std::string_view keys[] = {route_key};
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->enqueue(local_builder().send(0, keys, data));
+}
+
 result<send_result> client::send_many(std::span<const std::string_view> route_keys, std::span<const std::byte> payload) {
   SWITCHYARD_NEED_ROUTING();
   const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
@@ -879,6 +897,48 @@ result<send_result> client::send_many(std::span<const std::string_view> route_ke
 }
 
 #undef SWITCHYARD_NEED_ROUTING
+
+void client::async_lease_grant(milliseconds ttl, std::function<void(result<lease_info>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  impl_->call_async<lease_info>([ttl](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
+                                parse_lease, std::move(done));
+}
+
+void client::async_lease_keepalive(lease_id id, std::function<void(result<lease_info>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  impl_->call_async<lease_info>([id](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
+                                parse_lease, std::move(done));
+}
+
+void client::async_registry_put(std::string_view key, std::string_view value, lease_id lease,
+                                std::function<void(result<std::uint64_t>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  impl_->call_async<std::uint64_t>(
+      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); },
+      [](const wire::Frame& f) -> result<std::uint64_t> {
+        const auto* e = f.message_as_RegistryEntry();
+        if (!e) return std::unexpected(mismatch());
+        return e->version();
+      },
+      std::move(done));
+}
+
+void client::async_send(std::string_view route_key, std::span<const std::byte> payload,
+                        std::function<void(result<std::string_view>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  const std::string_view keys[] = {route_key};
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  impl_->call_async<std::string_view>(
+      [&](std::uint64_t r) { return local_builder().send(r, keys, data); },
+      [](const wire::Frame& f) -> result<std::string_view> {
+        const auto* m = f.message_as_SendResult();
+        if (!m) return std::unexpected(mismatch());
+        if (m->routed() == 0 || !m->gateways() || m->gateways()->size() == 0)
+          return std::unexpected(make_error_code(errc::no_route));
+        return m->gateways()->Get(0)->string_view();
+      },
+      std::move(done));
+}
 
 // --------------------------------------------------------------- publisher
 

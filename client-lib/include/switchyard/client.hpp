@@ -204,9 +204,24 @@ class client {
   std::expected<std::string, std::error_code> send(std::string_view route_key, std::string_view payload) {
     return send(route_key, std::as_bytes(std::span(payload.data(), payload.size())));
   }
+  // Fire and forget, like publish: no answer, so no round trip per send. A
+  // send without a route is dropped; the server reports it as a non-fatal
+  // error with request id 0, which the library logs. Errors:
+  // not_supported, not_connected, payload_too_large, timeout (buffer full).
+  std::error_code send_nowait(std::string_view route_key, std::span<const std::byte> payload);
   // One payload to many users (a room): one delivery per gateway.
   std::expected<send_result, std::error_code> send_many(std::span<const std::string_view> route_keys,
                                                         std::span<const std::byte> payload);
+
+  // Non-blocking forms for pipelining (many requests in flight): `done`
+  // runs on the loop thread; views in it are valid during the call only.
+  void async_lease_grant(std::chrono::milliseconds ttl,
+                         std::function<void(std::expected<lease_info, std::error_code>)> done);
+  void async_lease_keepalive(lease_id id, std::function<void(std::expected<lease_info, std::error_code>)> done);
+  void async_registry_put(std::string_view key, std::string_view value, lease_id lease,
+                          std::function<void(std::expected<std::uint64_t, std::error_code>)> done);
+  void async_send(std::string_view route_key, std::span<const std::byte> payload,
+                  std::function<void(std::expected<std::string_view, std::error_code>)> done);
 
   // Closes the connection; pending requests fail with not_connected.
   // Blocks until the loop has let go of the connection (not on the loop

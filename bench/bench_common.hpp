@@ -1,0 +1,133 @@
+#pragma once
+// Shared pieces of switchyard-bench's workloads: settings, time, JSON output.
+
+#include "switchyard/client.hpp"
+
+#include <fmt/format.h>
+
+#include <time.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace switchyard::bench {
+
+inline std::uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+inline void sleep_until_ns(std::uint64_t t) {
+  timespec ts{static_cast<time_t>(t / 1'000'000'000ull), static_cast<long>(t % 1'000'000'000ull)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+inline std::uint64_t get_u64(const std::byte* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline void put_u64(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
+
+struct settings {
+  std::string workload;
+  std::string address;  // host:port; empty = start a server
+  std::string server_binary;
+  int subs = 1;
+  long count = 1'000'000;
+  int size = 128;
+  double rate = 20'000;
+  double seconds = 5;
+  int window = 256;
+  int sub_threads = 0;  // 0 = one per subscriber, like the peers' subscriber threads
+  double idle = 2.0;
+  double timeout = 170;
+  bool json = false;
+  // route / leases
+  long users = 100'000;
+  int gateways = 200;
+  long leases = 100'000;
+};
+
+// Minimal JSON object writer: keys are ours, strings are escaped.
+class json_line {
+ public:
+  json_line& str(std::string_view k, std::string_view v) {
+    key(k);
+    out_ += '"';
+    for (char c : v) {
+      if (c == '"' || c == '\\') out_ += '\\', out_ += c;
+      else if (static_cast<unsigned char>(c) < 0x20) out_ += fmt::format("\\u{:04x}", c);
+      else out_ += c;
+    }
+    out_ += '"';
+    return *this;
+  }
+  json_line& num(std::string_view k, double v) {
+    key(k);
+    if (!std::isfinite(v)) out_ += "null";
+    else if (std::fabs(v) >= 1000) out_ += fmt::format("{:.0f}", v);
+    else out_ += fmt::format("{:.4g}", v);
+    return *this;
+  }
+  json_line& integer(std::string_view k, long long v) {
+    key(k);
+    out_ += std::to_string(v);
+    return *this;
+  }
+  json_line& raw(std::string_view k, std::string_view v) {
+    key(k);
+    out_ += v;
+    return *this;
+  }
+  std::string done() const { return out_ + "}"; }
+
+ private:
+  void key(std::string_view k) {
+    out_ += out_.size() > 1 ? ",\"" : "\"";
+    out_ += k;
+    out_ += "\":";
+  }
+  std::string out_ = "{";
+};
+
+struct target {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+};
+
+inline void emit(const settings& s, const std::string& summary, const json_line& j) {
+  std::fputs(summary.c_str(), s.json ? stderr : stdout);
+  if (s.json) std::printf("%s\n", j.done().c_str());
+  std::fflush(stdout);
+}
+
+inline int fail_line(const settings& s, std::string_view error, int code = 1) {
+  json_line j;
+  j.str("broker", "switchyard").str("workload", s.workload).str("error", error);
+  emit(s, fmt::format("switchyard-bench {}: {}\n", s.workload, error), j);
+  return code;
+}
+
+inline client_options options_for(const target& t, std::string name) {
+  client_options o;
+  o.host = t.host;
+  o.port = t.port;
+  o.client_name = std::move(name);
+  o.max_pending_bytes = 4u << 20;
+  return o;
+}
+
+
+// Workloads beside fanout/latency (their own files).
+int run_route(const settings& s, const target& t);
+int run_leases(const settings& s, const target& t, int server_pid);
+
+}  // namespace switchyard::bench

@@ -1,0 +1,132 @@
+// switchyard-bench route: send-to-user throughput. U users registered across
+// G gateways (each a connection with a lease and an inbox); one service
+// sends to random users with at most W sends in flight. Reports sends/s
+// (answered) and routed deliveries/s (received by the gateways).
+
+#include "bench/bench_common.hpp"
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <semaphore>
+#include <thread>
+#include <vector>
+
+namespace switchyard::bench {
+
+using namespace std::chrono_literals;
+
+int run_route(const settings& s, const target& t) {
+  const int ngw = s.gateways;
+  const long nusers = s.users;
+  // Gateways share two I/O threads: the broker and the service need the rest.
+  std::vector<std::shared_ptr<event_loop>> loops{std::make_shared<event_loop>(), std::make_shared<event_loop>()};
+  std::vector<std::unique_ptr<client>> gateways;
+  std::vector<lease_id> leases;
+  std::atomic<std::uint64_t> delivered{0};
+  std::atomic<std::uint64_t> last_delivery_ns{0};
+  for (int g = 0; g < ngw; ++g) {
+    auto c = client::connect(options_for(t, fmt::format("bench-gw-{}", g)), loops[static_cast<std::size_t>(g) % 2]);
+    if (!c) return fail_line(s, "gateway connect: " + c.error().message());
+    auto lease = (*c)->lease_grant(std::chrono::minutes(10));
+    if (!lease) return fail_line(s, "lease grant: " + lease.error().message());
+    auto ec = (*c)->open_inbox(fmt::format("gw-{}", g), lease->id, [&](const inbox_message& m) {
+      delivered.fetch_add(m.route_keys.size(), std::memory_order_relaxed);
+      last_delivery_ns.store(now_ns(), std::memory_order_relaxed);
+    });
+    if (ec) return fail_line(s, "open inbox: " + ec.message());
+    leases.push_back(lease->id);
+    gateways.push_back(std::move(*c));
+  }
+
+  // Register the users, pipelined over the gateways' connections.
+  {
+    std::counting_semaphore<> window(4096);
+    std::atomic<long> failed{0};
+    for (long u = 0; u < nusers; ++u) {
+      const auto g = static_cast<std::size_t>(u % ngw);
+      window.acquire();
+      gateways[g]->async_registry_put(fmt::format("user:{}", u), fmt::format("gw-{}", g), leases[g],
+                                      [&](std::expected<std::uint64_t, std::error_code> r) {
+                                        if (!r) ++failed;
+                                        window.release();
+                                      });
+      if (u % 20000 == 0) std::fprintf(stderr, "\rroute: registering users %ld/%ld   ", u, nusers);
+    }
+    for (int i = 0; i < 4096; ++i) window.acquire();
+    if (failed) return fail_line(s, fmt::format("{} registrations failed", failed.load()));
+  }
+
+  auto service = client::connect(options_for(t, "bench-service"));
+  if (!service) return fail_line(s, "service connect: " + service.error().message());
+  std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<long> pick(0, nusers - 1);
+  std::counting_semaphore<> window(std::max(1, s.window));
+  std::atomic<std::uint64_t> routed{0}, unrouted{0}, errors{0}, answered{0};
+  const auto count = static_cast<std::uint64_t>(s.count);
+  const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(s.timeout * 1e9);
+  const std::uint64_t t0 = now_ns();
+  std::uint64_t next_progress = t0 + 1'000'000'000ull;
+  std::string key;
+  std::uint64_t sent = 0;
+  const bool nowait = s.window == 0;  // fire and forget: sends/s = as fast as the client queues
+  for (; sent < count && now_ns() < deadline; ++sent) {
+    if (nowait) {
+      key = fmt::format("user:{}", pick(rng));
+      put_u64(payload.data(), sent);
+      if (auto ec = (*service)->send_nowait(key, payload)) {
+        ++errors;
+        break;
+      }
+      ++routed;
+      ++answered;
+      continue;
+    }
+    window.acquire();
+    key = fmt::format("user:{}", pick(rng));
+    put_u64(payload.data(), sent);
+    (*service)->async_send(key, payload, [&](std::expected<std::string_view, std::error_code> r) {
+      if (r) ++routed;
+      else if (r.error() == errc::no_route) ++unrouted;
+      else ++errors;
+      ++answered;
+      window.release();
+    });
+    if ((sent & 0x3fff) == 0 && now_ns() >= next_progress) {
+      std::fprintf(stderr, "\rroute: sent %llu/%llu, delivered %llu   ", static_cast<unsigned long long>(sent),
+                   static_cast<unsigned long long>(count), static_cast<unsigned long long>(delivered.load()));
+      next_progress = now_ns() + 1'000'000'000ull;
+    }
+  }
+  for (int i = 0; i < s.window; ++i) window.acquire();
+  if (nowait && (*service)->flush()) ++errors;  // the broker has every send
+  const std::uint64_t t_answered = now_ns();
+  // Deliveries trail the answers slightly: wait (bounded) for the last ones.
+  for (int i = 0; i < 2000 && delivered.load() < routed.load(); ++i) std::this_thread::sleep_for(1ms);
+  std::fputs("\r\033[K", stderr);
+
+  const double send_secs = static_cast<double>(t_answered - t0) / 1e9;
+  const std::uint64_t last = std::max(last_delivery_ns.load(), t0 + 1);
+  const double deliver_secs = static_cast<double>(last - t0) / 1e9;
+  json_line j;
+  j.str("broker", "switchyard").str("workload", "route");
+  j.integer("users", nusers).integer("gateways", ngw).integer("n", static_cast<long long>(sent)).integer("size", s.size);
+  j.integer("window", s.window).str("mode", nowait ? "send_nowait (fire and forget)" : "send with answer");
+  j.num("send_rate", static_cast<double>(answered.load()) / send_secs);
+  j.num("delivered_rate", static_cast<double>(delivered.load()) / deliver_secs);
+  j.integer("routed", static_cast<long long>(routed.load())).integer("no_route", static_cast<long long>(unrouted.load()));
+  j.integer("delivered", static_cast<long long>(delivered.load())).integer("errors", static_cast<long long>(errors.load()));
+  const std::string summary = fmt::format(
+      "route: {} users on {} gateways, {} sends of {} B, window {} (0 = fire and forget)\n"
+      "  sends:     {:.0f}/s answered ({} routed, {} no route, {} errors)\n"
+      "  delivered: {:.0f}/s into inboxes ({} of {})\n",
+      nusers, ngw, sent, s.size, s.window, static_cast<double>(answered.load()) / send_secs, routed.load(),
+      unrouted.load(), errors.load(), static_cast<double>(delivered.load()) / deliver_secs, delivered.load(),
+      routed.load());
+  emit(s, summary, j);
+  for (auto& g : gateways) g->close();
+  return errors.load() == 0 && unrouted.load() == 0 ? 0 : 1;
+}
+
+}  // namespace switchyard::bench
