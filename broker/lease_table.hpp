@@ -82,6 +82,10 @@ class lease_table {
   // Up to `limit` live leases, in no particular order.
   std::vector<lease_info> list(std::size_t limit) const;
 
+  // Callbacks (`remove_fn`) may detach attachments but must not call
+  // grant, keepalive, revoke or sweep on this table: the sweep is walking
+  // the wheel while they run.
+
   // Removes a lease now; `on_remove` gets it with its attachments first.
   // Returns false when the lease was unknown or already expired (an expired
   // one not yet swept is removed all the same).

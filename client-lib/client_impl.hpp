@@ -1,0 +1,529 @@
+#pragma once
+// Internal: the client's connection state (client::impl) and the event
+// loop's thread, shared by client.cpp (connection, pub/sub) and
+// client_routing.cpp (leases, registry, inboxes, send). Not installed.
+
+#include "switchyard/client.hpp"
+
+#include "client_log.hpp"
+#include "common/asio.hpp"
+#include "protocol/channel_name.hpp"
+#include "protocol/frame_builder.hpp"
+#include "protocol/frame_parser.hpp"
+#include "protocol/limits.hpp"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+namespace switchyard {
+
+namespace wire = protocol::wire;
+using client_lib::log;
+using asio::redirect_error;
+using asio::use_awaitable;
+
+// ------------------------------------------------------------- event_loop
+
+struct event_loop::impl {
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::thread thread;
+
+  impl() : thread([this] { io.run(); }) {}
+  // Never runs on `thread` itself (see ~event_loop).
+  ~impl() {
+    work.reset();
+    io.stop();
+    if (thread.joinable()) thread.join();
+  }
+  bool on_loop_thread() const noexcept { return thread.get_id() == std::this_thread::get_id(); }
+};
+
+// ------------------------------------------------------------------ client
+
+namespace detail {
+
+// Encoders for user threads and loop threads alike; frames are copied out
+// before the next encode on the same thread.
+inline protocol::frame_builder& local_builder() {
+  thread_local protocol::frame_builder builder;
+  return builder;
+}
+
+inline std::string random_client_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<std::uint64_t> dist;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "c-%016llx", static_cast<unsigned long long>(dist(rd)));
+  return buf;
+}
+
+inline std::error_code server_error(const wire::Error& e) {
+  const auto code = static_cast<int>(e.code());
+  if (code <= 0 || code >= 100) return make_error_code(errc::protocol_violation);
+  return {code, client_category()};
+}
+
+struct sub_entry {
+  subscription_id id;
+  std::string pattern;
+  message_handler handler;
+};
+using sub_list = std::vector<std::shared_ptr<const sub_entry>>;
+
+struct inbox_entry {
+  std::string id;
+  inbox_handler handler;
+};
+using inbox_list = std::vector<std::shared_ptr<const inbox_entry>>;
+
+}  // namespace detail
+
+using detail::local_builder;
+using detail::sub_entry;
+using detail::sub_list;
+using detail::inbox_entry;
+using detail::inbox_list;
+
+struct client::impl : std::enable_shared_from_this<client::impl> {
+  using clock = std::chrono::steady_clock;
+  // A request's answer: an error, or the answer frame (valid during the call).
+  using completion = std::function<void(std::error_code, const wire::Frame*)>;
+
+  impl(client_options o, event_loop::impl& l)
+      : opts(std::move(o)), loop(l), io(l.io), socket(io), heartbeat_timer(io),
+        parser(protocol::default_max_frame) {
+    if (opts.client_id.empty()) opts.client_id = detail::random_client_id();
+  }
+
+  client_options opts;
+  // Borrowed: the client object owns the event_loop reference, so the loop
+  // is never destroyed from its own thread when the last coroutine lets go
+  // of this impl.
+  event_loop::impl& loop;
+  asio::io_context& io;
+  asio::ip::tcp::socket socket;
+  asio::steady_timer heartbeat_timer;
+  protocol::frame_parser parser;
+
+  // Welcome data: written once on the loop thread before connect() returns.
+  std::uint64_t session_id = 0;
+  std::uint32_t max_frame = protocol::default_max_frame;
+  std::chrono::milliseconds heartbeat{protocol::default_heartbeat_interval};
+  std::vector<std::string> caps;
+  bool publish_ack = false;
+  bool routing = false;  // "routing" capability granted
+
+  std::atomic<bool> open{false};
+  bool connect_timed_out = false;  // loop thread
+  std::atomic<std::uint64_t> dropped{0};
+  std::atomic<std::uint64_t> next_request{1};
+  clock::time_point last_rx = clock::now();
+  std::error_code server_goodbye;  // last fatal Error from the server (loop thread)
+  bool closed_by_user = false;     // loop thread
+
+  // Guarded by mu: the outbound buffer, the requests in flight and the
+  // subscriptions.
+  std::mutex mu;
+  std::condition_variable space_cv;
+  std::vector<std::uint8_t> out;      // frames waiting for the writer
+  std::vector<std::uint8_t> writing;  // frames being written (loop thread)
+  bool write_active = false;          // writer scheduled or running
+  bool dead = false;                  // no more writes accepted
+  std::unordered_map<std::uint64_t, completion> requests;
+  std::shared_ptr<const sub_list> subs = std::make_shared<const sub_list>();
+  std::map<std::string, int, std::less<>> pattern_refs;
+  std::shared_ptr<const inbox_list> inboxes = std::make_shared<const inbox_list>();
+  std::vector<std::string_view> key_scratch;  // loop thread: route keys of one delivery
+
+  void dispatch_inbox(const wire::InboxDelivery& d, const inbox_list& handlers) {
+    const std::string_view id = d.inbox_id() ? d.inbox_id()->string_view() : std::string_view{};
+    key_scratch.clear();
+    if (d.route_keys())
+      for (const auto* k : *d.route_keys()) key_scratch.push_back(k->string_view());
+    const auto* p = d.payload();
+    const inbox_message m{id, key_scratch,
+                          p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{}};
+    for (const auto& h : handlers)
+      if (h->id == id) h->handler(m);
+  }
+  subscription_id next_sub = 1;
+
+  // ---------------------------------------------------------------- write
+
+  // Appends one encoded frame (any thread). Waits for space unless on the
+  // loop thread.
+  std::error_code enqueue(protocol::bytes_view frame) {
+    if (frame.size() > max_frame + protocol::frame_header_size) return errc::payload_too_large;
+    std::unique_lock lock(mu);
+    if (dead) return errc::not_connected;
+    if (out.size() + frame.size() > opts.max_pending_bytes && !out.empty() &&
+        !loop.on_loop_thread()) {
+      const bool ok = space_cv.wait_for(lock, opts.request_timeout, [&] {
+        return dead || out.size() + frame.size() <= opts.max_pending_bytes || out.empty();
+      });
+      if (dead) return errc::not_connected;
+      if (!ok) return errc::timeout;
+    }
+    if (opts.write_immediately && !write_active && out.empty()) {
+      // Nothing queued ahead of us: try the socket directly from this thread.
+      const ssize_t n = ::send(socket.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n == static_cast<ssize_t>(frame.size())) return {};
+      // A partial write, EAGAIN or an error: the loop writer sends the rest
+      // (and reports the error through the normal read/write path).
+      if (n > 0) frame = frame.subspan(static_cast<std::size_t>(n));
+    }
+    out.insert(out.end(), frame.begin(), frame.end());
+    if (!write_active) {
+      write_active = true;
+      asio::post(io, [self = shared_from_this()] { self->start_write(); });
+    }
+    return {};
+  }
+
+  // Loop thread: writes whatever is queued, then again until empty.
+  void start_write() {
+    {
+      std::lock_guard lock(mu);
+      if (out.empty() || dead) {
+        write_active = false;
+        return;
+      }
+      writing.swap(out);
+    }
+    space_cv.notify_all();
+    asio::async_write(socket, asio::buffer(writing),
+                      [self = shared_from_this()](asio_error_code ec, std::size_t) {
+                        self->writing.clear();
+                        if (ec) {
+                          self->fail(ec, "write");
+                          return;
+                        }
+                        self->start_write();
+                      });
+  }
+
+  // ------------------------------------------------------------- requests
+
+  // Registers `done` under a fresh request id, encodes with `encode(id)` and
+  // sends. `done` runs on the loop thread (or here, at once, on a send error).
+  template <class Encode>
+  void request(Encode encode, completion done) {
+    const std::uint64_t id = next_request.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::unique_lock lock(mu);
+      if (dead) {
+        lock.unlock();
+        if (done) done(errc::not_connected, nullptr);
+        return;
+      }
+      requests.emplace(id, std::move(done));
+    }
+    if (auto ec = enqueue(encode(id))) complete(id, ec);
+  }
+
+  void complete(std::uint64_t id, std::error_code ec, const wire::Frame* answer = nullptr) {
+    completion done;
+    {
+      std::lock_guard lock(mu);
+      auto it = requests.find(id);
+      if (it == requests.end()) return;
+      done = std::move(it->second);
+      requests.erase(it);
+    }
+    if (done) done(ec, answer);
+  }
+
+  // Blocking request (not on the loop thread): waits up to request_timeout
+  // and turns the answer frame into T with `parse`.
+  template <class T, class Encode, class Parse>
+  std::expected<T, std::error_code> call(Encode encode, Parse parse) {
+    if (loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
+    auto promise = std::make_shared<std::promise<std::expected<T, std::error_code>>>();
+    auto result = promise->get_future();
+    std::uint64_t id = 0;
+    request([&](std::uint64_t rid) { id = rid; return encode(rid); },
+            [promise, parse](std::error_code ec, const wire::Frame* answer) {
+              if (ec) promise->set_value(std::unexpected(ec));
+              else if (!answer) promise->set_value(std::unexpected(make_error_code(errc::protocol_violation)));
+              else promise->set_value(parse(*answer));
+            });
+    if (result.wait_for(opts.request_timeout) != std::future_status::ready) complete(id, errc::timeout);
+    return result.get();
+  }
+
+  // Non-blocking request: `done` gets the parsed answer on the loop thread.
+  template <class T, class Encode, class Parse>
+  void call_async(Encode encode, Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
+    request(encode, [parse, done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
+      if (!done) return;
+      if (ec) done(std::unexpected(ec));
+      else if (!answer) done(std::unexpected(make_error_code(errc::protocol_violation)));
+      else done(parse(*answer));
+    });
+  }
+
+  // A blocking request whose success answer carries nothing (Ok, Pong).
+  template <class Encode>
+  std::error_code request_sync(Encode encode) {
+    auto r = call<bool>(encode, [](const wire::Frame&) -> std::expected<bool, std::error_code> { return true; });
+    return r ? std::error_code{} : r.error();
+  }
+
+  // ------------------------------------------------------------ lifecycle
+
+  // Loop thread. Ends the connection once; fails every pending request.
+  void fail(std::error_code ec, std::string_view what) {
+    std::unordered_map<std::uint64_t, completion> pending;
+    {
+      std::lock_guard lock(mu);
+      if (dead && !open) return;
+      dead = true;
+      pending.swap(requests);
+    }
+    space_cv.notify_all();
+    const bool was_open = open.exchange(false);
+    asio_error_code ignored;
+    socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+    heartbeat_timer.cancel();
+    const std::error_code reason = server_goodbye ? server_goodbye : ec;
+    for (auto& [id, done] : pending)
+      if (done) done(make_error_code(errc::not_connected), nullptr);
+    if (!was_open || closed_by_user) return;
+    log(log_level::info, "switchyard: connection {} closed on {}: {}", session_id, what, reason.message());
+    if (opts.on_disconnect) opts.on_disconnect(reason);
+  }
+
+  asio::awaitable<void> heartbeat_loop(std::shared_ptr<impl> /*keep_alive*/) {
+    const auto interval = opts.heartbeat_interval.count() > 0 ? opts.heartbeat_interval : heartbeat;
+    const auto deadline = interval * 2 + interval / 2;
+    while (open) {
+      heartbeat_timer.expires_after(interval);
+      asio_error_code ec;
+      co_await heartbeat_timer.async_wait(redirect_error(use_awaitable, ec));
+      if (ec || !open) co_return;
+      if (clock::now() - last_rx > deadline) {
+        fail(errc::heartbeat_timeout, "heartbeat");
+        co_return;
+      }
+      enqueue(local_builder().ping());
+    }
+  }
+
+  // --------------------------------------------------------------- reader
+
+  // 8-byte aligned read buffer so frames verify in place.
+  std::unique_ptr<std::uint64_t[]> rbuf;
+  std::size_t rcap = 0, rbegin = 0, rend = 0;
+  std::uint8_t* rdata() noexcept { return reinterpret_cast<std::uint8_t*>(rbuf.get()); }
+
+  void make_room(std::size_t needed) {
+    if (rbegin == rend) rbegin = rend = 0;
+    const std::size_t want = std::max<std::size_t>(needed, 4096);
+    if (rcap - rbegin >= want && rcap > rend) return;
+    if (rcap >= want && rbegin > 0) {
+      std::memmove(rdata(), rdata() + rbegin, rend - rbegin);
+      rend -= rbegin;
+      rbegin = 0;
+      if (rcap > rend) return;
+    }
+    const std::size_t cap = (std::max(want, rcap * 2) + 7) / 8 * 8;
+    auto fresh = std::make_unique<std::uint64_t[]>(cap / 8);
+    if (rbuf) std::memcpy(fresh.get(), rdata() + rbegin, rend - rbegin);
+    rend -= rbegin;
+    rbegin = 0;
+    rbuf = std::move(fresh);
+    rcap = cap;
+  }
+
+  // Reads until at least one complete frame is buffered; returns it, or an
+  // error (socket or protocol).
+  asio::awaitable<std::expected<protocol::frame_view, std::error_code>> read_frame() {
+    for (;;) {
+      auto r = parser.next({rdata() + rbegin, rend - rbegin});
+      if (!r) co_return std::unexpected(r.error());
+      if (*r) co_return **r;
+      make_room(parser.needed());
+      asio_error_code ec;
+      const std::size_t n = co_await socket.async_read_some(asio::buffer(rdata() + rend, rcap - rend),
+                                                            redirect_error(use_awaitable, ec));
+      if (ec) co_return std::unexpected(std::error_code(ec));
+      last_rx = clock::now();
+      rend += n;
+    }
+  }
+
+  // Handles one frame after the welcome. Returns false to stop reading.
+  bool dispatch(const wire::Frame& f, const sub_list& subscriptions, const inbox_list& inboxes) {
+    switch (f.message_type()) {
+      case wire::Message::Deliver: {
+        const auto& d = *f.message_as_Deliver();
+        const std::string_view channel = d.channel()->string_view();
+        const auto* p = d.payload();
+        const message m{channel, p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{}};
+        for (const auto& s : subscriptions)
+          if (protocol::pattern_matches(s->pattern, channel)) s->handler(m);
+        return true;
+      }
+      case wire::Message::Ok:
+      case wire::Message::Pong:
+      case wire::Message::LeaseInfo:
+      case wire::Message::LeaseListResult:
+      case wire::Message::RegistryEntry:
+      case wire::Message::RegistryListResult:
+      case wire::Message::SendResult:
+        if (f.request_id() != 0) complete(f.request_id(), {}, &f);
+        return true;
+      case wire::Message::InboxDelivery:
+        dispatch_inbox(*f.message_as_InboxDelivery(), inboxes);
+        return true;
+      case wire::Message::Ping:
+        enqueue(local_builder().pong(f.request_id()));
+        return true;
+      case wire::Message::Dropped: {
+        const std::uint64_t n = f.message_as_Dropped()->count();
+        dropped += n;
+        log(log_level::warn, "switchyard: connection {} was a slow consumer: {} messages dropped", session_id, n);
+        if (opts.on_dropped) opts.on_dropped(n);
+        return true;
+      }
+      case wire::Message::Error: {
+        const auto& e = *f.message_as_Error();
+        const auto ec = detail::server_error(e);
+        if (f.request_id() != 0) {
+          complete(f.request_id(), ec);
+          return true;
+        }
+        log(log_level::warn, "switchyard: server error on connection {}: {} ({})", session_id, ec.message(),
+            e.message() ? e.message()->string_view() : "");
+        if (e.fatal()) server_goodbye = ec;
+        return true;
+      }
+      default:
+        log(log_level::error, "switchyard: unexpected message {} from the server",
+            wire::EnumNameMessage(f.message_type()));
+        fail(errc::protocol_violation, "protocol");
+        return false;
+    }
+  }
+
+  asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
+    asio::co_spawn(io, heartbeat_loop(self), asio::detached);
+    std::shared_ptr<const sub_list> subscriptions;
+    std::shared_ptr<const inbox_list> inbox_handlers;
+    while (open) {
+      // One snapshot of the handlers per read batch: a lock per syscall,
+      // not per message.
+      {
+        std::lock_guard lock(mu);
+        subscriptions = subs;
+        inbox_handlers = inboxes;
+      }
+      auto r = parser.next({rdata() + rbegin, rend - rbegin});
+      if (!r) {
+        fail(r.error(), "protocol");
+        co_return;
+      }
+      if (!*r) {
+        make_room(parser.needed());
+        asio_error_code ec;
+        const std::size_t n = co_await socket.async_read_some(
+            asio::buffer(rdata() + rend, rcap - rend), redirect_error(use_awaitable, ec));
+        if (ec) {
+          fail(ec, "read");
+          co_return;
+        }
+        last_rx = clock::now();
+        rend += n;
+        continue;
+      }
+      // Dispatch every complete frame already buffered.
+      do {
+        const std::size_t size = (*r)->size;
+        if (!dispatch(*(*r)->frame, *subscriptions, *inbox_handlers) || !open) co_return;
+        rbegin += size;
+        r = parser.next({rdata() + rbegin, rend - rbegin});
+        if (!r) {
+          fail(r.error(), "protocol");
+          co_return;
+        }
+      } while (*r);
+    }
+  }
+
+  // Connect + hello + welcome within opts.connect_timeout. Calls `ready`
+  // once with the outcome (on the loop thread), then keeps reading.
+  asio::awaitable<void> run(std::shared_ptr<impl> self, std::function<void(std::error_code)> ready) {
+    asio::steady_timer guard(io, opts.connect_timeout);
+    guard.async_wait([self](asio_error_code ec) {
+      if (ec || self->open) return;
+      // Closing the socket makes the pending connect/read fail at once.
+      self->connect_timed_out = true;
+      asio_error_code ignored;
+      self->socket.close(ignored);
+    });
+    auto finish = [&](std::error_code ec) {
+      guard.cancel();
+      if (connect_timed_out) ec = errc::timeout;
+      if (ready) ready(ec);
+      ready = nullptr;
+    };
+    asio::ip::tcp::resolver resolver(io);
+    asio_error_code ec;
+    const auto endpoints = co_await resolver.async_resolve(opts.host, std::to_string(opts.port),
+                                                           redirect_error(use_awaitable, ec));
+    if (ec) co_return finish(ec);
+    co_await asio::async_connect(socket, endpoints, redirect_error(use_awaitable, ec));
+    if (ec) co_return finish(ec);
+    socket.set_option(asio::ip::tcp::no_delay(true), ec);
+    make_room(64 * 1024);
+
+    static constexpr std::array<std::string_view, 3> wanted{
+        protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing};
+    protocol::hello_fields h;
+    h.protocol_major = protocol::protocol_major;
+    h.protocol_minor = protocol::protocol_minor;
+    h.client_name = opts.client_name;
+    h.client_version = SWITCHYARD_VERSION;
+    h.client_id = opts.client_id;
+    h.credentials = opts.credentials;
+    h.capabilities = wanted;
+    const auto hello = local_builder().hello(0, h);
+    co_await asio::async_write(socket, asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
+    if (ec) co_return finish(ec);
+
+    auto r = co_await read_frame();
+    if (!r) co_return finish(r.error());
+    const wire::Frame& f = *r->frame;
+    if (f.message_type() == wire::Message::Error) co_return finish(detail::server_error(*f.message_as_Error()));
+    if (f.message_type() != wire::Message::Welcome) co_return finish(errc::protocol_violation);
+    const auto& w = *f.message_as_Welcome();
+    session_id = w.session_id();
+    if (w.max_frame() >= protocol::min_max_frame) max_frame = w.max_frame();
+    if (w.heartbeat_ms() > 0) heartbeat = std::chrono::milliseconds(w.heartbeat_ms());
+    if (w.capabilities())
+      for (const auto* c : *w.capabilities()) caps.push_back(c->str());
+    publish_ack = std::find(caps.begin(), caps.end(), protocol::capability::publish_ack) != caps.end();
+    routing = std::find(caps.begin(), caps.end(), protocol::capability::routing) != caps.end();
+    rbegin += r->size;
+    // Frames from the server may be as large as our own limit allows.
+    parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));
+    open = true;
+    log(log_level::info, "switchyard: connected to {}:{} session {}", opts.host, opts.port, session_id);
+    finish({});
+    co_await read_loop(self);
+  }
+};
+
+}  // namespace switchyard

@@ -1,0 +1,245 @@
+// client: leases, the routing registry, inboxes and send-to-user.
+
+#include "switchyard/client.hpp"
+
+#include "client_impl.hpp"
+
+namespace switchyard {
+
+// ------------------------------------------------------- routing (leases ...)
+
+namespace {
+
+using std::chrono::milliseconds;
+
+template <class T>
+using result = std::expected<T, std::error_code>;
+
+std::uint32_t ms32(milliseconds d) {
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(d.count(), 0, UINT32_MAX));
+}
+
+std::error_code mismatch() { return make_error_code(errc::protocol_violation); }
+
+result<lease_info> parse_lease(const wire::Frame& f) {
+  const auto* l = f.message_as_LeaseInfo();
+  if (!l) return std::unexpected(mismatch());
+  return lease_info{l->lease_id(), milliseconds(l->ttl_ms()), milliseconds(l->remaining_ms())};
+}
+
+registry_entry to_entry(const wire::RegistryEntry& e) {
+  return {e.key() ? e.key()->str() : std::string{}, e.value() ? e.value()->str() : std::string{}, e.version(),
+          e.lease_id(), milliseconds(e.remaining_ms())};
+}
+
+result<registry_entry> parse_entry(const wire::Frame& f) {
+  const auto* e = f.message_as_RegistryEntry();
+  if (!e) return std::unexpected(mismatch());
+  return to_entry(*e);
+}
+
+}  // namespace
+
+// Every routing call needs the capability; without it the server would
+// answer unsupported_message.
+#define SWITCHYARD_NEED_ROUTING()                                                  \
+  if (!impl_->routing) return std::unexpected(make_error_code(errc::not_supported))
+
+result<lease_info> client::lease_grant(milliseconds ttl) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
+                                 parse_lease);
+}
+
+result<lease_info> client::lease_keepalive(lease_id id) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
+                                 parse_lease);
+}
+
+result<lease_info> client::lease_time_to_live(lease_id id) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_time_to_live(r, id); },
+                                 parse_lease);
+}
+
+std::error_code client::lease_revoke(lease_id id) {
+  if (!impl_->routing) return errc::not_supported;
+  return impl_->request_sync([&](std::uint64_t r) { return local_builder().lease_revoke(r, id); });
+}
+
+result<std::vector<lease_info>> client::lease_list(std::size_t limit) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<std::vector<lease_info>>(
+      [&](std::uint64_t r) { return local_builder().lease_list(r, static_cast<std::uint32_t>(limit)); },
+      [](const wire::Frame& f) -> result<std::vector<lease_info>> {
+        const auto* m = f.message_as_LeaseListResult();
+        if (!m) return std::unexpected(mismatch());
+        std::vector<lease_info> out;
+        if (m->leases())
+          for (const auto* l : *m->leases())
+            out.push_back({l->lease_id(), milliseconds(l->ttl_ms()), milliseconds(l->remaining_ms())});
+        return out;
+      });
+}
+
+result<std::uint64_t> client::registry_put(std::string_view key, std::string_view value, lease_id lease) {
+  SWITCHYARD_NEED_ROUTING();
+  if (lease == 0) return std::unexpected(make_error_code(errc::not_found));
+  auto e = impl_->call<registry_entry>(
+      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); }, parse_entry);
+  if (!e) return std::unexpected(e.error());
+  return e->version;
+}
+
+result<std::uint64_t> client::registry_put_ttl(std::string_view key, std::string_view value, milliseconds ttl) {
+  SWITCHYARD_NEED_ROUTING();
+  auto e = impl_->call<registry_entry>(
+      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, 0, std::max<std::uint32_t>(1, ms32(ttl))); },
+      parse_entry);
+  if (!e) return std::unexpected(e.error());
+  return e->version;
+}
+
+result<registry_entry> client::registry_get(std::string_view key) {
+  SWITCHYARD_NEED_ROUTING();
+  return impl_->call<registry_entry>([&](std::uint64_t r) { return local_builder().registry_get(r, key); },
+                                     parse_entry);
+}
+
+std::error_code client::registry_delete(std::string_view key) {
+  if (!impl_->routing) return errc::not_supported;
+  return impl_->request_sync([&](std::uint64_t r) { return local_builder().registry_delete(r, key); });
+}
+
+result<std::vector<registry_entry>> client::registry_list(std::string_view prefix, std::size_t limit, bool* more) {
+  SWITCHYARD_NEED_ROUTING();
+  auto cut = std::make_shared<bool>(false);
+  auto r = impl_->call<std::vector<registry_entry>>(
+      [&](std::uint64_t id) { return local_builder().registry_list(id, prefix, static_cast<std::uint32_t>(limit)); },
+      [cut](const wire::Frame& f) -> result<std::vector<registry_entry>> {
+        const auto* m = f.message_as_RegistryListResult();
+        if (!m) return std::unexpected(mismatch());
+        std::vector<registry_entry> out;
+        if (m->entries())
+          for (const auto* e : *m->entries()) out.push_back(to_entry(*e));
+        *cut = m->more();
+        return out;
+      });
+  if (more) *more = *cut;
+  return r;
+}
+
+std::error_code client::open_inbox(std::string_view id, lease_id lease, inbox_handler handler) {
+  auto& p = *impl_;
+  if (!p.routing) return errc::not_supported;
+  // Install the handler first: a delivery may follow the Ok immediately.
+  auto entry = std::make_shared<const inbox_entry>(inbox_entry{std::string(id), std::move(handler)});
+  {
+    std::lock_guard lock(p.mu);
+    auto next = std::make_shared<inbox_list>();
+    for (const auto& e : *p.inboxes)
+      if (e->id != id) next->push_back(e);
+    next->push_back(entry);
+    p.inboxes = std::move(next);
+  }
+  const auto ec = p.request_sync([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); });
+  if (ec) {
+    std::lock_guard lock(p.mu);
+    auto next = std::make_shared<inbox_list>();
+    for (const auto& e : *p.inboxes)
+      if (e != entry) next->push_back(e);
+    p.inboxes = std::move(next);
+  }
+  return ec;
+}
+
+std::error_code client::close_inbox(std::string_view id) {
+  auto& p = *impl_;
+  if (!p.routing) return errc::not_supported;
+  {
+    std::lock_guard lock(p.mu);
+    auto next = std::make_shared<inbox_list>();
+    for (const auto& e : *p.inboxes)
+      if (e->id != id) next->push_back(e);
+    p.inboxes = std::move(next);
+  }
+  return p.request_sync([&](std::uint64_t r) { return local_builder().inbox_close(r, id); });
+}
+
+result<std::string> client::send(std::string_view route_key, std::span<const std::byte> payload) {
+  const std::string_view keys[] = {route_key};
+  auto r = send_many(keys, payload);
+  if (!r) return std::unexpected(r.error());
+  if (r->routed == 0 || r->gateways.empty()) return std::unexpected(make_error_code(errc::no_route));
+  return std::move(r->gateways.front());
+}
+
+std::error_code client::send_nowait(std::string_view route_key, std::span<const std::byte> payload) {
+  if (!impl_->routing) return errc::not_supported;
+  const std::string_view keys[] = {route_key};
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->enqueue(local_builder().send(0, keys, data));
+}
+
+result<send_result> client::send_many(std::span<const std::string_view> route_keys, std::span<const std::byte> payload) {
+  SWITCHYARD_NEED_ROUTING();
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->call<send_result>(
+      [&](std::uint64_t r) { return local_builder().send(r, route_keys, data); },
+      [](const wire::Frame& f) -> result<send_result> {
+        const auto* m = f.message_as_SendResult();
+        if (!m) return std::unexpected(mismatch());
+        send_result out;
+        out.routed = m->routed();
+        if (m->gateways())
+          for (const auto* g : *m->gateways()) out.gateways.push_back(g->str());
+        return out;
+      });
+}
+
+#undef SWITCHYARD_NEED_ROUTING
+
+void client::async_lease_grant(milliseconds ttl, std::function<void(result<lease_info>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  impl_->call_async<lease_info>([ttl](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
+                                parse_lease, std::move(done));
+}
+
+void client::async_lease_keepalive(lease_id id, std::function<void(result<lease_info>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  impl_->call_async<lease_info>([id](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
+                                parse_lease, std::move(done));
+}
+
+void client::async_registry_put(std::string_view key, std::string_view value, lease_id lease,
+                                std::function<void(result<std::uint64_t>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  impl_->call_async<std::uint64_t>(
+      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); },
+      [](const wire::Frame& f) -> result<std::uint64_t> {
+        const auto* e = f.message_as_RegistryEntry();
+        if (!e) return std::unexpected(mismatch());
+        return e->version();
+      },
+      std::move(done));
+}
+
+void client::async_send(std::string_view route_key, std::span<const std::byte> payload,
+                        std::function<void(result<std::string_view>)> done) {
+  if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  const std::string_view keys[] = {route_key};
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  impl_->call_async<std::string_view>(
+      [&](std::uint64_t r) { return local_builder().send(r, keys, data); },
+      [](const wire::Frame& f) -> result<std::string_view> {
+        const auto* m = f.message_as_SendResult();
+        if (!m) return std::unexpected(mismatch());
+        if (m->routed() == 0 || !m->gateways() || m->gateways()->size() == 0)
+          return std::unexpected(make_error_code(errc::no_route));
+        return m->gateways()->Get(0)->string_view();
+      },
+      std::move(done));
+}
+
+}  // namespace switchyard
