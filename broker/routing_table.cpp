@@ -22,7 +22,7 @@ std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_vie
     // The entry had a private TTL lease; it is replaced, so it goes too.
     const lease_id old = e.lease;
     leases_.detach(e);
-    leases_.revoke(old, nullptr);
+    revoke_private(old);
   } else {
     leases_.detach(e);
   }
@@ -48,7 +48,13 @@ void routing_table::drop_entry(registry_map::iterator it) {
   const lease_id own = e.own_lease ? e.lease : 0;
   leases_.detach(e);
   registry_.erase(it);
-  if (own != 0) leases_.revoke(own, nullptr);
+  if (own != 0) revoke_private(own);
+}
+
+void routing_table::revoke_private(lease_id id) {
+  // Others may have attached to the private lease (its id is visible in
+  // lease lists): they go with it, as with any revoke.
+  leases_.revoke(id, [this](lease_id lease, lease_attachment* first) { remove_lease(lease, first); });
 }
 
 bool routing_table::erase(std::string_view key) {

@@ -90,6 +90,7 @@ class routing_table {
   // scans (O(entries)), sorting only what it returns.
   using registry_map = std::unordered_map<std::string, registry_entry, string_hash, std::equal_to<>>;
   void drop_entry(registry_map::iterator it);
+  void revoke_private(lease_id id);
 
   lease_table& leases_;
   registry_map registry_;

@@ -1,0 +1,718 @@
+// End to end: leases, the routing registry, gateway inboxes and
+// send-to-user through a real broker on 127.0.0.1 with the client library
+// and its gateway helper.
+
+#include "protocol/errc.hpp"
+#include "protocol/frame_builder.hpp"
+#include "switchyard/client.hpp"
+#include "switchyard/gateway.hpp"
+#include "tests/support/raw_connection.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace switchyard;
+using namespace std::chrono_literals;
+using protocol::wire::Message;
+using test::raw_connection;
+using test::raw_frame;
+using test::test_server;
+using test::wait_until;
+
+namespace {
+
+// Short leases and a fast sweeper so that expiry tests take a fraction of
+// a second.
+broker::server_config routing_config() {
+  auto cfg = test_server::default_config();
+  cfg.lease_min_ttl = 100ms;
+  cfg.lease_max_ttl = 5000ms;
+  cfg.sweep_period = 20ms;
+  return cfg;
+}
+
+std::unique_ptr<client> connect_to(const test_server& s, std::string name = "test") {
+  client_options o;
+  o.port = s.port();
+  o.client_name = std::move(name);
+  auto c = client::connect(o);
+  REQUIRE(c);
+  return std::move(*c);
+}
+
+// One delivery as seen by an inbox handler (copied: the views die with the call).
+struct delivery {
+  std::string inbox;
+  std::vector<std::string> keys;
+  std::string payload;
+};
+
+// Collects inbox deliveries (loop thread writes, test thread reads).
+struct deliveries {
+  std::mutex mu;
+  std::vector<delivery> got;
+  std::atomic<std::size_t> count{0};
+
+  inbox_handler handler() {
+    return [this](const inbox_message& m) {
+      delivery d{std::string(m.inbox), {}, std::string(m.payload_text())};
+      for (const auto k : m.route_keys) d.keys.emplace_back(k);
+      std::lock_guard lock(mu);
+      got.push_back(std::move(d));
+      ++count;
+    };
+  }
+  std::vector<delivery> snapshot() {
+    std::lock_guard lock(mu);
+    return got;
+  }
+};
+
+std::error_code error_of(const auto& expected) { return expected ? std::error_code{} : expected.error(); }
+
+}  // namespace
+
+// ------------------------------------------------------------------ leases
+
+TEST_CASE("a lease grant clamps the asked TTL to the server's minimum and maximum",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto low = c->lease_grant(10ms);
+  REQUIRE(low);
+  CHECK(low->ttl == 100ms);
+  auto high = c->lease_grant(1h);
+  REQUIRE(high);
+  CHECK(high->ttl == 5000ms);
+  auto mid = c->lease_grant(1234ms);
+  REQUIRE(mid);
+  CHECK(mid->ttl == 1234ms);
+  CHECK(mid->remaining == 1234ms);
+  CHECK(low->id != high->id);
+  CHECK(high->id != mid->id);
+}
+
+TEST_CASE("lease keepalive resets the remaining time and keeps a lease past its TTL",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto l = c->lease_grant(500ms);
+  REQUIRE(l);
+  std::this_thread::sleep_for(200ms);
+  auto before = c->lease_time_to_live(l->id);
+  REQUIRE(before);
+  CHECK(before->remaining <= 300ms);
+  auto kept = c->lease_keepalive(l->id);
+  REQUIRE(kept);
+  CHECK(kept->id == l->id);
+  CHECK(kept->ttl == 500ms);
+  CHECK(kept->remaining == 500ms);
+  auto after = c->lease_time_to_live(l->id);
+  REQUIRE(after);
+  CHECK(after->remaining > before->remaining);
+
+  // Kept alive every 50 ms for two TTLs, it never expires.
+  const auto until = std::chrono::steady_clock::now() + 1000ms;
+  for (int i = 0; i < 100 && std::chrono::steady_clock::now() < until; ++i) {
+    REQUIRE(c->lease_keepalive(l->id));
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(c->lease_time_to_live(l->id));
+}
+
+TEST_CASE("lease time-to-live reports the granted TTL and what remains of it", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto l = c->lease_grant(2000ms);
+  REQUIRE(l);
+  auto t = c->lease_time_to_live(l->id);
+  REQUIRE(t);
+  CHECK(t->id == l->id);
+  CHECK(t->ttl == 2000ms);
+  CHECK(t->remaining > 0ms);
+  CHECK(t->remaining <= 2000ms);
+  auto unknown = c->lease_time_to_live(l->id + 1000);
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error() == errc::not_found);
+}
+
+TEST_CASE("a lease expires without keepalives and then answers not_found", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto l = c->lease_grant(100ms);
+  REQUIRE(l);
+  REQUIRE(wait_until([&] { return error_of(c->lease_time_to_live(l->id)) == errc::not_found; }, 5s));
+  CHECK(error_of(c->lease_keepalive(l->id)) == errc::not_found);
+}
+
+TEST_CASE("a revoked lease answers not_found to keepalive, time-to-live and revoke", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto l = c->lease_grant(2000ms);
+  REQUIRE(l);
+  REQUIRE_FALSE(c->lease_revoke(l->id));
+  auto k = c->lease_keepalive(l->id);
+  REQUIRE_FALSE(k);
+  CHECK(k.error() == errc::not_found);
+  CHECK(error_of(c->lease_time_to_live(l->id)) == errc::not_found);
+  CHECK(c->lease_revoke(l->id) == errc::not_found);
+}
+
+TEST_CASE("a lease is independent of the connection that granted it", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  lease_id id = 0;
+  {
+    auto a = connect_to(server, "granter");
+    auto l = a->lease_grant(2000ms);
+    REQUIRE(l);
+    id = l->id;
+    a->close();
+  }
+  auto b = connect_to(server, "other");
+  auto k = b->lease_keepalive(id);
+  REQUIRE(k);
+  CHECK(k->id == id);
+  CHECK_FALSE(b->lease_revoke(id));
+}
+
+TEST_CASE("lease list returns the live leases up to the limit", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  std::set<lease_id> granted;
+  for (int i = 0; i < 3; ++i) {
+    auto l = c->lease_grant(2000ms);
+    REQUIRE(l);
+    granted.insert(l->id);
+  }
+  auto revoked = c->lease_grant(2000ms);
+  REQUIRE(revoked);
+  REQUIRE_FALSE(c->lease_revoke(revoked->id));
+
+  auto all = c->lease_list();
+  REQUIRE(all);
+  std::set<lease_id> listed;
+  for (const auto& l : *all) {
+    listed.insert(l.id);
+    CHECK(l.ttl == 2000ms);
+    CHECK(l.remaining > 0ms);
+  }
+  CHECK(listed == granted);
+  auto two = c->lease_list(2);
+  REQUIRE(two);
+  CHECK(two->size() == 2);
+}
+
+// ---------------------------------------------------------------- registry
+
+TEST_CASE("registry put, get, list and delete work through the client", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto l = c->lease_grant(3000ms);
+  REQUIRE(l);
+
+  auto v1 = c->registry_put("user:bob", "gw-1", l->id);
+  auto v2 = c->registry_put("user:alice", "gw-2", l->id);
+  auto v3 = c->registry_put("user:carol", "gw-1", l->id);
+  auto v4 = c->registry_put_ttl("room:9", "gw-3", 3000ms);
+  REQUIRE(v1);
+  REQUIRE(v2);
+  REQUIRE(v3);
+  REQUIRE(v4);
+  CHECK(*v1 < *v2);
+  CHECK(*v2 < *v3);
+  CHECK(*v3 < *v4);
+
+  auto alice = c->registry_get("user:alice");
+  REQUIRE(alice);
+  CHECK(alice->key == "user:alice");
+  CHECK(alice->value == "gw-2");
+  CHECK(alice->version == *v2);
+  CHECK(alice->lease == l->id);
+  CHECK(alice->remaining > 0ms);
+  CHECK(alice->remaining <= 3000ms);
+  auto room = c->registry_get("room:9");
+  REQUIRE(room);
+  CHECK(room->lease == 0);  // a TTL of its own
+
+  bool more = true;
+  auto users = c->registry_list("user:", 0, &more);
+  REQUIRE(users);
+  CHECK_FALSE(more);
+  std::vector<std::string> keys;
+  for (const auto& e : *users) keys.push_back(e.key);
+  CHECK(keys == std::vector<std::string>{"user:alice", "user:bob", "user:carol"});
+  auto first_two = c->registry_list("user:", 2, &more);
+  REQUIRE(first_two);
+  CHECK(first_two->size() == 2);
+  CHECK(more);
+
+  REQUIRE_FALSE(c->registry_delete("user:bob"));
+  CHECK(error_of(c->registry_get("user:bob")) == errc::not_found);
+  CHECK(c->registry_delete("user:bob") == errc::not_found);
+  auto rest = c->registry_list("user:");
+  REQUIRE(rest);
+  CHECK(rest->size() == 2);
+}
+
+TEST_CASE("registry put under an unknown lease answers not_found", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto r = c->registry_put("user:alice", "gw-1", 12345);
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::not_found);
+  CHECK(error_of(c->registry_get("user:alice")) == errc::not_found);
+}
+
+TEST_CASE("revoking a lease removes its registry entries at once", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto doomed = c->lease_grant(3000ms);
+  auto kept = c->lease_grant(3000ms);
+  REQUIRE(doomed);
+  REQUIRE(kept);
+  REQUIRE(c->registry_put("user:alice", "gw-1", doomed->id));
+  REQUIRE(c->registry_put("user:bob", "gw-1", doomed->id));
+  REQUIRE(c->registry_put("user:carol", "gw-2", kept->id));
+  REQUIRE_FALSE(c->lease_revoke(doomed->id));
+  CHECK(error_of(c->registry_get("user:alice")) == errc::not_found);
+  CHECK(error_of(c->registry_get("user:bob")) == errc::not_found);
+  CHECK(c->registry_get("user:carol"));
+}
+
+// ------------------------------------------------------ send-to-user story
+
+TEST_CASE("a service's send to user:alice is routed to gateway gw-7 and delivered with the route key",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto gw_conn = connect_to(server, "gateway");
+  deliveries got;
+  auto gw = gateway::start(*gw_conn, {.inbox_id = "gw-7", .lease_ttl = 500ms, .on_message = got.handler()});
+  REQUIRE(gw);
+  REQUIRE_FALSE((*gw)->add_route("user:alice"));
+  CHECK((*gw)->routes() == std::vector<std::string>{"user:alice"});
+
+  auto service = connect_to(server, "service");
+  auto entry = service->registry_get("user:alice");
+  REQUIRE(entry);
+  CHECK(entry->value == "gw-7");
+  CHECK(entry->lease == (*gw)->lease());
+
+  auto routed = service->send("user:alice", "hello alice");
+  REQUIRE(routed);
+  CHECK(*routed == "gw-7");
+  REQUIRE(wait_until([&] { return got.count == 1; }, 5s));
+  const auto d = got.snapshot().at(0);
+  CHECK(d.inbox == "gw-7");
+  CHECK(d.keys == std::vector<std::string>{"user:alice"});
+  CHECK(d.payload == "hello alice");
+}
+
+TEST_CASE("a send to a user nobody registered answers no_route", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto gw_conn = connect_to(server, "gateway");
+  deliveries got;
+  auto gw = gateway::start(*gw_conn, {.inbox_id = "gw-7", .lease_ttl = 500ms, .on_message = got.handler()});
+  REQUIRE(gw);
+  REQUIRE_FALSE((*gw)->add_route("user:alice"));
+
+  auto service = connect_to(server, "service");
+  auto r = service->send("user:nobody", "hello?");
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::no_route);
+  REQUIRE_FALSE(gw_conn->flush());  // anything for the gateway would have come first
+  CHECK(got.count == 0);
+}
+
+TEST_CASE("a removed route answers no_route", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto gw_conn = connect_to(server, "gateway");
+  deliveries got;
+  auto gw = gateway::start(*gw_conn, {.inbox_id = "gw-7", .lease_ttl = 500ms, .on_message = got.handler()});
+  REQUIRE(gw);
+  REQUIRE_FALSE((*gw)->add_route("user:alice"));
+  REQUIRE_FALSE((*gw)->remove_route("user:alice"));
+  CHECK((*gw)->routes().empty());
+  auto service = connect_to(server, "service");
+  CHECK(error_of(service->send("user:alice", "x")) == errc::no_route);
+  CHECK((*gw)->remove_route("user:alice") == errc::not_found);
+}
+
+TEST_CASE("a route naming an inbox that nobody opened answers no_route", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto c = connect_to(server);
+  auto l = c->lease_grant(2000ms);
+  REQUIRE(l);
+  REQUIRE(c->registry_put("user:alice", "gw-nowhere", l->id));
+  auto r = c->send("user:alice", "x");
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::no_route);
+}
+
+TEST_CASE("a second connection opening an open inbox gets inbox_taken until the first one is gone",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto first = connect_to(server, "first");
+  auto second = connect_to(server, "second");
+  auto l1 = first->lease_grant(3000ms);
+  auto l2 = second->lease_grant(3000ms);
+  REQUIRE(l1);
+  REQUIRE(l2);
+  deliveries got1, got2;
+  REQUIRE_FALSE(first->open_inbox("gw-7", l1->id, got1.handler()));
+  CHECK(second->open_inbox("gw-7", l2->id, got2.handler()) == errc::inbox_taken);
+
+  first->close();
+  REQUIRE(wait_until([&] { return !second->open_inbox("gw-7", l2->id, got2.handler()); }, 5s));
+  REQUIRE(second->registry_put("user:alice", "gw-7", l2->id));
+  auto routed = second->send("user:alice", "to the new owner");
+  REQUIRE(routed);
+  REQUIRE(wait_until([&] { return got2.count == 1; }, 5s));
+  CHECK(got1.count == 0);
+}
+
+TEST_CASE("revoking a lease closes its inbox: sends answer no_route until it is reopened",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto gw = connect_to(server, "gateway");
+  auto service = connect_to(server, "service");
+  auto l = gw->lease_grant(3000ms);
+  REQUIRE(l);
+  deliveries got;
+  REQUIRE_FALSE(gw->open_inbox("gw-7", l->id, got.handler()));
+  REQUIRE(gw->registry_put("user:alice", "gw-7", l->id));
+  REQUIRE(service->send("user:alice", "one"));
+
+  REQUIRE_FALSE(service->lease_revoke(l->id));
+  CHECK(error_of(service->send("user:alice", "two")) == errc::no_route);
+  CHECK(error_of(service->registry_get("user:alice")) == errc::not_found);
+  // Opening it under the dead lease is refused.
+  CHECK(gw->open_inbox("gw-7", l->id, got.handler()) == errc::not_found);
+
+  auto fresh = gw->lease_grant(3000ms);
+  REQUIRE(fresh);
+  REQUIRE_FALSE(gw->open_inbox("gw-7", fresh->id, got.handler()));
+  REQUIRE(gw->registry_put("user:alice", "gw-7", fresh->id));
+  REQUIRE(service->send("user:alice", "three"));
+  REQUIRE(wait_until([&] { return got.count == 2; }, 5s));
+  REQUIRE_FALSE(gw->flush());
+  const auto all = got.snapshot();
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].payload == "one");
+  CHECK(all[1].payload == "three");
+}
+
+TEST_CASE("closing an inbox stops deliveries to it", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto gw = connect_to(server, "gateway");
+  auto service = connect_to(server, "service");
+  auto l = gw->lease_grant(3000ms);
+  REQUIRE(l);
+  deliveries got;
+  REQUIRE_FALSE(gw->open_inbox("gw-7", l->id, got.handler()));
+  REQUIRE(gw->registry_put("user:alice", "gw-7", l->id));
+  REQUIRE_FALSE(gw->close_inbox("gw-7"));
+  CHECK(error_of(service->send("user:alice", "x")) == errc::no_route);
+  CHECK(gw->close_inbox("gw-7") == errc::not_found);
+  REQUIRE_FALSE(gw->flush());
+  CHECK(got.count == 0);
+}
+
+TEST_CASE("send_many to a room on two gateways makes one delivery per gateway listing its users",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto conn1 = connect_to(server, "gateway-1");
+  auto conn2 = connect_to(server, "gateway-2");
+  deliveries got1, got2;
+  auto gw1 = gateway::start(*conn1, {.inbox_id = "gw-1", .lease_ttl = 500ms, .on_message = got1.handler()});
+  auto gw2 = gateway::start(*conn2, {.inbox_id = "gw-2", .lease_ttl = 500ms, .on_message = got2.handler()});
+  REQUIRE(gw1);
+  REQUIRE(gw2);
+  REQUIRE_FALSE((*gw1)->add_route("user:a"));
+  REQUIRE_FALSE((*gw1)->add_route("user:b"));
+  REQUIRE_FALSE((*gw2)->add_route("user:c"));
+
+  auto service = connect_to(server, "service");
+  const std::string_view room[] = {"user:a", "user:c", "user:nobody", "user:b"};
+  const std::string payload = "room message";
+  auto r = service->send_many(room, std::as_bytes(std::span(payload.data(), payload.size())));
+  REQUIRE(r);
+  CHECK(r->routed == 3);
+  CHECK(r->gateways == std::vector<std::string>{"gw-1", "gw-2", "", "gw-1"});
+
+  REQUIRE(wait_until([&] { return got1.count >= 1 && got2.count >= 1; }, 5s));
+  // A round trip on each gateway connection: everything for it came before.
+  REQUIRE_FALSE(conn1->flush());
+  REQUIRE_FALSE(conn2->flush());
+  const auto d1 = got1.snapshot();
+  const auto d2 = got2.snapshot();
+  REQUIRE(d1.size() == 1);
+  REQUIRE(d2.size() == 1);
+  CHECK(d1[0].inbox == "gw-1");
+  CHECK(std::multiset<std::string>(d1[0].keys.begin(), d1[0].keys.end()) ==
+        std::multiset<std::string>{"user:a", "user:b"});
+  CHECK(d1[0].payload == payload);
+  CHECK(d2[0].inbox == "gw-2");
+  CHECK(d2[0].keys == std::vector<std::string>{"user:c"});
+  CHECK(d2[0].payload == payload);
+}
+
+TEST_CASE("send_many where no key has a route reports zero routed instead of an error",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto service = connect_to(server, "service");
+  const std::string_view room[] = {"user:x", "user:y"};
+  auto r = service->send_many(room, {});
+  REQUIRE(r);
+  CHECK(r->routed == 0);
+  CHECK(r->gateways == std::vector<std::string>{"", ""});
+}
+
+TEST_CASE("a gateway whose lease is revoked by someone else re-grants it and restores inbox and routes",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto gw_conn = connect_to(server, "gateway");
+  deliveries got;
+  std::atomic<lease_id> renewed_from{0}, renewed_to{0};
+  auto gw = gateway::start(*gw_conn, {.inbox_id = "gw-7",
+                                      .lease_ttl = 300ms,
+                                      .on_message = got.handler(),
+                                      .on_lease_renewed = [&](lease_id old_lease, lease_id new_lease) {
+                                        renewed_to = new_lease;
+                                        renewed_from = old_lease;
+                                      }});
+  REQUIRE(gw);
+  REQUIRE_FALSE((*gw)->add_route("user:alice"));
+  REQUIRE_FALSE((*gw)->add_route("user:bob"));
+  const lease_id first = (*gw)->lease();
+
+  auto admin = connect_to(server, "admin");
+  REQUIRE_FALSE(admin->lease_revoke(first));
+  auto service = connect_to(server, "service");
+
+  REQUIRE(wait_until([&] { return renewed_from.load() != 0; }, 5s));
+  CHECK(renewed_from == first);
+  CHECK(renewed_to != first);
+  CHECK((*gw)->lease() == renewed_to);
+  auto alice = service->registry_get("user:alice");
+  REQUIRE(alice);
+  CHECK(alice->lease == renewed_to);
+  auto bob = service->registry_get("user:bob");
+  REQUIRE(bob);
+  CHECK(bob->lease == renewed_to);
+
+  auto routed = service->send("user:alice", "after renewal");
+  REQUIRE(routed);
+  CHECK(*routed == "gw-7");
+  REQUIRE(wait_until([&] { return got.count == 1; }, 5s));
+  CHECK(got.snapshot().at(0).payload == "after renewal");
+}
+
+TEST_CASE("two gateways racing for one inbox: exactly one wins, the other gets inbox_taken",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  for (int round = 0; round < 5; ++round) {
+    INFO("round " << round);
+    const std::string inbox = "gw-race-" + std::to_string(round);
+    auto conn_a = connect_to(server, "gateway-a");
+    auto conn_b = connect_to(server, "gateway-b");
+    deliveries got_a, got_b;
+    std::expected<std::unique_ptr<gateway>, std::error_code> ra = std::unexpected(std::error_code{});
+    std::expected<std::unique_ptr<gateway>, std::error_code> rb = std::unexpected(std::error_code{});
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    auto racer = [&](client& conn, deliveries& got, auto& out) {
+      ++ready;
+      for (int i = 0; i < 10'000 && !go; ++i) std::this_thread::sleep_for(100us);
+      out = gateway::start(conn, {.inbox_id = inbox, .lease_ttl = 500ms, .on_message = got.handler()});
+    };
+    std::thread ta([&] { racer(*conn_a, got_a, ra); });
+    std::thread tb([&] { racer(*conn_b, got_b, rb); });
+    wait_until([&] { return ready == 2; }, 5s);
+    go = true;
+    ta.join();
+    tb.join();
+
+    REQUIRE(ra.has_value() != rb.has_value());
+    auto& winner = ra ? *ra : *rb;
+    const std::error_code loser_error = ra ? rb.error() : ra.error();
+    CHECK(loser_error == errc::inbox_taken);
+
+    // The loser gave its lease back; only the winner's is alive.
+    auto leases = conn_a->lease_list();
+    REQUIRE(leases);
+    REQUIRE(leases->size() == 1);
+    CHECK(leases->front().id == winner->lease());
+
+    // The winner receives what is sent to its users.
+    REQUIRE_FALSE(winner->add_route("user:racer-" + std::to_string(round)));
+    auto service = connect_to(server, "service");
+    auto routed = service->send("user:racer-" + std::to_string(round), "won");
+    REQUIRE(routed);
+    CHECK(*routed == inbox);
+    auto& winner_got = ra ? got_a : got_b;
+    REQUIRE(wait_until([&] { return winner_got.count == 1; }, 5s));
+    // Destroying the winner revokes its lease before its client goes.
+    winner.reset();
+    auto after = service->lease_list();
+    REQUIRE(after);
+    CHECK(after->empty());
+  }
+}
+
+TEST_CASE("a gateway that reconnects within the TTL keeps its lease and its routes",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto service = connect_to(server, "service");
+  lease_id first_lease = 0;
+  {
+    auto conn = connect_to(server, "gateway-1st");
+    deliveries unused;
+    // A TTL long enough for the reconnect; nothing here waits for it.
+    auto gw = gateway::start(*conn, {.inbox_id = "gw-7", .lease_ttl = 3000ms, .on_message = unused.handler()});
+    REQUIRE(gw);
+    REQUIRE_FALSE((*gw)->add_route("user:alice"));
+    first_lease = (*gw)->lease();
+    (*gw)->abandon();  // as if the process went away: no revoke
+    gw->reset();
+    conn->close();
+  }
+  // Once the broker noticed the disconnect, sends find no live inbox, but
+  // the route itself is still registered under the lease.
+  REQUIRE(wait_until([&] { return error_of(service->send("user:alice", "while away")) == errc::no_route; }, 5s));
+  auto during = service->registry_get("user:alice");
+  REQUIRE(during);
+  CHECK(during->lease == first_lease);
+
+  auto conn = connect_to(server, "gateway-2nd");
+  deliveries got;
+  auto gw = gateway::start(*conn, {.inbox_id = "gw-7",
+                                   .lease_ttl = 3000ms,
+                                   .on_message = got.handler(),
+                                   .resume_lease = first_lease});
+  REQUIRE(gw);
+  CHECK((*gw)->lease() == first_lease);
+  // No add_route: the route survived the reconnect.
+  auto routed = service->send("user:alice", "welcome back");
+  REQUIRE(routed);
+  CHECK(*routed == "gw-7");
+  REQUIRE(wait_until([&] { return got.count == 1; }, 5s));
+  const auto d = got.snapshot().at(0);
+  CHECK(d.keys == std::vector<std::string>{"user:alice"});
+  CHECK(d.payload == "welcome back");
+}
+
+TEST_CASE("a gateway resuming a lease that already expired gets a new lease", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto conn = connect_to(server, "gateway");
+  auto old = conn->lease_grant(100ms);
+  REQUIRE(old);
+  REQUIRE(wait_until([&] { return error_of(conn->lease_time_to_live(old->id)) == errc::not_found; }, 5s));
+  deliveries got;
+  auto gw = gateway::start(*conn, {.inbox_id = "gw-7",
+                                   .lease_ttl = 500ms,
+                                   .on_message = got.handler(),
+                                   .resume_lease = old->id});
+  REQUIRE(gw);
+  CHECK((*gw)->lease() != old->id);
+  CHECK(conn->lease_time_to_live((*gw)->lease()));
+}
+
+TEST_CASE("when an abandoned gateway's lease expires its routes are gone and sends answer no_route",
+          "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto service = connect_to(server, "service");
+  lease_id lease = 0;
+  {
+    auto conn = connect_to(server, "gateway");
+    deliveries unused;
+    auto gw = gateway::start(*conn, {.inbox_id = "gw-7", .lease_ttl = 200ms, .on_message = unused.handler()});
+    REQUIRE(gw);
+    REQUIRE_FALSE((*gw)->add_route("user:alice"));
+    lease = (*gw)->lease();
+    REQUIRE(service->send("user:alice", "still here"));
+    (*gw)->abandon();
+    gw->reset();
+    conn->close();
+  }
+  // TTL plus one sweep, with a generous bound.
+  REQUIRE(wait_until([&] { return error_of(service->registry_get("user:alice")) == errc::not_found; }, 5s));
+  CHECK(error_of(service->lease_time_to_live(lease)) == errc::not_found);
+  auto r = service->send("user:alice", "anyone?");
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::no_route);
+
+  // The same gateway id can start again, under a new lease.
+  auto conn = connect_to(server, "gateway-again");
+  deliveries got;
+  auto gw = gateway::start(*conn, {.inbox_id = "gw-7", .lease_ttl = 500ms, .on_message = got.handler()});
+  REQUIRE(gw);
+  CHECK((*gw)->lease() != lease);
+  REQUIRE_FALSE((*gw)->add_route("user:alice"));
+  auto routed = service->send("user:alice", "back");
+  REQUIRE(routed);
+  CHECK(*routed == "gw-7");
+  REQUIRE(wait_until([&] { return got.count == 1; }, 5s));
+}
+
+TEST_CASE("a gateway keeps its lease alive by itself over several TTLs", "[e2e][broker][client][routing]") {
+  test_server server(routing_config());
+  auto conn = connect_to(server, "gateway");
+  deliveries got;
+  std::atomic<int> renewals{0};
+  auto gw = gateway::start(*conn, {.inbox_id = "gw-7",
+                                   .lease_ttl = 300ms,
+                                   .on_message = got.handler(),
+                                   .on_lease_renewed = [&](lease_id, lease_id) { ++renewals; }});
+  REQUIRE(gw);
+  REQUIRE_FALSE((*gw)->add_route("user:alice"));
+  const lease_id first = (*gw)->lease();
+  std::this_thread::sleep_for(1000ms);  // over three TTLs
+  auto service = connect_to(server, "service");
+  CHECK(service->lease_time_to_live(first));
+  CHECK((*gw)->lease() == first);
+  CHECK(renewals == 0);
+  CHECK(service->send("user:alice", "x"));
+}
+
+TEST_CASE("routing requests without the routing capability get a non-fatal unsupported_message",
+          "[e2e][broker][routing]") {
+  test_server server(routing_config());
+  raw_connection c(server.port());
+  c.send_hello();  // asks for dropped_notice and publish_ack only
+  raw_frame f;
+  const auto* welcome = c.next(f);
+  REQUIRE(welcome != nullptr);
+  REQUIRE(welcome->message_type() == Message::Welcome);
+
+  protocol::frame_builder b;
+  c.send(b.lease_grant(7, 1000));
+  const auto* frame = c.next_of(Message::Error, f);
+  REQUIRE(frame != nullptr);
+  CHECK(frame->request_id() == 7);
+  const auto* e = frame->message_as_Error();
+  CHECK(static_cast<int>(e->code()) == static_cast<int>(protocol::errc::unsupported_message));
+  CHECK_FALSE(e->fatal());
+
+  const std::string_view keys[] = {"user:alice"};
+  c.send(b.send(8, keys, {}));
+  frame = c.next_of(Message::Error, f);
+  REQUIRE(frame != nullptr);
+  CHECK(frame->request_id() == 8);
+  CHECK(static_cast<int>(frame->message_as_Error()->code()) == static_cast<int>(protocol::errc::unsupported_message));
+
+  // The connection stays open and usable.
+  c.send(b.ping(9));
+  frame = c.next_of(Message::Pong, f);
+  REQUIRE(frame != nullptr);
+  CHECK(frame->request_id() == 9);
+}
