@@ -15,6 +15,9 @@ struct gateway::impl {
   client& conn;
   gateway_options opts;
   mutable std::mutex mu;
+  // Held while the lease is being replaced and everything restored, so
+  // add_route / remove_route never race a renewal (taken before mu).
+  std::mutex renew_mu;
   std::condition_variable wake;
   std::set<std::string, std::less<>> routes;  // guarded by mu
   lease_id lease = 0;                         // guarded by mu
@@ -54,6 +57,7 @@ struct gateway::impl {
       auto r = conn.lease_keepalive(current);
       if (!r && r.error() == errc::not_found) {
         // Lost anyway (a long stall, a server restart): start over.
+        std::lock_guard renewing(renew_mu);
         auto fresh = conn.lease_grant(opts.lease_ttl);
         if (!fresh) {
           report(fresh.error());
@@ -115,6 +119,7 @@ gateway::~gateway() {
 }
 
 std::error_code gateway::add_route(std::string_view route_key) {
+  std::lock_guard renewing(impl_->renew_mu);
   const lease_id id = lease();
   if (auto r = impl_->conn.registry_put(route_key, impl_->opts.inbox_id, id); !r) return r.error();
   std::lock_guard lock(impl_->mu);
@@ -123,6 +128,7 @@ std::error_code gateway::add_route(std::string_view route_key) {
 }
 
 std::error_code gateway::remove_route(std::string_view route_key) {
+  std::lock_guard renewing(impl_->renew_mu);
   {
     std::lock_guard lock(impl_->mu);
     auto it = impl_->routes.find(route_key);
