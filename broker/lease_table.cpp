@@ -15,7 +15,7 @@ lease_table::lease_table(lease_config config, clock_source clock)
   if (config_.max_expiries_per_sweep == 0) config_.max_expiries_per_sweep = 1;
   epoch_ = clock_();
   last_sweep_ = epoch_;
-  wheel_.assign(static_cast<std::size_t>(config_.max_ttl / config_.sweep_period) + 2, nullptr);
+  wheel_.assign(static_cast<std::size_t>(config_.max_ttl / config_.sweep_period) + 2, none);
 }
 
 lease_table::~lease_table() = default;
@@ -36,73 +36,93 @@ std::uint64_t lease_table::tick_of(mono_clock::time_point t) const {
   return static_cast<std::uint64_t>((since + period - mono_clock::duration(1)) / period);
 }
 
-void lease_table::link(lease& l) {
+std::uint32_t lease_table::slot_of(lease_id id) const noexcept {
+  const std::uint64_t low = id & 0xffff'ffffu;
+  if (low == 0 || low > slots_.size()) return none;
+  const auto slot = static_cast<std::uint32_t>(low - 1);
+  const lease& l = slots_[slot];
+  return l.live && l.generation == static_cast<std::uint32_t>(id >> 32) ? slot : none;
+}
+
+void lease_table::link(std::uint32_t slot) {
+  lease& l = slots_[slot];
   // A deadline in a tick already swept goes to the next tick to sweep.
   const std::uint64_t tick = std::max(tick_of(l.deadline), swept_tick_);
   l.bucket = static_cast<std::uint32_t>(tick % wheel_.size());
-  lease*& head = wheel_[l.bucket];
-  l.prev = nullptr;
+  std::uint32_t& head = wheel_[l.bucket];
+  l.prev = none;
   l.next = head;
-  if (head) head->prev = &l;
-  head = &l;
+  if (head != none) slots_[head].prev = slot;
+  head = slot;
 }
 
-void lease_table::unlink(lease& l) noexcept {
-  if (l.prev) l.prev->next = l.next;
+void lease_table::unlink(std::uint32_t slot) noexcept {
+  lease& l = slots_[slot];
+  if (l.prev != none) slots_[l.prev].next = l.next;
   else wheel_[l.bucket] = l.next;
-  if (l.next) l.next->prev = l.prev;
-  l.prev = l.next = nullptr;
+  if (l.next != none) slots_[l.next].prev = l.prev;
+  l.prev = l.next = none;
 }
 
-std::optional<lease_info> lease_table::info(const lease& l) const {
+std::optional<lease_info> lease_table::info(std::uint32_t slot) const {
+  const lease& l = slots_[slot];
   const auto t = now();
   if (l.deadline <= t) return std::nullopt;
-  return lease_info{l.id, milliseconds(l.ttl_ms), duration_cast<milliseconds>(l.deadline - t)};
+  return lease_info{id_of(slot), milliseconds(l.ttl_ms), duration_cast<milliseconds>(l.deadline - t)};
 }
 
 lease_info lease_table::grant(milliseconds ttl) {
   ttl = std::clamp(ttl, config_.min_ttl, config_.max_ttl);
-  const lease_id id = next_id_++;
-  lease& l = leases_.try_emplace(id).first->second;
-  l.id = id;
+  std::uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  lease& l = slots_[slot];
+  l.live = true;
+  l.attached = nullptr;
   l.ttl_ms = static_cast<std::uint32_t>(ttl.count());
   l.deadline = now() + ttl;
-  link(l);
-  return {id, ttl, ttl};
+  link(slot);
+  ++live_;
+  return {id_of(slot), ttl, ttl};
 }
 
 std::optional<lease_info> lease_table::keepalive(lease_id id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return std::nullopt;
-  lease& l = it->second;
+  const std::uint32_t slot = slot_of(id);
+  if (slot == none) return std::nullopt;
+  lease& l = slots_[slot];
   const auto t = now();
   if (l.deadline <= t) return std::nullopt;  // expired, not yet swept
-  unlink(l);
+  unlink(slot);
   l.deadline = t + milliseconds(l.ttl_ms);
-  link(l);
+  link(slot);
   return lease_info{id, milliseconds(l.ttl_ms), milliseconds(l.ttl_ms)};
 }
 
 std::optional<lease_info> lease_table::time_to_live(lease_id id) const {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return std::nullopt;
-  return info(it->second);
+  const std::uint32_t slot = slot_of(id);
+  if (slot == none) return std::nullopt;
+  return info(slot);
 }
 
 std::vector<lease_info> lease_table::list(std::size_t limit) const {
   std::vector<lease_info> out;
-  for (const auto& [id, l] : leases_) {
-    if (out.size() >= limit) break;
-    if (auto i = info(l)) out.push_back(*i);
+  for (std::uint32_t slot = 0; slot < slots_.size() && out.size() < limit; ++slot) {
+    if (!slots_[slot].live) continue;
+    if (auto i = info(slot)) out.push_back(*i);
   }
   return out;
 }
 
 bool lease_table::attach(lease_id id, lease_attachment& a) {
-  auto it = leases_.find(id);
-  if (it == leases_.end() || !info(it->second)) return false;
+  const std::uint32_t slot = slot_of(id);
+  if (slot == none || !info(slot)) return false;
   detach(a);
-  lease& l = it->second;
+  lease& l = slots_[slot];
   a.lease = id;
   a.prev = nullptr;
   a.next = l.attached;
@@ -115,36 +135,41 @@ void lease_table::detach(lease_attachment& a) noexcept {
   if (a.lease == 0) return;
   if (a.prev) {
     a.prev->next = a.next;
-  } else if (auto it = leases_.find(a.lease); it != leases_.end() && it->second.attached == &a) {
-    it->second.attached = a.next;
+  } else if (const std::uint32_t slot = slot_of(a.lease); slot != none && slots_[slot].attached == &a) {
+    slots_[slot].attached = a.next;
   }
   if (a.next) a.next->prev = a.prev;
   a.prev = a.next = nullptr;
   a.lease = 0;
 }
 
-void lease_table::erase(lease& l, const remove_fn& fn) {
-  unlink(l);
-  const lease_id id = l.id;
-  if (fn) fn(id, l.attached);
+void lease_table::erase(std::uint32_t slot, const remove_fn& fn) {
+  unlink(slot);
+  const lease_id id = id_of(slot);
+  if (fn) fn(id, slots_[slot].attached);
   // Whatever the callback left attached is unlinked, so no attachment keeps
   // pointing at a lease that no longer exists.
+  lease& l = slots_[slot];
   for (lease_attachment* a = l.attached; a;) {
     lease_attachment* next = a->next;
     a->prev = a->next = nullptr;
     a->lease = 0;
     a = next;
   }
-  leases_.erase(id);
+  l.attached = nullptr;
+  l.live = false;
+  ++l.generation;  // the slot's next lease gets another id
+  free_.push_back(slot);
+  --live_;
 }
 
 bool lease_table::revoke(lease_id id, const remove_fn& on_remove) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return false;
+  const std::uint32_t slot = slot_of(id);
+  if (slot == none) return false;
   // An expired lease the sweeper has not reached yet is removed as well,
   // but reported as unknown, like keepalive and time_to_live report it.
-  const bool was_alive = info(it->second).has_value();
-  erase(it->second, on_remove);
+  const bool was_alive = info(slot).has_value();
+  erase(slot, on_remove);
   return was_alive;
 }
 
@@ -164,20 +189,20 @@ lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {
   const auto period = mono_clock::duration(config_.sweep_period);
   const std::uint64_t last_due = t < epoch_ ? 0 : static_cast<std::uint64_t>((t - epoch_) / period);
   while (swept_tick_ <= last_due) {
-    lease* l = wheel_[swept_tick_ % wheel_.size()];
-    while (l) {
-      lease* next = l->next;
+    std::uint32_t slot = wheel_[swept_tick_ % wheel_.size()];
+    while (slot != none) {
+      const std::uint32_t next = slots_[slot].next;
       // A bucket may also hold leases of a later round (keepalives during a
       // rate-limited backlog): only those past their deadline go.
-      if (l->deadline <= t) {
+      if (slots_[slot].deadline <= t) {
         if (result.expired == config_.max_expiries_per_sweep) {
           result.more_due = true;
           return result;
         }
-        erase(*l, on_expire);
+        erase(slot, on_expire);
         ++result.expired;
       }
-      l = next;
+      slot = next;
     }
     ++swept_tick_;
   }

@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 namespace switchyard::broker {
@@ -61,7 +60,8 @@ struct lease_attachment {
   lease_attachment* prev = nullptr;
   lease_attachment* next = nullptr;
   lease_id lease = 0;
-  std::uint8_t kind = 0;  // free for the owner: what the attachment is
+  std::uint8_t kind = 0;   // free for the owner: what the attachment is
+  std::uint8_t flags = 0;  // free for the owner (kept in the padding)
 };
 
 class lease_table {
@@ -71,8 +71,8 @@ class lease_table {
   lease_table(const lease_table&) = delete;
   lease_table& operator=(const lease_table&) = delete;
 
-  // Grants a lease with `ttl` clamped to [min_ttl, max_ttl]; ids start at 1
-  // and are never reused.
+  // Grants a lease with `ttl` clamped to [min_ttl, max_ttl]. Ids are never
+  // 0 and never reused (the first is 1; they need not increase).
   lease_info grant(std::chrono::milliseconds ttl);
   // Resets the deadline to now + TTL. nullopt: unknown or expired.
   std::optional<lease_info> keepalive(lease_id id);
@@ -110,25 +110,36 @@ class lease_table {
 
   // The lease clock: the injected clock minus absorbed stalls.
   mono_clock::time_point now() const;
-  std::size_t size() const noexcept { return leases_.size(); }
+  std::size_t size() const noexcept { return live_; }
   const lease_config& config() const noexcept { return config_; }
 
  private:
+  static constexpr std::uint32_t none = UINT32_MAX;
+
+  // Leases live in a slab indexed by slot; an id is (generation << 32) |
+  // (slot + 1), so a lookup is an index and a generation check, and a freed
+  // slot's next lease gets a different id. 40 bytes a lease, no per-lease
+  // allocation: the wheel links slots by index.
   struct lease {
-    lease_id id;
-    std::uint32_t ttl_ms;
-    std::uint32_t bucket;
-    mono_clock::time_point deadline;  // lease time
-    lease* prev = nullptr;            // wheel bucket list
-    lease* next = nullptr;
+    mono_clock::time_point deadline;    // lease time
     lease_attachment* attached = nullptr;
+    std::uint32_t generation = 0;
+    std::uint32_t ttl_ms = 0;
+    std::uint32_t prev = none;          // wheel bucket list
+    std::uint32_t next = none;
+    std::uint32_t bucket = 0;
+    bool live = false;
   };
 
   std::uint64_t tick_of(mono_clock::time_point t) const;  // first tick at or after t
-  void link(lease& l);
-  void unlink(lease& l) noexcept;
-  void erase(lease& l, const remove_fn& fn);
-  std::optional<lease_info> info(const lease& l) const;
+  std::uint32_t slot_of(lease_id id) const noexcept;       // `none` unless live
+  lease_id id_of(std::uint32_t slot) const noexcept {
+    return static_cast<lease_id>(slots_[slot].generation) << 32 | (slot + 1);
+  }
+  void link(std::uint32_t slot);
+  void unlink(std::uint32_t slot) noexcept;
+  void erase(std::uint32_t slot, const remove_fn& fn);
+  std::optional<lease_info> info(std::uint32_t slot) const;
 
   lease_config config_;
   clock_source clock_;
@@ -136,9 +147,10 @@ class lease_table {
   mono_clock::duration stalled_{0};      // total stall absorbed
   mono_clock::time_point last_sweep_;    // real clock
   std::uint64_t swept_tick_ = 0;         // every tick before this was swept
-  std::vector<lease*> wheel_;
-  std::unordered_map<lease_id, lease> leases_;
-  lease_id next_id_ = 1;
+  std::vector<std::uint32_t> wheel_;     // first slot of each bucket
+  std::vector<lease> slots_;
+  std::vector<std::uint32_t> free_;
+  std::size_t live_ = 0;
 };
 
 }  // namespace switchyard::broker

@@ -9,6 +9,10 @@ namespace switchyard::broker {
 using protocol::errc;
 using std::chrono::milliseconds;
 
+// Memory per route is a budgeted figure (docs/benchmarks.md): keep the entry
+// at 80 bytes, so key + entry + node link fit a 128-byte malloc chunk.
+static_assert(sizeof(registry_entry) <= 80, "registry_entry grew: check memory per route");
+
 std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_view key, std::string_view value,
                                                                  lease_id lease, milliseconds ttl) {
   const bool own = lease == 0;
@@ -18,7 +22,7 @@ std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_vie
   if (fresh) {
     e.key = &it->first;
     e.kind = static_cast<std::uint8_t>(attachment_kind::registry_entry);
-  } else if (e.own_lease && e.lease != 0 && (own || e.lease != lease)) {
+  } else if (e.own_lease() && e.lease != 0 && (own || e.lease != lease)) {
     // The entry had a private TTL lease; it is replaced, so it goes too.
     const lease_id old = e.lease;
     leases_.detach(e);
@@ -28,7 +32,7 @@ std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_vie
   }
   if (own) lease = leases_.grant(ttl).id;
   leases_.attach(lease, e);
-  e.own_lease = own;
+  e.set_own_lease(own);
   e.value.assign(value);
   e.version = ++revision_;
   return e.version;
@@ -40,12 +44,12 @@ std::optional<registry_view> routing_table::get(std::string_view key) const {
   const auto ttl = leases_.time_to_live(it->second.lease);
   if (!ttl) return std::nullopt;  // expired, the sweeper has not run yet
   const registry_entry& e = it->second;
-  return registry_view{it->first, e.value, e.version, e.own_lease ? 0 : e.lease, ttl->remaining};
+  return registry_view{it->first, e.value, e.version, e.own_lease() ? 0 : e.lease, ttl->remaining};
 }
 
 void routing_table::drop_entry(registry_map::iterator it) {
   registry_entry& e = it->second;
-  const lease_id own = e.own_lease ? e.lease : 0;
+  const lease_id own = e.own_lease() ? e.lease : 0;
   leases_.detach(e);
   registry_.erase(it);
   if (own != 0) revoke_private(own);
@@ -71,7 +75,7 @@ std::vector<registry_view> routing_table::list(std::string_view prefix, std::siz
     if (std::string_view(key).substr(0, prefix.size()) != prefix || e.lease == 0) continue;
     const auto ttl = leases_.time_to_live(e.lease);
     if (!ttl) continue;
-    out.push_back({key, e.value, e.version, e.own_lease ? 0 : e.lease, ttl->remaining});
+    out.push_back({key, e.value, e.version, e.own_lease() ? 0 : e.lease, ttl->remaining});
   }
   // Key order, and only the first `limit` of it.
   more = out.size() > limit;
@@ -130,7 +134,7 @@ void routing_table::remove_lease(lease_id, lease_attachment* first) {
     if (a->kind == static_cast<std::uint8_t>(attachment_kind::registry_entry)) {
       auto* e = static_cast<registry_entry*>(a);
       // The lease is going away: its own-lease flag must not revoke it again.
-      e->own_lease = false;
+      e->set_own_lease(false);
       leases_.detach(*e);
       registry_.erase(registry_.find(*e->key));
     } else if (a->kind == static_cast<std::uint8_t>(attachment_kind::inbox)) {

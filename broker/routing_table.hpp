@@ -24,11 +24,16 @@ class session;
 
 enum class attachment_kind : std::uint8_t { registry_entry = 1, inbox = 2 };
 
+// flags bit: the entry was put with a TTL, and its lease is private to it.
+inline constexpr std::uint8_t own_lease_flag = 1;
+
+// Sized so that a registry node is 120 bytes (128 with malloc's header).
 struct registry_entry : lease_attachment {
   const std::string* key = nullptr;  // the map node's key
   std::string value;
   std::uint64_t version = 0;
-  bool own_lease = false;  // put with a TTL: the lease is private to this entry
+  bool own_lease() const noexcept { return flags & own_lease_flag; }
+  void set_own_lease(bool on) noexcept { flags = on ? (flags | own_lease_flag) : (flags & ~own_lease_flag); }
 };
 
 struct inbox : lease_attachment {

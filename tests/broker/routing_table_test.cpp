@@ -6,6 +6,7 @@
 #include "broker/lease_table.hpp"
 #include "broker/routing_table.hpp"
 #include "protocol/errc.hpp"
+#include "tests/support/fake_clock.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -18,35 +19,21 @@ namespace {
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
-using switchyard::broker::lease_attachment;
-using switchyard::broker::lease_config;
-using switchyard::broker::lease_id;
-using switchyard::broker::lease_table;
-using switchyard::broker::mono_clock;
-using switchyard::broker::registry_view;
-using switchyard::broker::routing_table;
-using switchyard::broker::session;
+using namespace switchyard::broker;
 using switchyard::protocol::errc;
-using time_point = mono_clock::time_point;
+using switchyard::test::fake_clock;
+using switchyard::test::fake_clock_config;
+using time_point = fake_clock::time_point;
 
 // A lease table on a hand-driven clock with a routing table on top.
 // Sweep period 10 ms; the stall threshold is far away so that moving the
 // clock by hand is never mistaken for a paused sweeper.
-struct fixture {
-  time_point now = time_point{} + 5000h + 7ms;
-  lease_table leases{make_config(), [this] { return now; }};
+struct fixture : fake_clock {
+  lease_table leases{fake_clock_config(10ms, 1h), source()};
   routing_table routing{leases};
 
-  static lease_config make_config() {
-    lease_config c;
-    c.min_ttl = 1ms;
-    c.max_ttl = 60s;
-    c.sweep_period = 10ms;
-    c.stall_threshold = 1h;
-    return c;
-  }
+  fixture() : fake_clock{time_point{} + 5000h + 7ms} {}
 
-  void advance(milliseconds d) { now += d; }
   // One sweep with the broker's callback: expired leases take their
   // entries and inboxes with them.
   std::size_t sweep() {

@@ -2,6 +2,7 @@
 
 #include "broker/subscription_index.hpp"
 #include "protocol/channel_name.hpp"
+#include "tests/support/reference_matcher.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -16,6 +17,7 @@ namespace {
 
 using switchyard::broker::subscription_index;
 using switchyard::protocol::pattern_matches;
+using switchyard::test::random_names;
 
 std::vector<int> match(subscription_index<int>& idx, std::string_view channel) {
   std::vector<int> v = idx.match(channel);  // copy: the reference dies on the next call
@@ -237,33 +239,12 @@ TEST_CASE("subscription index works with pointer subscribers", "[broker]") {
 
 TEST_CASE("subscription index agrees with brute-force pattern matching on random data", "[broker]") {
   std::mt19937 rng(1234);
-  const std::vector<std::string> alphabet{"a", "b", "c"};
-  auto random_channel = [&] {
-    std::string s;
-    const int n = 1 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < n; ++i) {
-      if (i) s += '.';
-      s += alphabet[rng() % alphabet.size()];
-    }
-    return s;
-  };
-  auto random_pattern = [&] {
-    std::string s;
-    const int n = 1 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < n; ++i) {
-      if (i) s += '.';
-      const auto r = rng() % 5;
-      if (r == 0) s += '*';
-      else if (r == 1 && i == n - 1) s += '>';
-      else s += alphabet[rng() % alphabet.size()];
-    }
-    return s;
-  };
+  random_names names{.rng = rng, .alphabet = {"a", "b", "c"}, .max_tokens = 4, .wildcard_odds = 5};
 
   subscription_index<int> idx;
   std::set<std::pair<std::string, int>> pairs;
   for (int i = 0; i < 200; ++i) {
-    std::string p = random_pattern();
+    std::string p = names.pattern();
     REQUIRE(switchyard::protocol::is_valid_pattern(p));
     const int sub = static_cast<int>(rng() % 40);
     const bool inserted = pairs.emplace(p, sub).second;
@@ -273,7 +254,7 @@ TEST_CASE("subscription index agrees with brute-force pattern matching on random
   REQUIRE(idx.size() == pairs.size());
 
   std::vector<std::string> channels;
-  for (int i = 0; i < 500; ++i) channels.push_back(random_channel());
+  for (int i = 0; i < 500; ++i) channels.push_back(names.channel());
 
   auto brute = [&](const std::string& channel) {
     std::set<int> s;
@@ -300,7 +281,7 @@ TEST_CASE("subscription index agrees with brute-force pattern matching on random
     pairs.erase(all[i]);
   }
   for (int i = 0; i < 50; ++i) {
-    const std::string p = random_pattern();
+    const std::string p = names.pattern();
     const int sub = 100 + i;  // never added
     CHECK_FALSE(idx.remove(p, sub));
   }

@@ -7,6 +7,8 @@
 
 #include "bench/server_process.hpp"
 #include "switchyard/client.hpp"
+#include "tests/support/clients.hpp"
+#include "tests/support/process.hpp"
 #include "tests/support/wait.hpp"
 
 #include <catch2/catch.hpp>
@@ -32,15 +34,14 @@
 using namespace switchyard;
 using namespace std::chrono_literals;
 using bench::server_process;
+using test::connect_to;
+using test::run_for_exit_code;
+using test::start_server_process;
 using test::wait_until;
 
 namespace {
 
-server_process start_server() {
-  auto s = server_process::start(SWITCHYARD_SERVER_BINARY, {"--lease-min-ttl-ms", "100", "--sweep-ms", "20"}, 10s);
-  if (!s) FAIL(s.error());
-  return std::move(*s);
-}
+server_process start_server() { return start_server_process({"--lease-min-ttl-ms", "100", "--sweep-ms", "20"}); }
 
 // A child process whose stdout the test reads line by line (a reader thread
 // collects it). The destructor SIGKILLs and reaps it if it still runs, so no
@@ -162,21 +163,8 @@ std::unique_ptr<child_process> start_gateway(std::uint16_t port) {
 
 // Runs the example service once: its exit status and output.
 std::pair<int, std::string> send_to(std::uint16_t port, const std::string& route_key, const std::string& payload) {
-  const std::string cmd = std::string(SWITCHYARD_EXAMPLE_SEND) + " " + route_key + " " + payload + " --port " +
-                          std::to_string(port) + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::unique_ptr<client> connect_to(std::uint16_t port) {
-  auto c = client::connect({.port = port, .client_name = "gateway-process-test"});
-  REQUIRE(c);
-  return std::move(*c);
+  return run_for_exit_code(std::string(SWITCHYARD_EXAMPLE_SEND) + " " + route_key + " " + payload + " --port " +
+                           std::to_string(port) + " 2>&1");
 }
 
 std::error_code registry_error(client& c, std::string_view key) {
@@ -189,7 +177,7 @@ std::error_code registry_error(client& c, std::string_view key) {
 TEST_CASE("a SIGKILLed gateway process loses its routes within TTL plus a sweep and comes back on restart",
           "[e2e][broker][client][examples][routing]") {
   auto server = start_server();
-  auto observer = connect_to(server.port());
+  auto observer = connect_to(server, "gateway-process-test");
 
   // The gateway holds user:alice; the service's send is routed to it.
   auto gw = start_gateway(server.port());
@@ -257,7 +245,7 @@ TEST_CASE("a SIGKILLed gateway process loses its routes within TTL plus a sweep 
 TEST_CASE("a gateway process stopped with SIGTERM revokes its lease so its routes vanish at once",
           "[e2e][broker][client][examples][routing]") {
   auto server = start_server();
-  auto observer = connect_to(server.port());
+  auto observer = connect_to(server, "gateway-process-test");
   auto gw = start_gateway(server.port());
   auto entry = observer->registry_get("user:alice");
   REQUIRE(entry);

@@ -4,6 +4,7 @@
 #include "protocol/frame_builder.hpp"
 #include "protocol/limits.hpp"
 #include "switchyard/client.hpp"
+#include "tests/support/clients.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
@@ -18,33 +19,27 @@
 #include <atomic>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 using namespace switchyard;
 using protocol::wire::Message;
-using test::raw_connection;
-using test::raw_frame;
-using test::test_server;
-using test::wait_until;
+using namespace switchyard::test;
 
 namespace {
 
-// Records on_disconnect from the loop thread.
-struct disconnect_probe {
-  std::mutex mu;
-  std::error_code reason;
-  std::atomic<bool> fired{false};
-  std::function<void(std::error_code)> callback() {
-    return [this](std::error_code ec) {
-      std::lock_guard lock(mu);
-      reason = ec;
-      fired = true;
-    };
-  }
-  std::error_code get() {
-    std::lock_guard lock(mu);
-    return reason;
-  }
-};
+// A socket listening on 127.0.0.1 at a free port, and that port.
+std::pair<int, std::uint16_t> loopback_listener(int backlog) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, backlog) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  return {listener, ntohs(addr.sin_port)};
+}
 
 }  // namespace
 
@@ -81,16 +76,7 @@ TEST_CASE("a client that heartbeats stays connected past several deadlines", "[e
 TEST_CASE("the client library declares a silent server dead", "[e2e][client]") {
   // A fake server: answers the hello with a welcome asking for 30 ms
   // heartbeats, then never sends another byte.
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(listener >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener, 1) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  const std::uint16_t port = ntohs(addr.sin_port);
+  const auto [listener, port] = loopback_listener(1);
 
   std::atomic<bool> done{false};
   std::thread fake([&] {
@@ -140,17 +126,9 @@ TEST_CASE("stopping the server tells clients it is shutting down", "[e2e][broker
 TEST_CASE("connect gives up after connect_timeout when the server never answers the hello", "[e2e][client]") {
   // A listening socket nobody accepts from: the TCP handshake completes in
   // the kernel's backlog, but no welcome ever comes.
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(listener >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener, 4) == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const auto [listener, port] = loopback_listener(4);
 
-  auto c = client::connect({.port = ntohs(addr.sin_port), .connect_timeout = std::chrono::milliseconds(100)});
+  auto c = client::connect({.port = port, .connect_timeout = std::chrono::milliseconds(100)});
   REQUIRE_FALSE(c);
   CHECK(c.error() == errc::timeout);
   ::close(listener);

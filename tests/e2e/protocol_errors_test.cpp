@@ -4,6 +4,7 @@
 #include "protocol/errc.hpp"
 #include "protocol/limits.hpp"
 #include "switchyard/client.hpp"
+#include "tests/support/clients.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
@@ -17,10 +18,7 @@
 using namespace switchyard;
 using perrc = protocol::errc;
 using protocol::wire::Message;
-using test::raw_connection;
-using test::raw_frame;
-using test::test_server;
-using test::wait_until;
+using namespace switchyard::test;
 
 namespace {
 
@@ -49,12 +47,8 @@ struct bystander {
   std::unique_ptr<client> sub, pub;
   std::atomic<int> got{0};
   explicit bystander(const test_server& s) {
-    auto a = client::connect({.port = s.port(), .client_name = "bystander-sub"});
-    auto b = client::connect({.port = s.port(), .client_name = "bystander-pub"});
-    REQUIRE(a);
-    REQUIRE(b);
-    sub = std::move(*a);
-    pub = std::move(*b);
+    sub = connect_to(s, "bystander-sub");
+    pub = connect_to(s, "bystander-pub");
     REQUIRE(sub->subscribe("still.alive", [this](const message&) { ++got; }));
   }
   void check_round_trip() {

@@ -2,6 +2,7 @@
 // library.
 
 #include "switchyard/client.hpp"
+#include "tests/support/clients.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
 
@@ -9,36 +10,20 @@
 
 #include <atomic>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
 using namespace switchyard;
+using switchyard::test::connect_to;
 using switchyard::test::test_server;
 using switchyard::test::wait_until;
 
 namespace {
 
-std::unique_ptr<client> connect_to(const test_server& s, std::string name = "test") {
-  client_options o;
-  o.port = s.port();
-  o.client_name = std::move(name);
-  auto c = client::connect(o);
-  REQUIRE(c);
-  return std::move(*c);
-}
-
 // Collects messages delivered to one handler (loop thread writes, test reads).
-struct inbox {
-  std::mutex mu;
-  std::vector<std::pair<std::string, std::string>> got;
-  std::atomic<std::size_t> count{0};
+struct inbox : test::collector<std::pair<std::string, std::string>> {
   message_handler handler() {
-    return [this](const message& m) {
-      std::lock_guard lock(mu);
-      got.emplace_back(std::string(m.channel), std::string(m.payload_text()));
-      ++count;
-    };
+    return [this](const message& m) { add({std::string(m.channel), std::string(m.payload_text())}); };
   }
 };
 

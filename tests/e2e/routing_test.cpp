@@ -6,6 +6,7 @@
 #include "protocol/frame_builder.hpp"
 #include "switchyard/client.hpp"
 #include "switchyard/gateway.hpp"
+#include "tests/support/clients.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
@@ -15,7 +16,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -24,10 +24,7 @@
 using namespace switchyard;
 using namespace std::chrono_literals;
 using protocol::wire::Message;
-using test::raw_connection;
-using test::raw_frame;
-using test::test_server;
-using test::wait_until;
+using namespace switchyard::test;
 
 namespace {
 
@@ -41,15 +38,6 @@ broker::server_config routing_config() {
   return cfg;
 }
 
-std::unique_ptr<client> connect_to(const test_server& s, std::string name = "test") {
-  client_options o;
-  o.port = s.port();
-  o.client_name = std::move(name);
-  auto c = client::connect(o);
-  REQUIRE(c);
-  return std::move(*c);
-}
-
 // One delivery as seen by an inbox handler (copied: the views die with the call).
 struct delivery {
   std::string inbox;
@@ -58,23 +46,36 @@ struct delivery {
 };
 
 // Collects inbox deliveries (loop thread writes, test thread reads).
-struct deliveries {
-  std::mutex mu;
-  std::vector<delivery> got;
-  std::atomic<std::size_t> count{0};
-
+struct deliveries : test::collector<delivery> {
   inbox_handler handler() {
     return [this](const inbox_message& m) {
       delivery d{std::string(m.inbox), {}, std::string(m.payload_text())};
       for (const auto k : m.route_keys) d.keys.emplace_back(k);
-      std::lock_guard lock(mu);
-      got.push_back(std::move(d));
-      ++count;
+      add(std::move(d));
     };
   }
-  std::vector<delivery> snapshot() {
-    std::lock_guard lock(mu);
-    return got;
+};
+
+// A gateway "gw-7" routing user:alice on a connection of its own, that can
+// vanish as if its process went away: it abandons its lease (no revoke) and
+// disconnects, so the lease and its routes outlive it.
+struct vanishing_gateway {
+  std::unique_ptr<client> conn;
+  deliveries unused;
+  std::unique_ptr<gateway> gw;
+
+  vanishing_gateway(const test_server& server, std::string name, std::chrono::milliseconds ttl)
+      : conn(connect_to(server, std::move(name))) {
+    auto started = gateway::start(*conn, {.inbox_id = "gw-7", .lease_ttl = ttl, .on_message = unused.handler()});
+    REQUIRE(started);
+    gw = std::move(*started);
+    REQUIRE_FALSE(gw->add_route("user:alice"));
+  }
+  lease_id lease() const { return gw->lease(); }
+  void vanish() {
+    gw->abandon();
+    gw.reset();
+    conn->close();
   }
 };
 
@@ -575,16 +576,10 @@ TEST_CASE("a gateway that reconnects within the TTL keeps its lease and its rout
   auto service = connect_to(server, "service");
   lease_id first_lease = 0;
   {
-    auto conn = connect_to(server, "gateway-1st");
-    deliveries unused;
     // A TTL long enough for the reconnect; nothing here waits for it.
-    auto gw = gateway::start(*conn, {.inbox_id = "gw-7", .lease_ttl = 3000ms, .on_message = unused.handler()});
-    REQUIRE(gw);
-    REQUIRE_FALSE((*gw)->add_route("user:alice"));
-    first_lease = (*gw)->lease();
-    (*gw)->abandon();  // as if the process went away: no revoke
-    gw->reset();
-    conn->close();
+    vanishing_gateway gw(server, "gateway-1st", 3000ms);
+    first_lease = gw.lease();
+    gw.vanish();  // as if the process went away: no revoke
   }
   // Once the broker noticed the disconnect, sends find no live inbox, but
   // the route itself is still registered under the lease.
@@ -633,16 +628,10 @@ TEST_CASE("when an abandoned gateway's lease expires its routes are gone and sen
   auto service = connect_to(server, "service");
   lease_id lease = 0;
   {
-    auto conn = connect_to(server, "gateway");
-    deliveries unused;
-    auto gw = gateway::start(*conn, {.inbox_id = "gw-7", .lease_ttl = 200ms, .on_message = unused.handler()});
-    REQUIRE(gw);
-    REQUIRE_FALSE((*gw)->add_route("user:alice"));
-    lease = (*gw)->lease();
+    vanishing_gateway gw(server, "gateway", 200ms);
+    lease = gw.lease();
     REQUIRE(service->send("user:alice", "still here"));
-    (*gw)->abandon();
-    gw->reset();
-    conn->close();
+    gw.vanish();
   }
   // TTL plus one sweep, with a generous bound.
   REQUIRE(wait_until([&] { return error_of(service->registry_get("user:alice")) == errc::not_found; }, 5s));

@@ -3,6 +3,7 @@
 
 #include "protocol/errc.hpp"
 #include "switchyard/client.hpp"
+#include "tests/support/clients.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
@@ -16,10 +17,7 @@
 
 using namespace switchyard;
 using protocol::wire::Message;
-using test::raw_connection;
-using test::raw_frame;
-using test::test_server;
-using test::wait_until;
+using namespace switchyard::test;
 
 namespace {
 
@@ -47,6 +45,15 @@ struct counting_sub {
   }
 };
 
+// Says hello on a raw connection and subscribes it to `pattern` (request 2).
+void raw_subscribe(raw_connection& c, std::string_view pattern) {
+  c.send_hello();
+  protocol::frame_builder b;
+  c.send(b.subscribe(2, pattern));
+  raw_frame f;
+  REQUIRE(c.next_of(Message::Ok, f) != nullptr);
+}
+
 // Publishes message_count messages. With `fast` given, publishing pauses
 // every 64 messages until that subscriber has caught up, so it never lags
 // by more than 64 KiB (well under the queue limit) and must lose nothing,
@@ -70,28 +77,23 @@ TEST_CASE("a subscriber that never reads gets drops counted and a notice while a
           "[e2e][broker][slow]") {
   test_server server(small_queue_config());
   raw_connection slow(server.port(), 64 * 1024);
-  slow.send_hello();
-  protocol::frame_builder b;
-  slow.send(b.subscribe(2, "feed.>"));
-  raw_frame f;
-  REQUIRE(slow.next_of(Message::Ok, f) != nullptr);
+  raw_subscribe(slow, "feed.>");
 
-  auto fast = client::connect({.port = server.port(), .client_name = "fast"});
-  REQUIRE(fast);
+  auto fast = connect_to(server, "fast");
   counting_sub fast_sub;
-  REQUIRE((*fast)->subscribe("feed.prices", [&](const message& m) { fast_sub.on(m); }));
+  REQUIRE(fast->subscribe("feed.prices", [&](const message& m) { fast_sub.on(m); }));
 
-  auto pub = client::connect({.port = server.port(), .client_name = "pub"});
-  REQUIRE(pub);
-  publish_all(**pub, &fast_sub);  // completes: the slow subscriber does not block it
+  auto pub = connect_to(server, "pub");
+  publish_all(*pub, &fast_sub);  // completes: the slow subscriber does not block it
 
   REQUIRE(wait_until([&] { return fast_sub.received == message_count; }, std::chrono::seconds(30)));
   CHECK(fast_sub.out_of_order == 0);
-  CHECK((*fast)->dropped_total() == 0);
+  CHECK(fast->dropped_total() == 0);
 
   // Now drain the slow one: every message is either delivered or counted in
   // a Dropped notice, and the notice arrives.
   std::uint64_t delivered = 0, dropped = 0, notices = 0;
+  raw_frame f;
   for (int guard = 0; guard < 1'000'000 && delivered + dropped < message_count; ++guard) {
     const auto* frame = slow.next(f, std::chrono::seconds(10));
     INFO("delivered " << delivered << ", dropped " << dropped << ", notices " << notices);
@@ -127,9 +129,8 @@ TEST_CASE("the client library reports drops to on_dropped", "[e2e][client][slow]
       cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
     }
   }));
-  auto pub = client::connect({.port = server.port(), .client_name = "pub"});
-  REQUIRE(pub);
-  publish_all(**pub);
+  auto pub = connect_to(server, "pub");
+  publish_all(*pub);
   {
     std::lock_guard lock(mu);
     release = true;
@@ -147,23 +148,18 @@ TEST_CASE("with slow-consumer=disconnect the slow subscriber is closed with slow
   cfg.shutdown_grace = std::chrono::seconds(30);  // time for us to read up to the goodbye
   test_server server(cfg);
   raw_connection slow(server.port(), 64 * 1024);
-  slow.send_hello();
-  protocol::frame_builder b;
-  slow.send(b.subscribe(2, "feed.prices"));
-  raw_frame f;
-  REQUIRE(slow.next_of(Message::Ok, f) != nullptr);
+  raw_subscribe(slow, "feed.prices");
 
-  auto fast = client::connect({.port = server.port(), .client_name = "fast"});
-  REQUIRE(fast);
+  auto fast = connect_to(server, "fast");
   counting_sub fast_sub;
-  REQUIRE((*fast)->subscribe("feed.prices", [&](const message& m) { fast_sub.on(m); }));
-  auto pub = client::connect({.port = server.port(), .client_name = "pub"});
-  REQUIRE(pub);
-  publish_all(**pub, &fast_sub);
+  REQUIRE(fast->subscribe("feed.prices", [&](const message& m) { fast_sub.on(m); }));
+  auto pub = connect_to(server, "pub");
+  publish_all(*pub, &fast_sub);
   REQUIRE(wait_until([&] { return fast_sub.received == message_count; }, std::chrono::seconds(30)));
-  CHECK((*fast)->connected());
+  CHECK(fast->connected());
 
   // The slow one finds, after whatever deliveries fit, a fatal slow_consumer error.
+  raw_frame f;
   const auto* e = slow.next_of(Message::Error, f, std::chrono::seconds(20));
   REQUIRE(e != nullptr);
   CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::slow_consumer));

@@ -2,6 +2,7 @@
 // pattern_matches and next_token.
 
 #include "protocol/channel_name.hpp"
+#include "tests/support/reference_matcher.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -13,6 +14,8 @@
 namespace {
 
 using namespace switchyard::protocol;
+using switchyard::test::random_names;
+using switchyard::test::reference_match;
 
 std::string tokens(std::size_t n, std::string_view token = "a") {
   std::string s;
@@ -21,27 +24,6 @@ std::string tokens(std::size_t n, std::string_view token = "a") {
     s += token;
   }
   return s;
-}
-
-std::vector<std::string> split(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (true) {
-    const auto dot = s.find('.', start);
-    out.emplace_back(s.substr(start, dot - start));
-    if (dot == std::string_view::npos) return out;
-    start = dot + 1;
-  }
-}
-
-// Independent reference matcher over token lists.
-bool reference_match(const std::vector<std::string>& p, std::size_t pi, const std::vector<std::string>& c,
-                     std::size_t ci) {
-  if (pi == p.size()) return ci == c.size();
-  if (p[pi] == ">") return ci < c.size();  // one or more remaining tokens
-  if (ci == c.size()) return false;
-  if (p[pi] != "*" && p[pi] != c[ci]) return false;
-  return reference_match(p, pi + 1, c, ci + 1);
 }
 
 }  // namespace
@@ -241,35 +223,14 @@ TEST_CASE("a lone star matches single-token channels only", "[protocol]") {
 TEST_CASE("pattern_matches agrees with a reference matcher on random patterns and channels",
           "[protocol]") {
   std::mt19937 rng(7);
-  const std::vector<std::string> alphabet{"a", "b", "ab"};
-  auto random_channel = [&] {
-    std::string s;
-    const int n = 1 + static_cast<int>(rng() % 5);
-    for (int i = 0; i < n; ++i) {
-      if (i) s += '.';
-      s += alphabet[rng() % alphabet.size()];
-    }
-    return s;
-  };
-  auto random_pattern = [&] {
-    std::string s;
-    const int n = 1 + static_cast<int>(rng() % 5);
-    for (int i = 0; i < n; ++i) {
-      if (i) s += '.';
-      const auto r = rng() % 6;
-      if (r == 0) s += '*';
-      else if (r == 1 && i == n - 1) s += '>';
-      else s += alphabet[rng() % alphabet.size()];
-    }
-    return s;
-  };
+  random_names names{.rng = rng, .alphabet = {"a", "b", "ab"}, .max_tokens = 5, .wildcard_odds = 6};
   int matches = 0;
   for (int i = 0; i < 3000; ++i) {
-    const std::string p = random_pattern();
-    const std::string c = random_channel();
+    const std::string p = names.pattern();
+    const std::string c = names.channel();
     REQUIRE(is_valid_pattern(p));
     REQUIRE(is_valid_channel(c));
-    const bool expected = reference_match(split(p), 0, split(c), 0);
+    const bool expected = reference_match(p, c);
     INFO("pattern " << p << " channel " << c);
     CHECK(pattern_matches(p, c) == expected);
     matches += expected;

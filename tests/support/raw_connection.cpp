@@ -12,10 +12,26 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string_view>
 
 namespace switchyard::test {
+namespace {
+
+// Waits until `fd` is readable, then reads what is there into `buf`: recv's
+// result (errno set as recv left it). nullopt when `deadline` passed (or
+// poll failed) first.
+std::optional<ssize_t> recv_before(int fd, std::chrono::steady_clock::time_point deadline, std::uint8_t* buf,
+                                   std::size_t size) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return std::nullopt;
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return std::nullopt;
+  return ::recv(fd, buf, size, 0);
+}
+
+}  // namespace
 
 raw_connection::raw_connection(std::uint16_t port, int receive_buffer) {
   fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -60,14 +76,10 @@ void raw_connection::send_hello(std::uint16_t major, bool capabilities) {
 
 bool raw_connection::fill(std::size_t n, std::chrono::steady_clock::time_point deadline) {
   while (in_.size() < n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
     std::uint8_t buf[65536];
-    const ssize_t r = ::recv(fd_, buf, sizeof buf, 0);
-    if (r <= 0) return false;
-    in_.insert(in_.end(), buf, buf + r);
+    const auto r = recv_before(fd_, deadline, buf, sizeof buf);
+    if (!r || *r <= 0) return false;
+    in_.insert(in_.end(), buf, buf + *r);
   }
   return true;
 }
@@ -110,14 +122,11 @@ const protocol::wire::Frame* raw_connection::next_of(protocol::wire::Message typ
 bool raw_connection::closed_by_peer(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
     std::uint8_t buf[65536];
-    const ssize_t r = ::recv(fd_, buf, sizeof buf, 0);
-    if (r == 0) return true;
-    if (r < 0) return errno == ECONNRESET;
+    const auto r = recv_before(fd_, deadline, buf, sizeof buf);
+    if (!r) return false;
+    if (*r == 0) return true;
+    if (*r < 0) return errno == ECONNRESET;
     in_.clear();
   }
 }
