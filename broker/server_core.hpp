@@ -1,6 +1,6 @@
 #pragma once
-// State shared by all sessions of one server: configuration, the channel
-// table, the frame arena and counters. Owned by server; lives on the
+// State shared by all sessions of one server: configuration, the frame
+// arena, the channel table, leases and the routing table, counters. Owned by server; lives on the
 // broker's event-loop thread, and every member is used from that thread only.
 
 #include "broker/channel_table.hpp"
@@ -28,8 +28,8 @@ struct server_core {
   ~server_core();
 
   server_config config;
-  // The arena is declared first so that it outlives every frame_ref held by
-  // the channel table and sessions (members are destroyed in reverse order).
+  // The arena is declared before everything that holds frame_refs, so it
+  // outlives them (members are destroyed in reverse order).
   frame_arena arena;
   protocol::frame_builder builder;  // scratch encoder for the loop thread
   channel_table channels;
@@ -41,7 +41,7 @@ struct server_core {
   bool stopping = false;
   std::uint64_t next_session_id = 1;
 
-  // Encodes nothing itself: stores an already encoded frame in the arena.
+  // Copies an encoded frame (usually `builder`'s output) into the arena.
   frame_ref store(protocol::bytes_view frame) { return arena.store(frame); }
 };
 
