@@ -1,0 +1,125 @@
+#include "storage/group_committer.hpp"
+
+#include <algorithm>
+
+namespace switchyard::storage {
+
+group_committer::group_committer(sequence_log& log, group_commit_options options)
+    : log_(log), options_(options), last_sync_(std::chrono::steady_clock::now()) {
+  options_.max_batch_records = std::max<std::size_t>(1, options_.max_batch_records);
+  writer_ = std::thread([this] { run(); });
+}
+
+group_committer::~group_committer() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  writer_.join();
+}
+
+void group_committer::append(std::string_view stream, std::span<const std::byte> payload, completion done) {
+  // Checked here so that one bad append never fails the batch it would
+  // have shared with good ones.
+  if (auto ec = log_.check(stream, payload.size())) {
+    if (done) done(std::unexpected(ec));
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back({std::string(stream), std::vector<std::byte>(payload.begin(), payload.end()), std::move(done)});
+  }
+  wake_.notify_one();
+}
+
+group_commit_stats group_committer::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void group_committer::run() {
+  std::vector<pending> batch;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (queue_.empty()) {
+      if (stopping_) break;
+      if (unsynced_) {
+        // Batch mode: sync what was acknowledged once the interval is up,
+        // even if no further append arrives.
+        const auto due = last_sync_ + options_.sync_interval;
+        if (!wake_.wait_until(lock, due, [&] { return !queue_.empty() || stopping_; })) {
+          lock.unlock();
+          if (!log_.sync()) {
+            std::lock_guard relock(mu_);
+            ++stats_.syncs;
+          }
+          last_sync_ = std::chrono::steady_clock::now();
+          unsynced_ = false;
+          lock.lock();
+        }
+        continue;
+      }
+      wake_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      continue;
+    }
+    // Take what fits in one batch; the rest waits for the next.
+    std::size_t n = 0, bytes = 0;
+    while (n < queue_.size() && n < options_.max_batch_records) {
+      bytes += queue_[n].payload.size();
+      ++n;
+      if (bytes >= options_.max_batch_bytes) break;
+    }
+    batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+    lock.unlock();
+    commit(batch);
+    batch.clear();
+    lock.lock();
+  }
+  lock.unlock();
+  if (unsynced_) log_.sync();
+}
+
+void group_committer::commit(std::vector<pending>& batch) {
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.batches;
+    stats_.records += batch.size();
+    stats_.largest_batch = std::max<std::uint64_t>(stats_.largest_batch, batch.size());
+  }
+  const bool any = commit_range(batch, 0, batch.size());
+  if (any && log_.mode() == durability::batch) {
+    unsynced_ = true;
+    if (std::chrono::steady_clock::now() - last_sync_ >= options_.sync_interval) {
+      if (!log_.sync()) {
+        std::lock_guard lock(mu_);
+        ++stats_.syncs;
+      }
+      last_sync_ = std::chrono::steady_clock::now();
+      unsynced_ = false;
+    }
+  }
+}
+
+bool group_committer::commit_range(std::vector<pending>& batch, std::size_t begin, std::size_t end) {
+  std::vector<append_item> items;
+  items.reserve(end - begin);
+  for (std::size_t i = begin; i < end; ++i) items.push_back({batch[i].stream, batch[i].payload});
+  auto result = log_.append(items);
+  // A full log refuses a whole transaction: split it, so that what still
+  // fits is committed (in order) and only what does not fit fails.
+  if (!result && result.error() == errc::storage_full && end - begin > 1) {
+    const std::size_t mid = begin + (end - begin) / 2;
+    const bool first = commit_range(batch, begin, mid);
+    const bool second = commit_range(batch, mid, end);
+    return first || second;
+  }
+  for (std::size_t i = begin; i < end; ++i) {
+    if (!batch[i].done) continue;
+    if (result) batch[i].done((*result)[i - begin]);
+    else batch[i].done(std::unexpected(result.error()));
+  }
+  return result.has_value();
+}
+}  // namespace switchyard::storage

@@ -1,0 +1,90 @@
+#pragma once
+// Group commit for the sequence log: appends arrive from any thread (the
+// broker's loop), a dedicated writer thread commits them in batches (one
+// transaction, so one fsync in the sync mode, for everything that queued up
+// while the previous batch was being written), and each append's completion
+// runs only after its batch committed.
+//
+// A lone append in an idle system is not delayed: the writer wakes at once
+// and commits a batch of one. Batching happens by itself under load, while
+// a commit (an fsync takes about 0.35 ms here) is in progress.
+
+#include "storage/sequence_log.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace switchyard::storage {
+
+struct group_commit_options {
+  std::size_t max_batch_records = 4096;
+  std::size_t max_batch_bytes = 8u << 20;
+  // durability::batch: fsync at most this often (and at least this often
+  // while appends come in). Ignored in the other modes.
+  std::chrono::milliseconds sync_interval{10};
+};
+
+struct group_commit_stats {
+  std::uint64_t batches = 0;
+  std::uint64_t records = 0;
+  std::uint64_t largest_batch = 0;
+  std::uint64_t syncs = 0;  // explicit syncs in the batch mode
+};
+
+class group_committer {
+ public:
+  // Runs on the writer thread with the sequence, or the error. When the log
+  // is full, a batch is split until what fits is committed; only the
+  // appends that do not fit fail (storage_full).
+  // Must not block for long: post the result to your own thread.
+  using completion = std::function<void(std::expected<std::uint64_t, std::error_code>)>;
+
+  // `log` must outlive the committer. Starts the writer thread.
+  group_committer(sequence_log& log, group_commit_options options = {});
+  // Commits everything queued, runs every completion, then stops.
+  ~group_committer();
+  group_committer(const group_committer&) = delete;
+  group_committer& operator=(const group_committer&) = delete;
+
+  // Queues an append (the payload is copied). Thread-safe, never blocks on
+  // I/O. An invalid append (empty or long stream name, oversized payload)
+  // completes at once, on the calling thread, with invalid_argument.
+  void append(std::string_view stream, std::span<const std::byte> payload, completion done);
+
+  group_commit_stats stats() const;
+
+ private:
+  struct pending {
+    std::string stream;
+    std::vector<std::byte> payload;
+    completion done;
+  };
+
+  void run();
+  void commit(std::vector<pending>& batch);
+  // Commits batch[begin, end) and runs its completions; true if anything
+  // was committed.
+  bool commit_range(std::vector<pending>& batch, std::size_t begin, std::size_t end);
+
+  sequence_log& log_;
+  group_commit_options options_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<pending> queue_;  // guarded by mu_
+  bool stopping_ = false;       // guarded by mu_
+  group_commit_stats stats_;    // guarded by mu_
+  std::chrono::steady_clock::time_point last_sync_;  // writer thread
+  bool unsynced_ = false;                            // writer thread
+  std::thread writer_;
+};
+
+}  // namespace switchyard::storage

@@ -1,0 +1,450 @@
+#include "storage/sequence_log.hpp"
+
+#include <lmdb.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace switchyard::storage {
+
+namespace {
+
+constexpr std::size_t record_header = 16;  // checksum, timestamp
+constexpr std::size_t meta_size = 7 * 8;
+constexpr std::string_view last_stream_key = "last_stream_id";
+
+void put_le64(std::byte* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+std::uint64_t get_le64(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+void put_be64(std::byte* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (56 - 8 * i));
+}
+std::uint64_t get_be64(const std::byte* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = v << 8 | static_cast<std::uint64_t>(p[i]);
+  return v;
+}
+
+// Binds the payload to its sequence and timestamp: a flipped byte in any of
+// the three fails the check.
+std::uint64_t checksum(std::uint64_t seq, std::uint64_t timestamp, const void* payload, std::size_t size) {
+  return XXH3_64bits_withSeed(payload, size, seq ^ (timestamp * 0x9E3779B97F4A7C15ull));
+}
+
+struct record_key {
+  std::byte bytes[16];
+  record_key(std::uint64_t stream, std::uint64_t seq) {
+    put_be64(bytes, stream);
+    put_be64(bytes + 8, seq);
+  }
+  MDB_val val() { return {sizeof bytes, bytes}; }
+};
+
+struct meta {
+  std::uint64_t id = 0, epoch = 0, first = 1, last = 0, records = 0, bytes = 0, created = 0;
+
+  void encode(std::byte* p) const {
+    const std::uint64_t f[7] = {id, epoch, first, last, records, bytes, created};
+    for (int i = 0; i < 7; ++i) put_le64(p + 8 * i, f[i]);
+  }
+  static std::expected<meta, std::error_code> decode(const MDB_val& v) {
+    if (v.mv_size != meta_size) return std::unexpected(make_error_code(errc::corrupted));
+    const auto* p = static_cast<const std::byte*>(v.mv_data);
+    meta m;
+    std::uint64_t* f[7] = {&m.id, &m.epoch, &m.first, &m.last, &m.records, &m.bytes, &m.created};
+    for (int i = 0; i < 7; ++i) *f[i] = get_le64(p + 8 * i);
+    return m;
+  }
+  stream_info info(std::string_view name) const {
+    return {std::string(name), id, epoch, first, last, records, bytes, created};
+  }
+};
+
+// A transaction that aborts unless committed.
+class txn {
+ public:
+  txn() = default;
+  txn(const txn&) = delete;
+  txn& operator=(const txn&) = delete;
+  ~txn() { abort(); }
+  std::error_code begin(MDB_env* env, unsigned flags) { return from_lmdb(mdb_txn_begin(env, nullptr, flags, &t_)); }
+  std::error_code commit() {
+    const int rc = mdb_txn_commit(t_);
+    t_ = nullptr;
+    return from_lmdb(rc);
+  }
+  void abort() noexcept {
+    if (t_) mdb_txn_abort(t_);
+    t_ = nullptr;
+  }
+  MDB_txn* get() const noexcept { return t_; }
+
+ private:
+  MDB_txn* t_ = nullptr;
+};
+
+class cursor {
+ public:
+  explicit cursor(MDB_txn* t, MDB_dbi dbi) { rc_ = mdb_cursor_open(t, dbi, &c_); }
+  ~cursor() {
+    if (c_) mdb_cursor_close(c_);
+  }
+  cursor(const cursor&) = delete;
+  cursor& operator=(const cursor&) = delete;
+  int status() const noexcept { return rc_; }
+  MDB_cursor* get() const noexcept { return c_; }
+
+ private:
+  MDB_cursor* c_ = nullptr;
+  int rc_ = 0;
+};
+
+MDB_val view(std::string_view s) { return {s.size(), const_cast<char*>(s.data())}; }
+
+}  // namespace
+
+struct sequence_log::impl {
+  log_options opts;
+  MDB_env* env = nullptr;
+  MDB_dbi streams = 0, records = 0, metadata = 0;
+  std::size_t map_size = 0;
+  std::uint64_t last_stream_id = 0;  // writer thread
+  // Readers and the writer hold it shared for a transaction; growing the
+  // map takes it exclusively (LMDB requires no live transaction then).
+  mutable std::shared_mutex resize;
+
+  ~impl() {
+    if (env) mdb_env_close(env);
+  }
+
+  std::expected<meta, std::error_code> load(MDB_txn* t, std::string_view name) const {
+    MDB_val k = view(name), v{};
+    const int rc = mdb_get(t, streams, &k, &v);
+    if (rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
+    return meta::decode(v);
+  }
+
+  std::error_code store(MDB_txn* t, std::string_view name, const meta& m) {
+    std::byte buf[meta_size];
+    m.encode(buf);
+    MDB_val k = view(name), v{sizeof buf, buf};
+    return from_lmdb(mdb_put(t, streams, &k, &v, 0));
+  }
+
+  // Appends may fill the map only up to this; the rest of max_map_size is
+  // kept for trims: a delete needs fresh pages for its copy-on-write, so a
+  // log filled to the brim could otherwise never be trimmed again.
+  std::size_t append_ceiling() const {
+    const std::size_t max = opts.max_map_size;
+    const std::size_t reserve = std::clamp<std::size_t>(max / 32, std::min<std::size_t>(256u << 10, max / 4), max / 4);
+    return max - reserve;
+  }
+
+  // Sets the map size (LMDB never goes below the data in use) and records
+  // what it became.
+  std::error_code resize_map(std::size_t size) {
+    std::unique_lock lock(resize);
+    if (auto ec = from_lmdb(mdb_env_set_mapsize(env, size))) return ec;
+    MDB_envinfo info{};
+    mdb_env_info(env, &info);
+    map_size = info.me_mapsize;
+    return {};
+  }
+
+  std::error_code grow(std::size_t ceiling) {
+    if (map_size >= ceiling) return errc::storage_full;
+    return resize_map(std::min(ceiling, map_size * 2));
+  }
+
+  // Runs `body` in a write transaction and commits; when the map is full,
+  // grows it and runs `body` again in a fresh transaction.
+  // `ceiling` is the largest map this write may grow to.
+  template <class Body>
+  std::error_code write(Body body, std::size_t ceiling) {
+    for (;;) {
+      std::error_code ec;
+      {
+        std::shared_lock lock(resize);
+        txn t;
+        if ((ec = t.begin(env, 0))) return ec;
+        ec = body(t.get());
+        if (!ec) ec = t.commit();
+      }
+      if (ec != errc::storage_full) return ec;
+      if (auto grown = grow(ceiling)) return grown;
+    }
+  }
+
+  std::uint64_t now_ms() const { return opts.wall_clock_ms(); }
+
+  // Deletes records from the front of a stream while `more(meta, seq,
+  // timestamp)` says so, at most `max`.
+  template <class More>
+  std::expected<std::size_t, std::error_code> trim_front(std::string_view name, std::size_t max, More more) {
+    std::size_t removed = 0;
+    const auto ec = write([&](MDB_txn* t) -> std::error_code {
+      removed = 0;
+      auto m = load(t, name);
+      if (!m) return m.error();
+      cursor c(t, records);
+      if (c.status() != MDB_SUCCESS) return from_lmdb(c.status());
+      record_key start(m->id, m->first);
+      MDB_val k = start.val(), v{};
+      int rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+      while (rc == MDB_SUCCESS && removed < max) {
+        const auto* kb = static_cast<const std::byte*>(k.mv_data);
+        if (k.mv_size != 16 || get_be64(kb) != m->id) break;
+        const std::uint64_t seq = get_be64(kb + 8);
+        if (v.mv_size < record_header) return errc::corrupted;
+        const std::uint64_t ts = get_le64(static_cast<const std::byte*>(v.mv_data) + 8);
+        if (!more(*m, seq, ts)) break;
+        const std::size_t payload = v.mv_size - record_header;
+        if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return from_lmdb(rc);
+        m->first = seq + 1;
+        m->records -= 1;
+        m->bytes -= std::min<std::uint64_t>(m->bytes, payload);
+        ++removed;
+        // Re-seek rather than rely on the cursor's position after a delete.
+        record_key next(m->id, seq + 1);
+        k = next.val();
+        rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+      }
+      if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return from_lmdb(rc);
+      if (m->records == 0) m->first = m->last + 1;
+      return store(t, name, *m);
+    }, opts.max_map_size);
+    // A trim may have dipped into the reserve: give appends back only the
+    // ceiling again (LMDB keeps whatever the data now occupies), so they
+    // reuse the pages the trim freed and the reserve stays for trims.
+    if (map_size > append_ceiling()) {
+      if (auto shrink = resize_map(append_ceiling())) return std::unexpected(shrink);
+    }
+    if (ec) return std::unexpected(ec);
+    return removed;
+  }
+};
+
+sequence_log::sequence_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+sequence_log::~sequence_log() = default;
+
+std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open(log_options options) {
+  if (options.dir.empty()) return std::unexpected(make_error_code(errc::invalid_argument));
+  if (!options.wall_clock_ms)
+    options.wall_clock_ms = [] {
+      return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count());
+    };
+  if (!options.random64) options.random64 = [rd = std::make_shared<std::random_device>()] {
+      return (static_cast<std::uint64_t>((*rd)()) << 32) ^ (*rd)();
+    };
+  options.max_map_size = std::max(options.max_map_size, options.initial_map_size);
+  std::error_code fs_ec;
+  std::filesystem::create_directories(options.dir, fs_ec);
+  if (fs_ec) return std::unexpected(make_error_code(errc::io_error));
+
+  auto p = std::make_unique<impl>();
+  p->opts = std::move(options);
+  if (auto ec = from_lmdb(mdb_env_create(&p->env))) return std::unexpected(ec);
+  mdb_env_set_maxdbs(p->env, 4);
+  if (auto ec = from_lmdb(mdb_env_set_mapsize(p->env, std::min(p->opts.initial_map_size, p->append_ceiling()))))
+    return std::unexpected(ec);
+  // NOTLS: read transactions are not tied to threads. The sync modes other
+  // than `sync` commit without fsync and rely on sync().
+  unsigned flags = MDB_NOTLS;
+  if (p->opts.mode != durability::sync) flags |= MDB_NOSYNC;
+  if (auto ec = from_lmdb(mdb_env_open(p->env, p->opts.dir.c_str(), flags, 0644))) return std::unexpected(ec);
+  MDB_envinfo info{};
+  mdb_env_info(p->env, &info);
+  p->map_size = info.me_mapsize;  // at least what the data in an existing log occupies
+
+  txn t;
+  if (auto ec = t.begin(p->env, 0)) return std::unexpected(ec);
+  if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "streams", MDB_CREATE, &p->streams))) return std::unexpected(ec);
+  if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "records", MDB_CREATE, &p->records))) return std::unexpected(ec);
+  if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "meta", MDB_CREATE, &p->metadata))) return std::unexpected(ec);
+  MDB_val k = view(last_stream_key), v{};
+  const int rc = mdb_get(t.get(), p->metadata, &k, &v);
+  if (rc == MDB_SUCCESS && v.mv_size == 8) p->last_stream_id = get_le64(static_cast<const std::byte*>(v.mv_data));
+  else if (rc != MDB_NOTFOUND) return std::unexpected(rc == MDB_SUCCESS ? make_error_code(errc::corrupted) : from_lmdb(rc));
+  if (auto ec = t.commit()) return std::unexpected(ec);
+  return std::unique_ptr<sequence_log>(new sequence_log(std::move(p)));
+}
+
+std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(std::span<const append_item> items) {
+  auto& p = *impl_;
+  for (const auto& item : items)
+    if (auto ec = check(item.stream, item.payload.size())) return std::unexpected(ec);
+  std::vector<std::uint64_t> seqs;
+  std::uint64_t last_id = p.last_stream_id;
+  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
+    seqs.clear();
+    last_id = p.last_stream_id;  // a retry starts from what is committed
+    std::unordered_map<std::string_view, meta> touched;
+    const std::uint64_t now = p.now_ms();
+    for (const auto& item : items) {
+      auto it = touched.find(item.stream);
+      if (it == touched.end()) {
+        auto m = p.load(t, item.stream);
+        if (!m && m.error() != errc::not_found) return m.error();
+        if (!m) {
+          meta fresh;
+          fresh.id = ++last_id;
+          fresh.epoch = p.opts.random64();
+          fresh.created = now;
+          m = fresh;
+        }
+        it = touched.emplace(item.stream, *m).first;
+      }
+      meta& m = it->second;
+      const std::uint64_t seq = ++m.last;
+      record_key key(m.id, seq);
+      MDB_val k = key.val(), v{record_header + item.payload.size(), nullptr};
+      // Keys of the newest stream sort after every other key: append at the
+      // end of the B-tree without a search.
+      const unsigned flags = MDB_RESERVE | (m.id == last_id ? MDB_APPEND : 0u);
+      if (const int rc = mdb_put(t, p.records, &k, &v, flags); rc != MDB_SUCCESS) return from_lmdb(rc);
+      auto* out = static_cast<std::byte*>(v.mv_data);
+      put_le64(out, checksum(seq, now, item.payload.data(), item.payload.size()));
+      put_le64(out + 8, now);
+      if (!item.payload.empty()) std::memcpy(out + record_header, item.payload.data(), item.payload.size());
+      if (m.records == 0) m.first = seq;
+      m.records += 1;
+      m.bytes += item.payload.size();
+      seqs.push_back(seq);
+    }
+    for (const auto& [name, m] : touched)
+      if (auto e = p.store(t, name, m)) return e;
+    if (last_id != p.last_stream_id) {
+      std::byte buf[8];
+      put_le64(buf, last_id);
+      MDB_val k = view(last_stream_key), v{sizeof buf, buf};
+      if (const int rc = mdb_put(t, p.metadata, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+    }
+    return {};
+  }, p.append_ceiling());
+  if (ec) return std::unexpected(ec);
+  p.last_stream_id = last_id;
+  return seqs;
+}
+
+std::expected<std::uint64_t, std::error_code> sequence_log::append(std::string_view stream,
+                                                                   std::span<const std::byte> payload) {
+  const append_item item{stream, payload};
+  auto r = append(std::span(&item, 1));
+  if (!r) return std::unexpected(r.error());
+  return r->front();
+}
+
+std::expected<read_result, std::error_code> sequence_log::read(std::string_view stream, std::uint64_t from,
+                                                               std::size_t max_count, std::size_t max_bytes) {
+  auto& p = *impl_;
+  std::shared_lock lock(p.resize);
+  txn t;
+  if (auto ec = t.begin(p.env, MDB_RDONLY)) return std::unexpected(ec);
+  auto m = p.load(t.get(), stream);
+  if (!m) return std::unexpected(m.error());
+  if (from < m->first) return std::unexpected(make_error_code(errc::trimmed));
+  read_result out;
+  out.epoch = m->epoch;
+  out.last_seq = m->last;
+  if (from > m->last || max_count == 0) return out;
+  cursor c(t.get(), p.records);
+  if (c.status() != MDB_SUCCESS) return std::unexpected(from_lmdb(c.status()));
+  record_key start(m->id, from);
+  MDB_val k = start.val(), v{};
+  std::size_t bytes = 0;
+  int rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+  for (std::uint64_t expect = from; rc == MDB_SUCCESS && out.records.size() < max_count; ++expect) {
+    const auto* kb = static_cast<const std::byte*>(k.mv_data);
+    if (k.mv_size != 16 || get_be64(kb) != m->id) break;
+    const std::uint64_t seq = get_be64(kb + 8);
+    // Sequences are contiguous: a hole is damage, not a gap to skip.
+    if (seq != expect || v.mv_size < record_header) return std::unexpected(make_error_code(errc::corrupted));
+    const auto* vb = static_cast<const std::byte*>(v.mv_data);
+    const std::size_t size = v.mv_size - record_header;
+    if (!out.records.empty() && bytes + size > max_bytes) break;
+    const std::uint64_t ts = get_le64(vb + 8);
+    if (get_le64(vb) != checksum(seq, ts, vb + record_header, size))
+      return std::unexpected(make_error_code(errc::corrupted));
+    out.records.push_back({seq, ts, std::vector<std::byte>(vb + record_header, vb + record_header + size)});
+    bytes += size;
+    rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+  }
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return std::unexpected(from_lmdb(rc));
+  return out;
+}
+
+std::expected<stream_info, std::error_code> sequence_log::info(std::string_view stream) const {
+  auto& p = *impl_;
+  std::shared_lock lock(p.resize);
+  txn t;
+  if (auto ec = t.begin(p.env, MDB_RDONLY)) return std::unexpected(ec);
+  auto m = p.load(t.get(), stream);
+  if (!m) return std::unexpected(m.error());
+  return m->info(stream);
+}
+
+std::expected<std::vector<stream_info>, std::error_code> sequence_log::list() const {
+  auto& p = *impl_;
+  std::shared_lock lock(p.resize);
+  txn t;
+  if (auto ec = t.begin(p.env, MDB_RDONLY)) return std::unexpected(ec);
+  cursor c(t.get(), p.streams);
+  if (c.status() != MDB_SUCCESS) return std::unexpected(from_lmdb(c.status()));
+  std::vector<stream_info> out;
+  MDB_val k{}, v{};
+  int rc = mdb_cursor_get(c.get(), &k, &v, MDB_FIRST);
+  for (; rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+    auto m = meta::decode(v);
+    if (!m) return std::unexpected(m.error());
+    out.push_back(m->info({static_cast<const char*>(k.mv_data), k.mv_size}));
+  }
+  if (rc != MDB_NOTFOUND) return std::unexpected(from_lmdb(rc));
+  return out;
+}
+
+std::expected<std::size_t, std::error_code> sequence_log::trim(std::string_view stream, std::uint64_t before_seq,
+                                                               std::size_t max_records) {
+  return impl_->trim_front(stream, max_records,
+                           [&](const meta&, std::uint64_t seq, std::uint64_t) { return seq < before_seq; });
+}
+
+std::expected<std::size_t, std::error_code> sequence_log::enforce(std::string_view stream, const retention& limits,
+                                                                  std::size_t max_records) {
+  const std::uint64_t now = impl_->now_ms();
+  const auto age = static_cast<std::uint64_t>(limits.max_age.count());
+  const std::uint64_t cutoff = age > 0 && now > age ? now - age : 0;
+  return impl_->trim_front(stream, max_records, [&](const meta& m, std::uint64_t, std::uint64_t ts) {
+    return (limits.max_records > 0 && m.records > limits.max_records) ||
+           (limits.max_bytes > 0 && m.bytes > limits.max_bytes) || (cutoff > 0 && ts < cutoff);
+  });
+}
+
+std::error_code sequence_log::check(std::string_view stream, std::size_t payload_size) const noexcept {
+  const auto& o = impl_->opts;
+  if (stream.empty() || stream.size() > o.max_stream_name || payload_size > o.max_record_bytes)
+    return errc::invalid_argument;
+  return {};
+}
+
+std::error_code sequence_log::sync() { return from_lmdb(mdb_env_sync(impl_->env, 1)); }
+
+std::size_t sequence_log::map_size() const noexcept {
+  std::shared_lock lock(impl_->resize);
+  return impl_->map_size;
+}
+
+durability sequence_log::mode() const noexcept { return impl_->opts.mode; }
+
+}  // namespace switchyard::storage

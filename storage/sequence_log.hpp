@@ -1,0 +1,151 @@
+#pragma once
+// The durable sequence log: named streams of records in one LMDB
+// environment, each record numbered by a per-stream sequence.
+//
+// Layout (three LMDB databases):
+//  - "streams": name -> stream metadata (id, epoch, first/last sequence,
+//    record count, bytes, created time);
+//  - "records": big-endian stream id + big-endian sequence -> 16-byte header
+//    (xxHash3 checksum, timestamp) + payload. Keys sort by stream, then
+//    sequence, so appends to the newest stream go to the end of the B-tree
+//    (MDB_APPEND), and a stream's records are one contiguous range;
+//  - "meta": the last stream id handed out.
+//
+// Sequences start at 1, are contiguous per stream and are never reused,
+// even after trimming. An append is durable when append() returns in the
+// `sync` mode (LMDB fsyncs the commit); `batch` leaves syncing to sync()
+// calls (what was appended since the last one can be lost in a crash, the
+// log itself stays consistent); `none` never syncs by itself.
+//
+// The map grows (doubling) when full; appends may take it up to
+// max_map_size less a reserve (1/32 of it, at least 256 KiB, at most a
+// quarter) and then fail with storage_full, with everything already
+// committed readable. The reserve is for trims and retention, which need
+// fresh pages even to delete: a full log can always be trimmed, and appends
+// then reuse the space freed.
+//
+// Thread safety: any number of threads may read; appends and trims must
+// come from one thread at a time (the group-commit writer). Not for use by
+// several processes at once.
+
+#include "storage/errc.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+namespace switchyard::storage {
+
+enum class durability { sync, batch, none };
+
+struct log_options {
+  std::filesystem::path dir;                   // created if missing
+  std::size_t initial_map_size = 64u << 20;    // rounded to the OS page size by LMDB
+  std::size_t max_map_size = std::size_t{8} << 30;
+  durability mode = durability::sync;
+  std::size_t max_record_bytes = 16u << 20;
+  std::size_t max_stream_name = 255;
+  // Injectable sources: record timestamps (wall clock, ms since the epoch;
+  // only stored and used for age retention) and stream epochs (random).
+  std::function<std::uint64_t()> wall_clock_ms;
+  std::function<std::uint64_t()> random64;
+};
+
+struct stream_info {
+  std::string name;
+  std::uint64_t id = 0;
+  std::uint64_t epoch = 0;      // random at creation: tells a recreated stream from a continued one
+  std::uint64_t first_seq = 1;  // first retained; last_seq + 1 when empty
+  std::uint64_t last_seq = 0;   // 0 before the first append
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;      // payload bytes retained
+  std::uint64_t created_ms = 0;
+};
+
+struct append_item {
+  std::string_view stream;
+  std::span<const std::byte> payload;
+};
+
+struct record {
+  std::uint64_t seq = 0;
+  std::uint64_t timestamp_ms = 0;
+  std::vector<std::byte> payload;
+};
+
+struct read_result {
+  std::uint64_t epoch = 0;
+  std::uint64_t last_seq = 0;  // of the stream at the time of the read
+  std::vector<record> records;
+};
+
+// Retention limits; 0 means no limit.
+struct retention {
+  std::uint64_t max_records = 0;
+  std::chrono::milliseconds max_age{0};
+  std::uint64_t max_bytes = 0;
+};
+
+class sequence_log {
+ public:
+  // Opens (or creates) the log in options.dir. Errors: io_error,
+  // corrupted, storage_full, invalid_argument.
+  static std::expected<std::unique_ptr<sequence_log>, std::error_code> open(log_options options);
+  ~sequence_log();
+  sequence_log(const sequence_log&) = delete;
+  sequence_log& operator=(const sequence_log&) = delete;
+
+  // Appends every item in one transaction, creating streams on first use;
+  // returns each item's sequence, in order. All or nothing. Errors:
+  // invalid_argument (empty or long name, oversized payload), storage_full.
+  std::expected<std::vector<std::uint64_t>, std::error_code> append(std::span<const append_item> items);
+  std::expected<std::uint64_t, std::error_code> append(std::string_view stream, std::span<const std::byte> payload);
+
+  // Records from sequence `from` on, at most `max_count` and about
+  // `max_bytes` of payload (the first record always, if there is one).
+  // Errors: not_found (no such stream), trimmed (from < first retained: see
+  // info().first_seq), corrupted (a record in the range failed its checksum;
+  // records before it are not returned either: read them with a smaller
+  // range).
+  std::expected<read_result, std::error_code> read(std::string_view stream, std::uint64_t from,
+                                                   std::size_t max_count, std::size_t max_bytes);
+
+  std::expected<stream_info, std::error_code> info(std::string_view stream) const;
+  std::expected<std::vector<stream_info>, std::error_code> list() const;
+
+  // Removes up to `max_records` records from the front of the stream, all
+  // below `before_seq`. Returns how many went. Sequences are not reused.
+  std::expected<std::size_t, std::error_code> trim(std::string_view stream, std::uint64_t before_seq,
+                                                   std::size_t max_records);
+  // One bounded retention step: trims by count, bytes and age (wall clock),
+  // at most `max_records` records. Returns how many went.
+  std::expected<std::size_t, std::error_code> enforce(std::string_view stream, const retention& limits,
+                                                      std::size_t max_records);
+
+  // invalid_argument if an append of this stream name and payload size
+  // would be refused; the same check append() makes.
+  std::error_code check(std::string_view stream, std::size_t payload_size) const noexcept;
+
+  // Flushes committed data to disk (the batch mode's periodic sync).
+  std::error_code sync();
+
+  std::size_t map_size() const noexcept;
+  durability mode() const noexcept;
+
+  struct impl;
+
+ private:
+  explicit sequence_log(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace switchyard::storage
