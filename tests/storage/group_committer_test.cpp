@@ -3,6 +3,7 @@
 // how these tests hold the writer still while more appends queue up.
 
 #include "storage/group_committer.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/wait.hpp"
 
 #include <catch2/catch.hpp>
@@ -11,7 +12,6 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -20,15 +20,13 @@ using switchyard::test::wait_until;
 
 namespace {
 
-// A fresh log folder, removed afterwards.
+// A log in a fresh folder, removed afterwards.
 struct temp_log {
-  std::filesystem::path dir;
+  switchyard::test::temp_dir dir{"switchyard-gc"};
   std::unique_ptr<sequence_log> log;
   explicit temp_log(durability mode = durability::sync, std::size_t map = 64u << 20, std::size_t max_map = 64u << 20) {
-    std::random_device rd;
-    dir = std::filesystem::temp_directory_path() / ("switchyard-gc-" + std::to_string(rd()) + std::to_string(rd()));
     log_options o;
-    o.dir = dir;
+    o.dir = dir.path();
     o.mode = mode;
     o.initial_map_size = map;
     o.max_map_size = max_map;
@@ -36,11 +34,7 @@ struct temp_log {
     REQUIRE(opened);
     log = std::move(*opened);
   }
-  ~temp_log() {
-    log.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
+  ~temp_log() { log.reset(); }  // before the folder goes
 };
 
 // Blocks the thread that calls wait() until open() is called.
