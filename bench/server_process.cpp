@@ -28,14 +28,15 @@ std::string default_server_binary() {
 
 std::expected<server_process, std::string> server_process::start(const std::string& binary,
                                                                   const std::vector<std::string>& extra_args,
-                                                                  std::chrono::milliseconds timeout) {
+                                                                  std::chrono::milliseconds timeout,
+                                                                  const std::string& data_dir) {
   char dir_template[] = "/tmp/switchyard-bench.XXXXXX";
   if (!::mkdtemp(dir_template)) return std::unexpected(std::string("mkdtemp failed"));
   server_process p;
   p.dir_ = dir_template;
   const std::string port_file = p.dir_ + "/port";
   std::vector<std::string> args{binary, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                                "--data-dir", p.dir_ + "/data", "--log-level", "warn"};
+                                "--data-dir", data_dir.empty() ? p.dir_ + "/data" : data_dir, "--log-level", "warn"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

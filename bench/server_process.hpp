@@ -14,10 +14,13 @@ namespace switchyard::bench {
 class server_process {
  public:
   // Spawns `binary` with `extra_args` and waits (up to `timeout`) until it
-  // reports its port. Errors are user-facing strings.
+  // reports its port. Its data folder is `data_dir` (kept afterwards) or,
+  // when empty, a private one removed by stop(). Errors are user-facing
+  // strings.
   static std::expected<server_process, std::string> start(const std::string& binary,
                                                           const std::vector<std::string>& extra_args,
-                                                          std::chrono::milliseconds timeout);
+                                                          std::chrono::milliseconds timeout,
+                                                          const std::string& data_dir = {});
   server_process(server_process&& o) noexcept;
   server_process& operator=(server_process&&) = delete;
   ~server_process();  // stop()

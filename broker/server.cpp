@@ -133,6 +133,9 @@ void server::impl::begin_stop() {
 server::server(server_config config) : impl_(std::make_unique<impl>((validate(config), std::move(config)))) {}
 
 server::~server() {
+  // The committer's last completions post to the io_context: stop it while
+  // the context still exists (those handlers are destroyed with it).
+  impl_->core.committer.reset();
   // Sessions hold sockets on the io_context: drop the registry's references
   // first, so that only coroutine frames own sessions.
   // The io_context, destroyed next, destroys the rest with their coroutine
@@ -142,7 +145,22 @@ server::~server() {
 
 void server::start() {
   auto& core = impl_->core;
-  if (!core.config.data_dir.empty()) std::filesystem::create_directories(core.config.data_dir);
+  if (!core.config.data_dir.empty()) {
+    std::filesystem::create_directories(core.config.data_dir);
+    storage::log_options o;
+    o.dir = std::filesystem::path(core.config.data_dir) / "log";
+    o.mode = core.config.durability == "batch" ? storage::durability::batch
+             : core.config.durability == "none" ? storage::durability::none
+                                                : storage::durability::sync;
+    o.max_map_size = core.config.log_max_bytes;
+    o.initial_map_size = std::min<std::size_t>(o.initial_map_size, o.max_map_size);
+    auto opened = storage::sequence_log::open(o);
+    if (!opened)
+      throw std::runtime_error("cannot open the sequence log in " + o.dir.string() + ": " + opened.error().message());
+    core.stream_log = std::move(*opened);
+    core.committer = std::make_unique<storage::group_committer>(
+        *core.stream_log, storage::group_commit_options{.sync_interval = core.config.sync_interval});
+  }
   const auto address = asio::ip::make_address(core.config.listen_host);
   const asio::ip::tcp::endpoint endpoint(address, core.config.listen_port);
   auto& acceptor = impl_->acceptor;
@@ -157,7 +175,8 @@ void server::start() {
     std::ofstream(tmp) << impl_->port << "\n";
     std::filesystem::rename(tmp, core.config.port_file);
   }
-  core.log->info("listening on {}:{} data-dir={}", core.config.listen_host, impl_->port, core.config.data_dir);
+  core.log->info("listening on {}:{} data-dir={} durability={}", core.config.listen_host, impl_->port,
+                 core.config.data_dir, core.stream_log ? core.config.durability : "off");
   asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
   asio::co_spawn(impl_->io, impl_->sweep_loop(), asio::detached);
 }

@@ -27,6 +27,10 @@ void validate(const server_config& cfg) {
   if (cfg.lease_max_ttl / cfg.sweep_period > 50'000'000) bad("lease-max-ttl-ms / sweep-ms is too large");
   if (cfg.max_expiries_per_sweep < 1) bad("max-expiries-per-sweep must be at least 1");
   if (cfg.stall_threshold.count() < 0) bad("stall-threshold-ms must not be negative");
+  if (cfg.durability != "sync" && cfg.durability != "batch" && cfg.durability != "none")
+    bad("durability must be sync, batch or none");
+  if (cfg.sync_interval.count() < 1) bad("sync-interval-ms must be at least 1");
+  if (cfg.log_max_bytes < (std::size_t{4} << 20)) bad("log-max-bytes must be at least 4 MiB");
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {
@@ -44,6 +48,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::int64_t max_ttl_ms = cfg.lease_max_ttl.count();
   std::int64_t sweep_ms = cfg.sweep_period.count();
   std::int64_t stall_ms = cfg.stall_threshold.count();
+  std::int64_t sync_ms = cfg.sync_interval.count();
 
   app.add_option("--listen", listen, "host:port to listen on (port 0 = any free port)")
       ->capture_default_str();
@@ -78,6 +83,14 @@ server_config parse_server_args(int argc, const char* const* argv) {
                  "a sweeper this late was stalled: leases are extended by the stall instead of expiring")
       ->capture_default_str();
 
+  app.add_option("--durability", cfg.durability,
+                 "sequence log: sync (acknowledged = fsynced), batch (fsync every --sync-interval-ms) or none")
+      ->check(CLI::IsMember({"sync", "batch", "none"}))
+      ->capture_default_str();
+  app.add_option("--sync-interval-ms", sync_ms, "batch durability: fsync at most this often")->capture_default_str();
+  app.add_option("--log-max-bytes", cfg.log_max_bytes, "largest size of the sequence log; then appends fail with storage_full")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -102,6 +115,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   cfg.lease_max_ttl = std::chrono::milliseconds(max_ttl_ms);
   cfg.sweep_period = std::chrono::milliseconds(sweep_ms);
   cfg.stall_threshold = std::chrono::milliseconds(stall_ms);
+  cfg.sync_interval = std::chrono::milliseconds(sync_ms);
   validate(cfg);
   return cfg;
 }

@@ -31,6 +31,11 @@ struct server_config {
   std::size_t max_expiries_per_sweep = 10'000;
   std::chrono::milliseconds stall_threshold{2000};
 
+  // The sequence log, in <data_dir>/log (off when data_dir is empty).
+  std::string durability = "sync";           // sync | batch | none
+  std::chrono::milliseconds sync_interval{10};  // batch mode: fsync at most this often
+  std::size_t log_max_bytes = std::size_t{8} << 30;
+
   std::string log_level = "info";
 };
 

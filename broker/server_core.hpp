@@ -10,6 +10,8 @@
 #include "broker/server_config.hpp"
 #include "broker/server_counters.hpp"
 #include "protocol/frame_builder.hpp"
+#include "storage/group_committer.hpp"
+#include "storage/sequence_log.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -35,6 +37,10 @@ struct server_core {
   channel_table channels;
   lease_table leases;
   routing_table routing;
+  // The sequence log and its group committer (null without a data dir).
+  // The committer's writer thread posts acknowledgements back to the loop.
+  std::unique_ptr<storage::sequence_log> stream_log;
+  std::unique_ptr<storage::group_committer> committer;
   std::unordered_set<std::shared_ptr<session>> sessions;
   server_counters counters;
   std::shared_ptr<spdlog::logger> log;

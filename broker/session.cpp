@@ -300,6 +300,12 @@ bool session::handle(const wire::Frame& frame) {
       if (!routing_) send_error(rid, errc::unsupported_message, "this needs the \"routing\" capability in the hello");
       else handle_routing(frame);
       return true;
+    case wire::Message::Append:
+    case wire::Message::Read:
+      if (!log_) send_error(rid, errc::unsupported_message, "this needs the \"log\" capability in the hello");
+      else if (frame.message_type() == wire::Message::Append) handle_append(rid, *frame.message_as_Append());
+      else handle_read(rid, *frame.message_as_Read());
+      return true;
     default:
       ++core_.counters.protocol_errors;
       close_with_error(errc::unsupported_message,
@@ -338,6 +344,7 @@ bool session::handle_hello(const wire::Frame& frame) {
     dropped_notice_ |= granted[i] == protocol::capability::dropped_notice;
     publish_ack_ |= granted[i] == protocol::capability::publish_ack;
     routing_ |= granted[i] == protocol::capability::routing;
+    log_ |= granted[i] == protocol::capability::log;
   }
 
   protocol::welcome_fields w;

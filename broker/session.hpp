@@ -62,6 +62,9 @@ class session : public std::enable_shared_from_this<session> {
   // Leases, registry, inboxes and send (session_routing.cpp).
   void handle_routing(const protocol::wire::Frame& frame);
   void handle_send(std::uint64_t request_id, const protocol::wire::Send& m);
+  // The sequence log (session_log.cpp).
+  void handle_append(std::uint64_t request_id, const protocol::wire::Append& m);
+  void handle_read(std::uint64_t request_id, const protocol::wire::Read& m);
 
   void send(protocol::bytes_view frame);  // queue a control frame
   void send_error(std::uint64_t request_id, protocol::errc code, std::string_view message);
@@ -91,6 +94,7 @@ class session : public std::enable_shared_from_this<session> {
   bool dropped_notice_ = false;  // capability granted
   bool publish_ack_ = false;     // capability granted
   bool routing_ = false;         // capability granted
+  bool log_ = false;             // capability granted
   std::vector<std::string> inbox_ids_;  // inboxes opened on this connection
 };
 

@@ -3,6 +3,7 @@
 
 #include "broker/server_core.hpp"
 #include "broker/session.hpp"
+#include "protocol/limits.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -20,7 +21,7 @@ namespace {
 constexpr std::size_t max_key_length = 1024;
 constexpr std::size_t max_value_length = 64 * 1024;
 constexpr std::uint32_t default_list_limit = 1000;
-constexpr std::uint32_t max_list_limit = 10'000;
+constexpr std::uint32_t max_list_limit = protocol::max_list_items;
 
 std::uint32_t list_limit(std::uint32_t asked) {
   return asked == 0 ? default_list_limit : std::min(asked, max_list_limit);

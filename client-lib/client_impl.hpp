@@ -123,6 +123,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::vector<std::string> caps;
   bool publish_ack = false;
   bool routing = false;  // "routing" capability granted
+  bool log_cap = false;  // "log" capability granted
 
   std::atomic<bool> open{false};
   bool connect_timed_out = false;  // loop thread
@@ -383,6 +384,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       case wire::Message::RegistryEntry:
       case wire::Message::RegistryListResult:
       case wire::Message::SendResult:
+      case wire::Message::Appended:
+      case wire::Message::Records:
         if (f.request_id() != 0) complete(f.request_id(), {}, &f);
         return true;
       case wire::Message::InboxDelivery:
@@ -489,8 +492,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     socket.set_option(asio::ip::tcp::no_delay(true), ec);
     make_room(64 * 1024);
 
-    static constexpr std::array<std::string_view, 3> wanted{
-        protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing};
+    static constexpr std::array<std::string_view, 4> wanted{protocol::capability::dropped_notice,
+                                                            protocol::capability::publish_ack,
+                                                            protocol::capability::routing, protocol::capability::log};
     protocol::hello_fields h;
     h.protocol_major = protocol::protocol_major;
     h.protocol_minor = protocol::protocol_minor;
@@ -516,6 +520,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       for (const auto* c : *w.capabilities()) caps.push_back(c->str());
     publish_ack = std::find(caps.begin(), caps.end(), protocol::capability::publish_ack) != caps.end();
     routing = std::find(caps.begin(), caps.end(), protocol::capability::routing) != caps.end();
+    log_cap = std::find(caps.begin(), caps.end(), protocol::capability::log) != caps.end();
     rbegin += r->size;
     // Frames from the server may be as large as our own limit allows.
     parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));

@@ -83,7 +83,7 @@ bytes_view frame_builder::welcome(std::uint64_t request_id, const welcome_fields
 }
 
 bytes_view frame_builder::error(std::uint64_t request_id, errc code, std::string_view message,
-                                std::uint32_t retry_after_ms, bool fatal) {
+                                std::uint32_t retry_after_ms, bool fatal, std::uint64_t first_seq) {
   auto& fbb = start();
   const auto text = string_or_null(fbb, message);
   wire::ErrorBuilder b(fbb);
@@ -91,6 +91,7 @@ bytes_view frame_builder::error(std::uint64_t request_id, errc code, std::string
   b.add_message(text);
   b.add_retry_after_ms(retry_after_ms);
   b.add_fatal(fatal);
+  b.add_first_seq(first_seq);
   return finish(request_id, static_cast<std::uint8_t>(wire::Message::Error), b.Finish().Union());
 }
 
@@ -272,6 +273,42 @@ bytes_view frame_builder::inbox_delivery(std::string_view inbox_id, std::span<co
   const auto keys = string_list(fbb, route_keys, strings_);
   const auto id = fbb.CreateString(inbox_id.data(), inbox_id.size());
   return finish_as(0, wire::CreateInboxDelivery(fbb, id, keys, data));
+}
+
+bytes_view frame_builder::append(std::uint64_t request_id, std::string_view stream, bytes_view payload) {
+  auto& fbb = start();
+  const auto data = fbb.CreateVector(payload.data(), payload.size());
+  const auto name = fbb.CreateString(stream.data(), stream.size());
+  return finish_as(request_id, wire::CreateAppend(fbb, name, data));
+}
+
+bytes_view frame_builder::appended(std::uint64_t request_id, std::string_view stream, std::uint64_t seq,
+                                   std::uint64_t epoch) {
+  auto& fbb = start();
+  const auto name = fbb.CreateString(stream.data(), stream.size());
+  return finish_as(request_id, wire::CreateAppended(fbb, name, seq, epoch));
+}
+
+bytes_view frame_builder::read(std::uint64_t request_id, std::string_view stream, std::uint64_t from_seq,
+                               std::uint32_t max_count, std::uint32_t max_bytes) {
+  auto& fbb = start();
+  const auto name = fbb.CreateString(stream.data(), stream.size());
+  return finish_as(request_id, wire::CreateRead(fbb, name, from_seq, max_count, max_bytes));
+}
+
+bytes_view frame_builder::records(std::uint64_t request_id, std::string_view stream, std::uint64_t epoch,
+                                  std::uint64_t first_seq, std::uint64_t last_seq,
+                                  std::span<const record_fields> records) {
+  auto& fbb = start();
+  std::vector<Offset<wire::Record>> items;
+  items.reserve(records.size());
+  for (const auto& r : records) {
+    const auto data = fbb.CreateVector(r.payload.data(), r.payload.size());
+    items.push_back(wire::CreateRecord(fbb, r.seq, r.timestamp_ms, data));
+  }
+  const auto list = fbb.CreateVector(items);
+  const auto name = fbb.CreateString(stream.data(), stream.size());
+  return finish_as(request_id, wire::CreateRecords(fbb, name, epoch, first_seq, last_seq, list));
 }
 
 bytes_view frame_builder::dropped(std::uint64_t count) {

@@ -40,6 +40,12 @@ struct lease_info_fields {
   std::uint32_t remaining_ms = 0;
 };
 
+struct record_fields {
+  std::uint64_t seq = 0;
+  std::uint64_t timestamp_ms = 0;
+  bytes_view payload;
+};
+
 struct registry_entry_fields {
   std::string_view key;
   std::string_view value;
@@ -60,7 +66,7 @@ class frame_builder {
   bytes_view hello(std::uint64_t request_id, const hello_fields& f);
   bytes_view welcome(std::uint64_t request_id, const welcome_fields& f);
   bytes_view error(std::uint64_t request_id, errc code, std::string_view message,
-                   std::uint32_t retry_after_ms = 0, bool fatal = false);
+                   std::uint32_t retry_after_ms = 0, bool fatal = false, std::uint64_t first_seq = 0);
   bytes_view ping(std::uint64_t request_id = 0);
   bytes_view pong(std::uint64_t request_id = 0);
   bytes_view ok(std::uint64_t request_id);
@@ -93,6 +99,14 @@ class frame_builder {
                          std::uint32_t routed);
   bytes_view inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
                             bytes_view payload);
+
+  // The sequence log (capability "log").
+  bytes_view append(std::uint64_t request_id, std::string_view stream, bytes_view payload);
+  bytes_view appended(std::uint64_t request_id, std::string_view stream, std::uint64_t seq, std::uint64_t epoch);
+  bytes_view read(std::uint64_t request_id, std::string_view stream, std::uint64_t from_seq, std::uint32_t max_count,
+                  std::uint32_t max_bytes);
+  bytes_view records(std::uint64_t request_id, std::string_view stream, std::uint64_t epoch, std::uint64_t first_seq,
+                     std::uint64_t last_seq, std::span<const record_fields> records);
 
   // Escape hatch for tests and future messages: the builder to fill, then
   // finish(request_id, type, offset).

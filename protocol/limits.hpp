@@ -29,10 +29,13 @@ inline constexpr std::uint32_t min_max_frame = pre_hello_max_frame;
 inline constexpr std::chrono::milliseconds default_hello_timeout{2000};
 inline constexpr std::chrono::milliseconds default_heartbeat_interval{5000};
 
-// Verifier limits: our messages nest at most 3 tables deep
-// (Frame -> message -> nothing deeper today); leave headroom for v1.x.
+// Verifier limits. Messages nest at most 3 tables deep (Frame -> message ->
+// list item); depth 16 leaves headroom for v1.x. The table count is bound
+// by the longest list a server answers with (10,000 leases, registry
+// entries or records, see docs/protocol.md), plus the frame itself.
 inline constexpr std::uint32_t verifier_max_depth = 16;
-inline constexpr std::uint32_t verifier_max_tables = 256;
+inline constexpr std::uint32_t max_list_items = 10'000;
+inline constexpr std::uint32_t verifier_max_tables = max_list_items + 16;
 
 // Capability names (the hello lists those a client understands; the welcome
 // lists those granted = asked ∩ supported).
@@ -43,9 +46,11 @@ inline constexpr std::string_view dropped_notice = "dropped-notice";
 inline constexpr std::string_view publish_ack = "publish-ack";
 // Leases, the routing registry, inboxes and send-to-user (message tags 12..29).
 inline constexpr std::string_view routing = "routing";
+// The sequence log: Append, Read (message tags 30..33).
+inline constexpr std::string_view log = "log";
 }  // namespace capability
 
-inline constexpr std::array<std::string_view, 3> supported_capabilities{
-    capability::dropped_notice, capability::publish_ack, capability::routing};
+inline constexpr std::array<std::string_view, 4> supported_capabilities{
+    capability::dropped_notice, capability::publish_ack, capability::routing, capability::log};
 
 }  // namespace switchyard::protocol

@@ -1,6 +1,7 @@
 #include "storage/group_committer.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace switchyard::storage {
 
@@ -115,9 +116,17 @@ bool group_committer::commit_range(std::vector<pending>& batch, std::size_t begi
     const bool second = commit_range(batch, mid, end);
     return first || second;
   }
+  // Epochs: one lookup per stream of the batch, not per append.
+  std::unordered_map<std::string_view, std::uint64_t> epochs;
+  if (result)
+    for (std::size_t i = begin; i < end; ++i)
+      if (!epochs.contains(batch[i].stream)) {
+        auto info = log_.info(batch[i].stream);
+        epochs.emplace(batch[i].stream, info ? info->epoch : 0);
+      }
   for (std::size_t i = begin; i < end; ++i) {
     if (!batch[i].done) continue;
-    if (result) batch[i].done((*result)[i - begin]);
+    if (result) batch[i].done(append_ack{(*result)[i - begin], epochs[batch[i].stream]});
     else batch[i].done(std::unexpected(result.error()));
   }
   return result.has_value();

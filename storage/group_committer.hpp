@@ -40,13 +40,19 @@ struct group_commit_stats {
   std::uint64_t syncs = 0;  // explicit syncs in the batch mode
 };
 
+// What an append's completion gets on success.
+struct append_ack {
+  std::uint64_t seq = 0;
+  std::uint64_t epoch = 0;  // of the stream
+};
+
 class group_committer {
  public:
   // Runs on the writer thread with the sequence, or the error. When the log
   // is full, a batch is split until what fits is committed; only the
   // appends that do not fit fail (storage_full).
   // Must not block for long: post the result to your own thread.
-  using completion = std::function<void(std::expected<std::uint64_t, std::error_code>)>;
+  using completion = std::function<void(std::expected<append_ack, std::error_code>)>;
 
   // `log` must outlive the committer. Starts the writer thread.
   group_committer(sequence_log& log, group_commit_options options = {});

@@ -357,6 +357,7 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
   if (from < m->first) return std::unexpected(make_error_code(errc::trimmed));
   read_result out;
   out.epoch = m->epoch;
+  out.first_seq = m->first;
   out.last_seq = m->last;
   if (from > m->last || max_count == 0) return out;
   cursor c(t.get(), p.records);

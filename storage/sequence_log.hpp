@@ -84,7 +84,8 @@ struct record {
 
 struct read_result {
   std::uint64_t epoch = 0;
-  std::uint64_t last_seq = 0;  // of the stream at the time of the read
+  std::uint64_t first_seq = 0;  // of the stream at the time of the read
+  std::uint64_t last_seq = 0;
   std::vector<record> records;
 };
 

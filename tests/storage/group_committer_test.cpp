@@ -77,11 +77,11 @@ TEST_CASE("every append completes with its stream's next sequence, across thread
         const std::string stream = w % 2 ? "odd" : "even";
         const auto payload = bytes("payload");
         for (int i = 0; i < per_thread; ++i) {
-          gc.append(stream, payload, [&, stream](std::expected<std::uint64_t, std::error_code> r) {
+          gc.append(stream, payload, [&, stream](std::expected<append_ack, std::error_code> r) {
             if (!r) ++failures;
             else {
               std::lock_guard lock(mu);
-              seen[stream].push_back(*r);
+              seen[stream].push_back(r->seq);
             }
             ++done;
           });
@@ -146,9 +146,16 @@ TEST_CASE("a lone append is committed in a batch of its own", "[storage]") {
   temp_log t;
   group_committer gc(*t.log);
   std::atomic<std::uint64_t> seq{0};
-  gc.append("alone", bytes("hi"), [&](auto r) { seq = r ? *r : 999; });
+  std::atomic<std::uint64_t> epoch{0};
+  gc.append("alone", bytes("hi"), [&](auto r) {
+    if (r) epoch = r->epoch;
+    seq = r ? r->seq : 999;
+  });
   REQUIRE(wait_until([&] { return seq.load() != 0; }));
   CHECK(seq == 1);
+  auto info = t.log->info("alone");
+  REQUIRE(info);
+  CHECK(epoch == info->epoch);  // the ack carries the stream's epoch
   CHECK(gc.stats().batches == 1);
   CHECK(gc.stats().largest_batch == 1);
   auto read = t.log->read("alone", 1, 10, 1 << 20);
@@ -202,10 +209,10 @@ TEST_CASE("a full log fails the batch with storage_full and keeps what was ackno
   {
     group_committer gc(*t.log);
     for (int i = 0; i < attempts; ++i)
-      gc.append("big", payload, [&](std::expected<std::uint64_t, std::error_code> r) {
+      gc.append("big", payload, [&](std::expected<append_ack, std::error_code> r) {
         if (r) {
           std::lock_guard lock(mu);
-          acked.push_back(*r);
+          acked.push_back(r->seq);
         } else if (r.error() == errc::storage_full) {
           ++full;
         }

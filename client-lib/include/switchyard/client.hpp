@@ -91,6 +91,24 @@ struct registry_entry {
   std::chrono::milliseconds remaining{0};
 };
 
+struct append_ack {
+  std::uint64_t seq = 0;    // the record's sequence in its stream
+  std::uint64_t epoch = 0;  // the stream's epoch: changes only if the stream was recreated
+};
+
+struct stream_record {
+  std::uint64_t seq = 0;
+  std::uint64_t timestamp_ms = 0;  // wall clock at append (ms since the Unix epoch)
+  std::vector<std::byte> payload;
+};
+
+struct stream_read {
+  std::uint64_t epoch = 0;
+  std::uint64_t first_seq = 0;  // first retained
+  std::uint64_t last_seq = 0;   // last appended
+  std::vector<stream_record> records;
+};
+
 struct send_result {
   std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (no route)
   std::size_t routed = 0;
@@ -212,6 +230,20 @@ class client {
   // One payload to many users (a room): one delivery per gateway.
   std::expected<send_result, std::error_code> send_many(std::span<const std::string_view> route_keys,
                                                         std::span<const std::byte> payload);
+
+  // ---- The sequence log (capability "log") ----
+  // Appends a record; returns once it is durable (fsynced in the server's
+  // default mode). Errors: storage_full, bad_request, internal (the server
+  // runs without a data dir), not_supported.
+  std::expected<append_ack, std::error_code> append(std::string_view stream, std::span<const std::byte> payload);
+  void async_append(std::string_view stream, std::span<const std::byte> payload,
+                    std::function<void(std::expected<append_ack, std::error_code>)> done);
+  // Records from `from_seq` (0 = the first retained) on, at most max_count
+  // (0 = server default) and about max_bytes (0 = server default). Errors:
+  // not_found (no such stream), trimmed (from_seq was trimmed: read from 0
+  // to learn where the stream starts now).
+  std::expected<stream_read, std::error_code> read(std::string_view stream, std::uint64_t from_seq = 0,
+                                                   std::size_t max_count = 0, std::size_t max_bytes = 0);
 
   // Non-blocking forms for pipelining (many requests in flight): `done`
   // runs on the loop thread; views in it are valid during the call only.

@@ -1,0 +1,87 @@
+// session: Append and Read on the sequence log (capability "log").
+// Appends go through the group committer; its writer thread posts each
+// acknowledgement back to the loop, so the answer leaves only once the
+// record is durable.
+
+#include "broker/server_core.hpp"
+#include "broker/session.hpp"
+#include "protocol/limits.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace switchyard::broker {
+
+namespace wire = protocol::wire;
+using protocol::errc;
+
+namespace {
+constexpr std::uint32_t default_read_count = 1000;
+constexpr std::uint32_t max_read_count = protocol::max_list_items;
+}  // namespace
+
+void session::handle_append(std::uint64_t rid, const wire::Append& m) {
+  if (!core_.committer) return send_error(rid, errc::internal, "the sequence log is off (the server has no data dir)");
+  const std::string_view stream = m.stream()->string_view();
+  const auto* p = m.payload();
+  const auto payload = p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{};
+  if (core_.stream_log->check(stream, payload.size()))
+    return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+  // Runs on the committer's thread: hop back to the loop, and only if the
+  // session is still there.
+  core_.committer->append(stream, payload,
+                          [weak = weak_from_this(), ex = socket_.get_executor(), rid, name = std::string(stream)](
+                              std::expected<storage::append_ack, std::error_code> r) {
+                            asio::post(ex, [weak, rid, name, r] {
+                              auto self = weak.lock();
+                              if (!self || self->closed_) return;
+                              if (!r) {
+                                const bool full = r.error() == storage::errc::storage_full;
+                                self->core_.log->error("conn={} stream={} append failed: {}", self->id_, name,
+                                                       r.error().message());
+                                self->send_error(rid, full ? errc::storage_full : errc::internal, r.error().message());
+                                return;
+                              }
+                              if (rid != 0) self->send(self->core_.builder.appended(rid, name, r->seq, r->epoch));
+                            });
+                          });
+}
+
+void session::handle_read(std::uint64_t rid, const wire::Read& m) {
+  if (!core_.stream_log) return send_error(rid, errc::internal, "the sequence log is off (the server has no data dir)");
+  const std::string_view stream = m.stream()->string_view();
+  // Keep the answer inside one frame: payload bytes and per-record overhead.
+  const std::uint32_t frame_budget = core_.config.max_frame / 2;
+  const std::uint32_t max_bytes = m.max_bytes() == 0 ? frame_budget : std::min(m.max_bytes(), frame_budget);
+  const std::uint32_t max_count = std::min({m.max_count() == 0 ? default_read_count : m.max_count(), max_read_count,
+                                            std::max<std::uint32_t>(1, core_.config.max_frame / 128)});
+  std::uint64_t from = m.from_seq();
+  if (from == 0) {  // 0: from the first retained record
+    auto info = core_.stream_log->info(stream);
+    if (!info) return send_error(rid, errc::not_found, "no such stream");
+    from = info->first_seq;
+  }
+  auto r = core_.stream_log->read(stream, from, max_count, max_bytes);
+  if (!r) {
+    if (r.error() == storage::errc::not_found) return send_error(rid, errc::not_found, "no such stream");
+    if (r.error() == storage::errc::trimmed) {
+      auto info = core_.stream_log->info(stream);
+      const std::uint64_t first = info ? info->first_seq : 0;
+      return send(core_.builder.error(rid, errc::trimmed,
+                                      "sequence " + std::to_string(from) + " was trimmed; the log starts at " +
+                                          std::to_string(first),
+                                      0, false, first));
+    }
+    core_.log->error("conn={} stream={} seq={} read failed: {}", id_, stream, from, r.error().message());
+    return send_error(rid, errc::internal, r.error().message());
+  }
+  std::vector<protocol::record_fields> records;
+  records.reserve(r->records.size());
+  for (const auto& rec : r->records)
+    records.push_back({rec.seq, rec.timestamp_ms,
+                       {reinterpret_cast<const std::uint8_t*>(rec.payload.data()), rec.payload.size()}});
+  send(core_.builder.records(rid, stream, r->epoch, r->first_seq, r->last_seq, records));
+}
+
+}  // namespace switchyard::broker

@@ -1,0 +1,62 @@
+// client: the sequence log (Append, Read).
+
+#include "switchyard/client.hpp"
+
+#include "client_impl.hpp"
+
+namespace switchyard {
+
+namespace {
+
+template <class T>
+using result = std::expected<T, std::error_code>;
+
+result<append_ack> parse_appended(const wire::Frame& f) {
+  const auto* a = f.message_as_Appended();
+  if (!a) return std::unexpected(make_error_code(errc::protocol_violation));
+  return append_ack{a->seq(), a->epoch()};
+}
+
+}  // namespace
+
+result<append_ack> client::append(std::string_view stream, std::span<const std::byte> payload) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->call<append_ack>([&](std::uint64_t r) { return local_builder().append(r, stream, data); },
+                                 parse_appended);
+}
+
+void client::async_append(std::string_view stream, std::span<const std::byte> payload,
+                          std::function<void(result<append_ack>)> done) {
+  if (!impl_->log_cap) return done(std::unexpected(make_error_code(errc::not_supported)));
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  impl_->call_async<append_ack>([&](std::uint64_t r) { return local_builder().append(r, stream, data); },
+                                parse_appended, std::move(done));
+}
+
+result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq, std::size_t max_count,
+                                 std::size_t max_bytes) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  const auto count = static_cast<std::uint32_t>(std::min<std::size_t>(max_count, UINT32_MAX));
+  const auto bytes = static_cast<std::uint32_t>(std::min<std::size_t>(max_bytes, UINT32_MAX));
+  return impl_->call<stream_read>(
+      [&](std::uint64_t r) { return local_builder().read(r, stream, from_seq, count, bytes); },
+      [](const wire::Frame& f) -> result<stream_read> {
+        const auto* m = f.message_as_Records();
+        if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+        stream_read out{m->epoch(), m->first_seq(), m->last_seq(), {}};
+        if (m->records()) {
+          out.records.reserve(m->records()->size());
+          for (const auto* rec : *m->records()) {
+            const auto* p = rec->payload();
+            out.records.push_back({rec->seq(), rec->timestamp_ms(),
+                                   p ? std::vector<std::byte>(reinterpret_cast<const std::byte*>(p->data()),
+                                                              reinterpret_cast<const std::byte*>(p->data()) + p->size())
+                                     : std::vector<std::byte>{}});
+          }
+        }
+        return out;
+      });
+}
+
+}  // namespace switchyard
