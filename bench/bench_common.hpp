@@ -54,6 +54,8 @@ struct settings {
   long users = 100'000;
   int gateways = 200;
   long leases = 100'000;
+  // durable
+  std::string durability = "sync";
 };
 
 // Minimal JSON object writer: keys are ours, strings are escaped.
@@ -129,5 +131,7 @@ inline client_options options_for(const target& t, std::string name) {
 // Workloads beside fanout/latency (their own files).
 int run_route(const settings& s, const target& t);
 int run_leases(const settings& s, const target& t, int server_pid);
+int run_durable(const settings& s, const target& t);
+int run_replay(const settings& s, const target& t);
 
 }  // namespace switchyard::bench

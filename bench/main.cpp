@@ -4,7 +4,8 @@
 //
 //   switchyard-bench fanout  --subs S --count N --size P [--json]
 //   switchyard-bench latency --rate R --seconds D --size P [--json]
-//   switchyard-bench durable --count N --size P --window W [--json]
+//   switchyard-bench durable --count N --size P --window W [--durability M] [--json]
+//   switchyard-bench replay  --count N --size P [--json]
 //   switchyard-bench route   --users U --gateways G --count N --size P --window W [--json]
 //   switchyard-bench leases  --leases L --window W [--json]
 //
@@ -322,10 +323,16 @@ int main(int argc, char** argv) {
   latency->add_option("--seconds", s.seconds, "duration")->check(CLI::Range(0.001, 600.0))->capture_default_str();
   latency->add_option("--size", s.size, "payload bytes (>= 16)")->check(CLI::Range(16, 1 << 20))->capture_default_str();
 
-  auto* durable = app.add_subcommand("durable", "acknowledged appends to the sequence log (not available yet)");
-  durable->add_option("--count", s.count, "appends")->capture_default_str();
-  durable->add_option("--size", s.size, "payload bytes")->capture_default_str();
-  durable->add_option("--window", s.window, "unacknowledged appends at most")->capture_default_str();
+  auto* durable = app.add_subcommand("durable", "acknowledged appends to the sequence log, at most W unacknowledged");
+  durable->add_option("--count", s.count, "appends")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
+  durable->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
+  durable->add_option("--window", s.window, "unacknowledged appends at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  durable->add_option("--durability", s.durability, "the server's mode: sync, batch or none")
+      ->check(CLI::IsMember({"sync", "batch", "none"}))->capture_default_str();
+
+  auto* replay = app.add_subcommand("replay", "append N records, then read the stream from sequence 1: records/s");
+  replay->add_option("--count", s.count, "records")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
+  replay->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
 
   auto* route = app.add_subcommand("route", "send-to-user: U users across G gateways, one service sending to random users");
   route->add_option("--users", s.users, "registered users")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
@@ -340,12 +347,10 @@ int main(int argc, char** argv) {
   leases->add_option("--window", s.window, "requests in flight at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
 
   // Flags may come before or after the workload name.
-  for (auto* sub : {fanout, latency, durable, route, leases}) sub->fallthrough();
+  for (auto* sub : {fanout, latency, durable, route, leases, replay}) sub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   s.workload = app.get_subcommands().front()->get_name();
 
-  if (s.workload == "durable")
-    return fail_line(s, "the durable workload needs the sequence log, which is not implemented yet", 4);
   if (s.workload == "latency" && s.rate * s.seconds > 5e7) return fail_line(s, "rate*seconds too large", 2);
 
   // A hard limit like the peers' alarm(): print an error line and leave.
@@ -366,8 +371,10 @@ int main(int argc, char** argv) {
   } else {
     const std::string binary = s.server_binary.empty() ? switchyard::bench::default_server_binary() : s.server_binary;
     // Short minimum TTL so the leases workload can watch expiry in seconds.
-    const std::vector<std::string> args =
-        s.workload == "leases" ? std::vector<std::string>{"--lease-min-ttl-ms", "100"} : std::vector<std::string>{};
+    std::vector<std::string> args;
+    if (s.workload == "leases") args = {"--lease-min-ttl-ms", "100"};
+    if (s.workload == "durable") args = {"--durability", s.durability};
+    if (s.workload == "replay") args = {"--durability", "none"};  // loading speed is not what is measured
     auto started = switchyard::bench::server_process::start(binary, args, 10s);
     if (!started) return fail_line(s, started.error());
     server.emplace(std::move(*started));
@@ -375,6 +382,8 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   if (s.workload == "route") rc = run_route(s, t);
+  else if (s.workload == "durable") rc = run_durable(s, t);
+  else if (s.workload == "replay") rc = run_replay(s, t);
   else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
   else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();

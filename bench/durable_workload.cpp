@@ -1,0 +1,107 @@
+// switchyard-bench durable: N appends of P bytes with acknowledgements, at
+// most W unacknowledged (the peers' definition), in one durability mode.
+// switchyard-bench replay: append N records, then read the stream from
+// sequence 1 to the end: records/s.
+
+#include "bench/bench_common.hpp"
+
+#include <atomic>
+#include <semaphore>
+#include <vector>
+
+namespace switchyard::bench {
+
+namespace {
+const char* policy(std::string_view mode) {
+  if (mode == "batch") return "batch: fsync at most every 10 ms, acknowledged after commit";
+  if (mode == "none") return "none: never fsynced by the server, acknowledged after commit";
+  return "sync: group commit, acknowledged after fsync";
+}
+}  // namespace
+
+int run_durable(const settings& s, const target& t) {
+  auto conn = client::connect(options_for(t, "bench-durable"));
+  if (!conn) return fail_line(s, "connect: " + conn.error().message());
+  std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
+  std::counting_semaphore<> window(s.window);
+  std::atomic<std::uint64_t> acked{0}, failed{0};
+  std::atomic<std::uint64_t> last_ack_ns{0};
+  const auto count = static_cast<std::uint64_t>(s.count);
+  const std::uint64_t t0 = now_ns();
+  std::uint64_t next_progress = t0 + 1'000'000'000ull;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    window.acquire();
+    put_u64(payload.data(), i);
+    (*conn)->async_append("bench:durable", payload, [&](std::expected<append_ack, std::error_code> r) {
+      if (r) ++acked;
+      else ++failed;
+      last_ack_ns.store(now_ns(), std::memory_order_relaxed);
+      window.release();
+    });
+    if ((i & 0xfff) == 0 && now_ns() >= next_progress) {
+      std::fprintf(stderr, "\rdurable: appended %llu/%llu, acknowledged %llu   ", static_cast<unsigned long long>(i),
+                   static_cast<unsigned long long>(count), static_cast<unsigned long long>(acked.load()));
+      next_progress = now_ns() + 1'000'000'000ull;
+    }
+  }
+  for (int i = 0; i < s.window; ++i) window.acquire();
+  std::fputs("\r\033[K", stderr);
+  const double secs = static_cast<double>(last_ack_ns.load() - t0) / 1e9;
+  auto stored = (*conn)->read("bench:durable", 0, 1);
+  const std::uint64_t stored_count = stored ? stored->last_seq : 0;
+
+  json_line j;
+  j.str("broker", "switchyard").str("workload", "durable").integer("n", static_cast<long long>(count));
+  j.integer("size", s.size).integer("window", s.window);
+  j.integer("acked", static_cast<long long>(acked.load())).num("acked_rate", static_cast<double>(acked.load()) / secs);
+  j.integer("stored", static_cast<long long>(stored_count)).str("fsync", policy(s.durability));
+  if (failed) j.str("errors", fmt::format("{} appends failed", failed.load()));
+  emit(s, fmt::format("durable ({}): {} appends of {} B, window {}\n  acknowledged: {} ({:.0f}/s), stored {}\n",
+                      s.durability, count, s.size, s.window, acked.load(), static_cast<double>(acked.load()) / secs,
+                      stored_count),
+       j);
+  return failed ? 1 : 0;
+}
+
+int run_replay(const settings& s, const target& t) {
+  auto conn = client::connect(options_for(t, "bench-replay"));
+  if (!conn) return fail_line(s, "connect: " + conn.error().message());
+  std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
+  std::counting_semaphore<> window(4096);
+  std::atomic<std::uint64_t> failed{0};
+  const auto count = static_cast<std::uint64_t>(s.count);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    window.acquire();
+    (*conn)->async_append("bench:replay", payload, [&](std::expected<append_ack, std::error_code> r) {
+      if (!r) ++failed;
+      window.release();
+    });
+    if (i % 100'000 == 0) std::fprintf(stderr, "\rreplay: loading %llu/%llu   ", static_cast<unsigned long long>(i),
+                                       static_cast<unsigned long long>(count));
+  }
+  for (int i = 0; i < 4096; ++i) window.acquire();
+  if (failed) return fail_line(s, fmt::format("{} appends failed while loading", failed.load()));
+
+  const std::uint64_t t0 = now_ns();
+  std::uint64_t read = 0, from = 1;
+  for (int guard = 0; guard < 10'000'000 && read < count; ++guard) {
+    auto r = (*conn)->read("bench:replay", from);
+    if (!r) return fail_line(s, "read: " + r.error().message());
+    if (r->records.empty()) break;
+    read += r->records.size();
+    from = r->records.back().seq + 1;
+    if (guard % 50 == 0) std::fprintf(stderr, "\rreplay: read %llu/%llu   ", static_cast<unsigned long long>(read),
+                                      static_cast<unsigned long long>(count));
+  }
+  std::fputs("\r\033[K", stderr);
+  const double secs = static_cast<double>(now_ns() - t0) / 1e9;
+  json_line j;
+  j.str("broker", "switchyard").str("workload", "replay").integer("n", static_cast<long long>(count));
+  j.integer("size", s.size).integer("read", static_cast<long long>(read)).num("read_rate", static_cast<double>(read) / secs);
+  emit(s, fmt::format("replay: read {} records of {} B from sequence 1 in {:.3f} s: {:.0f} records/s\n", read, s.size,
+                      secs, static_cast<double>(read) / secs),
+       j);
+  return read == count ? 0 : 1;
+}
+
+}  // namespace switchyard::bench
