@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <unordered_set>
 
 namespace spdlog {
@@ -41,6 +43,17 @@ struct server_core {
   // The committer's writer thread posts acknowledgements back to the loop.
   std::unique_ptr<storage::sequence_log> stream_log;
   std::unique_ptr<storage::group_committer> committer;
+
+  // Append acknowledgements travel from the committer's thread to the loop
+  // through this mailbox: one post per batch instead of one per append.
+  struct append_done {
+    std::weak_ptr<session> target;
+    std::uint64_t request_id;
+    std::string stream;
+    std::expected<storage::append_ack, std::error_code> result;
+  };
+  std::mutex acks_mu;
+  std::vector<append_done> acks;  // guarded by acks_mu
   std::unordered_set<std::shared_ptr<session>> sessions;
   server_counters counters;
   std::shared_ptr<spdlog::logger> log;

@@ -7,6 +7,7 @@
 #include "common/asio.hpp"
 #include "protocol/errc.hpp"
 #include "protocol/frame_parser.hpp"
+#include "storage/group_committer.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -65,6 +66,13 @@ class session : public std::enable_shared_from_this<session> {
   // The sequence log (session_log.cpp).
   void handle_append(std::uint64_t request_id, const protocol::wire::Append& m);
   void handle_read(std::uint64_t request_id, const protocol::wire::Read& m);
+
+ public:
+  // Loop thread: answers an append once it is durable (or failed).
+  void finish_append(std::uint64_t request_id, const std::string& stream,
+                     const std::expected<storage::append_ack, std::error_code>& result);
+
+ private:
 
   void send(protocol::bytes_view frame);  // queue a control frame
   void send_error(std::uint64_t request_id, protocol::errc code, std::string_view message);

@@ -28,24 +28,41 @@ void session::handle_append(std::uint64_t rid, const wire::Append& m) {
   const auto payload = p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{};
   if (core_.stream_log->check(stream, payload.size()))
     return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
-  // Runs on the committer's thread: hop back to the loop, and only if the
-  // session is still there.
-  core_.committer->append(stream, payload,
-                          [weak = weak_from_this(), ex = socket_.get_executor(), rid, name = std::string(stream)](
-                              std::expected<storage::append_ack, std::error_code> r) {
-                            asio::post(ex, [weak, rid, name, r] {
-                              auto self = weak.lock();
-                              if (!self || self->closed_) return;
-                              if (!r) {
-                                const bool full = r.error() == storage::errc::storage_full;
-                                self->core_.log->error("conn={} stream={} append failed: {}", self->id_, name,
-                                                       r.error().message());
-                                self->send_error(rid, full ? errc::storage_full : errc::internal, r.error().message());
-                                return;
-                              }
-                              if (rid != 0) self->send(self->core_.builder.appended(rid, name, r->seq, r->epoch));
-                            });
-                          });
+  // Runs on the committer's thread: queue the result in the mailbox, and
+  // post one drain to the loop when the mailbox was empty.
+  core_.committer->append(
+      stream, payload,
+      [core = &core_, weak = weak_from_this(), ex = socket_.get_executor(), rid,
+       name = std::string(stream)](std::expected<storage::append_ack, std::error_code> r) mutable {
+        bool first = false;
+        {
+          std::lock_guard lock(core->acks_mu);
+          first = core->acks.empty();
+          core->acks.push_back({std::move(weak), rid, std::move(name), r});
+        }
+        if (!first) return;
+        asio::post(ex, [core] {
+          std::vector<server_core::append_done> batch;
+          {
+            std::lock_guard lock(core->acks_mu);
+            batch.swap(core->acks);
+          }
+          for (auto& a : batch)
+            if (auto s = a.target.lock()) s->finish_append(a.request_id, a.stream, a.result);
+        });
+      });
+}
+
+void session::finish_append(std::uint64_t rid, const std::string& stream,
+                            const std::expected<storage::append_ack, std::error_code>& r) {
+  if (closed_) return;
+  if (!r) {
+    const bool full = r.error() == storage::errc::storage_full;
+    core_.log->error("conn={} stream={} append failed: {}", id_, stream, r.error().message());
+    send_error(rid, full ? errc::storage_full : errc::internal, r.error().message());
+    return;
+  }
+  if (rid != 0) send(core_.builder.appended(rid, stream, r->seq, r->epoch));
 }
 
 void session::handle_read(std::uint64_t rid, const wire::Read& m) {

@@ -27,11 +27,15 @@ void group_committer::append(std::string_view stream, std::span<const std::byte>
     if (done) done(std::unexpected(ec));
     return;
   }
+  bool was_empty = false;
   {
     std::lock_guard lock(mu_);
+    was_empty = queue_.empty();
     queue_.push_back({std::string(stream), std::vector<std::byte>(payload.begin(), payload.end()), std::move(done)});
   }
-  wake_.notify_one();
+  // The writer only sleeps on an empty queue: wake it on the first append
+  // only, not on every one (a futex call each).
+  if (was_empty) wake_.notify_one();
 }
 
 group_commit_stats group_committer::stats() const {
