@@ -6,6 +6,7 @@
 #include "protocol/frame_builder.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace switchyard::broker {
@@ -24,10 +25,19 @@ class channel_table {
   bool subscribe(std::string_view pattern, session* s) { return index_.add(pattern, s); }
   bool unsubscribe(std::string_view pattern, session* s) { return index_.remove(pattern, s); }
 
+  // A published message's place in the sequence log.
+  struct log_position {
+    std::string_view stream;
+    std::uint64_t seq = 0;
+    std::uint64_t epoch = 0;
+  };
+
   // Encodes one Deliver frame (once, whatever the subscriber count) and
-  // hands it to every matching session. Returns the number of sessions
+  // hands it to every matching session. With a log position, sessions that
+  // were granted "log" get a second encoding that carries it (a field is
+  // only sent to peers that declared it). Returns the number of sessions
   // that matched. Precondition: protocol::is_valid_channel(channel).
-  std::size_t publish(std::string_view channel, protocol::bytes_view payload);
+  std::size_t publish(std::string_view channel, protocol::bytes_view payload, const log_position* position = nullptr);
 
   std::size_t subscription_count() const noexcept { return index_.size(); }
 

@@ -45,6 +45,7 @@ class session : public std::enable_shared_from_this<session> {
   void close_with_error(protocol::errc code, std::string_view message);
 
   std::uint64_t id() const noexcept { return id_; }
+  bool wants_log_positions() const noexcept { return log_; }
   bool ready() const noexcept { return welcomed_ && !closing_; }
 
  private:
@@ -65,6 +66,9 @@ class session : public std::enable_shared_from_this<session> {
   void handle_send(std::uint64_t request_id, const protocol::wire::Send& m);
   // The sequence log (session_log.cpp).
   void handle_append(std::uint64_t request_id, const protocol::wire::Append& m);
+  // Queues an append with the group committer; finish_append answers.
+  void append_to_log(std::uint64_t request_id, std::string_view stream, std::span<const std::byte> payload,
+                     std::string_view channel);
   void handle_read(std::uint64_t request_id, const protocol::wire::Read& m);
 
  public:

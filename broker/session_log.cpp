@@ -28,17 +28,25 @@ void session::handle_append(std::uint64_t rid, const wire::Append& m) {
   const auto payload = p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{};
   if (core_.stream_log->check(stream, payload.size()))
     return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+  append_to_log(rid, stream, payload, {});
+}
+
+void session::append_to_log(std::uint64_t rid, std::string_view stream, std::span<const std::byte> payload,
+                            std::string_view channel) {
+  // A publish needs its payload again once durable, to deliver it.
+  std::vector<std::byte> keep = channel.empty() ? std::vector<std::byte>{}
+                                                : std::vector<std::byte>(payload.begin(), payload.end());
   // Runs on the committer's thread: queue the result in the mailbox, and
   // post one drain to the loop when the mailbox was empty.
   core_.committer->append(
       stream, payload,
-      [core = &core_, weak = weak_from_this(), ex = socket_.get_executor(), rid,
-       name = std::string(stream)](std::expected<storage::append_ack, std::error_code> r) mutable {
+      [core = &core_, weak = weak_from_this(), ex = socket_.get_executor(), rid, name = std::string(stream),
+       ch = std::string(channel), keep = std::move(keep)](std::expected<storage::append_ack, std::error_code> r) mutable {
         bool first = false;
         {
           std::lock_guard lock(core->acks_mu);
           first = core->acks.empty();
-          core->acks.push_back({std::move(weak), rid, std::move(name), r});
+          core->acks.push_back({std::move(weak), rid, std::move(name), r, std::move(ch), std::move(keep)});
         }
         if (!first) return;
         asio::post(ex, [core] {
@@ -47,8 +55,16 @@ void session::handle_append(std::uint64_t rid, const wire::Append& m) {
             std::lock_guard lock(core->acks_mu);
             batch.swap(core->acks);
           }
-          for (auto& a : batch)
+          for (auto& a : batch) {
+            if (a.result && !a.channel.empty()) {
+              // Durable now: deliver, even if the publisher has gone meanwhile.
+              const channel_table::log_position position{a.stream, a.result->seq, a.result->epoch};
+              ++core->counters.published;
+              core->channels.publish(a.channel, {reinterpret_cast<const std::uint8_t*>(a.payload.data()), a.payload.size()},
+                                     &position);
+            }
             if (auto s = a.target.lock()) s->finish_append(a.request_id, a.stream, a.result);
+          }
         });
       });
 }

@@ -372,7 +372,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         const auto& d = *f.message_as_Deliver();
         const std::string_view channel = d.channel()->string_view();
         const auto* p = d.payload();
-        const message m{channel, p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{}};
+        const message m{channel, p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{},
+                        d.stream() ? d.stream()->string_view() : std::string_view{}, d.seq(), d.epoch()};
         for (const auto& s : subscriptions)
           if (protocol::pattern_matches(s->pattern, channel)) s->handler(m);
         return true;

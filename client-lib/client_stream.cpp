@@ -34,6 +34,15 @@ void client::async_append(std::string_view stream, std::span<const std::byte> pa
                                 parse_appended, std::move(done));
 }
 
+result<append_ack> client::publish_durable(std::string_view channel, std::string_view stream,
+                                          std::span<const std::byte> payload) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  if (!protocol::is_valid_channel(channel)) return std::unexpected(make_error_code(errc::invalid_channel));
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->call<append_ack>(
+      [&](std::uint64_t r) { return local_builder().publish(r, channel, data, stream); }, parse_appended);
+}
+
 result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq, std::size_t max_count,
                                  std::size_t max_bytes) {
   if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));

@@ -128,20 +128,23 @@ bytes_view frame_builder::unsubscribe(std::uint64_t request_id, std::string_view
 }
 
 bytes_view frame_builder::publish(std::uint64_t request_id, std::string_view channel,
-                                  bytes_view payload) {
+                                  bytes_view payload, std::string_view stream) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   const auto ch = fbb.CreateString(channel.data(), channel.size());
+  const auto st = string_or_null(fbb, stream);
   return finish(request_id, static_cast<std::uint8_t>(wire::Message::Publish),
-                wire::CreatePublish(fbb, ch, data).Union());
+                wire::CreatePublish(fbb, ch, data, st).Union());
 }
 
-bytes_view frame_builder::deliver(std::string_view channel, bytes_view payload) {
+bytes_view frame_builder::deliver(std::string_view channel, bytes_view payload, std::string_view stream,
+                                  std::uint64_t seq, std::uint64_t epoch) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   const auto ch = fbb.CreateString(channel.data(), channel.size());
+  const auto st = string_or_null(fbb, stream);
   return finish(0, static_cast<std::uint8_t>(wire::Message::Deliver),
-                wire::CreateDeliver(fbb, ch, data).Union());
+                wire::CreateDeliver(fbb, ch, data, st, seq, epoch).Union());
 }
 
 template <class T>

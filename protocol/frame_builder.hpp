@@ -72,8 +72,11 @@ class frame_builder {
   bytes_view ok(std::uint64_t request_id);
   bytes_view subscribe(std::uint64_t request_id, std::string_view pattern);
   bytes_view unsubscribe(std::uint64_t request_id, std::string_view pattern);
-  bytes_view publish(std::uint64_t request_id, std::string_view channel, bytes_view payload);
-  bytes_view deliver(std::string_view channel, bytes_view payload);
+  bytes_view publish(std::uint64_t request_id, std::string_view channel, bytes_view payload,
+                     std::string_view stream = {});
+  // A delivery; with a stream, it carries the message's log position.
+  bytes_view deliver(std::string_view channel, bytes_view payload, std::string_view stream = {},
+                     std::uint64_t seq = 0, std::uint64_t epoch = 0);
   bytes_view dropped(std::uint64_t count);
 
   // Leases, registry, inboxes (capability "routing").

@@ -246,3 +246,48 @@ TEST_CASE("kill -9 during a burst loses no acknowledged append and tears nothing
     CHECK(str(all[seq - 1].payload) == payload);
   }
 }
+
+TEST_CASE("a publish with a stream is appended first and delivered with its log position", "[e2e][log]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto sub = connect_to(server.port(), "sub");
+  std::mutex mu;
+  std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t, std::string>> got;
+  REQUIRE(sub->subscribe("chat.>", [&](const message& m) {
+    std::lock_guard lock(mu);
+    got.emplace_back(std::string(m.stream), m.seq, m.epoch, std::string(m.payload_text()));
+  }));
+  auto pub = connect_to(server.port(), "pub");
+  std::uint64_t epoch = 0;
+  for (int i = 1; i <= 3; ++i) {
+    auto ack = pub->publish_durable("chat.room1", "conv:42", text("hello " + std::to_string(i)));
+    REQUIRE(ack);
+    CHECK(ack->seq == static_cast<std::uint64_t>(i));
+    epoch = ack->epoch;
+  }
+  REQUIRE(wait_until([&] {
+    std::lock_guard lock(mu);
+    return got.size() == 3;
+  }));
+  for (int i = 0; i < 3; ++i) {
+    const auto& [stream, seq, e, payload] = got[i];
+    CHECK(stream == "conv:42");
+    CHECK(seq == static_cast<std::uint64_t>(i + 1));
+    CHECK(e == epoch);
+    CHECK(payload == "hello " + std::to_string(i + 1));
+  }
+  // The log has them, in the same order.
+  auto all = pub->read("conv:42");
+  REQUIRE(all);
+  REQUIRE(all->records.size() == 3);
+  CHECK(str(all->records[2].payload) == "hello 3");
+  // A plain publish still carries no position.
+  REQUIRE_FALSE(pub->publish("chat.room1", "plain"));
+  REQUIRE(wait_until([&] {
+    std::lock_guard lock(mu);
+    return got.size() == 4;
+  }));
+  std::lock_guard lock(mu);
+  CHECK(std::get<0>(got[3]).empty());
+  CHECK(std::get<1>(got[3]) == 0);
+}

@@ -53,6 +53,11 @@ class event_loop {
 struct message {
   std::string_view channel;
   std::span<const std::byte> payload;
+  // For a message published with a stream: its place in the log (empty
+  // stream and 0 otherwise).
+  std::string_view stream;
+  std::uint64_t seq = 0;
+  std::uint64_t epoch = 0;
 
   std::string_view payload_text() const noexcept {
     return {reinterpret_cast<const char*>(payload.data()), payload.size()};
@@ -238,6 +243,11 @@ class client {
   std::expected<append_ack, std::error_code> append(std::string_view stream, std::span<const std::byte> payload);
   void async_append(std::string_view stream, std::span<const std::byte> payload,
                     std::function<void(std::expected<append_ack, std::error_code>)> done);
+  // Publishes to `channel` through the log: appended to `stream` first,
+  // delivered (carrying stream, seq and epoch) once durable; returns the
+  // record's position. Blocking.
+  std::expected<append_ack, std::error_code> publish_durable(std::string_view channel, std::string_view stream,
+                                                             std::span<const std::byte> payload);
   // Records from `from_seq` (0 = the first retained) on, at most max_count
   // (0 = server default) and about max_bytes (0 = server default). Errors:
   // not_found (no such stream), trimmed (from_seq was trimmed: read from 0
