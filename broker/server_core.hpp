@@ -51,8 +51,9 @@ struct server_core {
     std::uint64_t request_id;
     std::string stream;
     std::expected<storage::append_ack, std::error_code> result;
-    std::string channel;             // a publish with a stream: deliver here once durable
-    std::vector<std::byte> payload;  // ... this payload
+    std::string channel;                  // a publish with a stream: deliver here once durable
+    std::vector<std::string> route_keys;  // a send with a stream: deliver to these users
+    std::vector<std::byte> payload;       // ... this payload
   };
   std::mutex acks_mu;
   std::vector<append_done> acks;  // guarded by acks_mu

@@ -3,6 +3,7 @@
 // dispatch), a writer coroutine (one gather write per loop turn from the
 // bounded outbound queue), a hello watchdog and a heartbeat.
 
+#include "broker/channel_table.hpp"
 #include "broker/outbound_queue.hpp"
 #include "common/asio.hpp"
 #include "protocol/errc.hpp"
@@ -46,6 +47,13 @@ class session : public std::enable_shared_from_this<session> {
 
   std::uint64_t id() const noexcept { return id_; }
   bool wants_log_positions() const noexcept { return log_; }
+
+  // Resolves route keys and delivers the payload once into each inbox (with
+  // the log position, to owners granted "log"); gateways[i] is the inbox key
+  // i went to or empty. Returns the keys routed. Loop thread.
+  static std::uint32_t deliver_to_users(server_core& core, std::span<const std::string_view> keys,
+                                        protocol::bytes_view payload, const channel_table::log_position* position,
+                                        std::vector<std::string_view>& gateways);
   bool ready() const noexcept { return welcomed_ && !closing_; }
 
  private:
@@ -66,9 +74,11 @@ class session : public std::enable_shared_from_this<session> {
   void handle_send(std::uint64_t request_id, const protocol::wire::Send& m);
   // The sequence log (session_log.cpp).
   void handle_append(std::uint64_t request_id, const protocol::wire::Append& m);
-  // Queues an append with the group committer; finish_append answers.
+  // Queues an append with the group committer; once durable, a publish
+  // (channel set) or send (route keys set) is delivered, and the sender
+  // answered.
   void append_to_log(std::uint64_t request_id, std::string_view stream, std::span<const std::byte> payload,
-                     std::string_view channel);
+                     std::string_view channel, std::vector<std::string> route_keys = {});
   void handle_read(std::uint64_t request_id, const protocol::wire::Read& m);
 
  public:

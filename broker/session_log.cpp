@@ -32,21 +32,22 @@ void session::handle_append(std::uint64_t rid, const wire::Append& m) {
 }
 
 void session::append_to_log(std::uint64_t rid, std::string_view stream, std::span<const std::byte> payload,
-                            std::string_view channel) {
-  // A publish needs its payload again once durable, to deliver it.
-  std::vector<std::byte> keep = channel.empty() ? std::vector<std::byte>{}
-                                                : std::vector<std::byte>(payload.begin(), payload.end());
+                            std::string_view channel, std::vector<std::string> route_keys) {
+  // A publish or send needs its payload again once durable, to deliver it.
+  const bool deliver = !channel.empty() || !route_keys.empty();
+  std::vector<std::byte> keep = deliver ? std::vector<std::byte>(payload.begin(), payload.end()) : std::vector<std::byte>{};
   // Runs on the committer's thread: queue the result in the mailbox, and
   // post one drain to the loop when the mailbox was empty.
   core_.committer->append(
       stream, payload,
       [core = &core_, weak = weak_from_this(), ex = socket_.get_executor(), rid, name = std::string(stream),
-       ch = std::string(channel), keep = std::move(keep)](std::expected<storage::append_ack, std::error_code> r) mutable {
+       ch = std::string(channel), keys = std::move(route_keys),
+       keep = std::move(keep)](std::expected<storage::append_ack, std::error_code> r) mutable {
         bool first = false;
         {
           std::lock_guard lock(core->acks_mu);
           first = core->acks.empty();
-          core->acks.push_back({std::move(weak), rid, std::move(name), r, std::move(ch), std::move(keep)});
+          core->acks.push_back({std::move(weak), rid, std::move(name), r, std::move(ch), std::move(keys), std::move(keep)});
         }
         if (!first) return;
         asio::post(ex, [core] {
@@ -56,12 +57,26 @@ void session::append_to_log(std::uint64_t rid, std::string_view stream, std::spa
             batch.swap(core->acks);
           }
           for (auto& a : batch) {
+            const protocol::bytes_view payload{reinterpret_cast<const std::uint8_t*>(a.payload.data()),
+                                               a.payload.size()};
+            if (a.result && !a.route_keys.empty()) {
+              // A durable send: route and deliver now, then answer with the
+              // routes and the sequence (the record is in the log even if
+              // no key had a route).
+              const channel_table::log_position position{a.stream, a.result->seq, a.result->epoch};
+              const std::vector<std::string_view> keys(a.route_keys.begin(), a.route_keys.end());
+              std::vector<std::string_view> gateways;
+              const auto routed = session::deliver_to_users(*core, keys, payload, &position, gateways);
+              auto s = a.target.lock();
+              if (s && !s->closed_ && a.request_id != 0)
+                s->send(core->builder.send_result(a.request_id, gateways, routed, a.result->seq, a.result->epoch));
+              continue;
+            }
             if (a.result && !a.channel.empty()) {
               // Durable now: deliver, even if the publisher has gone meanwhile.
               const channel_table::log_position position{a.stream, a.result->seq, a.result->epoch};
               ++core->counters.published;
-              core->channels.publish(a.channel, {reinterpret_cast<const std::uint8_t*>(a.payload.data()), a.payload.size()},
-                                     &position);
+              core->channels.publish(a.channel, payload, &position);
             }
             if (auto s = a.target.lock()) s->finish_append(a.request_id, a.stream, a.result);
           }

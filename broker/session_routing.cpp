@@ -159,10 +159,61 @@ void session::handle_routing(const wire::Frame& frame) {
   }
 }
 
+std::uint32_t session::deliver_to_users(server_core& core, std::span<const std::string_view> keys,
+                                        protocol::bytes_view payload, const channel_table::log_position* position,
+                                        std::vector<std::string_view>& gateways) {
+  // Resolve every key, then group by inbox: each inbox gets one delivery
+  // listing its keys, encoded once.
+  struct target {
+    std::string_view inbox;
+    session* owner;
+    std::vector<std::string_view> keys;
+  };
+  std::vector<target> targets;
+  std::unordered_map<std::string_view, std::size_t> index;
+  gateways.assign(keys.size(), {});
+  std::uint32_t routed = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto entry = core.routing.get(keys[i]);
+    if (!entry) continue;
+    session* owner = core.routing.inbox_owner(entry->value);
+    if (!owner) continue;
+    auto [it, fresh] = index.try_emplace(entry->value, targets.size());
+    if (fresh) targets.push_back({entry->value, owner, {}});
+    targets[it->second].keys.push_back(keys[i]);
+    gateways[i] = entry->value;
+    ++routed;
+  }
+  for (const auto& t : targets) {
+    // A log position is a field only peers granted "log" get.
+    const bool positioned = position && t.owner->wants_log_positions();
+    t.owner->deliver(core.store(positioned ? core.builder.inbox_delivery(t.inbox, t.keys, payload, position->stream,
+                                                                         position->seq, position->epoch)
+                                           : core.builder.inbox_delivery(t.inbox, t.keys, payload)));
+  }
+  core.counters.sends_routed += routed;
+  core.counters.sends_unrouted += keys.size() - routed;
+  return routed;
+}
+
 void session::handle_send(std::uint64_t rid, const wire::Send& m) {
   const auto& keys = *m.route_keys();
   const auto* p = m.payload();
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
+
+  if (m.stream() && m.stream()->size() > 0) {
+    // Durable send: append first, route and deliver once the log has it.
+    if (!log_) return send_error(rid, errc::unsupported_message, "a send with a stream needs the \"log\" capability");
+    if (!core_.committer) return send_error(rid, errc::internal, "the sequence log is off (the server has no data dir)");
+    const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
+    if (core_.stream_log->check(m.stream()->string_view(), bytes.size()))
+      return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+    std::vector<std::string> route_keys;
+    route_keys.reserve(keys.size());
+    for (const auto* k : keys) route_keys.emplace_back(k->string_view());
+    append_to_log(rid, m.stream()->string_view(), bytes, {}, std::move(route_keys));
+    return;
+  }
 
   // One key (send to a user): no grouping, nothing allocated.
   if (keys.size() == 1) {
@@ -183,33 +234,11 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
     return;
   }
 
-  // Resolve every key, then group by inbox: each inbox gets one delivery
-  // listing its keys, encoded once.
-  struct target {
-    std::string_view inbox;
-    session* owner;
-    std::vector<std::string_view> keys;
-  };
-  std::vector<target> targets;
-  std::unordered_map<std::string_view, std::size_t> index;
-  std::vector<std::string_view> gateways(keys.size());
-  std::uint32_t routed = 0;
-  for (flatbuffers::uoffset_t i = 0; i < keys.size(); ++i) {
-    const std::string_view key = keys.Get(i)->string_view();
-    const auto entry = core_.routing.get(key);
-    if (!entry) continue;
-    session* owner = core_.routing.inbox_owner(entry->value);
-    if (!owner) continue;
-    auto [it, fresh] = index.try_emplace(entry->value, targets.size());
-    if (fresh) targets.push_back({entry->value, owner, {}});
-    targets[it->second].keys.push_back(key);
-    gateways[i] = entry->value;
-    ++routed;
-  }
-  for (const auto& t : targets) t.owner->deliver(core_.store(core_.builder.inbox_delivery(t.inbox, t.keys, payload)));
-  core_.counters.sends_routed += routed;
-  core_.counters.sends_unrouted += keys.size() - routed;
-
+  std::vector<std::string_view> key_views;
+  key_views.reserve(keys.size());
+  for (const auto* k : keys) key_views.push_back(k->string_view());
+  std::vector<std::string_view> gateways;
+  const std::uint32_t routed = deliver_to_users(core_, key_views, payload, nullptr, gateways);
   if (rid != 0) send(core_.builder.send_result(rid, gateways, routed));
 }
 

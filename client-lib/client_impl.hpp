@@ -87,6 +87,19 @@ struct inbox_entry {
 };
 using inbox_list = std::vector<std::shared_ptr<const inbox_entry>>;
 
+// SendResult -> send_result (send_many, send_durable).
+inline std::expected<send_result, std::error_code> parse_send_result(const wire::Frame& f) {
+  const auto* m = f.message_as_SendResult();
+  if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+  send_result out;
+  out.routed = m->routed();
+  out.seq = m->seq();
+  out.epoch = m->epoch();
+  if (m->gateways())
+    for (const auto* g : *m->gateways()) out.gateways.push_back(g->str());
+  return out;
+}
+
 }  // namespace detail
 
 using detail::local_builder;
@@ -154,7 +167,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       for (const auto* k : *d.route_keys()) key_scratch.push_back(k->string_view());
     const auto* p = d.payload();
     const inbox_message m{id, key_scratch,
-                          p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{}};
+                          p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{},
+                          d.stream() ? d.stream()->string_view() : std::string_view{}, d.seq(), d.epoch()};
     for (const auto& h : handlers)
       if (h->id == id) h->handler(m);
   }

@@ -187,15 +187,7 @@ result<send_result> client::send_many(std::span<const std::string_view> route_ke
   const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
   return impl_->call<send_result>(
       [&](std::uint64_t r) { return local_builder().send(r, route_keys, data); },
-      [](const wire::Frame& f) -> result<send_result> {
-        const auto* m = f.message_as_SendResult();
-        if (!m) return std::unexpected(mismatch());
-        send_result out;
-        out.routed = m->routed();
-        if (m->gateways())
-          for (const auto* g : *m->gateways()) out.gateways.push_back(g->str());
-        return out;
-      });
+      detail::parse_send_result);
 }
 
 #undef SWITCHYARD_NEED_ROUTING

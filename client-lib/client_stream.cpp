@@ -43,6 +43,15 @@ result<append_ack> client::publish_durable(std::string_view channel, std::string
       [&](std::uint64_t r) { return local_builder().publish(r, channel, data, stream); }, parse_appended);
 }
 
+result<send_result> client::send_durable(std::span<const std::string_view> route_keys, std::string_view stream,
+                                        std::span<const std::byte> payload) {
+  if (!impl_->log_cap || !impl_->routing) return std::unexpected(make_error_code(errc::not_supported));
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->call<send_result>(
+      [&](std::uint64_t r) { return local_builder().send(r, route_keys, data, stream); },
+      detail::parse_send_result);
+}
+
 result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq, std::size_t max_count,
                                  std::size_t max_bytes) {
   if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));

@@ -253,29 +253,32 @@ bytes_view frame_builder::inbox_close(std::uint64_t request_id, std::string_view
 }
 
 bytes_view frame_builder::send(std::uint64_t request_id, std::span<const std::string_view> route_keys,
-                               bytes_view payload) {
+                               bytes_view payload, std::string_view stream) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   // A send always carries its key list, even when empty (required field).
   auto keys = string_list(fbb, route_keys, strings_);
   if (keys.IsNull()) keys = fbb.CreateVector(std::vector<Offset<String>>{});
-  return finish_as(request_id, wire::CreateSend(fbb, keys, data));
+  const auto st = string_or_null(fbb, stream);
+  return finish_as(request_id, wire::CreateSend(fbb, keys, data, st));
 }
 
 bytes_view frame_builder::send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
-                                      std::uint32_t routed) {
+                                      std::uint32_t routed, std::uint64_t seq, std::uint64_t epoch) {
   auto& fbb = start();
   const auto list = string_list(fbb, gateways, strings_);
-  return finish_as(request_id, wire::CreateSendResult(fbb, list, routed));
+  return finish_as(request_id, wire::CreateSendResult(fbb, list, routed, seq, epoch));
 }
 
 bytes_view frame_builder::inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
-                                         bytes_view payload) {
+                                         bytes_view payload, std::string_view stream, std::uint64_t seq,
+                                         std::uint64_t epoch) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   const auto keys = string_list(fbb, route_keys, strings_);
   const auto id = fbb.CreateString(inbox_id.data(), inbox_id.size());
-  return finish_as(0, wire::CreateInboxDelivery(fbb, id, keys, data));
+  const auto st = string_or_null(fbb, stream);
+  return finish_as(0, wire::CreateInboxDelivery(fbb, id, keys, data, st, seq, epoch));
 }
 
 bytes_view frame_builder::append(std::uint64_t request_id, std::string_view stream, bytes_view payload) {

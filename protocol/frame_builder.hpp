@@ -97,11 +97,13 @@ class frame_builder {
                                   bool more);
   bytes_view inbox_open(std::uint64_t request_id, std::string_view inbox_id, std::uint64_t lease_id);
   bytes_view inbox_close(std::uint64_t request_id, std::string_view inbox_id);
-  bytes_view send(std::uint64_t request_id, std::span<const std::string_view> route_keys, bytes_view payload);
+  bytes_view send(std::uint64_t request_id, std::span<const std::string_view> route_keys, bytes_view payload,
+                  std::string_view stream = {});
   bytes_view send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
-                         std::uint32_t routed);
+                         std::uint32_t routed, std::uint64_t seq = 0, std::uint64_t epoch = 0);
   bytes_view inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
-                            bytes_view payload);
+                            bytes_view payload, std::string_view stream = {}, std::uint64_t seq = 0,
+                            std::uint64_t epoch = 0);
 
   // The sequence log (capability "log").
   bytes_view append(std::uint64_t request_id, std::string_view stream, bytes_view payload);

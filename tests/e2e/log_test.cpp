@@ -291,3 +291,52 @@ TEST_CASE("a publish with a stream is appended first and delivered with its log 
   CHECK(std::get<0>(got[3]).empty());
   CHECK(std::get<1>(got[3]) == 0);
 }
+
+TEST_CASE("a send with a stream is appended first and delivered into the inbox with its position", "[e2e][log]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto gw = connect_to(server.port(), "gateway");
+  auto lease = gw->lease_grant(std::chrono::seconds(30));
+  REQUIRE(lease);
+  std::mutex mu;
+  std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t, std::string, std::size_t>> got;
+  REQUIRE_FALSE(gw->open_inbox("gw-7", lease->id, [&](const inbox_message& m) {
+    std::lock_guard lock(mu);
+    got.emplace_back(std::string(m.stream), m.seq, m.epoch, std::string(m.payload_text()), m.route_keys.size());
+  }));
+  REQUIRE(gw->registry_put("user:alice", "gw-7", lease->id));
+  REQUIRE(gw->registry_put("user:bob", "gw-7", lease->id));
+
+  auto service = connect_to(server.port(), "service");
+  const std::array<std::string_view, 3> room{"user:alice", "user:bob", "user:nobody"};
+  auto sent = service->send_durable(room, "conv:7", text("hi room"));
+  REQUIRE(sent);
+  CHECK(sent->seq == 1);
+  CHECK(sent->routed == 2);
+  REQUIRE(sent->gateways.size() == 3);
+  CHECK(sent->gateways[0] == "gw-7");
+  CHECK(sent->gateways[2].empty());
+  REQUIRE(wait_until([&] {
+    std::lock_guard lock(mu);
+    return got.size() == 1;
+  }));
+  {
+    std::lock_guard lock(mu);
+    const auto& [stream, seq, epoch, payload, keys] = got[0];
+    CHECK(stream == "conv:7");
+    CHECK(seq == 1);
+    CHECK(epoch == sent->epoch);
+    CHECK(payload == "hi room");
+    CHECK(keys == 2);  // one delivery for the inbox, listing both users
+  }
+  // Nobody is routed: the record is in the log all the same.
+  const std::array<std::string_view, 1> nobody{"user:nobody"};
+  auto lost = service->send_durable(nobody, "conv:7", text("for later"));
+  REQUIRE(lost);
+  CHECK(lost->routed == 0);
+  CHECK(lost->seq == 2);
+  auto log = service->read("conv:7");
+  REQUIRE(log);
+  REQUIRE(log->records.size() == 2);
+  CHECK(str(log->records[1].payload) == "for later");
+}

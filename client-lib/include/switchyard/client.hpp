@@ -73,6 +73,10 @@ struct inbox_message {
   std::string_view inbox;                      // the inbox it was delivered to
   std::span<const std::string_view> route_keys;  // the users (route keys) it is for
   std::span<const std::byte> payload;
+  // For a durable send: its place in the log (empty stream and 0 otherwise).
+  std::string_view stream;
+  std::uint64_t seq = 0;
+  std::uint64_t epoch = 0;
 
   std::string_view payload_text() const noexcept {
     return {reinterpret_cast<const char*>(payload.data()), payload.size()};
@@ -117,6 +121,8 @@ struct stream_read {
 struct send_result {
   std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (no route)
   std::size_t routed = 0;
+  std::uint64_t seq = 0;    // send_durable: the record's sequence in its stream
+  std::uint64_t epoch = 0;  // send_durable: the stream's epoch
 };
 
 struct client_options {
@@ -243,6 +249,12 @@ class client {
   std::expected<append_ack, std::error_code> append(std::string_view stream, std::span<const std::byte> payload);
   void async_append(std::string_view stream, std::span<const std::byte> payload,
                     std::function<void(std::expected<append_ack, std::error_code>)> done);
+  // Sends to users through the log: appended to `stream` first, then routed
+  // and delivered (carrying stream, seq and epoch) once durable. The record
+  // is in the log even for keys without a route. Blocking.
+  std::expected<send_result, std::error_code> send_durable(std::span<const std::string_view> route_keys,
+                                                           std::string_view stream,
+                                                           std::span<const std::byte> payload);
   // Publishes to `channel` through the log: appended to `stream` first,
   // delivered (carrying stream, seq and epoch) once durable; returns the
   // record's position. Blocking.
