@@ -158,8 +158,11 @@ void server::start() {
     if (!opened)
       throw std::runtime_error("cannot open the sequence log in " + o.dir.string() + ": " + opened.error().message());
     core.stream_log = std::move(*opened);
-    core.committer = std::make_unique<storage::group_committer>(
-        *core.stream_log, storage::group_commit_options{.sync_interval = core.config.sync_interval});
+    storage::group_commit_options gc;
+    gc.sync_interval = core.config.sync_interval;
+    gc.default_retention = {core.config.retention_max_records, core.config.retention_max_age,
+                            core.config.retention_max_bytes};
+    core.committer = std::make_unique<storage::group_committer>(*core.stream_log, gc);
   }
   const auto address = asio::ip::make_address(core.config.listen_host);
   const asio::ip::tcp::endpoint endpoint(address, core.config.listen_port);

@@ -31,6 +31,7 @@ void validate(const server_config& cfg) {
     bad("durability must be sync, batch or none");
   if (cfg.sync_interval.count() < 1) bad("sync-interval-ms must be at least 1");
   if (cfg.log_max_bytes < (std::size_t{4} << 20)) bad("log-max-bytes must be at least 4 MiB");
+  if (cfg.retention_max_age.count() < 0) bad("retention-max-age-ms must not be negative");
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {
@@ -49,6 +50,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::int64_t sweep_ms = cfg.sweep_period.count();
   std::int64_t stall_ms = cfg.stall_threshold.count();
   std::int64_t sync_ms = cfg.sync_interval.count();
+  std::int64_t retention_age_ms = 0;
 
   app.add_option("--listen", listen, "host:port to listen on (port 0 = any free port)")
       ->capture_default_str();
@@ -91,6 +93,12 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.add_option("--log-max-bytes", cfg.log_max_bytes, "largest size of the sequence log; then appends fail with storage_full")
       ->capture_default_str();
 
+  app.add_option("--retention-max-records", cfg.retention_max_records, "keep at most this many records per stream (0 = all)")
+      ->capture_default_str();
+  app.add_option("--retention-max-age-ms", retention_age_ms, "drop records older than this (0 = keep)")->capture_default_str();
+  app.add_option("--retention-max-bytes", cfg.retention_max_bytes, "keep at most this many payload bytes per stream (0 = all)")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -116,6 +124,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   cfg.sweep_period = std::chrono::milliseconds(sweep_ms);
   cfg.stall_threshold = std::chrono::milliseconds(stall_ms);
   cfg.sync_interval = std::chrono::milliseconds(sync_ms);
+  cfg.retention_max_age = std::chrono::milliseconds(retention_age_ms);
   validate(cfg);
   return cfg;
 }

@@ -8,6 +8,8 @@ namespace switchyard::storage {
 group_committer::group_committer(sequence_log& log, group_commit_options options)
     : log_(log), options_(options), last_sync_(std::chrono::steady_clock::now()) {
   options_.max_batch_records = std::max<std::size_t>(1, options_.max_batch_records);
+  options_.retention_step = std::max<std::size_t>(1, options_.retention_step);
+  if (options_.retention_interval.count() < 1) options_.retention_interval = std::chrono::milliseconds(1);
   writer_ = std::thread([this] { run(); });
 }
 
@@ -43,29 +45,62 @@ group_commit_stats group_committer::stats() const {
   return stats_;
 }
 
+bool group_committer::retention_pass() {
+  auto streams = log_.list();
+  if (!streams) return false;
+  bool more = false;
+  std::uint64_t removed = 0;
+  for (const auto& st : *streams) {
+    auto r = log_.enforce(st.name, options_.default_retention, options_.retention_step);
+    if (!r) continue;  // a full map or an I/O error: the next pass tries again
+    removed += *r;
+    more |= *r == options_.retention_step;
+  }
+  if (removed > 0) {
+    std::lock_guard lock(mu_);
+    stats_.trimmed += removed;
+  }
+  return more;
+}
+
 void group_committer::run() {
+  using clock = std::chrono::steady_clock;
+  const auto& r = options_.default_retention;
+  const bool retention = r.max_records > 0 || r.max_bytes > 0 || r.max_age.count() > 0;
+  next_retention_ = clock::now() + options_.retention_interval;
   std::vector<pending> batch;
   std::unique_lock lock(mu_);
   for (;;) {
     if (queue_.empty()) {
       if (stopping_) break;
-      if (unsynced_) {
-        // Batch mode: sync what was acknowledged once the interval is up,
-        // even if no further append arrives.
-        const auto due = last_sync_ + options_.sync_interval;
-        if (!wake_.wait_until(lock, due, [&] { return !queue_.empty() || stopping_; })) {
-          lock.unlock();
-          if (!log_.sync()) {
-            std::lock_guard relock(mu_);
-            ++stats_.syncs;
-          }
-          last_sync_ = std::chrono::steady_clock::now();
-          unsynced_ = false;
-          lock.lock();
-        }
+      // Idle: wait for an append, or until the next sync (batch mode) or
+      // retention pass is due, whichever comes first.
+      auto due = clock::time_point::max();
+      if (unsynced_) due = last_sync_ + options_.sync_interval;
+      if (retention) due = std::min(due, next_retention_);
+      const auto ready = [&] { return !queue_.empty() || stopping_; };
+      if (due == clock::time_point::max()) {
+        wake_.wait(lock, ready);
         continue;
       }
-      wake_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (wake_.wait_until(lock, due, ready)) continue;
+      lock.unlock();
+      const auto now = clock::now();
+      if (unsynced_ && now >= last_sync_ + options_.sync_interval) {
+        if (!log_.sync()) {
+          std::lock_guard relock(mu_);
+          ++stats_.syncs;
+        }
+        last_sync_ = clock::now();
+        unsynced_ = false;
+      }
+      if (retention && now >= next_retention_) {
+        // Bounded steps; while records remain due, come back at once
+        // (appends still go first: this only runs on an empty queue).
+        const bool more = retention_pass();
+        next_retention_ = more ? clock::now() : clock::now() + options_.retention_interval;
+      }
+      lock.lock();
       continue;
     }
     // Take what fits in one batch; the rest waits for the next.

@@ -31,13 +31,21 @@ struct group_commit_options {
   // durability::batch: fsync at most this often (and at least this often
   // while appends come in). Ignored in the other modes.
   std::chrono::milliseconds sync_interval{10};
+  // Retention applied to every stream, in the background on the writer
+  // thread while no append waits: every retention_interval, at most
+  // retention_step records per stream (sooner again while more are due).
+  // All limits 0 = keep everything.
+  retention default_retention{};
+  std::chrono::milliseconds retention_interval{1000};
+  std::size_t retention_step = 1000;
 };
 
 struct group_commit_stats {
   std::uint64_t batches = 0;
   std::uint64_t records = 0;
   std::uint64_t largest_batch = 0;
-  std::uint64_t syncs = 0;  // explicit syncs in the batch mode
+  std::uint64_t syncs = 0;    // explicit syncs in the batch mode
+  std::uint64_t trimmed = 0;  // records removed by background retention
 };
 
 // What an append's completion gets on success.
@@ -76,6 +84,8 @@ class group_committer {
   };
 
   void run();
+  // One bounded retention pass over every stream; true if more is due.
+  bool retention_pass();
   void commit(std::vector<pending>& batch);
   // Commits batch[begin, end) and runs its completions; true if anything
   // was committed.
@@ -90,6 +100,7 @@ class group_committer {
   group_commit_stats stats_;    // guarded by mu_
   std::chrono::steady_clock::time_point last_sync_;  // writer thread
   bool unsynced_ = false;                            // writer thread
+  std::chrono::steady_clock::time_point next_retention_;  // writer thread
   std::thread writer_;
 };
 

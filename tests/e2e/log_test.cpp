@@ -340,3 +340,23 @@ TEST_CASE("a send with a stream is appended first and delivered into the inbox w
   REQUIRE(log->records.size() == 2);
   CHECK(str(log->records[1].payload) == "for later");
 }
+
+TEST_CASE("the broker applies default retention in the background", "[e2e][log]") {
+  temp_dir dir;
+  auto cfg = with_data(dir);
+  cfg.retention_max_records = 5;
+  test_server server(cfg);
+  auto c = connect_to(server.port());
+  for (int i = 1; i <= 20; ++i) REQUIRE(c->append("short", text("m" + std::to_string(i))));
+  // Retention passes run about once a second: wait (bounded) for one.
+  REQUIRE(wait_until([&] {
+    auto r = c->read("short", 0);
+    return r && r->first_seq == 16;
+  }, std::chrono::seconds(10)));
+  auto old = c->read("short", 1);
+  REQUIRE_FALSE(old);
+  CHECK(old.error() == errc::trimmed);
+  auto next = c->append("short", text("m21"));
+  REQUIRE(next);
+  CHECK(next->seq == 21);
+}

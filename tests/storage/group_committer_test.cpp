@@ -239,3 +239,33 @@ TEST_CASE("in batch mode the committer syncs within the interval", "[storage]") 
   // No further appends: the writer must still sync the acknowledged ones.
   CHECK(wait_until([&] { return gc.stats().syncs >= 1; }, std::chrono::seconds(10)));
 }
+
+TEST_CASE("background retention trims every stream to its limit in bounded steps", "[storage]") {
+  temp_log t;
+  group_commit_options o;
+  o.default_retention.max_records = 10;
+  o.retention_interval = std::chrono::milliseconds(5);
+  o.retention_step = 7;  // several passes are needed
+  group_committer gc(*t.log, o);
+  std::atomic<int> done{0};
+  for (int i = 0; i < 50; ++i) {
+    gc.append("a", bytes("x"), [&](auto) { ++done; });
+    gc.append("b", bytes("y"), [&](auto) { ++done; });
+  }
+  REQUIRE(wait_until([&] { return done == 100; }));
+  REQUIRE(wait_until([&] {
+    auto a = t.log->info("a");
+    auto b = t.log->info("b");
+    return a && b && a->records == 10 && b->records == 10;
+  }));
+  auto a = t.log->info("a");
+  CHECK(a->first_seq == 41);
+  CHECK(a->last_seq == 50);
+  CHECK(gc.stats().trimmed == 80);
+  // Appending goes on from the last sequence, and retention keeps up.
+  std::atomic<std::uint64_t> seq{0};
+  gc.append("a", bytes("z"), [&](auto r) { seq = r ? r->seq : 999; });
+  REQUIRE(wait_until([&] { return seq.load() != 0; }));
+  CHECK(seq == 51);
+  CHECK(wait_until([&] { return t.log->info("a")->first_seq == 42; }));
+}
