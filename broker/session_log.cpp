@@ -1,7 +1,8 @@
-// session: Append and Read on the sequence log (capability "log").
-// Appends go through the group committer; its writer thread posts each
-// acknowledgement back to the loop, so the answer leaves only once the
-// record is durable.
+// session: Append and Read on the sequence log (capability "log"), and the
+// durable half of publish/send with a stream. Appends go through the group
+// committer; its writer thread hands results back to the loop through
+// server_core's mailbox (one post per batch), so an answer or delivery
+// leaves only once the record is durable.
 
 #include "broker/server_core.hpp"
 #include "broker/session.hpp"

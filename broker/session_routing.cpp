@@ -208,6 +208,7 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
     const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
     if (core_.stream_log->check(m.stream()->string_view(), bytes.size()))
       return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+    if (keys.size() == 0) return send_error(rid, errc::bad_request, "a send needs at least one route key");
     std::vector<std::string> route_keys;
     route_keys.reserve(keys.size());
     for (const auto* k : keys) route_keys.emplace_back(k->string_view());
