@@ -397,11 +397,8 @@ void session::handle_publish(std::uint64_t rid, const wire::Publish& m) {
   const auto* payload = m.payload();
   if (m.stream() && m.stream()->size() > 0) {
     // Durable publish: append first, deliver once the log has it.
-    if (!log_) return send_error(rid, errc::unsupported_message, "a publish with a stream needs the \"log\" capability");
-    if (!core_.committer) return send_error(rid, errc::internal, "the sequence log is off (the server has no data dir)");
     const auto bytes = payload ? std::as_bytes(std::span(payload->data(), payload->size())) : std::span<const std::byte>{};
-    if (core_.stream_log->check(m.stream()->string_view(), bytes.size()))
-      return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+    if (!can_append(rid, m.stream()->string_view(), bytes.size())) return;
     append_to_log(rid, m.stream()->string_view(), bytes, channel);
     return;
   }

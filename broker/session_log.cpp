@@ -20,16 +20,30 @@ using protocol::errc;
 namespace {
 constexpr std::uint32_t default_read_count = 1000;
 constexpr std::uint32_t max_read_count = protocol::max_list_items;
+constexpr std::string_view log_off = "the sequence log is off (the server has no data dir)";
 }  // namespace
 
+bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t payload_size) {
+  if (!log_) {
+    send_error(rid, errc::unsupported_message, "writing to a stream needs the \"log\" capability in the hello");
+    return false;
+  }
+  if (!core_.committer) {
+    send_error(rid, errc::internal, log_off);
+    return false;
+  }
+  if (core_.stream_log->check(stream, payload_size)) {
+    send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+    return false;
+  }
+  return true;
+}
+
 void session::handle_append(std::uint64_t rid, const wire::Append& m) {
-  if (!core_.committer) return send_error(rid, errc::internal, "the sequence log is off (the server has no data dir)");
   const std::string_view stream = m.stream()->string_view();
   const auto* p = m.payload();
   const auto payload = p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{};
-  if (core_.stream_log->check(stream, payload.size()))
-    return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
-  append_to_log(rid, stream, payload, {});
+  if (can_append(rid, stream, payload.size())) append_to_log(rid, stream, payload, {});
 }
 
 void session::append_to_log(std::uint64_t rid, std::string_view stream, std::span<const std::byte> payload,
@@ -98,7 +112,7 @@ void session::finish_append(std::uint64_t rid, const std::string& stream,
 }
 
 void session::handle_read(std::uint64_t rid, const wire::Read& m) {
-  if (!core_.stream_log) return send_error(rid, errc::internal, "the sequence log is off (the server has no data dir)");
+  if (!core_.stream_log) return send_error(rid, errc::internal, log_off);
   const std::string_view stream = m.stream()->string_view();
   // Keep the answer inside one frame: payload bytes and per-record overhead.
   const std::uint32_t frame_budget = core_.config.max_frame / 2;

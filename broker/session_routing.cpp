@@ -203,11 +203,8 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
 
   if (m.stream() && m.stream()->size() > 0) {
     // Durable send: append first, route and deliver once the log has it.
-    if (!log_) return send_error(rid, errc::unsupported_message, "a send with a stream needs the \"log\" capability");
-    if (!core_.committer) return send_error(rid, errc::internal, "the sequence log is off (the server has no data dir)");
     const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
-    if (core_.stream_log->check(m.stream()->string_view(), bytes.size()))
-      return send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+    if (!can_append(rid, m.stream()->string_view(), bytes.size())) return;
     if (keys.size() == 0) return send_error(rid, errc::bad_request, "a send needs at least one route key");
     std::vector<std::string> route_keys;
     route_keys.reserve(keys.size());
