@@ -112,7 +112,6 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   std::vector<std::shared_ptr<event_loop>> sub_loops;
   for (int i = 0; i < threads; ++i) sub_loops.push_back(std::make_shared<event_loop>());
   std::vector<std::unique_ptr<subscriber>> subs;
-  std::uint64_t server_dropped_notices = 0;
   std::atomic<std::uint64_t> dropped{0};
   for (int i = 0; i < nsubs; ++i) {
     auto sub = std::make_unique<subscriber>();
@@ -142,10 +141,10 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   // Progress and end detection run beside the publisher.
   std::atomic<std::uint64_t> sent{0};
   std::atomic<std::uint64_t> t0{0};
-  std::atomic<bool> waiting_done{false};
   std::thread watcher([&] {
     std::uint64_t next_progress = now_ns() + 1'000'000'000ull;
-    while (!waiting_done) {
+    // Ends once every subscriber has ended (count, sentinel, idle or the deadline).
+    for (;;) {
       std::this_thread::sleep_for(5ms);
       const std::uint64_t t = now_ns();
       const std::uint64_t start = t0.load();
@@ -220,12 +219,10 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   }
   const std::uint64_t t_pub_end = now_ns();
   watcher.join();
-  waiting_done = true;
 
   // Stop the subscribers' I/O before reading their tallies.
   for (auto& sub : subs) sub->conn->close();
   (*pub)->close();
-  server_dropped_notices = dropped.load();
 
   std::uint64_t total = 0, last = 0, gaps = 0, reorder = 0;
   bool any_error = false;
@@ -292,7 +289,7 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
         static_cast<double>(late_max) / 1000.0);
   }
   j.raw("sub_end", ends);
-  j.raw("server", fmt::format("{{\"dropped\":{}}}", server_dropped_notices));
+  j.raw("server", fmt::format("{{\"dropped\":{}}}", dropped.load()));
   if (!pub_error.empty()) j.str("errors", "pub: " + pub_error);
   emit(s, summary, j);
   return (!pub_error.empty() || any_error) ? 1 : 0;
