@@ -109,6 +109,10 @@ struct stream_record {
   std::uint64_t seq = 0;
   std::uint64_t timestamp_ms = 0;  // wall clock at append (ms since the Unix epoch)
   std::vector<std::byte> payload;
+  // How the record was delivered live: the channel of a publish_durable,
+  // the route keys of a send_durable; both empty for a plain append.
+  std::string channel;
+  std::vector<std::string> route_keys;
 };
 
 struct stream_read {
