@@ -20,6 +20,7 @@ class category final : public std::error_category {
       case errc::invalid_argument: return "invalid argument";
       case errc::io_error: return "storage I/O error";
       case errc::internal: return "unexpected storage condition";
+      case errc::unsupported_format: return "the log on disk is in an unsupported format version";
     }
     return "storage error " + std::to_string(value);
   }

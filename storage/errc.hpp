@@ -7,13 +7,14 @@
 namespace switchyard::storage {
 
 enum class errc {
-  not_found = 1,     // no such stream
-  trimmed,           // the position is below the first retained sequence
-  storage_full,      // the map reached its configured maximum, or the disk is full
-  corrupted,         // a record failed its checksum, or LMDB reports corruption
-  invalid_argument,  // empty stream name, oversized record, ...
-  io_error,          // the operating system failed a read, write or sync
-  internal,          // an LMDB condition this code does not expect
+  not_found = 1,       // no such stream
+  trimmed,             // the position is below the first retained sequence
+  storage_full,        // the map reached its configured maximum, or the disk is full
+  corrupted,           // a record failed its checksum, or LMDB reports corruption
+  invalid_argument,    // empty stream name, oversized record or subject, ...
+  io_error,            // the operating system failed a read, write or sync
+  internal,            // an LMDB condition this code does not expect
+  unsupported_format,  // the log on disk is in another format version (log_format_version)
 };
 
 const std::error_category& storage_category() noexcept;

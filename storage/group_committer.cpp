@@ -22,18 +22,24 @@ group_committer::~group_committer() {
   writer_.join();
 }
 
-void group_committer::append(std::string_view stream, std::span<const std::byte> payload, completion done) {
+void group_committer::append(std::string_view stream, std::span<const std::byte> payload,
+                             std::span<const std::byte> subject, completion done) {
   // Checked here so that one bad append never fails the batch it would
   // have shared with good ones.
-  if (auto ec = log_.check(stream, payload.size())) {
+  if (auto ec = log_.check(stream, payload.size(), subject.size())) {
     if (done) done(std::unexpected(ec));
     return;
   }
+  // Subject and payload share one buffer: one allocation, outside the lock.
+  std::vector<std::byte> data;
+  data.reserve(subject.size() + payload.size());
+  data.insert(data.end(), subject.begin(), subject.end());
+  data.insert(data.end(), payload.begin(), payload.end());
   bool was_empty = false;
   {
     std::lock_guard lock(mu_);
     was_empty = queue_.empty();
-    queue_.push_back({std::string(stream), std::vector<std::byte>(payload.begin(), payload.end()), std::move(done)});
+    queue_.push_back({std::string(stream), std::move(data), subject.size(), std::move(done)});
   }
   // The writer only sleeps on an empty queue: wake it on the first append
   // only, not on every one (a futex call each).
@@ -106,7 +112,7 @@ void group_committer::run() {
     // Take what fits in one batch; the rest waits for the next.
     std::size_t n = 0, bytes = 0;
     while (n < queue_.size() && n < options_.max_batch_records) {
-      bytes += queue_[n].payload.size();
+      bytes += queue_[n].data.size();
       ++n;
       if (bytes >= options_.max_batch_bytes) break;
     }
@@ -145,7 +151,7 @@ void group_committer::commit(std::vector<pending>& batch) {
 bool group_committer::commit_range(std::vector<pending>& batch, std::size_t begin, std::size_t end) {
   std::vector<append_item> items;
   items.reserve(end - begin);
-  for (std::size_t i = begin; i < end; ++i) items.push_back({batch[i].stream, batch[i].payload});
+  for (std::size_t i = begin; i < end; ++i) items.push_back({batch[i].stream, batch[i].payload(), batch[i].subject()});
   auto result = log_.append(items);
   // A full log refuses a whole transaction: split it, so that what still
   // fits is committed (in order) and only what does not fit fails.

@@ -27,7 +27,7 @@ namespace switchyard::storage {
 
 struct group_commit_options {
   std::size_t max_batch_records = 4096;
-  std::size_t max_batch_bytes = 8u << 20;
+  std::size_t max_batch_bytes = 8u << 20;  // payload + subject
   // durability::batch: fsync at most this often (and at least this often
   // while appends come in). Ignored in the other modes.
   std::chrono::milliseconds sync_interval{10};
@@ -69,18 +69,29 @@ class group_committer {
   group_committer(const group_committer&) = delete;
   group_committer& operator=(const group_committer&) = delete;
 
-  // Queues an append (the payload is copied). Thread-safe, never blocks on
-  // I/O. An invalid append (empty or long stream name, oversized payload)
-  // completes at once, on the calling thread, with invalid_argument.
-  void append(std::string_view stream, std::span<const std::byte> payload, completion done);
+  // Queues an append of `payload` with its opaque `subject` (see
+  // append_item); both are copied, into one buffer (one allocation per
+  // append, as for a payload alone). Thread-safe, never blocks on I/O. An
+  // invalid append (empty or long stream name, oversized payload or
+  // subject) completes at once, on the calling thread, with
+  // invalid_argument.
+  void append(std::string_view stream, std::span<const std::byte> payload, std::span<const std::byte> subject,
+              completion done);
+  // The same without a subject.
+  void append(std::string_view stream, std::span<const std::byte> payload, completion done) {
+    append(stream, payload, {}, std::move(done));
+  }
 
   group_commit_stats stats() const;
 
  private:
   struct pending {
     std::string stream;
-    std::vector<std::byte> payload;
+    std::vector<std::byte> data;  // the subject, then the payload
+    std::size_t subject_size = 0;
     completion done;
+    std::span<const std::byte> subject() const { return std::span(data).first(subject_size); }
+    std::span<const std::byte> payload() const { return std::span(data).subspan(subject_size); }
   };
 
   void run();

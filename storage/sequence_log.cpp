@@ -14,9 +14,15 @@ namespace switchyard::storage {
 
 namespace {
 
-constexpr std::size_t record_header = 16;  // checksum, timestamp
+// Record value: checksum (u64), timestamp (u64), subject length (u32),
+// reserved (u32, 0), subject, payload; all little-endian.
+constexpr std::size_t record_header = 24;
+constexpr std::size_t checksummed_from = 16;  // the checksum covers value[16, end)
 constexpr std::size_t meta_size = 7 * 8;
 constexpr std::string_view last_stream_key = "last_stream_id";
+constexpr std::string_view format_key = "format_version";
+
+static_assert(max_subject_bytes <= UINT32_MAX, "the subject length is a u32 on disk");
 
 void put_le64(std::byte* p, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
@@ -24,6 +30,14 @@ void put_le64(std::byte* p, std::uint64_t v) {
 std::uint64_t get_le64(const std::byte* p) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+void put_le32(std::byte* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+std::uint32_t get_le32(const std::byte* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
   return v;
 }
 void put_be64(std::byte* p, std::uint64_t v) {
@@ -35,10 +49,13 @@ std::uint64_t get_be64(const std::byte* p) {
   return v;
 }
 
-// Binds the payload to its sequence and timestamp: a flipped byte in any of
-// the three fails the check.
-std::uint64_t checksum(std::uint64_t seq, std::uint64_t timestamp, const void* payload, std::size_t size) {
-  return XXH3_64bits_withSeed(payload, size, seq ^ (timestamp * 0x9E3779B97F4A7C15ull));
+// The checksum of a record value of `size` bytes (at least record_header):
+// hashes everything from checksummed_from on (subject length, reserved,
+// subject, payload) and binds it to the sequence and timestamp through the
+// seed, so a flipped byte anywhere in the value fails the check.
+std::uint64_t checksum(std::uint64_t seq, std::uint64_t timestamp, const std::byte* value, std::size_t size) {
+  return XXH3_64bits_withSeed(value + checksummed_from, size - checksummed_from,
+                              seq ^ (timestamp * 0x9E3779B97F4A7C15ull));
 }
 
 struct record_key {
@@ -187,6 +204,29 @@ struct sequence_log::impl {
 
   std::uint64_t now_ms() const { return opts.wall_clock_ms(); }
 
+  // Accepts a log stamped with log_format_version; stamps a new (empty)
+  // one. A log of another version, or with data but no version (format 1),
+  // is unsupported_format.
+  std::error_code check_format(MDB_txn* t) {
+    MDB_val k = view(format_key), v{};
+    int rc = mdb_get(t, metadata, &k, &v);
+    if (rc == MDB_SUCCESS) {
+      if (v.mv_size != 8) return errc::corrupted;
+      return get_le64(static_cast<const std::byte*>(v.mv_data)) == log_format_version ? std::error_code{}
+                                                                                      : errc::unsupported_format;
+    }
+    if (rc != MDB_NOTFOUND) return from_lmdb(rc);
+    MDB_stat st{};
+    for (const MDB_dbi dbi : {streams, records, metadata}) {
+      if ((rc = mdb_stat(t, dbi, &st)) != MDB_SUCCESS) return from_lmdb(rc);
+      if (st.ms_entries != 0) return errc::unsupported_format;
+    }
+    std::byte buf[8];
+    put_le64(buf, log_format_version);
+    MDB_val nv{sizeof buf, buf};
+    return from_lmdb(mdb_put(t, metadata, &k, &nv, 0));
+  }
+
   // Deletes records from the front of a stream while `more(meta, seq,
   // timestamp)` says so, at most `max`.
   template <class More>
@@ -208,11 +248,11 @@ struct sequence_log::impl {
         if (v.mv_size < record_header) return errc::corrupted;
         const std::uint64_t ts = get_le64(static_cast<const std::byte*>(v.mv_data) + 8);
         if (!more(*m, seq, ts)) break;
-        const std::size_t payload = v.mv_size - record_header;
+        const std::size_t stored = v.mv_size - record_header;  // subject + payload, as counted in bytes
         if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return from_lmdb(rc);
         m->first = seq + 1;
         m->records -= 1;
-        m->bytes -= std::min<std::uint64_t>(m->bytes, payload);
+        m->bytes -= std::min<std::uint64_t>(m->bytes, stored);
         ++removed;
         // Re-seek rather than rely on the cursor's position after a delete.
         record_key next(m->id, seq + 1);
@@ -273,6 +313,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "streams", MDB_CREATE, &p->streams))) return std::unexpected(ec);
   if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "records", MDB_CREATE, &p->records))) return std::unexpected(ec);
   if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "meta", MDB_CREATE, &p->metadata))) return std::unexpected(ec);
+  if (auto ec = p->check_format(t.get())) return std::unexpected(ec);  // aborts: nothing written
   MDB_val k = view(last_stream_key), v{};
   const int rc = mdb_get(t.get(), p->metadata, &k, &v);
   if (rc == MDB_SUCCESS && v.mv_size == 8) p->last_stream_id = get_le64(static_cast<const std::byte*>(v.mv_data));
@@ -284,7 +325,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
 std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(std::span<const append_item> items) {
   auto& p = *impl_;
   for (const auto& item : items)
-    if (auto ec = check(item.stream, item.payload.size())) return std::unexpected(ec);
+    if (auto ec = check(item.stream, item.payload.size(), item.subject.size())) return std::unexpected(ec);
   std::vector<std::uint64_t> seqs;
   std::uint64_t last_id = p.last_stream_id;
   const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
@@ -309,18 +350,25 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       meta& m = it->second;
       const std::uint64_t seq = ++m.last;
       record_key key(m.id, seq);
-      MDB_val k = key.val(), v{record_header + item.payload.size(), nullptr};
+      const std::size_t subject = item.subject.size();
+      const std::size_t stored = subject + item.payload.size();
+      MDB_val k = key.val(), v{record_header + stored, nullptr};
       // Keys of the newest stream sort after every other key: append at the
       // end of the B-tree without a search.
       const unsigned flags = MDB_RESERVE | (m.id == last_id ? MDB_APPEND : 0u);
       if (const int rc = mdb_put(t, p.records, &k, &v, flags); rc != MDB_SUCCESS) return from_lmdb(rc);
+      // Written in place into the reserved value; the checksum last, over
+      // what was written.
       auto* out = static_cast<std::byte*>(v.mv_data);
-      put_le64(out, checksum(seq, now, item.payload.data(), item.payload.size()));
       put_le64(out + 8, now);
-      if (!item.payload.empty()) std::memcpy(out + record_header, item.payload.data(), item.payload.size());
+      put_le32(out + 16, static_cast<std::uint32_t>(subject));
+      put_le32(out + 20, 0);
+      if (subject != 0) std::memcpy(out + record_header, item.subject.data(), subject);
+      if (!item.payload.empty()) std::memcpy(out + record_header + subject, item.payload.data(), item.payload.size());
+      put_le64(out, checksum(seq, now, out, v.mv_size));
       if (m.records == 0) m.first = seq;
       m.records += 1;
-      m.bytes += item.payload.size();
+      m.bytes += stored;
       seqs.push_back(seq);
     }
     for (const auto& [name, m] : touched)
@@ -339,8 +387,9 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
 }
 
 std::expected<std::uint64_t, std::error_code> sequence_log::append(std::string_view stream,
-                                                                   std::span<const std::byte> payload) {
-  const append_item item{stream, payload};
+                                                                   std::span<const std::byte> payload,
+                                                                   std::span<const std::byte> subject) {
+  const append_item item{stream, payload, subject};
   auto r = append(std::span(&item, 1));
   if (!r) return std::unexpected(r.error());
   return r->front();
@@ -373,12 +422,17 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     // Sequences are contiguous: a hole is damage, not a gap to skip.
     if (seq != expect || v.mv_size < record_header) return std::unexpected(make_error_code(errc::corrupted));
     const auto* vb = static_cast<const std::byte*>(v.mv_data);
-    const std::size_t size = v.mv_size - record_header;
+    const std::size_t size = v.mv_size - record_header;  // subject + payload
     if (!out.records.empty() && bytes + size > max_bytes) break;
     const std::uint64_t ts = get_le64(vb + 8);
-    if (get_le64(vb) != checksum(seq, ts, vb + record_header, size))
-      return std::unexpected(make_error_code(errc::corrupted));
-    out.records.push_back({seq, ts, std::vector<std::byte>(vb + record_header, vb + record_header + size)});
+    if (get_le64(vb) != checksum(seq, ts, vb, v.mv_size)) return std::unexpected(make_error_code(errc::corrupted));
+    // Checksummed, so only a writer bug could get these wrong; never read
+    // past the value all the same.
+    const std::size_t subject = get_le32(vb + 16);
+    if (subject > size || get_le32(vb + 20) != 0) return std::unexpected(make_error_code(errc::corrupted));
+    const auto* body = vb + record_header;
+    out.records.push_back({seq, ts, std::vector<std::byte>(body + subject, body + size),
+                           std::vector<std::byte>(body, body + subject)});
     bytes += size;
     rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
   }
@@ -432,9 +486,11 @@ std::expected<std::size_t, std::error_code> sequence_log::enforce(std::string_vi
   });
 }
 
-std::error_code sequence_log::check(std::string_view stream, std::size_t payload_size) const noexcept {
+std::error_code sequence_log::check(std::string_view stream, std::size_t payload_size,
+                                    std::size_t subject_size) const noexcept {
   const auto& o = impl_->opts;
-  if (stream.empty() || stream.size() > o.max_stream_name || payload_size > o.max_record_bytes)
+  if (stream.empty() || stream.size() > o.max_stream_name || payload_size > o.max_record_bytes ||
+      subject_size > max_subject_bytes)
     return errc::invalid_argument;
   return {};
 }

@@ -5,11 +5,22 @@
 // Layout (three LMDB databases):
 //  - "streams": name -> stream metadata (id, epoch, first/last sequence,
 //    record count, bytes, created time);
-//  - "records": big-endian stream id + big-endian sequence -> 16-byte header
-//    (xxHash3 checksum, timestamp) + payload. Keys sort by stream, then
+//  - "records": big-endian stream id + big-endian sequence -> a 24-byte
+//    header, then the subject, then the payload. The header is, all
+//    little-endian: checksum (u64), timestamp in ms (u64), subject length
+//    (u32), reserved (u32, written 0). The checksum is xxHash3-64 of the
+//    value from byte 16 on (subject length, reserved, subject, payload),
+//    seeded from the sequence and the timestamp, so a flipped byte anywhere
+//    in the value fails it. Fixed fields sit at 8-byte offsets of the value;
+//    subject and payload are unpadded (LMDB aligns a value to 2 bytes only,
+//    so padding would buy nothing). Keys sort by stream, then
 //    sequence, so appends to the newest stream go to the end of the B-tree
 //    (MDB_APPEND), and a stream's records are one contiguous range;
-//  - "meta": the last stream id handed out.
+//  - "meta": the last stream id handed out, and the on-disk format version
+//    (log_format_version). A log of another format is refused at open.
+//
+// A record's subject is opaque bytes (at most max_subject_bytes) stored
+// with it: the broker puts there how the record was delivered live.
 //
 // Sequences start at 1, are contiguous per stream and are never reused,
 // even after trimming. An append is durable when append() returns in the
@@ -45,6 +56,16 @@
 
 namespace switchyard::storage {
 
+// The on-disk format this code reads and writes, stored in "meta" under
+// "format_version" (u64, little-endian). Format 1 (no version key) had a
+// 16-byte record header and no subject. Any other version, or a log with
+// data but no version, is refused with errc::unsupported_format.
+inline constexpr std::uint64_t log_format_version = 2;
+
+// The largest subject a record may carry: appends with a larger one fail
+// with invalid_argument. 64 KiB.
+inline constexpr std::size_t max_subject_bytes = std::size_t{64} << 10;
+
 enum class durability { sync, batch, none };
 
 struct log_options {
@@ -67,19 +88,21 @@ struct stream_info {
   std::uint64_t first_seq = 1;  // first retained; last_seq + 1 when empty
   std::uint64_t last_seq = 0;   // 0 before the first append
   std::uint64_t records = 0;
-  std::uint64_t bytes = 0;      // payload bytes retained
+  std::uint64_t bytes = 0;      // payload + subject bytes retained (what max_bytes retention counts)
   std::uint64_t created_ms = 0;
 };
 
 struct append_item {
   std::string_view stream;
   std::span<const std::byte> payload;
+  std::span<const std::byte> subject = {};  // opaque, at most max_subject_bytes; empty = none
 };
 
 struct record {
   std::uint64_t seq = 0;
   std::uint64_t timestamp_ms = 0;
   std::vector<std::byte> payload;
+  std::vector<std::byte> subject;  // as appended; empty if none
 };
 
 struct read_result {
@@ -98,8 +121,10 @@ struct retention {
 
 class sequence_log {
  public:
-  // Opens (or creates) the log in options.dir. Errors: io_error,
-  // corrupted, storage_full, invalid_argument.
+  // Opens (or creates) the log in options.dir; a new log is stamped with
+  // log_format_version. Errors: io_error, corrupted, storage_full,
+  // invalid_argument, unsupported_format (the log was written in another
+  // on-disk format; it is left untouched).
   static std::expected<std::unique_ptr<sequence_log>, std::error_code> open(log_options options);
   ~sequence_log();
   sequence_log(const sequence_log&) = delete;
@@ -107,12 +132,16 @@ class sequence_log {
 
   // Appends every item in one transaction, creating streams on first use;
   // returns each item's sequence, in order. All or nothing. Errors:
-  // invalid_argument (empty or long name, oversized payload), storage_full.
+  // invalid_argument (empty or long name, oversized payload or subject),
+  // storage_full. Subject and payload are written straight into the
+  // record's LMDB value (MDB_RESERVE), not copied anywhere else.
   std::expected<std::vector<std::uint64_t>, std::error_code> append(std::span<const append_item> items);
-  std::expected<std::uint64_t, std::error_code> append(std::string_view stream, std::span<const std::byte> payload);
+  std::expected<std::uint64_t, std::error_code> append(std::string_view stream, std::span<const std::byte> payload,
+                                                       std::span<const std::byte> subject = {});
 
   // Records from sequence `from` on, at most `max_count` and about
-  // `max_bytes` of payload (the first record always, if there is one).
+  // `max_bytes` of payload plus subject (the first record always, if there
+  // is one).
   // Errors: not_found (no such stream), trimmed (from < first retained: see
   // info().first_seq), corrupted (a record in the range failed its checksum;
   // records before it are not returned either: read them with a smaller
@@ -127,14 +156,16 @@ class sequence_log {
   // below `before_seq`. Returns how many went. Sequences are not reused.
   std::expected<std::size_t, std::error_code> trim(std::string_view stream, std::uint64_t before_seq,
                                                    std::size_t max_records);
-  // One bounded retention step: trims by count, bytes and age (wall clock),
-  // at most `max_records` records. Returns how many went.
+  // One bounded retention step: trims by count, bytes (payload + subject)
+  // and age (wall clock), at most `max_records` records. Returns how many
+  // went.
   std::expected<std::size_t, std::error_code> enforce(std::string_view stream, const retention& limits,
                                                       std::size_t max_records);
 
-  // invalid_argument if an append of this stream name and payload size
-  // would be refused; the same check append() makes.
-  std::error_code check(std::string_view stream, std::size_t payload_size) const noexcept;
+  // invalid_argument if an append of this stream name, payload size and
+  // subject size would be refused; the same check append() makes.
+  std::error_code check(std::string_view stream, std::size_t payload_size,
+                        std::size_t subject_size = 0) const noexcept;
 
   // Flushes committed data to disk (the batch mode's periodic sync).
   std::error_code sync();

@@ -181,6 +181,61 @@ TEST_CASE("an invalid append fails at once without failing the others", "[storag
   CHECK(ok == 10);
 }
 
+TEST_CASE("the committer stores each append's subject with its payload, in one batch", "[storage]") {
+  temp_log t;
+  gate g;
+  std::atomic<int> done{0};
+  group_committer gc(*t.log);
+  gc.append("s", bytes("first"), bytes("held"), [&](auto) {
+    g.wait();
+    ++done;
+  });
+  REQUIRE(wait_until([&] { return g.reached.load(); }));
+  // These queue up behind the held commit and go in one batch: subjects of
+  // different sizes, none, and a subject with an empty payload.
+  for (int i = 0; i < 20; ++i) {
+    const std::string subject = i % 3 == 0 ? "" : "subject " + std::string(static_cast<std::size_t>(i), 'k');
+    gc.append("s", bytes("payload " + std::to_string(i)), bytes(subject), [&](auto r) { done += r ? 1 : 1000; });
+  }
+  gc.append("s", {}, bytes("no payload"), [&](auto r) { done += r ? 1 : 1000; });
+  g.open();
+  REQUIRE(wait_until([&] { return done == 22; }));
+  CHECK(gc.stats().largest_batch == 21);
+
+  auto read = t.log->read("s", 1, 100, 1 << 20);
+  REQUIRE(read);
+  REQUIRE(read->records.size() == 22);
+  CHECK(read->records[0].subject == bytes("held"));
+  CHECK(read->records[0].payload == bytes("first"));
+  for (int i = 0; i < 20; ++i) {
+    const auto& rec = read->records[static_cast<std::size_t>(i) + 1];
+    const std::string subject = i % 3 == 0 ? "" : "subject " + std::string(static_cast<std::size_t>(i), 'k');
+    CHECK(rec.subject == bytes(subject));
+    CHECK(rec.payload == bytes("payload " + std::to_string(i)));
+  }
+  CHECK(read->records[21].subject == bytes("no payload"));
+  CHECK(read->records[21].payload.empty());
+}
+
+TEST_CASE("an append with an oversized subject fails at once with invalid_argument", "[storage]") {
+  temp_log t;
+  group_committer gc(*t.log);
+  std::error_code bad;
+  bool called_inline = false;
+  const std::vector<std::byte> too_large(max_subject_bytes + 1, std::byte{1});
+  gc.append("s", bytes("x"), too_large, [&](auto r) {
+    called_inline = true;
+    bad = r ? std::error_code{} : r.error();
+  });
+  CHECK(called_inline);
+  CHECK(bad == errc::invalid_argument);
+  std::atomic<std::uint64_t> seq{0};
+  const std::vector<std::byte> largest(max_subject_bytes, std::byte{2});
+  gc.append("s", bytes("x"), largest, [&](auto r) { seq = r ? r->seq : 999; });
+  REQUIRE(wait_until([&] { return seq.load() != 0; }));
+  CHECK(seq == 1);
+}
+
 TEST_CASE("destroying the committer commits and completes everything queued", "[storage]") {
   temp_log t;
   std::atomic<int> done{0}, failed{0};

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <span>
@@ -112,8 +113,9 @@ struct log_env {
   std::unique_ptr<sy::sequence_log> open() { return open(options()); }
 };
 
-std::uint64_t append_ok(sy::sequence_log& log, std::string_view stream, const bytes& payload) {
-  auto r = log.append(stream, payload);
+std::uint64_t append_ok(sy::sequence_log& log, std::string_view stream, const bytes& payload,
+                        const bytes& subject = {}) {
+  auto r = log.append(stream, payload, subject);
   REQUIRE_OK(r);
   return *r;
 }
@@ -298,6 +300,118 @@ TEST_CASE("single appends with an invalid name or payload fail with invalid_argu
   auto all = log->list();
   REQUIRE_OK(all);
   CHECK(all->empty());
+}
+
+// ---------------------------------------------------------------- subjects
+
+TEST_CASE("a record's subject reads back byte for byte next to its payload, empty or not", "[storage]") {
+  log_env env;
+  const bytes with_zeros = {std::byte{0}, std::byte{2}, std::byte{0}, std::byte{0xFF}, std::byte{0}};
+  const bytes largest = pattern(sy::max_subject_bytes, 11);
+  const bytes large_payload = pattern(70'000, 12);  // subject and payload over several overflow pages
+  {
+    auto log = env.open();
+    append_ok(*log, "s", to_bytes("no subject"));
+    REQUIRE(append_ok(*log, "s", to_bytes("zeros in the subject"), with_zeros) == 2);
+    REQUIRE(append_ok(*log, "s", bytes{}, to_bytes("empty payload")) == 3);
+    REQUIRE(append_ok(*log, "s", large_payload, largest) == 4);
+    REQUIRE(append_ok(*log, "s", bytes{}, bytes{}) == 5);
+
+    const auto r = read_ok(*log, "s", 1);
+    REQUIRE(seqs_of(r) == iota_seqs(1, 5));
+    CHECK(r.records[0].subject.empty());
+    CHECK(r.records[0].payload == to_bytes("no subject"));
+    CHECK(r.records[1].subject == with_zeros);
+    CHECK(r.records[1].payload == to_bytes("zeros in the subject"));
+    CHECK(r.records[2].subject == to_bytes("empty payload"));
+    CHECK(r.records[2].payload.empty());
+    CHECK(r.records[3].subject == largest);
+    CHECK(r.records[3].payload == large_payload);
+    CHECK(r.records[4].subject.empty());
+    CHECK(r.records[4].payload.empty());
+  }
+  // The same after a reopen.
+  auto log = env.open();
+  const auto r = read_ok(*log, "s", 2, 3);
+  REQUIRE(seqs_of(r) == iota_seqs(2, 4));
+  CHECK(r.records[0].subject == with_zeros);
+  CHECK(r.records[1].subject == to_bytes("empty payload"));
+  CHECK(r.records[2].subject == largest);
+  CHECK(r.records[2].payload == large_payload);
+}
+
+TEST_CASE("a batch append stores each item's own subject, empty ones included", "[storage]") {
+  log_env env;
+  auto log = env.open();
+  append_ok(*log, "old", to_bytes("o1"));
+  const bytes p[] = {to_bytes("n1"), to_bytes("o2"), to_bytes("n2"), to_bytes("o3"), to_bytes("n3")};
+  const bytes subj[] = {to_bytes("subject of n1"), pattern(300, 21), to_bytes("x")};
+  const std::vector<sy::append_item> items = {
+      {"new", p[0], subj[0]}, {"old", p[1]}, {"new", p[2], subj[1]}, {"old", p[3], subj[2]}, {"new", p[4], {}},
+  };
+  auto r = log->append(items);
+  REQUIRE_OK(r);
+  CHECK(*r == std::vector<std::uint64_t>{1, 2, 2, 3, 3});
+
+  const auto n = read_ok(*log, "new", 1);
+  REQUIRE(seqs_of(n) == iota_seqs(1, 3));
+  CHECK(n.records[0].subject == subj[0]);
+  CHECK(n.records[0].payload == p[0]);
+  CHECK(n.records[1].subject == subj[1]);
+  CHECK(n.records[1].payload == p[2]);
+  CHECK(n.records[2].subject.empty());
+  CHECK(n.records[2].payload == p[4]);
+  const auto o = read_ok(*log, "old", 1);
+  REQUIRE(seqs_of(o) == iota_seqs(1, 3));
+  CHECK(o.records[0].subject.empty());
+  CHECK(o.records[1].subject.empty());
+  CHECK(o.records[1].payload == p[1]);
+  CHECK(o.records[2].subject == subj[2]);
+  CHECK(o.records[2].payload == p[3]);
+}
+
+TEST_CASE("a subject of exactly max_subject_bytes is accepted and one byte more fails with invalid_argument",
+          "[storage]") {
+  log_env env;
+  auto log = env.open();
+  CHECK(sy::max_subject_bytes == 64 * 1024);
+  const bytes largest(sy::max_subject_bytes, std::byte{0x5A});
+  const bytes too_large(sy::max_subject_bytes + 1, std::byte{0x5A});
+  CHECK_FALSE(log->check("s", 10, sy::max_subject_bytes));
+  CHECK(log->check("s", 10, sy::max_subject_bytes + 1) == sy::errc::invalid_argument);
+
+  REQUIRE_ERROR(log->append("s", to_bytes("p"), too_large), sy::errc::invalid_argument);
+  REQUIRE_ERROR(log->info("s"), sy::errc::not_found);
+  // In a batch, the whole batch is refused.
+  const bytes ok = to_bytes("fine");
+  const std::vector<sy::append_item> items = {{"s", ok}, {"s", ok, too_large}, {"t", ok}};
+  REQUIRE_ERROR(log->append(items), sy::errc::invalid_argument);
+  auto all = log->list();
+  REQUIRE_OK(all);
+  CHECK(all->empty());
+
+  CHECK(append_ok(*log, "s", to_bytes("p"), largest) == 1);
+  CHECK(read_ok(*log, "s", 1).records.at(0).subject == largest);
+}
+
+TEST_CASE("subject bytes count towards a stream's bytes, byte retention and read's max_bytes", "[storage]") {
+  log_env env;
+  auto log = env.open();
+  // Each record: 10 payload + 90 subject bytes = 100.
+  for (std::uint64_t i = 1; i <= 6; ++i) REQUIRE(append_ok(*log, "s", pattern(10, i), pattern(90, 100 + i)) == i);
+  CHECK(info_ok(*log, "s").bytes == 600);
+
+  // max_bytes 250: two records (200), not three.
+  const auto r = read_ok(*log, "s", 1, 100, 250);
+  REQUIRE(seqs_of(r) == iota_seqs(1, 2));
+  CHECK(r.records[1].subject == pattern(90, 102));
+
+  CHECK(*log->trim("s", 2, 100) == 1);
+  CHECK(info_ok(*log, "s").bytes == 500);
+  CHECK(*log->enforce("s", sy::retention{.max_bytes = 300}, 100) == 2);
+  const auto i = info_ok(*log, "s");
+  CHECK(i.bytes == 300);
+  CHECK(i.first_seq == 4);
 }
 
 // ---------------------------------------------------------------- read
@@ -757,17 +871,52 @@ TEST_CASE("enforce with no limits removes nothing", "[storage]") {
 
 namespace {
 
-// Appends `n` records with distinctive 64-byte payloads to stream "s" of a
-// fresh log in `env`, and closes it. Record i (1-based) has pattern(64,
-// 5000 + i) and timestamp kStartMs + 1000 * i.
+// A record value on disk: checksum (u64 LE), timestamp (u64 LE), subject
+// length (u32 LE), reserved (u32), subject, payload.
+constexpr std::size_t kValueHeader = 24;
+constexpr std::size_t kSubjectSize = 40;
+
+bytes subject_of(std::uint64_t seq) { return pattern(kSubjectSize, 7000 + seq); }
+
+// Appends `n` records with distinctive 64-byte payloads and 40-byte
+// subjects to stream "s" of a fresh log in `env`, and closes it. Record i
+// (1-based) has payload pattern(64, 5000 + i), subject subject_of(i) and
+// timestamp kStartMs + 1000 * i.
 void write_distinctive_records(log_env& env, int n) {
   auto log = env.open();
   append_ok(*log, "before", to_bytes("another stream"));
   for (int i = 1; i <= n; ++i) {
-    env.clock_ms = kStartMs + 1000 * static_cast<std::uint64_t>(i);
-    REQUIRE(append_ok(*log, "s", pattern(64, 5000 + static_cast<std::uint64_t>(i))) == static_cast<std::uint64_t>(i));
+    const auto seq = static_cast<std::uint64_t>(i);
+    env.clock_ms = kStartMs + 1000 * seq;
+    REQUIRE(append_ok(*log, "s", pattern(64, 5000 + seq), subject_of(seq)) == seq);
   }
   append_ok(*log, "after", to_bytes("yet another stream"));
+}
+
+// Offsets of the start of every stored copy of record `seq`'s value in the
+// data file (LMDB copies pages on write, so older page versions may hold
+// it too), found through its subject and confirmed by its timestamp.
+std::vector<std::size_t> value_offsets(const bytes& data, std::uint64_t seq) {
+  std::vector<std::size_t> out;
+  for (const auto at : find_all(data, subject_of(seq))) {
+    REQUIRE(at >= kValueHeader);
+    const std::size_t start = at - kValueHeader;
+    if (load_le64(data, start + 8) != kStartMs + 1000 * seq) continue;
+    CHECK(load_le64(data, start + 16) == kSubjectSize);  // length, then reserved 0
+    out.push_back(start);
+  }
+  return out;
+}
+
+// Flips `mask` in byte `offset` of every stored copy of record `bad`'s
+// value, in the closed log of `env`.
+void flip_in_value(log_env& env, std::uint64_t bad, std::size_t offset, std::byte mask) {
+  const auto file = env.log_dir() / "data.mdb";
+  auto data = read_file(file);
+  const auto starts = value_offsets(data, bad);
+  REQUIRE_FALSE(starts.empty());
+  for (const auto start : starts) data[start + offset] ^= mask;
+  write_file(file, data);
 }
 
 // Reads ranges around the damaged record `bad` of the `n` written by
@@ -782,12 +931,14 @@ void check_damage_is_contained(sy::sequence_log& log, std::uint64_t bad, std::ui
   REQUIRE(seqs_of(before) == iota_seqs(1, bad - 1));
   for (const auto& rec : before.records) {
     CHECK(rec.payload == pattern(64, 5000 + rec.seq));
+    CHECK(rec.subject == subject_of(rec.seq));
     CHECK(rec.timestamp_ms == kStartMs + 1000 * rec.seq);
   }
   const auto after = read_ok(log, "s", bad + 1);
   REQUIRE(seqs_of(after) == iota_seqs(bad + 1, n));
   for (const auto& rec : after.records) {
     CHECK(rec.payload == pattern(64, 5000 + rec.seq));
+    CHECK(rec.subject == subject_of(rec.seq));
     CHECK(rec.timestamp_ms == kStartMs + 1000 * rec.seq);
   }
   // The other streams and the metadata are untouched.
@@ -828,20 +979,7 @@ TEST_CASE("a flipped byte of a record's stored timestamp is reported as corrupte
   constexpr std::uint64_t bad = 3;
   write_distinctive_records(env, n);
 
-  const auto file = env.log_dir() / "data.mdb";
-  auto data = read_file(file);
-  const auto hits = find_all(data, pattern(64, 5000 + bad));
-  REQUIRE_FALSE(hits.empty());
-  // The value is checksum (8 bytes LE), timestamp (8 bytes LE), payload.
-  std::size_t flipped = 0;
-  for (const auto at : hits) {
-    REQUIRE(at >= 16);
-    if (load_le64(data, at - 8) != kStartMs + 1000 * bad) continue;
-    data[at - 8 + 1] ^= std::byte{0x10};  // +/- 4096 ms: still a plausible time
-    ++flipped;
-  }
-  REQUIRE(flipped >= 1);
-  write_file(file, data);
+  flip_in_value(env, bad, 8 + 1, std::byte{0x10});  // the timestamp +/- 4096 ms: still a plausible time
 
   auto log = env.open();
   check_damage_is_contained(*log, bad, n);
@@ -853,18 +991,38 @@ TEST_CASE("a flipped byte of a record's stored checksum is reported as corrupted
   constexpr std::uint64_t bad = 2;
   write_distinctive_records(env, n);
 
-  const auto file = env.log_dir() / "data.mdb";
-  auto data = read_file(file);
-  const auto hits = find_all(data, pattern(64, 5000 + bad));
-  std::size_t flipped = 0;
-  for (const auto at : hits) {
-    REQUIRE(at >= 16);
-    if (load_le64(data, at - 8) != kStartMs + 1000 * bad) continue;
-    data[at - 16] ^= std::byte{0x80};
-    ++flipped;
-  }
-  REQUIRE(flipped >= 1);
-  write_file(file, data);
+  flip_in_value(env, bad, 0, std::byte{0x80});  // the checksum itself
+
+  auto log = env.open();
+  check_damage_is_contained(*log, bad, n);
+}
+
+TEST_CASE("a flipped byte of a record's stored subject is reported as corrupted", "[storage]") {
+  log_env env;
+  constexpr int n = 5;
+  constexpr std::uint64_t bad = 3;
+  write_distinctive_records(env, n);
+  flip_in_value(env, bad, kValueHeader + 7, std::byte{0x04});
+  // Only that record's subject changed.
+  const auto data = read_file(env.log_dir() / "data.mdb");
+  CHECK(find_all(data, subject_of(bad)).empty());
+  CHECK_FALSE(find_all(data, subject_of(bad - 1)).empty());
+  CHECK_FALSE(find_all(data, pattern(64, 5000 + bad)).empty());
+
+  auto log = env.open();
+  check_damage_is_contained(*log, bad, n);
+}
+
+TEST_CASE("a damaged subject length or reserved field of a record is reported as corrupted", "[storage]") {
+  log_env env;
+  constexpr int n = 5;
+  constexpr std::uint64_t bad = 4;
+  write_distinctive_records(env, n);
+  // 40 -> 41 moves the subject/payload boundary inside the value; 40 + 2^31
+  // points far past its end; the reserved field must stay 0.
+  SECTION("length off by one") { flip_in_value(env, bad, 16, std::byte{0x01}); }
+  SECTION("length past the value") { flip_in_value(env, bad, 19, std::byte{0x80}); }
+  SECTION("reserved field") { flip_in_value(env, bad, 20, std::byte{0x01}); }
 
   auto log = env.open();
   check_damage_is_contained(*log, bad, n);
@@ -1123,6 +1281,102 @@ TEST_CASE("open with an empty directory path fails with invalid_argument", "[sto
   REQUIRE_ERROR(r, sy::errc::invalid_argument);
 }
 
+// ---------------------------------------------------------------- format version
+
+namespace {
+
+// Runs `body(txn, meta dbi)` in a write transaction on a closed log's LMDB
+// environment, as another (older or newer) version of the code would, and
+// commits.
+template <class Body>
+void with_raw_meta(const std::filesystem::path& dir, Body body) {
+  MDB_env* env = nullptr;
+  REQUIRE(mdb_env_create(&env) == MDB_SUCCESS);
+  REQUIRE(mdb_env_set_maxdbs(env, 4) == MDB_SUCCESS);
+  REQUIRE(mdb_env_open(env, dir.c_str(), 0, 0644) == MDB_SUCCESS);
+  MDB_txn* txn = nullptr;
+  REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == MDB_SUCCESS);
+  MDB_dbi meta = 0;
+  REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == MDB_SUCCESS);
+  body(txn, meta);
+  REQUIRE(mdb_txn_commit(txn) == MDB_SUCCESS);
+  mdb_env_close(env);
+}
+
+MDB_val key_of(std::string_view s) { return {s.size(), const_cast<char*>(s.data())}; }
+
+// The stored format version, or nullopt without one.
+std::optional<std::uint64_t> stored_format(const std::filesystem::path& dir) {
+  std::optional<std::uint64_t> out;
+  with_raw_meta(dir, [&](MDB_txn* txn, MDB_dbi meta) {
+    MDB_val k = key_of("format_version"), v{};
+    const int rc = mdb_get(txn, meta, &k, &v);
+    if (rc == MDB_NOTFOUND) return;
+    REQUIRE(rc == MDB_SUCCESS);
+    REQUIRE(v.mv_size == 8);
+    const auto* p = static_cast<const std::byte*>(v.mv_data);
+    out = load_le64(bytes(p, p + 8), 0);
+  });
+  return out;
+}
+
+void store_format(const std::filesystem::path& dir, std::optional<std::uint64_t> version) {
+  with_raw_meta(dir, [&](MDB_txn* txn, MDB_dbi meta) {
+    MDB_val k = key_of("format_version");
+    if (!version) {
+      REQUIRE(mdb_del(txn, meta, &k, nullptr) == MDB_SUCCESS);
+      return;
+    }
+    unsigned char buf[8];
+    for (int i = 0; i < 8; ++i) buf[i] = static_cast<unsigned char>(*version >> (8 * i));
+    MDB_val v{sizeof buf, buf};
+    REQUIRE(mdb_put(txn, meta, &k, &v, 0) == MDB_SUCCESS);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("a new log records its on-disk format version in the meta database", "[storage]") {
+  log_env env;
+  CHECK(sy::log_format_version == 2);
+  {
+    auto log = env.open();
+  }
+  CHECK(stored_format(env.log_dir()) == sy::log_format_version);
+  {
+    auto log = env.open();  // reopening accepts it and changes nothing
+    append_ok(*log, "s", to_bytes("one"));
+  }
+  CHECK(stored_format(env.log_dir()) == sy::log_format_version);
+}
+
+TEST_CASE("opening a log of another on-disk format fails with unsupported_format and leaves it untouched",
+          "[storage]") {
+  log_env env;
+  {
+    auto log = env.open();
+    REQUIRE(append_ok(*log, "s", to_bytes("kept"), to_bytes("subject")) == 1);
+  }
+  std::optional<std::uint64_t> other;
+  SECTION("a newer format") { other = sy::log_format_version + 1; }
+  SECTION("format 1 stamped explicitly") { other = 1; }
+  SECTION("no version but data: format 1, from before versions were recorded") { other = std::nullopt; }
+  store_format(env.log_dir(), other);
+
+  auto r = sy::sequence_log::open(env.options());
+  REQUIRE_ERROR(r, sy::errc::unsupported_format);
+  CHECK(r.error().message().find("format") != std::string::npos);
+  // Nothing was rewritten: the version is what it was, and the data is
+  // still there for the code that understands it.
+  CHECK(stored_format(env.log_dir()) == other);
+  store_format(env.log_dir(), sy::log_format_version);
+  auto log = env.open();
+  const auto rec = read_ok(*log, "s", 1);
+  REQUIRE(rec.records.size() == 1);
+  CHECK(rec.records[0].payload == to_bytes("kept"));
+  CHECK(rec.records[0].subject == to_bytes("subject"));
+}
+
 // ---------------------------------------------------------------- errors
 
 TEST_CASE("from_lmdb translates LMDB and errno codes into storage errors", "[storage]") {
@@ -1144,7 +1398,7 @@ TEST_CASE("from_lmdb translates LMDB and errno codes into storage errors", "[sto
 TEST_CASE("storage error messages are non-empty and distinct", "[storage]") {
   const sy::errc all[] = {sy::errc::not_found,        sy::errc::trimmed,  sy::errc::storage_full,
                           sy::errc::corrupted,        sy::errc::invalid_argument, sy::errc::io_error,
-                          sy::errc::internal};
+                          sy::errc::internal,         sy::errc::unsupported_format};
   std::set<std::string> messages;
   for (const auto e : all) {
     const std::error_code ec = e;
