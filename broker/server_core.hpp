@@ -57,6 +57,10 @@ struct server_core {
   };
   std::mutex acks_mu;
   std::vector<append_done> acks;  // guarded by acks_mu
+  // Scratch for the encoded log subject (broker/log_subject.hpp) of the
+  // append being queued: reused, so a durable publish or send allocates
+  // nothing for it (the committer copies it along with the payload).
+  std::vector<std::byte> subject_scratch;
   std::unordered_set<std::shared_ptr<session>> sessions;
   server_counters counters;
   std::shared_ptr<spdlog::logger> log;

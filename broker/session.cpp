@@ -1,5 +1,6 @@
 #include "broker/session.hpp"
 
+#include "broker/log_subject.hpp"
 #include "broker/server_core.hpp"
 #include "protocol/channel_name.hpp"
 #include "protocol/limits.hpp"
@@ -398,8 +399,10 @@ void session::handle_publish(std::uint64_t rid, const wire::Publish& m) {
   if (m.stream() && m.stream()->size() > 0) {
     // Durable publish: append first, deliver once the log has it.
     const auto bytes = payload ? std::as_bytes(std::span(payload->data(), payload->size())) : std::span<const std::byte>{};
-    if (!can_append(rid, m.stream()->string_view(), bytes.size())) return;
-    append_to_log(rid, m.stream()->string_view(), bytes, channel);
+    if (!can_append(rid, m.stream()->string_view(), bytes.size(), channel_subject_size(channel))) return;
+    auto& subject = core_.subject_scratch;
+    encode_channel_subject(channel, subject);
+    append_to_log(rid, m.stream()->string_view(), bytes, subject, channel);
     return;
   }
   ++core_.counters.published;

@@ -4,6 +4,7 @@
 // server_core's mailbox (one post per batch), so an answer or delivery
 // leaves only once the record is durable.
 
+#include "broker/log_subject.hpp"
 #include "broker/server_core.hpp"
 #include "broker/session.hpp"
 #include "protocol/limits.hpp"
@@ -23,7 +24,8 @@ constexpr std::uint32_t max_read_count = protocol::max_list_items;
 constexpr std::string_view log_off = "the sequence log is off (the server has no data dir)";
 }  // namespace
 
-bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t payload_size) {
+bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t payload_size,
+                         std::size_t subject_size) {
   if (!log_) {
     send_error(rid, errc::unsupported_message, "writing to a stream needs the \"log\" capability in the hello");
     return false;
@@ -32,8 +34,10 @@ bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t
     send_error(rid, errc::internal, log_off);
     return false;
   }
-  if (core_.stream_log->check(stream, payload_size)) {
-    send_error(rid, errc::bad_request, "stream names are 1..255 bytes, records at most 16 MiB");
+  if (core_.stream_log->check(stream, payload_size, subject_size)) {
+    send_error(rid, errc::bad_request,
+               "stream names are 1..255 bytes, records at most 16 MiB, and a send's route keys at most 64 KiB "
+               "as stored with the record");
     return false;
   }
   return true;
@@ -43,18 +47,20 @@ void session::handle_append(std::uint64_t rid, const wire::Append& m) {
   const std::string_view stream = m.stream()->string_view();
   const auto* p = m.payload();
   const auto payload = p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{};
-  if (can_append(rid, stream, payload.size())) append_to_log(rid, stream, payload, {});
+  // A plain append has no delivery subject.
+  if (can_append(rid, stream, payload.size(), 0)) append_to_log(rid, stream, payload, {}, {});
 }
 
 void session::append_to_log(std::uint64_t rid, std::string_view stream, std::span<const std::byte> payload,
-                            std::string_view channel, std::vector<std::string> route_keys) {
+                            std::span<const std::byte> subject, std::string_view channel,
+                            std::vector<std::string> route_keys) {
   // A publish or send needs its payload again once durable, to deliver it.
   const bool deliver = !channel.empty() || !route_keys.empty();
   std::vector<std::byte> keep = deliver ? std::vector<std::byte>(payload.begin(), payload.end()) : std::vector<std::byte>{};
   // Runs on the committer's thread: queue the result in the mailbox, and
   // post one drain to the loop when the mailbox was empty.
   core_.committer->append(
-      stream, payload,
+      stream, payload, subject,
       [core = &core_, weak = weak_from_this(), ex = socket_.get_executor(), rid, name = std::string(stream),
        ch = std::string(channel), keys = std::move(route_keys),
        keep = std::move(keep)](std::expected<storage::append_ack, std::error_code> r) mutable {
@@ -114,7 +120,8 @@ void session::finish_append(std::uint64_t rid, const std::string& stream,
 void session::handle_read(std::uint64_t rid, const wire::Read& m) {
   if (!core_.stream_log) return send_error(rid, errc::internal, log_off);
   const std::string_view stream = m.stream()->string_view();
-  // Keep the answer inside one frame: payload bytes and per-record overhead.
+  // Keep the answer inside one frame: payload and subject bytes here,
+  // per-record and per-key overhead below.
   const std::uint32_t frame_budget = core_.config.max_frame / 2;
   const std::uint32_t max_bytes = m.max_bytes() == 0 ? frame_budget : std::min(m.max_bytes(), frame_budget);
   const std::uint32_t max_count = std::min({m.max_count() == 0 ? default_read_count : m.max_count(), max_read_count,
@@ -139,11 +146,37 @@ void session::handle_read(std::uint64_t rid, const wire::Read& m) {
     core_.log->error("conn={} stream={} seq={} read failed: {}", id_, stream, from, r.error().message());
     return send_error(rid, errc::internal, r.error().message());
   }
+  // Each record carries how it was delivered live (its stored subject).
+  // The route keys of every record share one vector; the records' spans
+  // into it are taken once it is complete.
   std::vector<protocol::record_fields> records;
+  std::vector<log_subject_view> subjects;
+  std::vector<std::string_view> keys;
   records.reserve(r->records.size());
-  for (const auto& rec : r->records)
+  subjects.reserve(r->records.size());
+  // The storage budget counts payload and subject bytes; the wire adds
+  // per-record and per-key overhead (and a subject's keys take more room
+  // on the wire than on disk). Stop before the answer could pass the
+  // frame limit; the first record always goes.
+  constexpr std::size_t answer_overhead = 1024, record_overhead = 80, string_overhead = 12;
+  std::size_t estimate = answer_overhead + stream.size();
+  for (const auto& rec : r->records) {
+    auto subject = decode_log_subject(rec.subject, keys);
+    if (!subject) {
+      core_.log->error("conn={} stream={} seq={} has a malformed subject", id_, stream, rec.seq);
+      return send_error(rid, errc::internal, "record " + std::to_string(rec.seq) + " has a malformed subject");
+    }
+    std::size_t size = rec.payload.size() + record_overhead + subject->channel.size() + string_overhead;
+    for (std::size_t i = 0; i < subject->key_count; ++i) size += keys[subject->first_key + i].size() + string_overhead;
+    if (!records.empty() && estimate + size > core_.config.max_frame) break;
+    estimate += size;
     records.push_back({rec.seq, rec.timestamp_ms,
-                       {reinterpret_cast<const std::uint8_t*>(rec.payload.data()), rec.payload.size()}});
+                       {reinterpret_cast<const std::uint8_t*>(rec.payload.data()), rec.payload.size()},
+                       subject->channel});
+    subjects.push_back(*subject);
+  }
+  for (std::size_t i = 0; i < records.size(); ++i)
+    records[i].route_keys = std::span(keys).subspan(subjects[i].first_key, subjects[i].key_count);
   send(core_.builder.records(rid, stream, r->epoch, r->first_seq, r->last_seq, records));
 }
 

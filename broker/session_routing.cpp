@@ -1,6 +1,7 @@
 // session: the lease, registry, inbox and send handlers (capability
 // "routing"). Split from session.cpp to keep each file about one thing.
 
+#include "broker/log_subject.hpp"
 #include "broker/server_core.hpp"
 #include "broker/session.hpp"
 #include "protocol/limits.hpp"
@@ -203,13 +204,16 @@ void session::handle_send(std::uint64_t rid, const wire::Send& m) {
 
   if (m.stream() && m.stream()->size() > 0) {
     // Durable send: append first, route and deliver once the log has it.
+    // The record stores every key, routed or not (log_subject.hpp).
     const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
-    if (!can_append(rid, m.stream()->string_view(), bytes.size())) return;
-    if (keys.size() == 0) return send_error(rid, errc::bad_request, "a send needs at least one route key");
     std::vector<std::string> route_keys;
     route_keys.reserve(keys.size());
     for (const auto* k : keys) route_keys.emplace_back(k->string_view());
-    append_to_log(rid, m.stream()->string_view(), bytes, {}, std::move(route_keys));
+    if (!can_append(rid, m.stream()->string_view(), bytes.size(), route_keys_subject_size(route_keys))) return;
+    if (keys.size() == 0) return send_error(rid, errc::bad_request, "a send needs at least one route key");
+    auto& subject = core_.subject_scratch;
+    encode_route_keys_subject(route_keys, subject);
+    append_to_log(rid, m.stream()->string_view(), bytes, subject, {}, std::move(route_keys));
     return;
   }
 

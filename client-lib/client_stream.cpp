@@ -67,10 +67,19 @@ result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq
           out.records.reserve(m->records()->size());
           for (const auto* rec : *m->records()) {
             const auto* p = rec->payload();
-            out.records.push_back({rec->seq(), rec->timestamp_ms(),
-                                   p ? std::vector<std::byte>(reinterpret_cast<const std::byte*>(p->data()),
-                                                              reinterpret_cast<const std::byte*>(p->data()) + p->size())
-                                     : std::vector<std::byte>{}});
+            auto& r = out.records.emplace_back();
+            r.seq = rec->seq();
+            r.timestamp_ms = rec->timestamp_ms();
+            if (p)
+              r.payload.assign(reinterpret_cast<const std::byte*>(p->data()),
+                               reinterpret_cast<const std::byte*>(p->data()) + p->size());
+            // How it was delivered live: absent (empty) for a plain append
+            // and from servers that predate these fields.
+            if (const auto* ch = rec->channel()) r.channel = ch->str();
+            if (const auto* keys = rec->route_keys()) {
+              r.route_keys.reserve(keys->size());
+              for (const auto* k : *keys) r.route_keys.push_back(k->str());
+            }
           }
         }
         return out;

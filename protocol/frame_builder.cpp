@@ -310,7 +310,9 @@ bytes_view frame_builder::records(std::uint64_t request_id, std::string_view str
   items.reserve(records.size());
   for (const auto& r : records) {
     const auto data = fbb.CreateVector(r.payload.data(), r.payload.size());
-    items.push_back(wire::CreateRecord(fbb, r.seq, r.timestamp_ms, data));
+    const auto channel = string_or_null(fbb, r.channel);
+    const auto keys = string_list(fbb, r.route_keys, strings_);
+    items.push_back(wire::CreateRecord(fbb, r.seq, r.timestamp_ms, data, channel, keys));
   }
   const auto list = fbb.CreateVector(items);
   const auto name = fbb.CreateString(stream.data(), stream.size());

@@ -44,6 +44,9 @@ struct record_fields {
   std::uint64_t seq = 0;
   std::uint64_t timestamp_ms = 0;
   bytes_view payload;
+  // How the record was delivered live; omitted from the frame when empty.
+  std::string_view channel;                       // a durable publish
+  std::span<const std::string_view> route_keys;   // a durable send
 };
 
 struct registry_entry_fields {

@@ -365,6 +365,38 @@ TEST_CASE("deliver round-trips with channel and binary payload and no request id
   CHECK(bytes_of(m->payload()) == binary_payload);
 }
 
+TEST_CASE("records round-trip with each record's channel and route keys, omitted when empty", "[protocol]") {
+  frame_builder b;
+  const std::array<std::string_view, 3> keys{"user:a", "", "user:c"};
+  const std::array<record_fields, 3> records{{
+      {1, 1000, binary_payload, "chat.room1", {}},
+      {2, 2000, {}, {}, keys},
+      {3, 3000, binary_payload, {}, {}},
+  }};
+  const aligned_buffer buf(b.records(12, "conv:1", 77, 1, 3, records));
+  const auto* f = decode_ok(buf);
+  CHECK(f->request_id() == 12);
+  const auto* m = f->message_as_Records();
+  REQUIRE(m != nullptr);
+  CHECK(str(m->stream()) == "conv:1");
+  CHECK(m->epoch() == 77);
+  REQUIRE(m->records() != nullptr);
+  REQUIRE(m->records()->size() == 3);
+  const auto* r1 = m->records()->Get(0);
+  CHECK(r1->seq() == 1);
+  CHECK(r1->timestamp_ms() == 1000);
+  CHECK(bytes_of(r1->payload()) == binary_payload);
+  CHECK(str(r1->channel()) == "chat.room1");
+  CHECK(r1->route_keys() == nullptr);
+  const auto* r2 = m->records()->Get(1);
+  CHECK(r2->channel() == nullptr);
+  CHECK(strings(r2->route_keys()) == std::vector<std::string>{"user:a", "", "user:c"});
+  const auto* r3 = m->records()->Get(2);
+  CHECK(r3->channel() == nullptr);
+  CHECK(r3->route_keys() == nullptr);
+  CHECK(bytes_of(r3->payload()) == binary_payload);
+}
+
 TEST_CASE("dropped round-trips with its 64-bit count", "[protocol]") {
   frame_builder b;
   const aligned_buffer buf(b.dropped((1ULL << 40) + 3));
