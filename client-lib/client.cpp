@@ -84,7 +84,13 @@ std::expected<subscription_id, std::error_code> client::subscribe(std::string_vi
 
 void client::async_subscribe(std::string_view pattern, message_handler handler,
                              std::function<void(std::expected<subscription_id, std::error_code>)> done) {
-  auto& p = *impl_;
+  detail::add_subscription(impl_, pattern, std::move(handler), nullptr, std::move(done));
+}
+
+void detail::add_subscription(const std::shared_ptr<client::impl>& self, std::string_view pattern,
+                              message_handler handler, std::shared_ptr<durable_state> durable,
+                              std::function<void(std::expected<subscription_id, std::error_code>)> done) {
+  auto& p = *self;
   if (!protocol::is_valid_pattern(pattern)) {
     done(std::unexpected(make_error_code(errc::invalid_pattern)));
     return;
@@ -98,8 +104,22 @@ void client::async_subscribe(std::string_view pattern, message_handler handler,
       return;
     }
     id = p.next_sub++;
+    auto entry = std::make_shared<const sub_entry>(sub_entry{id, std::string(pattern), std::move(handler), std::move(durable)});
+    if (entry->durable) {
+      // Replayed records reach the handler if their channel is one it
+      // subscribed to (a stream may carry several channels).
+      entry->durable->deliver = [weak_p = std::weak_ptr<client::impl>(self), weak_e = std::weak_ptr<const sub_entry>(entry)](
+                                    const std::string& stream, std::uint64_t epoch, const stream_record& rec) {
+        const auto p = weak_p.lock();
+        const auto e = weak_e.lock();
+        if (!p || !e || !e->durable->active || rec.channel.empty() || !protocol::pattern_matches(e->pattern, rec.channel))
+          return;
+        ++p->recovered;
+        e->handler(message{rec.channel, rec.payload, stream, rec.seq, epoch, true});
+      };
+    }
     auto next = std::make_shared<sub_list>(*p.subs);
-    next->push_back(std::make_shared<const sub_entry>(sub_entry{id, std::string(pattern), std::move(handler)}));
+    next->push_back(std::move(entry));
     p.subs = std::move(next);
     first = p.pattern_refs[std::string(pattern)]++ == 0;
   }
@@ -111,7 +131,7 @@ void client::async_subscribe(std::string_view pattern, message_handler handler,
   // errc::timeout if the broker has not answered.
   auto timer = std::make_shared<asio::steady_timer>(p.io, p.opts.request_timeout);
   const std::string pat(pattern);
-  std::weak_ptr<impl> weak = impl_;
+  std::weak_ptr<client::impl> weak = self;
   auto rid = std::make_shared<std::uint64_t>(0);
   p.request(
       [&](std::uint64_t r) {
@@ -130,8 +150,12 @@ void client::async_subscribe(std::string_view pattern, message_handler handler,
           auto next = std::make_shared<sub_list>();
           std::string pattern;
           for (const auto& s : *self->subs) {
-            if (s->id == id) pattern = s->pattern;
-            else next->push_back(s);
+            if (s->id == id) {
+              pattern = s->pattern;
+              if (s->durable) s->durable->active = false;
+            } else {
+              next->push_back(s);
+            }
           }
           self->subs = std::move(next);
           if (!pattern.empty() && --self->pattern_refs[pattern] == 0) self->pattern_refs.erase(pattern);
@@ -152,8 +176,12 @@ std::error_code client::unsubscribe(subscription_id id) {
     std::lock_guard lock(p.mu);
     auto next = std::make_shared<sub_list>();
     for (const auto& s : *p.subs) {
-      if (s->id == id) pattern = s->pattern;
-      else next->push_back(s);
+      if (s->id == id) {
+        pattern = s->pattern;
+        if (s->durable) s->durable->active = false;
+      } else {
+        next->push_back(s);
+      }
     }
     if (pattern.empty()) return errc::not_found;
     p.subs = std::move(next);
@@ -194,6 +222,7 @@ std::uint64_t client::session_id() const noexcept { return impl_->session_id; }
 std::uint32_t client::server_max_frame() const noexcept { return impl_->max_frame; }
 std::vector<std::string> client::capabilities() const { return impl_->caps; }
 std::uint64_t client::dropped_total() const noexcept { return impl_->dropped; }
+std::uint64_t client::recovered_total() const noexcept { return impl_->recovered; }
 
 // --------------------------------------------------------------- publisher
 

@@ -6,6 +6,7 @@
 #include "switchyard/client.hpp"
 
 #include "client_log.hpp"
+#include "stream_tracker.hpp"
 #include "common/asio.hpp"
 #include "protocol/channel_name.hpp"
 #include "protocol/frame_builder.hpp"
@@ -21,6 +22,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -74,16 +76,29 @@ inline std::error_code server_error(const wire::Error& e) {
   return {code, client_category()};
 }
 
+// The gap tracking of a durable subscription or inbox. The tracker and
+// `deliver` are used on the loop thread only; `active` turns false (any
+// thread) when the subscription or inbox is removed, so late read answers
+// are ignored.
+struct durable_state {
+  std::optional<stream_tracker> tracker;  // set right after construction (its reads need a weak_ptr to this)
+  stream_tracker::deliver_fn deliver;     // hands a recovered record to the entry's handler
+  std::size_t read_batch = 0;
+  std::atomic<bool> active{true};
+};
+
 struct sub_entry {
   subscription_id id;
   std::string pattern;
   message_handler handler;
+  std::shared_ptr<durable_state> durable;  // null for a plain subscription
 };
 using sub_list = std::vector<std::shared_ptr<const sub_entry>>;
 
 struct inbox_entry {
   std::string id;
   inbox_handler handler;
+  std::shared_ptr<durable_state> durable;  // null for a plain inbox
 };
 using inbox_list = std::vector<std::shared_ptr<const inbox_entry>>;
 
@@ -100,9 +115,13 @@ inline std::expected<send_result, std::error_code> parse_send_result(const wire:
   return out;
 }
 
+// Records -> stream_read (read(), and the recovery reads).
+std::expected<stream_read, std::error_code> parse_records(const wire::Frame& f);
+
 }  // namespace detail
 
 using detail::local_builder;
+using detail::durable_state;
 using detail::sub_entry;
 using detail::sub_list;
 using detail::inbox_entry;
@@ -169,8 +188,58 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     const inbox_message m{id, key_scratch,
                           p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{},
                           d.stream() ? d.stream()->string_view() : std::string_view{}, d.seq(), d.epoch()};
-    for (const auto& h : handlers)
-      if (h->id == id) h->handler(m);
+    for (const auto& h : handlers) {
+      if (h->id != id) continue;
+      if (h->durable && !m.stream.empty() && !h->durable->tracker->live(m.stream, m.seq, m.epoch)) continue;
+      h->handler(m);
+    }
+  }
+
+  // ------------------------------------------------------ durable streams
+
+  std::atomic<std::uint64_t> recovered{0};  // records delivered from the log
+
+  // Loop thread: the recovery read of a durable subscription or inbox; the
+  // answer goes back to its tracker unless it was removed meanwhile.
+  void durable_read(const std::weak_ptr<durable_state>& weak, const std::string& stream, std::uint64_t from,
+                    std::size_t batch) {
+    const auto count = static_cast<std::uint32_t>(std::min<std::size_t>(batch, UINT32_MAX));
+    call_async<stream_read>(
+        [&](std::uint64_t r) { return local_builder().read(r, stream, from, count, 0); }, detail::parse_records,
+        [weak, stream](std::expected<stream_read, std::error_code> r) {
+          const auto d = weak.lock();
+          if (!d || !d->active) return;
+          if (r) d->tracker->read_done(stream, *r, d->deliver);
+          else d->tracker->read_failed(stream, r.error());
+        });
+  }
+
+  // A durable_state whose reads go through this connection.
+  std::shared_ptr<durable_state> make_durable(durable_options& o) {
+    auto d = std::make_shared<durable_state>();
+    d->read_batch = o.read_batch;
+    std::weak_ptr<durable_state> weak_d = d;
+    std::weak_ptr<impl> weak_self = weak_from_this();
+    d->tracker.emplace(
+        [weak_d, weak_self](const std::string& stream, std::uint64_t from) {
+          const auto self = weak_self.lock();
+          const auto dd = weak_d.lock();
+          if (self && dd) self->durable_read(weak_d, stream, from, dd->read_batch);
+        },
+        std::move(o.on_unrecoverable));
+    d->tracker->resume_from(o.resume_from);
+    return d;
+  }
+
+  // Runs fn on the loop thread and returns its result (directly when
+  // called there).
+  template <class F>
+  auto on_loop(F fn) -> decltype(fn()) {
+    if (loop.on_loop_thread()) return fn();
+    std::packaged_task<decltype(fn())()> task(std::move(fn));
+    auto result = task.get_future();
+    asio::post(io, [&task] { task(); });
+    return result.get();
   }
   subscription_id next_sub = 1;
 
@@ -388,8 +457,11 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         const auto* p = d.payload();
         const message m{channel, p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{},
                         d.stream() ? d.stream()->string_view() : std::string_view{}, d.seq(), d.epoch()};
-        for (const auto& s : subscriptions)
-          if (protocol::pattern_matches(s->pattern, channel)) s->handler(m);
+        for (const auto& s : subscriptions) {
+          if (!protocol::pattern_matches(s->pattern, channel)) continue;
+          if (s->durable && !m.stream.empty() && !s->durable->tracker->live(m.stream, m.seq, m.epoch)) continue;
+          s->handler(m);
+        }
         return true;
       }
       case wire::Message::Ok:
@@ -414,6 +486,12 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         dropped += n;
         log(log_level::warn, "switchyard: connection {} was a slow consumer: {} messages dropped", session_id, n);
         if (opts.on_dropped) opts.on_dropped(n);
+        // Which streams lost what is unknown, and the lost messages may be
+        // the last of their streams: every durable stream checks its tail.
+        for (const auto& s : subscriptions)
+          if (s->durable) s->durable->tracker->check_all();
+        for (const auto& h : inboxes)
+          if (h->durable) h->durable->tracker->check_all();
         return true;
       }
       case wire::Message::Error: {
@@ -545,5 +623,16 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     co_await read_loop(self);
   }
 };
+
+namespace detail {
+
+// Adds a subscription (plain, or durable with `durable` set) and asks the
+// broker for it unless the pattern is already subscribed. `done` runs on
+// the loop thread, or at once on a local error or a known pattern.
+void add_subscription(const std::shared_ptr<client::impl>& self, std::string_view pattern, message_handler handler,
+                      std::shared_ptr<durable_state> durable,
+                      std::function<void(std::expected<subscription_id, std::error_code>)> done);
+
+}  // namespace detail
 
 }  // namespace switchyard

@@ -130,21 +130,39 @@ result<std::vector<registry_entry>> client::registry_list(std::string_view prefi
   return r;
 }
 
-std::error_code client::open_inbox(std::string_view id, lease_id lease, inbox_handler handler) {
-  auto& p = *impl_;
+namespace {
+
+// open_inbox and open_inbox_durable: installs the handler first (a delivery
+// may follow the Ok immediately), removes it again if the broker refuses.
+std::error_code open_inbox_entry(client::impl& p, std::string_view id, lease_id lease, inbox_handler handler,
+                                 std::shared_ptr<durable_state> durable) {
   if (!p.routing) return errc::not_supported;
-  // Install the handler first: a delivery may follow the Ok immediately.
-  auto entry = std::make_shared<const inbox_entry>(inbox_entry{std::string(id), std::move(handler)});
+  auto entry = std::make_shared<const inbox_entry>(inbox_entry{std::string(id), std::move(handler), std::move(durable)});
+  if (entry->durable) {
+    // Replayed records carry every route key of the original send.
+    entry->durable->deliver = [weak_p = p.weak_from_this(), weak_e = std::weak_ptr<const inbox_entry>(entry)](
+                                  const std::string& stream, std::uint64_t epoch, const stream_record& rec) {
+      const auto self = weak_p.lock();
+      const auto e = weak_e.lock();
+      if (!self || !e || !e->durable->active || rec.route_keys.empty()) return;
+      std::vector<std::string_view> keys(rec.route_keys.begin(), rec.route_keys.end());
+      ++self->recovered;
+      e->handler(inbox_message{e->id, keys, rec.payload, stream, rec.seq, epoch, true});
+    };
+  }
   {
     std::lock_guard lock(p.mu);
     auto next = std::make_shared<inbox_list>();
-    for (const auto& e : *p.inboxes)
+    for (const auto& e : *p.inboxes) {
       if (e->id != id) next->push_back(e);
+      else if (e->durable) e->durable->active = false;
+    }
     next->push_back(entry);
     p.inboxes = std::move(next);
   }
   const auto ec = p.request_sync([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); });
   if (ec) {
+    if (entry->durable) entry->durable->active = false;
     std::lock_guard lock(p.mu);
     auto next = std::make_shared<inbox_list>();
     for (const auto& e : *p.inboxes)
@@ -154,14 +172,45 @@ std::error_code client::open_inbox(std::string_view id, lease_id lease, inbox_ha
   return ec;
 }
 
+}  // namespace
+
+std::error_code client::open_inbox(std::string_view id, lease_id lease, inbox_handler handler) {
+  return open_inbox_entry(*impl_, id, lease, std::move(handler), nullptr);
+}
+
+std::error_code client::open_inbox_durable(std::string_view id, lease_id lease, inbox_handler handler,
+                                           durable_options options) {
+  auto& p = *impl_;
+  if (!p.log_cap) return errc::not_supported;
+  auto durable = p.make_durable(options);
+  const bool resume = !options.resume_from.empty();
+  if (auto ec = open_inbox_entry(p, id, lease, std::move(handler), durable)) return ec;
+  if (resume) asio::post(p.io, [durable] { if (durable->active) durable->tracker->check_all(); });
+  return {};
+}
+
+stream_positions client::inbox_stream_positions(std::string_view id) const {
+  auto& p = *impl_;
+  std::shared_ptr<durable_state> d;
+  {
+    std::lock_guard lock(p.mu);
+    for (const auto& e : *p.inboxes)
+      if (e->id == id) d = e->durable;
+  }
+  if (!d) return {};
+  return p.on_loop([d] { return d->tracker->positions(); });
+}
+
 std::error_code client::close_inbox(std::string_view id) {
   auto& p = *impl_;
   if (!p.routing) return errc::not_supported;
   {
     std::lock_guard lock(p.mu);
     auto next = std::make_shared<inbox_list>();
-    for (const auto& e : *p.inboxes)
+    for (const auto& e : *p.inboxes) {
       if (e->id != id) next->push_back(e);
+      else if (e->durable) e->durable->active = false;
+    }
     p.inboxes = std::move(next);
   }
   return p.request_sync([&](std::uint64_t r) { return local_builder().inbox_close(r, id); });

@@ -59,31 +59,33 @@ result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq
   const auto bytes = static_cast<std::uint32_t>(std::min<std::size_t>(max_bytes, UINT32_MAX));
   return impl_->call<stream_read>(
       [&](std::uint64_t r) { return local_builder().read(r, stream, from_seq, count, bytes); },
-      [](const wire::Frame& f) -> result<stream_read> {
-        const auto* m = f.message_as_Records();
-        if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
-        stream_read out{m->epoch(), m->first_seq(), m->last_seq(), {}};
-        if (m->records()) {
-          out.records.reserve(m->records()->size());
-          for (const auto* rec : *m->records()) {
-            const auto* p = rec->payload();
-            auto& r = out.records.emplace_back();
-            r.seq = rec->seq();
-            r.timestamp_ms = rec->timestamp_ms();
-            if (p)
-              r.payload.assign(reinterpret_cast<const std::byte*>(p->data()),
-                               reinterpret_cast<const std::byte*>(p->data()) + p->size());
-            // How it was delivered live: absent (empty) for a plain append
-            // and from servers that predate these fields.
-            if (const auto* ch = rec->channel()) r.channel = ch->str();
-            if (const auto* keys = rec->route_keys()) {
-              r.route_keys.reserve(keys->size());
-              for (const auto* k : *keys) r.route_keys.push_back(k->str());
-            }
-          }
-        }
-        return out;
-      });
+      detail::parse_records);
+}
+
+result<stream_read> detail::parse_records(const wire::Frame& f) {
+  const auto* m = f.message_as_Records();
+  if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+  stream_read out{m->epoch(), m->first_seq(), m->last_seq(), {}};
+  if (m->records()) {
+    out.records.reserve(m->records()->size());
+    for (const auto* rec : *m->records()) {
+      const auto* p = rec->payload();
+      auto& r = out.records.emplace_back();
+      r.seq = rec->seq();
+      r.timestamp_ms = rec->timestamp_ms();
+      if (p)
+        r.payload.assign(reinterpret_cast<const std::byte*>(p->data()),
+                         reinterpret_cast<const std::byte*>(p->data()) + p->size());
+      // How it was delivered live: absent (empty) for a plain append and
+      // from servers that predate these fields.
+      if (const auto* ch = rec->channel()) r.channel = ch->str();
+      if (const auto* keys = rec->route_keys()) {
+        r.route_keys.reserve(keys->size());
+        for (const auto* k : *keys) r.route_keys.push_back(k->str());
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace switchyard

@@ -29,7 +29,7 @@ struct gateway::impl {
 
   // Opens the inbox and puts every route under `id`. Keepalive thread or start().
   std::error_code restore(lease_id id) {
-    if (auto ec = conn.open_inbox(opts.inbox_id, id, opts.on_message)) return ec;
+    if (auto ec = open_inbox(id)) return ec;
     std::vector<std::string> keys;
     {
       std::lock_guard lock(mu);
@@ -38,6 +38,31 @@ struct gateway::impl {
     for (const auto& key : keys)
       if (auto r = conn.registry_put(key, opts.inbox_id, id); !r) return r.error();
     return {};
+  }
+
+  std::error_code open_inbox(lease_id id) {
+    if (!opts.durable) return conn.open_inbox(opts.inbox_id, id, opts.on_message);
+    // Reopened under a new lease: go on from where the old inbox was.
+    auto o = *opts.durable;
+    for (auto& [stream, pos] : conn.inbox_stream_positions(opts.inbox_id)) o.resume_from[stream] = pos;
+    return conn.open_inbox_durable(opts.inbox_id, id, [this](const inbox_message& m) { deliver(m); }, std::move(o));
+  }
+
+  // Loop thread. A replayed send lists every key it was sent to: keep the
+  // ones routed here.
+  std::vector<std::string_view> mine;
+  void deliver(const inbox_message& m) {
+    if (!m.replayed) return opts.on_message(m);
+    mine.clear();
+    {
+      std::lock_guard lock(mu);
+      for (auto k : m.route_keys)
+        if (routes.contains(k)) mine.push_back(k);
+    }
+    if (mine.empty()) return;
+    auto copy = m;
+    copy.route_keys = mine;
+    opts.on_message(copy);
   }
 
   void report(std::error_code ec) {
@@ -86,6 +111,7 @@ gateway::gateway(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& conn, gateway_options options) {
   if (options.inbox_id.empty() || !options.on_message) return std::unexpected(make_error_code(errc::bad_request));
   auto p = std::make_unique<impl>(conn, std::move(options));
+  p->routes.insert(p->opts.routes.begin(), p->opts.routes.end());  // restore() registers them
   lease_id id = 0;
   if (p->opts.resume_lease != 0) {
     if (auto r = conn.lease_keepalive(p->opts.resume_lease)) id = r->id;
@@ -147,6 +173,8 @@ lease_id gateway::lease() const {
   std::lock_guard lock(impl_->mu);
   return impl_->lease;
 }
+
+stream_positions gateway::positions() const { return impl_->conn.inbox_stream_positions(impl_->opts.inbox_id); }
 
 const std::string& gateway::inbox_id() const noexcept { return impl_->opts.inbox_id; }
 

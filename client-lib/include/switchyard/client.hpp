@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <expected>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -58,6 +59,9 @@ struct message {
   std::string_view stream;
   std::uint64_t seq = 0;
   std::uint64_t epoch = 0;
+  // A durable subscription's message read from the log to fill a gap
+  // (false: it came live).
+  bool replayed = false;
 
   std::string_view payload_text() const noexcept {
     return {reinterpret_cast<const char*>(payload.data()), payload.size()};
@@ -77,6 +81,10 @@ struct inbox_message {
   std::string_view stream;
   std::uint64_t seq = 0;
   std::uint64_t epoch = 0;
+  // Read from the log to fill a gap of a durable inbox. Its route_keys are
+  // then every key of the original send, routed here or not: deliver to
+  // the ones this gateway holds.
+  bool replayed = false;
 
   std::string_view payload_text() const noexcept {
     return {reinterpret_cast<const char*>(payload.data()), payload.size()};
@@ -120,6 +128,62 @@ struct stream_read {
   std::uint64_t first_seq = 0;  // first retained
   std::uint64_t last_seq = 0;   // last appended
   std::vector<stream_record> records;
+};
+
+// ---- Gap-free delivery of durable streams ----
+//
+// A durable subscription (subscribe_durable) or inbox (open_inbox_durable)
+// tracks, per stream, the last sequence it delivered and the stream's
+// epoch. Messages that carry a stream are handed over exactly once and in
+// sequence order: when a sequence jumps (the broker dropped deliveries to a
+// slow consumer), when the broker reports dropped messages, and when the
+// subscription resumes from positions saved on an earlier connection, the
+// library reads the missing range from the log, delivers it (with
+// `replayed` set), then goes on with live delivery. A stream's records must
+// all be meant for the subscriber: replayed records published to channels
+// the pattern does not match are skipped, plain appends too.
+//
+// When a position cannot be recovered, because the range was trimmed by
+// retention, the stream was recreated (new epoch) or deleted, the library
+// calls on_unrecoverable instead of pretending: reload from your source of
+// truth, then say where delivery goes on.
+
+struct stream_position {
+  std::uint64_t seq = 0;    // last delivered
+  std::uint64_t epoch = 0;  // 0 when resuming: take whatever epoch the stream has
+};
+using stream_positions = std::map<std::string, stream_position, std::less<>>;
+
+enum class position_lost {
+  trimmed,        // records after the position were removed by retention
+  epoch_changed,  // the stream was recreated: its sequences started again
+  stream_gone,    // no such stream any more
+};
+
+struct unrecoverable_position {
+  std::string_view stream;
+  position_lost reason;
+  stream_position last_delivered;    // what the application has seen
+  std::uint64_t first_available = 0;  // first retained sequence now (0: stream gone)
+  std::uint64_t epoch = 0;            // the stream's epoch now (0: stream gone)
+};
+
+enum class resume_at {
+  first_available,  // deliver everything the log still has after the position
+  next_live,        // skip to the end of the log: only what comes next
+};
+
+struct durable_options {
+  // Positions from an earlier connection (client::stream_positions): each
+  // stream is read from seq + 1 as soon as the subscription is on.
+  // Streams not listed start at their first live message.
+  stream_positions resume_from;
+  // Runs on the loop thread. Unset: resume_at::first_available, and a
+  // warning in the log. (stream_gone ignores the answer: the stream
+  // starts again at its next live message.)
+  std::function<resume_at(const unrecoverable_position&)> on_unrecoverable;
+  // Records per recovery read (0 = the server's default).
+  std::size_t read_batch = 0;
 };
 
 struct send_result {
@@ -190,6 +254,19 @@ class client {
   // Same, without waiting: `done` runs on the loop thread with the outcome.
   void async_subscribe(std::string_view pattern, message_handler handler,
                        std::function<void(std::expected<subscription_id, std::error_code>)> done);
+  // A subscription with gap-free delivery of durable streams (see above):
+  // messages that carry a stream reach `handler` once each, in order,
+  // recovered from the log when the live path lost them; others pass
+  // through as with subscribe(). Needs the "log" capability
+  // (errc::not_supported). Blocking, like subscribe().
+  std::expected<subscription_id, std::error_code> subscribe_durable(std::string_view pattern,
+                                                                    message_handler handler,
+                                                                    durable_options options = {});
+  // The last delivered position of every stream a durable subscription has
+  // seen: keep it to resume on a new connection. Empty for an unknown id or
+  // a plain subscription. Works after the connection is gone.
+  stream_positions stream_positions_of(subscription_id id) const;
+
   // Removes a subscription; never blocks (safe inside a handler). Called on
   // the loop thread (from a handler), the handler is not called again;
   // from another thread, a message already being dispatched may still
@@ -230,6 +307,15 @@ class client {
   // loop thread for every delivery. Errors: inbox_taken, not_found (lease).
   std::error_code open_inbox(std::string_view id, lease_id lease, inbox_handler handler);
   std::error_code close_inbox(std::string_view id);
+  // open_inbox with gap-free delivery of durable sends (see above); replayed
+  // deliveries carry every route key of the original send.
+  std::error_code open_inbox_durable(std::string_view id, lease_id lease, inbox_handler handler,
+                                     durable_options options = {});
+  // Positions of a durable inbox (empty if none), as stream_positions_of().
+  stream_positions inbox_stream_positions(std::string_view id) const;
+  // Records delivered from the log to fill gaps, over all durable
+  // subscriptions and inboxes of this client.
+  std::uint64_t recovered_total() const noexcept;
 
   // Sends a payload to the user behind `route_key`: returns the gateway
   // (inbox id) it was routed to, or errc::no_route.

@@ -14,6 +14,7 @@
 #include <expected>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -34,6 +35,15 @@ struct gateway_options {
   // Called on the keepalive thread when a keepalive or restore failed (the
   // connection is down, a timeout); the next tick retries.
   std::function<void(std::error_code)> on_error;
+  // Route keys registered by start() itself (more come with add_route).
+  // With a durable inbox resuming, list the users here: replays are
+  // filtered by the routes held when they arrive.
+  std::vector<std::string> routes;
+  // Set: the inbox is durable (client::open_inbox_durable): sends with a
+  // stream arrive once each and in order, recovered from the log after
+  // drops, a lease renewal, or, with durable->resume_from, a restart.
+  // Replayed deliveries carry only the route keys this gateway holds.
+  std::optional<durable_options> durable;
 };
 
 class gateway {
@@ -55,6 +65,9 @@ class gateway {
   std::vector<std::string> routes() const;
 
   lease_id lease() const;
+  // A durable inbox's positions (see client::inbox_stream_positions): save
+  // them to resume after a restart. Empty without `durable`.
+  stream_positions positions() const;
   const std::string& inbox_id() const noexcept;
 
   // Stops the keepalive without revoking: the lease, inbox and routes then

@@ -1,0 +1,275 @@
+// End to end: gap-free delivery of durable streams. The live path drops
+// (slow consumer) or is cut (reconnect); the client library reads what was
+// missed from the log, so the application sees every sequence once, in
+// order, or is told explicitly that the position is lost.
+
+#include "switchyard/client.hpp"
+#include "switchyard/gateway.hpp"
+#include "tests/support/clients.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+using namespace switchyard;
+using test::collector;
+using test::connect_to;
+using test::temp_dir;
+using test::test_server;
+using test::wait_until;
+
+namespace {
+
+broker::server_config log_config(const temp_dir& dir) {
+  auto cfg = test_server::default_config();
+  cfg.data_dir = dir.path().string();
+  cfg.durability = "none";  // delivery is under test here, not fsync
+  return cfg;
+}
+
+std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+// What a durable handler saw: sequence numbers in arrival order, and how
+// many of them came from the log.
+struct seen {
+  collector<std::uint64_t> seqs;
+  std::atomic<std::uint64_t> replayed{0};
+  void on(std::uint64_t seq, bool from_log) {
+    if (from_log) ++replayed;
+    seqs.add(seq);
+  }
+};
+
+std::vector<std::uint64_t> range(std::uint64_t from, std::uint64_t to) {
+  std::vector<std::uint64_t> v;
+  for (auto q = from; q <= to; ++q) v.push_back(q);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a slow durable subscriber whose messages were dropped receives every one, once, in order",
+          "[e2e][log][slow]") {
+  temp_dir dir;
+  auto cfg = log_config(dir);
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = 128 * 1024;  // a few dozen deliveries, then drops
+  test_server server(cfg);
+
+  constexpr std::uint64_t count = 3000;
+  const std::string payload(4096, 'x');  // 12 MB in all: more than the socket buffers hold
+
+  // The handler stalls on the first message until everything is
+  // published, so the broker's queue for this subscriber overflows.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  seen got;
+  auto sub = connect_to(server, "slow");
+  const auto id = sub->subscribe_durable("conv.42", [&](const message& m) {
+    if (m.seq == 1) {
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
+    }
+    got.on(m.seq, m.replayed);
+  });
+  REQUIRE(id);
+
+  auto pub = connect_to(server, "pub");
+  for (std::uint64_t i = 1; i <= count; ++i) {
+    auto ack = pub->publish_durable("conv.42", "conv:42", bytes(payload));
+    REQUIRE(ack);
+    REQUIRE(ack->seq == i);
+  }
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+
+  REQUIRE(wait_until([&] { return got.seqs.count >= count; }, std::chrono::seconds(60)));
+  // A moment for duplicates, if any, to show up.
+  REQUIRE_FALSE(pub->flush());
+  REQUIRE_FALSE(sub->flush());
+  CHECK(got.seqs.snapshot() == range(1, count));
+  CHECK(sub->dropped_total() > 0);
+  CHECK(got.replayed > 0);
+  CHECK(sub->recovered_total() == got.replayed);
+  CHECK(sub->stream_positions_of(*id).at("conv:42").seq == count);
+}
+
+TEST_CASE("a durable subscriber that reconnects resumes from its positions with no gap and no duplicate",
+          "[e2e][log]") {
+  temp_dir dir;
+  test_server server(log_config(dir));
+  auto pub = connect_to(server, "pub");
+
+  seen got;
+  auto handler = [&](const message& m) { got.on(m.seq, m.replayed); };
+  stream_positions saved;
+  {
+    auto sub = connect_to(server, "sub-1");
+    auto id = sub->subscribe_durable("room.*", handler);
+    REQUIRE(id);
+    for (int i = 1; i <= 5; ++i) REQUIRE(pub->publish_durable("room.a", "room:a", bytes("m")));
+    REQUIRE(wait_until([&] { return got.seqs.count == 5; }));
+    sub->close();  // the network cut
+    saved = sub->stream_positions_of(*id);
+  }
+  REQUIRE(saved.at("room:a").seq == 5);
+  for (int i = 6; i <= 9; ++i) REQUIRE(pub->publish_durable("room.a", "room:a", bytes("m")));
+
+  auto sub = connect_to(server, "sub-2");
+  REQUIRE(sub->subscribe_durable("room.*", handler, {.resume_from = saved}));
+  REQUIRE(wait_until([&] { return got.seqs.count == 9; }));
+  REQUIRE(pub->publish_durable("room.a", "room:a", bytes("live")));
+  REQUIRE(wait_until([&] { return got.seqs.count == 10; }));
+  REQUIRE_FALSE(sub->flush());
+  CHECK(got.seqs.snapshot() == range(1, 10));
+  CHECK(got.replayed == 4);  // 6..9 from the log, 10 live
+}
+
+TEST_CASE("records of a shared stream for channels the subscription does not match are not replayed to it",
+          "[e2e][log]") {
+  temp_dir dir;
+  test_server server(log_config(dir));
+  auto pub = connect_to(server, "pub");
+  collector<std::string> got;
+  stream_positions saved;
+  {
+    auto sub = connect_to(server, "sub-1");
+    auto id = sub->subscribe_durable("news.sport", [&](const message& m) { got.add(std::string(m.payload_text())); });
+    REQUIRE(id);
+    REQUIRE(pub->publish_durable("news.sport", "news", bytes("s1")));
+    REQUIRE(wait_until([&] { return got.count == 1; }));
+    sub->close();
+    saved = sub->stream_positions_of(*id);
+  }
+  REQUIRE(pub->publish_durable("news.weather", "news", bytes("w1")));
+  REQUIRE(pub->publish_durable("news.sport", "news", bytes("s2")));
+  REQUIRE(pub->append("news", bytes("plain append")));
+  auto sub = connect_to(server, "sub-2");
+  const auto id = sub->subscribe_durable(
+      "news.sport", [&](const message& m) { got.add(std::string(m.payload_text())); }, {.resume_from = saved});
+  REQUIRE(id);
+  REQUIRE(wait_until([&] { return sub->stream_positions_of(*id).at("news").seq == 4; }));
+  CHECK(got.snapshot() == std::vector<std::string>{"s1", "s2"});
+}
+
+TEST_CASE("a position whose records were trimmed is reported as unrecoverable, never skipped silently",
+          "[e2e][log]") {
+  temp_dir dir;
+  auto cfg = log_config(dir);
+  cfg.retention_max_records = 5;
+  test_server server(cfg);
+  auto pub = connect_to(server, "pub");
+  std::uint64_t epoch = 0;
+  for (int i = 1; i <= 20; ++i) {
+    auto ack = pub->publish_durable("feed.x", "feed", bytes("m"));
+    REQUIRE(ack);
+    epoch = ack->epoch;
+  }
+  // Background retention keeps the last 5.
+  REQUIRE(wait_until([&] {
+    auto r = pub->read("feed", 1);
+    return !r && r.error() == errc::trimmed;
+  }));
+
+  collector<unrecoverable_position> lost;
+  seen got;
+  auto sub = connect_to(server, "sub");
+  durable_options o;
+  o.resume_from = {{"feed", {2, epoch}}};
+  o.on_unrecoverable = [&](const unrecoverable_position& u) {
+    lost.add(u);
+    return resume_at::first_available;
+  };
+  REQUIRE(sub->subscribe_durable("feed.>", [&](const message& m) { got.on(m.seq, m.replayed); }, o));
+  REQUIRE(wait_until([&] { return got.seqs.count == 5; }));
+  REQUIRE(lost.count == 1);
+  const auto u = lost.snapshot().front();
+  CHECK(u.reason == position_lost::trimmed);
+  CHECK(u.last_delivered.seq == 2);
+  CHECK(u.first_available == 16);
+  CHECK(u.epoch == epoch);
+  CHECK(got.seqs.snapshot() == range(16, 20));
+}
+
+TEST_CASE("a durable inbox reopened on a new connection receives the sends it missed with their route keys",
+          "[e2e][log][routing]") {
+  temp_dir dir;
+  test_server server(log_config(dir));
+  auto svc = connect_to(server, "service");
+  collector<std::string> got;  // "seq:key1,key2:payload"
+  auto handler = [&](const inbox_message& m) {
+    std::string keys;
+    for (auto k : m.route_keys) keys += std::string(k) + ",";
+    got.add(std::to_string(m.seq) + ":" + keys + ":" + std::string(m.payload_text()) + (m.replayed ? ":log" : ""));
+  };
+  const std::string_view to_alice[] = {"user:alice"};
+  const std::string_view to_both[] = {"user:alice", "user:bob"};
+
+  auto gw = connect_to(server, "gw");
+  auto lease = gw->lease_grant(std::chrono::seconds(30));
+  REQUIRE(lease);
+  REQUIRE_FALSE(gw->open_inbox_durable("gw-1", lease->id, handler));
+  REQUIRE(gw->registry_put("user:alice", "gw-1", lease->id));
+  REQUIRE(svc->send_durable(to_alice, "conv:7", bytes("hello")));
+  REQUIRE(wait_until([&] { return got.count == 1; }));
+  const auto saved = gw->inbox_stream_positions("gw-1");
+  gw->close();  // the lease, the inbox and the route outlive the connection
+
+  REQUIRE(svc->send_durable(to_both, "conv:7", bytes("missed")));
+  auto gw2 = connect_to(server, "gw-again");
+  REQUIRE_FALSE(gw2->open_inbox_durable("gw-1", lease->id, handler, {.resume_from = saved}));
+  REQUIRE(wait_until([&] { return got.count == 2; }));
+  REQUIRE(svc->send_durable(to_alice, "conv:7", bytes("live")));
+  REQUIRE(wait_until([&] { return got.count == 3; }));
+  REQUIRE_FALSE(gw2->flush());
+  CHECK(got.snapshot() == std::vector<std::string>{"1:user:alice,:hello", "2:user:alice,user:bob,:missed:log",
+                                                   "3:user:alice,:live"});
+}
+
+TEST_CASE("a gateway restarted with its saved positions gets the durable sends it missed, for its users only",
+          "[e2e][log][routing]") {
+  temp_dir dir;
+  test_server server(log_config(dir));
+  auto svc = connect_to(server, "service");
+  collector<std::string> got;  // "seq:keys[:log]"
+  auto on_message = [&](const inbox_message& m) {
+    std::string keys;
+    for (auto k : m.route_keys) keys += std::string(k) + ",";
+    got.add(std::to_string(m.seq) + ":" + keys + (m.replayed ? ":log" : ""));
+  };
+  const std::string_view room[] = {"user:alice", "user:carol"};  // carol is on another gateway, or nowhere
+
+  auto conn = connect_to(server, "gw");
+  auto gw = gateway::start(*conn, {.inbox_id = "gw-9", .on_message = on_message, .routes = {"user:alice"},
+                                   .durable = durable_options{}});
+  REQUIRE(gw);
+  REQUIRE(svc->send_durable(room, "conv:9", bytes("a")));
+  REQUIRE(wait_until([&] { return got.count == 1; }));
+  const auto positions = (*gw)->positions();
+  const auto lease = (*gw)->lease();
+  (*gw)->abandon();
+  gw->reset();
+  conn->close();
+
+  REQUIRE(svc->send_durable(room, "conv:9", bytes("b")));  // routed to gw-9, which has no connection
+  auto conn2 = connect_to(server, "gw-again");
+  auto gw2 = gateway::start(*conn2, {.inbox_id = "gw-9", .on_message = on_message, .resume_lease = lease,
+                                     .routes = {"user:alice"}, .durable = durable_options{.resume_from = positions}});
+  REQUIRE(gw2);
+  CHECK((*gw2)->lease() == lease);
+  REQUIRE(wait_until([&] { return got.count == 2; }));
+  REQUIRE(svc->send_durable(room, "conv:9", bytes("c")));
+  REQUIRE(wait_until([&] { return got.count == 3; }));
+  CHECK(got.snapshot() == std::vector<std::string>{"1:user:alice,", "2:user:alice,:log", "3:user:alice,"});
+}
