@@ -6,6 +6,9 @@
 #include "bench/bench_common.hpp"
 
 #include <atomic>
+#include <functional>
+#include <future>
+#include <thread>
 #include <semaphore>
 #include <vector>
 
@@ -22,29 +25,50 @@ const char* policy(std::string_view mode) {
 int run_durable(const settings& s, const target& t) {
   auto conn = client::connect(options_for(t, "bench-durable"));
   if (!conn) return fail_line(s, "connect: " + conn.error().message());
+  client& c = **conn;
   std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
-  std::counting_semaphore<> window(s.window);
   std::atomic<std::uint64_t> acked{0}, failed{0};
   std::atomic<std::uint64_t> last_ack_ns{0};
   const auto count = static_cast<std::uint64_t>(s.count);
-  const std::uint64_t t0 = now_ns();
-  std::uint64_t next_progress = t0 + 1'000'000'000ull;
-  for (std::uint64_t i = 0; i < count; ++i) {
-    window.acquire();
-    put_u64(payload.data(), i);
-    (*conn)->async_append("bench:durable", payload, [&](std::expected<append_ack, std::error_code> r) {
-      if (r) ++acked;
-      else ++failed;
-      last_ack_ns.store(now_ns(), std::memory_order_relaxed);
-      window.release();
+  // Like the peers' single-threaded pipelining clients: the first W appends
+  // go out at once, then every acknowledgement sends the next append from
+  // the client's loop thread, so at most W are unacknowledged and no thread
+  // hand-off sits between an ack and the next append.
+  std::uint64_t issued = 0;  // loop thread after the first window
+  std::function<void(std::expected<append_ack, std::error_code>)> on_ack;
+  auto issue = [&] {
+    put_u64(payload.data(), issued++);
+    c.async_append("bench:durable", payload, on_ack);
+  };
+  on_ack = [&](std::expected<append_ack, std::error_code> r) {
+    if (r) acked.fetch_add(1, std::memory_order_relaxed);
+    else failed.fetch_add(1, std::memory_order_relaxed);
+    last_ack_ns.store(now_ns(), std::memory_order_relaxed);
+    if (r && issued < count) issue();  // after a failure (connection gone) stop: no recursion
+  };
+  std::uint64_t t0 = 0;
+  {
+    // The acks of the first appends may arrive while this loop still runs:
+    // `issued` is shared until the window is out, so hold the loop thread
+    // off by issuing the whole window from inside one flush callback.
+    std::promise<void> started;
+    c.async_flush([&](std::error_code) {
+      t0 = now_ns();
+      for (std::uint64_t i = 0; i < std::min<std::uint64_t>(count, static_cast<std::uint64_t>(s.window)); ++i) issue();
+      started.set_value();
     });
-    if ((i & 0xfff) == 0 && now_ns() >= next_progress) {
-      std::fprintf(stderr, "\rdurable: appended %llu/%llu, acknowledged %llu   ", static_cast<unsigned long long>(i),
-                   static_cast<unsigned long long>(count), static_cast<unsigned long long>(acked.load()));
-      next_progress = now_ns() + 1'000'000'000ull;
-    }
+    started.get_future().wait();
   }
-  for (int i = 0; i < s.window; ++i) window.acquire();
+  // Progress, bounded: every append is acknowledged or failed, or the
+  // connection is gone.
+  for (;;) {
+    const std::uint64_t done = acked.load() + failed.load();
+    if (done >= count || !c.connected()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::fprintf(stderr, "\rdurable: acknowledged %llu/%llu   ", static_cast<unsigned long long>(acked.load()),
+                 static_cast<unsigned long long>(count));
+  }
+  if (acked.load() + failed.load() < count) failed += count - acked.load() - failed.load();
   std::fputs("\r\033[K", stderr);
   const double secs = static_cast<double>(last_ack_ns.load() - t0) / 1e9;
   auto stored = (*conn)->read("bench:durable", 0, 1);
