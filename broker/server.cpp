@@ -135,7 +135,12 @@ server::server(server_config config) : impl_(std::make_unique<impl>((validate(co
 server::~server() {
   // The committer's last completions post to the io_context: stop it while
   // the context still exists (those handlers are destroyed with it).
-  impl_->core.committer.reset();
+  if (auto& c = impl_->core.committer) {
+    const auto st = c->stats();
+    impl_->core.log->info("group commit: {} records in {} batches (largest {}), {} syncs, {} trimmed", st.records,
+                          st.batches, st.largest_batch, st.syncs, st.trimmed);
+    c.reset();
+  }
   // Sessions hold sockets on the io_context: drop the registry's references
   // first, so that only coroutine frames own sessions.
   // The io_context, destroyed next, destroys the rest with their coroutine
