@@ -35,8 +35,8 @@ struct server_config {
   std::string durability = "sync";           // sync | batch | none
   std::chrono::milliseconds sync_interval{10};  // batch mode: fsync at most this often
   std::size_t log_max_bytes = std::size_t{8} << 30;
-  // Default retention for every stream (0 = no limit), applied in the
-  // background in bounded steps.
+  // Default retention for every stream without limits of its own
+  // (SetRetention), 0 = no limit; applied in the background in bounded steps.
   std::uint64_t retention_max_records = 0;
   std::chrono::milliseconds retention_max_age{0};
   std::uint64_t retention_max_bytes = 0;

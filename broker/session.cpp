@@ -307,6 +307,12 @@ bool session::handle(const wire::Frame& frame) {
       else if (frame.message_type() == wire::Message::Append) handle_append(rid, *frame.message_as_Append());
       else handle_read(rid, *frame.message_as_Read());
       return true;
+    case wire::Message::StreamInfo:
+    case wire::Message::StreamList:
+    case wire::Message::SetRetention:
+      if (!log_) send_error(rid, errc::unsupported_message, "this needs the \"log\" capability in the hello");
+      else handle_stream_admin(frame);
+      return true;
     default:
       ++core_.counters.protocol_errors;
       close_with_error(errc::unsupported_message,

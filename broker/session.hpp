@@ -87,6 +87,8 @@ class session : public std::enable_shared_from_this<session> {
                      std::span<const std::byte> subject, std::string_view channel,
                      std::vector<std::string> route_keys = {});
   void handle_read(std::uint64_t request_id, const protocol::wire::Read& m);
+  // StreamInfo, StreamList, SetRetention (session_admin.cpp; needs "log").
+  void handle_stream_admin(const protocol::wire::Frame& frame);
 
  public:
   // Loop thread: answers an append once it is durable (or failed).

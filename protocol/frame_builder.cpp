@@ -319,6 +319,52 @@ bytes_view frame_builder::records(std::uint64_t request_id, std::string_view str
   return finish_as(request_id, wire::CreateRecords(fbb, name, epoch, first_seq, last_seq, list));
 }
 
+namespace {
+
+Offset<wire::StreamInfoResult> stream_info_table(flatbuffers::FlatBufferBuilder& fbb, const stream_info_fields& f) {
+  const auto name = fbb.CreateString(f.stream.data(), f.stream.size());
+  return wire::CreateStreamInfoResult(fbb, name, f.epoch, f.first_seq, f.last_seq, f.records, f.bytes, f.created_ms,
+                                      f.retention.max_records, f.retention.max_age_ms, f.retention.max_bytes,
+                                      f.own_retention);
+}
+
+}  // namespace
+
+bytes_view frame_builder::stream_info(std::uint64_t request_id, std::string_view stream) {
+  auto& fbb = start();
+  const auto name = fbb.CreateString(stream.data(), stream.size());
+  return finish_as(request_id, wire::CreateStreamInfo(fbb, name));
+}
+
+bytes_view frame_builder::stream_info_result(std::uint64_t request_id, const stream_info_fields& f) {
+  auto& fbb = start();
+  return finish_as(request_id, stream_info_table(fbb, f));
+}
+
+bytes_view frame_builder::stream_list(std::uint64_t request_id, std::string_view prefix, std::uint32_t limit) {
+  auto& fbb = start();
+  const auto p = string_or_null(fbb, prefix);
+  return finish_as(request_id, wire::CreateStreamList(fbb, p, limit));
+}
+
+bytes_view frame_builder::stream_list_result(std::uint64_t request_id, std::span<const stream_info_fields> streams,
+                                             bool more) {
+  auto& fbb = start();
+  std::vector<Offset<wire::StreamInfoResult>> items;
+  items.reserve(streams.size());
+  for (const auto& s : streams) items.push_back(stream_info_table(fbb, s));
+  const auto list = fbb.CreateVector(items);
+  return finish_as(request_id, wire::CreateStreamListResult(fbb, list, more));
+}
+
+bytes_view frame_builder::set_retention(std::uint64_t request_id, std::string_view stream,
+                                        const retention_fields& limits, bool clear) {
+  auto& fbb = start();
+  const auto name = fbb.CreateString(stream.data(), stream.size());
+  return finish_as(request_id, wire::CreateSetRetention(fbb, name, limits.max_records, limits.max_age_ms,
+                                                        limits.max_bytes, clear));
+}
+
 bytes_view frame_builder::dropped(std::uint64_t count) {
   auto& fbb = start();
   return finish(0, static_cast<std::uint8_t>(wire::Message::Dropped),

@@ -57,6 +57,26 @@ struct registry_entry_fields {
   std::uint32_t remaining_ms = 0;
 };
 
+// Retention limits as on the wire (0 = no limit).
+struct retention_fields {
+  std::uint64_t max_records = 0;
+  std::uint64_t max_age_ms = 0;
+  std::uint64_t max_bytes = 0;
+};
+
+// StreamInfoResult: a stream and the retention in force for it.
+struct stream_info_fields {
+  std::string_view stream;
+  std::uint64_t epoch = 0;
+  std::uint64_t first_seq = 0;
+  std::uint64_t last_seq = 0;
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t created_ms = 0;
+  retention_fields retention;
+  bool own_retention = false;  // retention is the stream's own, not the server default
+};
+
 // Builds one frame at a time into a reusable buffer, so steady-state encoding
 // allocates nothing. Every method returns the whole frame (4-byte
 // little-endian length prefix included, size a multiple of
@@ -115,6 +135,15 @@ class frame_builder {
                   std::uint32_t max_bytes);
   bytes_view records(std::uint64_t request_id, std::string_view stream, std::uint64_t epoch, std::uint64_t first_seq,
                      std::uint64_t last_seq, std::span<const record_fields> records);
+
+  // Stream administration (capability "log").
+  bytes_view stream_info(std::uint64_t request_id, std::string_view stream);
+  bytes_view stream_info_result(std::uint64_t request_id, const stream_info_fields& f);
+  bytes_view stream_list(std::uint64_t request_id, std::string_view prefix, std::uint32_t limit);
+  bytes_view stream_list_result(std::uint64_t request_id, std::span<const stream_info_fields> streams, bool more);
+  // clear = drop the stream's own limits (`limits` is then ignored).
+  bytes_view set_retention(std::uint64_t request_id, std::string_view stream, const retention_fields& limits,
+                           bool clear = false);
 
   // Escape hatch for tests and future messages: the builder to fill, then
   // finish(request_id, type, offset).

@@ -37,6 +37,16 @@ inline constexpr std::uint32_t verifier_max_depth = 16;
 inline constexpr std::uint32_t max_list_items = 10'000;
 inline constexpr std::uint32_t verifier_max_tables = max_list_items + 16;
 
+// Lists answered by the server (leases, registry entries, streams): the
+// number of items when the request asks for 0, and the most it answers.
+inline constexpr std::uint32_t default_list_limit = 1000;
+inline constexpr std::uint32_t max_list_limit = max_list_items;
+
+// Largest value of each retention limit in SetRetention (records, age in
+// ms, bytes): 2^53 - 1, so that a limit survives a round trip through JSON
+// numbers (doubles) in admin scripts and an age fits signed 64-bit ms.
+inline constexpr std::uint64_t max_retention_limit = (std::uint64_t{1} << 53) - 1;
+
 // Capability names (the hello lists those a client understands; the welcome
 // lists those granted = asked ∩ supported).
 namespace capability {
@@ -46,7 +56,8 @@ inline constexpr std::string_view dropped_notice = "dropped-notice";
 inline constexpr std::string_view publish_ack = "publish-ack";
 // Leases, the routing registry, inboxes and send-to-user (message tags 12..29).
 inline constexpr std::string_view routing = "routing";
-// The sequence log: Append, Read (message tags 30..33).
+// The sequence log: Append, Read (message tags 30..33), and stream
+// administration: StreamInfo, StreamList, SetRetention (tags 34..38).
 inline constexpr std::string_view log = "log";
 }  // namespace capability
 

@@ -46,22 +46,43 @@ void group_committer::append(std::string_view stream, std::span<const std::byte>
   if (was_empty) wake_.notify_one();
 }
 
+void group_committer::set_retention(std::string_view stream, std::optional<retention> limits, info_completion done) {
+  if (log_.check(stream, 0) || (limits && limits->max_age.count() < 0)) {
+    if (done) done(std::unexpected(make_error_code(errc::invalid_argument)));
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    changes_.push_back({std::string(stream), limits, std::move(done)});
+  }
+  wake_.notify_one();
+}
+
 group_commit_stats group_committer::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
 }
 
+namespace {
+bool has_limits(const retention& r) { return r.max_records > 0 || r.max_bytes > 0 || r.max_age.count() > 0; }
+}  // namespace
+
 bool group_committer::retention_pass() {
   auto streams = log_.list();
   if (!streams) return false;
   bool more = false;
+  bool own = false;
   std::uint64_t removed = 0;
   for (const auto& st : *streams) {
-    auto r = log_.enforce(st.name, options_.default_retention, options_.retention_step);
+    own |= st.own_retention.has_value();
+    const retention& limits = st.own_retention ? *st.own_retention : options_.default_retention;
+    if (!has_limits(limits)) continue;  // keeps everything: no write transaction
+    auto r = log_.enforce(st.name, limits, options_.retention_step);
     if (!r) continue;  // a full map or an I/O error: the next pass tries again
     removed += *r;
     more |= *r == options_.retention_step;
   }
+  retention_active_ = own || has_limits(options_.default_retention);
   if (removed > 0) {
     std::lock_guard lock(mu_);
     stats_.trimmed += removed;
@@ -71,20 +92,31 @@ bool group_committer::retention_pass() {
 
 void group_committer::run() {
   using clock = std::chrono::steady_clock;
-  const auto& r = options_.default_retention;
-  const bool retention = r.max_records > 0 || r.max_bytes > 0 || r.max_age.count() > 0;
+  // Streams may have limits of their own from an earlier run.
+  retention_active_ = has_limits(options_.default_retention);
+  if (auto streams = log_.list())
+    for (const auto& st : *streams) retention_active_ |= st.own_retention.has_value();
   next_retention_ = clock::now() + options_.retention_interval;
   std::vector<pending> batch;
+  std::vector<retention_change> changes;
   std::unique_lock lock(mu_);
   for (;;) {
+    if (!changes_.empty()) {
+      changes.swap(changes_);
+      lock.unlock();
+      apply(changes);
+      changes.clear();
+      lock.lock();
+      continue;
+    }
     if (queue_.empty()) {
       if (stopping_) break;
       // Idle: wait for an append, or until the next sync (batch mode) or
       // retention pass is due, whichever comes first.
       auto due = clock::time_point::max();
       if (unsynced_) due = last_sync_ + options_.sync_interval;
-      if (retention) due = std::min(due, next_retention_);
-      const auto ready = [&] { return !queue_.empty() || stopping_; };
+      if (retention_active_) due = std::min(due, next_retention_);
+      const auto ready = [&] { return !queue_.empty() || !changes_.empty() || stopping_; };
       if (due == clock::time_point::max()) {
         wake_.wait(lock, ready);
         continue;
@@ -100,7 +132,7 @@ void group_committer::run() {
         last_sync_ = clock::now();
         unsynced_ = false;
       }
-      if (retention && now >= next_retention_) {
+      if (retention_active_ && now >= next_retention_) {
         // Bounded steps; while records remain due, come back at once
         // (appends still go first: this only runs on an empty queue).
         const bool more = retention_pass();
@@ -125,6 +157,36 @@ void group_committer::run() {
   }
   lock.unlock();
   if (unsynced_) log_.sync();
+}
+
+void group_committer::apply(std::vector<retention_change>& changes) {
+  std::vector<std::expected<stream_info, std::error_code>> results;
+  results.reserve(changes.size());
+  bool changed = false;
+  for (auto& c : changes) {
+    results.push_back(c.limits ? log_.set_retention(c.stream, *c.limits) : log_.clear_retention(c.stream));
+    changed |= results.back().has_value();
+  }
+  if (changed) {
+    // Durable before anyone hears of it, whatever the mode (appends in the
+    // batch mode are synced here too, early).
+    if (log_.mode() != durability::sync) {
+      if (auto ec = log_.sync()) {
+        for (auto& r : results)
+          if (r) r = std::unexpected(ec);
+      } else {
+        std::lock_guard lock(mu_);
+        ++stats_.syncs;
+      }
+      last_sync_ = std::chrono::steady_clock::now();
+      unsynced_ = false;
+    }
+    // Apply new limits now rather than at the next interval.
+    retention_active_ = true;
+    next_retention_ = std::chrono::steady_clock::now();
+  }
+  for (std::size_t i = 0; i < changes.size(); ++i)
+    if (changes[i].done) changes[i].done(std::move(results[i]));
 }
 
 void group_committer::commit(std::vector<pending>& batch) {

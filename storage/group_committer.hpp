@@ -18,6 +18,7 @@
 #include <expected>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -31,10 +32,11 @@ struct group_commit_options {
   // durability::batch: fsync at most this often (and at least this often
   // while appends come in). Ignored in the other modes.
   std::chrono::milliseconds sync_interval{10};
-  // Retention applied to every stream, in the background on the writer
-  // thread while no append waits: every retention_interval, at most
-  // retention_step records per stream (sooner again while more are due).
-  // All limits 0 = keep everything.
+  // Retention applied in the background on the writer thread while no
+  // append waits: every retention_interval, at most retention_step records
+  // per stream (sooner again while more are due). A stream with limits of
+  // its own (set_retention) gets those; every other stream gets
+  // default_retention. All limits 0 = keep everything.
   retention default_retention{};
   std::chrono::milliseconds retention_interval{1000};
   std::size_t retention_step = 1000;
@@ -44,7 +46,7 @@ struct group_commit_stats {
   std::uint64_t batches = 0;
   std::uint64_t records = 0;
   std::uint64_t largest_batch = 0;
-  std::uint64_t syncs = 0;    // explicit syncs in the batch mode
+  std::uint64_t syncs = 0;    // explicit syncs: the batch mode's, and retention changes' outside the sync mode
   std::uint64_t trimmed = 0;  // records removed by background retention
 };
 
@@ -82,6 +84,21 @@ class group_committer {
     append(stream, payload, {}, std::move(done));
   }
 
+  // Runs on the writer thread with the stream as it is after a retention
+  // change, or the error. Same rules as `completion`.
+  using info_completion = std::function<void(std::expected<stream_info, std::error_code>)>;
+
+  // Queues a change of a stream's own retention limits, applied on the
+  // writer thread (between append batches): with limits, they become the
+  // stream's own (an unknown stream is created, empty: see
+  // sequence_log::set_retention); with std::nullopt, the stream's own
+  // limits are dropped and default_retention applies again (not_found for
+  // an unknown stream). `done` runs once the change is on disk, synced in
+  // every durability mode (changes are rare), and the next retention pass
+  // starts at once. An invalid stream name or negative age completes at
+  // once, on the calling thread, with invalid_argument. Thread-safe.
+  void set_retention(std::string_view stream, std::optional<retention> limits, info_completion done);
+
   group_commit_stats stats() const;
 
  private:
@@ -94,7 +111,15 @@ class group_committer {
     std::span<const std::byte> payload() const { return std::span(data).subspan(subject_size); }
   };
 
+  struct retention_change {
+    std::string stream;
+    std::optional<retention> limits;  // nullopt: clear
+    info_completion done;
+  };
+
   void run();
+  // Applies queued retention changes, syncs, then runs their completions.
+  void apply(std::vector<retention_change>& changes);
   // One bounded retention pass over every stream; true if more is due.
   bool retention_pass();
   void commit(std::vector<pending>& batch);
@@ -107,11 +132,15 @@ class group_committer {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::vector<pending> queue_;  // guarded by mu_
+  std::vector<retention_change> changes_;  // guarded by mu_
   bool stopping_ = false;       // guarded by mu_
   group_commit_stats stats_;    // guarded by mu_
   std::chrono::steady_clock::time_point last_sync_;  // writer thread
   bool unsynced_ = false;                            // writer thread
   std::chrono::steady_clock::time_point next_retention_;  // writer thread
+  // Whether retention passes run: the default has limits, or some stream
+  // has limits of its own (writer thread; refreshed by every pass).
+  bool retention_active_ = false;
   std::thread writer_;
 };
 

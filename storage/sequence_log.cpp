@@ -4,7 +4,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <shared_mutex>
@@ -23,6 +25,7 @@ constexpr std::string_view last_stream_key = "last_stream_id";
 constexpr std::string_view format_key = "format_version";
 
 static_assert(max_subject_bytes <= UINT32_MAX, "the subject length is a u32 on disk");
+constexpr std::size_t retention_size = 3 * 8;  // max records, max age (ms), max bytes
 
 void put_le64(std::byte* p, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
@@ -128,12 +131,22 @@ class cursor {
 
 MDB_val view(std::string_view s) { return {s.size(), const_cast<char*>(s.data())}; }
 
+// A "retention" value; later versions may append fields after the first 24 bytes.
+std::expected<retention, std::error_code> decode_retention(const MDB_val& v) {
+  if (v.mv_size < retention_size) return std::unexpected(make_error_code(errc::corrupted));
+  const auto* p = static_cast<const std::byte*>(v.mv_data);
+  const std::uint64_t age = get_le64(p + 8);
+  if (age > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    return std::unexpected(make_error_code(errc::corrupted));
+  return retention{get_le64(p), std::chrono::milliseconds(static_cast<std::int64_t>(age)), get_le64(p + 16)};
+}
+
 }  // namespace
 
 struct sequence_log::impl {
   log_options opts;
   MDB_env* env = nullptr;
-  MDB_dbi streams = 0, records = 0, metadata = 0;
+  MDB_dbi streams = 0, records = 0, metadata = 0, own_retention = 0;
   std::size_t map_size = 0;
   std::uint64_t last_stream_id = 0;  // writer thread
   // Readers and the writer hold it shared for a transaction; growing the
@@ -156,6 +169,51 @@ struct sequence_log::impl {
     m.encode(buf);
     MDB_val k = view(name), v{sizeof buf, buf};
     return from_lmdb(mdb_put(t, streams, &k, &v, 0));
+  }
+
+  // The stream's own retention limits, nullopt if it has none.
+  std::expected<std::optional<retention>, std::error_code> load_retention(MDB_txn* t, std::string_view name) const {
+    MDB_val k = view(name), v{};
+    const int rc = mdb_get(t, own_retention, &k, &v);
+    if (rc == MDB_NOTFOUND) return std::optional<retention>{};
+    if (rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
+    auto r = decode_retention(v);
+    if (!r) return std::unexpected(r.error());
+    return std::optional<retention>{*r};
+  }
+
+  // A stream's metadata and its own retention, as info() reports them.
+  std::expected<stream_info, std::error_code> describe(MDB_txn* t, std::string_view name, const meta& m) const {
+    auto own = load_retention(t, name);
+    if (!own) return std::unexpected(own.error());
+    auto out = m.info(name);
+    out.own_retention = *own;
+    return out;
+  }
+
+  // Loads a stream, creating it empty when unknown (a new id, epoch and
+  // creation time; the last stream id is stored in the same transaction).
+  // `last_id` is the last id handed out, updated when a stream is created.
+  std::expected<meta, std::error_code> load_or_create(MDB_txn* t, std::string_view name, std::uint64_t& last_id) {
+    auto m = load(t, name);
+    if (m || m.error() != errc::not_found) return m;
+    meta fresh;
+    fresh.id = ++last_id;
+    fresh.epoch = opts.random64();
+    fresh.created = now_ms();
+    if (auto ec = store(t, name, fresh)) return std::unexpected(ec);
+    std::byte buf[8];
+    put_le64(buf, last_id);
+    MDB_val k = view(last_stream_key), v{sizeof buf, buf};
+    if (const int rc = mdb_put(t, metadata, &k, &v, 0); rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
+    return fresh;
+  }
+
+  // A write that may have grown the map into the trim reserve gives
+  // appends back only the ceiling (see trim_front).
+  std::error_code keep_reserve() {
+    if (map_size > append_ceiling()) return resize_map(append_ceiling());
+    return {};
   }
 
   // Appends may fill the map only up to this; the rest of max_map_size is
@@ -260,6 +318,7 @@ struct sequence_log::impl {
         rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
       }
       if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return from_lmdb(rc);
+      if (removed == 0) return {};  // nothing written: LMDB commits nothing, no fsync
       if (m->records == 0) m->first = m->last + 1;
       return store(t, name, *m);
     }, opts.max_map_size);
@@ -296,7 +355,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   auto p = std::make_unique<impl>();
   p->opts = std::move(options);
   if (auto ec = from_lmdb(mdb_env_create(&p->env))) return std::unexpected(ec);
-  mdb_env_set_maxdbs(p->env, 4);
+  mdb_env_set_maxdbs(p->env, 8);  // four in use; room for more without a format change
   if (auto ec = from_lmdb(mdb_env_set_mapsize(p->env, std::min(p->opts.initial_map_size, p->append_ceiling()))))
     return std::unexpected(ec);
   // NOTLS: read transactions are not tied to threads. The sync modes other
@@ -314,6 +373,8 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "records", MDB_CREATE, &p->records))) return std::unexpected(ec);
   if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "meta", MDB_CREATE, &p->metadata))) return std::unexpected(ec);
   if (auto ec = p->check_format(t.get())) return std::unexpected(ec);  // aborts: nothing written
+  if (auto ec = from_lmdb(mdb_dbi_open(t.get(), "retention", MDB_CREATE, &p->own_retention)))
+    return std::unexpected(ec);
   MDB_val k = view(last_stream_key), v{};
   const int rc = mdb_get(t.get(), p->metadata, &k, &v);
   if (rc == MDB_SUCCESS && v.mv_size == 8) p->last_stream_id = get_le64(static_cast<const std::byte*>(v.mv_data));
@@ -447,25 +508,89 @@ std::expected<stream_info, std::error_code> sequence_log::info(std::string_view 
   if (auto ec = t.begin(p.env, MDB_RDONLY)) return std::unexpected(ec);
   auto m = p.load(t.get(), stream);
   if (!m) return std::unexpected(m.error());
-  return m->info(stream);
+  return p.describe(t.get(), stream, *m);
 }
 
 std::expected<std::vector<stream_info>, std::error_code> sequence_log::list() const {
+  return list({}, std::numeric_limits<std::size_t>::max());
+}
+
+std::expected<std::vector<stream_info>, std::error_code> sequence_log::list(std::string_view prefix,
+                                                                            std::size_t max_count, bool* more) const {
   auto& p = *impl_;
+  if (more) *more = false;
   std::shared_lock lock(p.resize);
   txn t;
   if (auto ec = t.begin(p.env, MDB_RDONLY)) return std::unexpected(ec);
   cursor c(t.get(), p.streams);
   if (c.status() != MDB_SUCCESS) return std::unexpected(from_lmdb(c.status()));
   std::vector<stream_info> out;
-  MDB_val k{}, v{};
-  int rc = mdb_cursor_get(c.get(), &k, &v, MDB_FIRST);
+  // Names sort bytewise: those with the prefix are one range from it on.
+  MDB_val k = view(prefix), v{};
+  int rc = mdb_cursor_get(c.get(), &k, &v, prefix.empty() ? MDB_FIRST : MDB_SET_RANGE);
   for (; rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+    const std::string_view name{static_cast<const char*>(k.mv_data), k.mv_size};
+    if (!name.starts_with(prefix)) break;
+    if (out.size() == max_count) {
+      if (more) *more = true;
+      break;
+    }
     auto m = meta::decode(v);
     if (!m) return std::unexpected(m.error());
-    out.push_back(m->info({static_cast<const char*>(k.mv_data), k.mv_size}));
+    auto info = p.describe(t.get(), name, *m);
+    if (!info) return std::unexpected(info.error());
+    out.push_back(std::move(*info));
   }
-  if (rc != MDB_NOTFOUND) return std::unexpected(from_lmdb(rc));
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return std::unexpected(from_lmdb(rc));
+  return out;
+}
+
+std::expected<stream_info, std::error_code> sequence_log::set_retention(std::string_view stream,
+                                                                        const retention& limits) {
+  auto& p = *impl_;
+  if (auto ec = check(stream, 0)) return std::unexpected(ec);
+  if (limits.max_age.count() < 0) return std::unexpected(make_error_code(errc::invalid_argument));
+  std::byte value[retention_size];
+  put_le64(value, limits.max_records);
+  put_le64(value + 8, static_cast<std::uint64_t>(limits.max_age.count()));
+  put_le64(value + 16, limits.max_bytes);
+  stream_info out;
+  std::uint64_t last_id = p.last_stream_id;
+  // A tiny write that may use the trim reserve: on a full log, setting a
+  // retention is how an operator makes room again.
+  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
+    last_id = p.last_stream_id;  // a retry starts from what is committed
+    auto m = p.load_or_create(t, stream, last_id);
+    if (!m) return m.error();
+    MDB_val k = view(stream), v{sizeof value, value};
+    if (const int rc = mdb_put(t, p.own_retention, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+    out = m->info(stream);
+    out.own_retention = limits;
+    return {};
+  }, p.opts.max_map_size);
+  const auto shrink = p.keep_reserve();
+  if (ec) return std::unexpected(ec);
+  if (shrink) return std::unexpected(shrink);
+  p.last_stream_id = last_id;
+  return out;
+}
+
+std::expected<stream_info, std::error_code> sequence_log::clear_retention(std::string_view stream) {
+  auto& p = *impl_;
+  if (auto ec = check(stream, 0)) return std::unexpected(ec);
+  stream_info out;
+  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
+    auto m = p.load(t, stream);
+    if (!m) return m.error();
+    MDB_val k = view(stream);
+    if (const int rc = mdb_del(t, p.own_retention, &k, nullptr); rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+      return from_lmdb(rc);
+    out = m->info(stream);
+    return {};
+  }, p.opts.max_map_size);
+  const auto shrink = p.keep_reserve();
+  if (ec) return std::unexpected(ec);
+  if (shrink) return std::unexpected(shrink);
   return out;
 }
 

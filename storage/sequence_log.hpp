@@ -2,7 +2,7 @@
 // The durable sequence log: named streams of records in one LMDB
 // environment, each record numbered by a per-stream sequence.
 //
-// Layout (three LMDB databases):
+// Layout (four LMDB databases):
 //  - "streams": name -> stream metadata (id, epoch, first/last sequence,
 //    record count, bytes, created time);
 //  - "records": big-endian stream id + big-endian sequence -> a 24-byte
@@ -21,6 +21,11 @@
 //
 // A record's subject is opaque bytes (at most max_subject_bytes) stored
 // with it: the broker puts there how the record was delivered live.
+//  - "meta": the last stream id handed out;
+//  - "retention": name -> the stream's own retention limits (three
+//    little-endian u64: max records, max age in ms, max bytes), only for
+//    streams that have their own (set_retention). Readers take the first
+//    24 bytes, so later versions may append fields.
 //
 // Sequences start at 1, are contiguous per stream and are never reused,
 // even after trimming. An append is durable when append() returns in the
@@ -35,8 +40,8 @@
 // fresh pages even to delete: a full log can always be trimmed, and appends
 // then reuse the space freed.
 //
-// Thread safety: any number of threads may read; appends and trims must
-// come from one thread at a time (the group-commit writer). Not for use by
+// Thread safety: any number of threads may read; appends, trims and
+// retention changes must come from one thread at a time (the group-commit writer). Not for use by
 // several processes at once.
 
 #include "storage/errc.hpp"
@@ -48,6 +53,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,6 +87,13 @@ struct log_options {
   std::function<std::uint64_t()> random64;
 };
 
+// Retention limits; 0 means no limit.
+struct retention {
+  std::uint64_t max_records = 0;
+  std::chrono::milliseconds max_age{0};
+  std::uint64_t max_bytes = 0;
+};
+
 struct stream_info {
   std::string name;
   std::uint64_t id = 0;
@@ -90,6 +103,9 @@ struct stream_info {
   std::uint64_t records = 0;
   std::uint64_t bytes = 0;      // payload + subject bytes retained (what max_bytes retention counts)
   std::uint64_t created_ms = 0;
+  // The stream's own retention limits (set_retention); nullopt: the
+  // caller's default applies.
+  std::optional<retention> own_retention;
 };
 
 struct append_item {
@@ -110,13 +126,6 @@ struct read_result {
   std::uint64_t first_seq = 0;  // of the stream at the time of the read
   std::uint64_t last_seq = 0;
   std::vector<record> records;
-};
-
-// Retention limits; 0 means no limit.
-struct retention {
-  std::uint64_t max_records = 0;
-  std::chrono::milliseconds max_age{0};
-  std::uint64_t max_bytes = 0;
 };
 
 class sequence_log {
@@ -151,6 +160,25 @@ class sequence_log {
 
   std::expected<stream_info, std::error_code> info(std::string_view stream) const;
   std::expected<std::vector<stream_info>, std::error_code> list() const;
+  // Streams whose name starts with `prefix`, in name order (bytewise), at
+  // most `max_count`; `*more` (if given) tells whether any were left out.
+  std::expected<std::vector<stream_info>, std::error_code> list(std::string_view prefix, std::size_t max_count,
+                                                                bool* more = nullptr) const;
+
+  // Per-stream retention, kept in the "retention" database, so it survives
+  // a restart. Writer thread (like append and trim); nothing is trimmed
+  // here: the caller's enforce() applies the limits.
+  //
+  // set_retention makes `limits` the stream's own, replacing earlier ones;
+  // all-zero limits are an override too ("keep everything", whatever the
+  // caller's default). An unknown stream is created, empty (first_seq 1,
+  // last_seq 0, a fresh epoch), and its first append gets sequence 1.
+  // Returns the stream as it is now. Errors: invalid_argument (empty or
+  // long name, negative age), storage_full.
+  std::expected<stream_info, std::error_code> set_retention(std::string_view stream, const retention& limits);
+  // Drops the stream's own limits (a no-op if it has none). Errors:
+  // not_found (no such stream; nothing is created), invalid_argument.
+  std::expected<stream_info, std::error_code> clear_retention(std::string_view stream);
 
   // Removes up to `max_records` records from the front of the stream, all
   // below `before_seq`. Returns how many went. Sequences are not reused.

@@ -186,6 +186,26 @@ struct durable_options {
   std::size_t read_batch = 0;
 };
 
+// Retention limits of a stream; 0 = no limit.
+struct stream_retention {
+  std::uint64_t max_records = 0;
+  std::chrono::milliseconds max_age{0};  // by the records' wall-clock timestamps
+  std::uint64_t max_bytes = 0;           // payload plus subject bytes (docs/storage.md)
+};
+
+// What the broker's log knows about a stream (stream_info, stream_list).
+struct stream_summary {
+  std::string name;
+  std::uint64_t epoch = 0;       // random at creation: a new epoch means the stream was recreated
+  std::uint64_t first_seq = 0;   // first retained (last_seq + 1 when it holds no records)
+  std::uint64_t last_seq = 0;    // last appended (0 = none yet)
+  std::uint64_t records = 0;     // records retained
+  std::uint64_t bytes = 0;       // payload plus subject bytes retained
+  std::uint64_t created_ms = 0;  // wall clock at creation, ms since the Unix epoch
+  stream_retention retention;    // in force for this stream
+  bool own_retention = false;    // true: the stream's own limits; false: the broker's default
+};
+
 struct send_result {
   std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (no route)
   std::size_t routed = 0;
@@ -356,6 +376,28 @@ class client {
   // to learn where the stream starts now).
   std::expected<stream_read, std::error_code> read(std::string_view stream, std::uint64_t from_seq = 0,
                                                    std::size_t max_count = 0, std::size_t max_bytes = 0);
+
+  // ---- Stream administration (capability "log"; blocking, request_timeout) ----
+  // Errors: not_found (no such stream), bad_request (stream name 1..255
+  // bytes, a limit above 2^53 - 1), internal (the broker has no data dir),
+  // not_supported, not_connected, timeout.
+  std::expected<stream_summary, std::error_code> stream_info(std::string_view stream);
+  // Streams whose name starts with `prefix`, in name order, at most `limit`
+  // (0 = the broker's default, 1000; at most 10000); `more`, if given, says
+  // whether the list was cut.
+  std::expected<std::vector<stream_summary>, std::error_code> stream_list(std::string_view prefix = "",
+                                                                          std::size_t limit = 0,
+                                                                          bool* more = nullptr);
+  // Gives the stream retention limits of its own, replacing earlier ones
+  // (all 0 = keep everything, whatever the broker's default); an unknown
+  // stream is created, empty. Returns once the change is on disk, with the
+  // stream as it is then; the broker trims by the new limits in the
+  // background, starting at once.
+  std::expected<stream_summary, std::error_code> set_stream_retention(std::string_view stream,
+                                                                      const stream_retention& limits);
+  // Drops the stream's own limits: the broker's default applies again.
+  // Errors as above; not_found for an unknown stream (nothing is created).
+  std::expected<stream_summary, std::error_code> clear_stream_retention(std::string_view stream);
 
   // Non-blocking forms for pipelining (many requests in flight): `done`
   // runs on the loop thread; views in it are valid during the call only.

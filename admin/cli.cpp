@@ -1,0 +1,379 @@
+#include "admin/cli.hpp"
+
+#include "admin/format.hpp"
+
+#include <switchyard/client.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace switchyard::admin {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::string_view cli_name = "switchyard-cli";
+
+// Everything the command line can set; filled by CLI11.
+struct settings {
+  std::string address = "127.0.0.1:7878";
+  std::int64_t timeout_ms = 5000;
+  bool json = false;
+  std::string command;  // "streams list", "ping", ...
+  std::string stream;
+  std::string prefix;
+  std::size_t limit = 0;
+  std::uint64_t from = 0;
+  std::size_t count = 100;
+  std::uint64_t max_records = 0;
+  std::uint64_t max_age_ms = 0;
+  std::uint64_t max_bytes = 0;
+  bool set_limits = false;  // any --max-* given
+  bool clear = false;
+};
+
+// Stable names of the client library's error codes, for --json.
+std::string_view code_name(std::error_code ec) {
+  // Indexed by the code's value (1..99 are the broker's, docs/protocol.md §8).
+  static constexpr std::string_view server_codes[] = {
+      "none", "bad_request", "malformed_frame", "frame_too_large", "unsupported_version", "unsupported_message",
+      "hello_required", "hello_timeout", "heartbeat_timeout", "too_many_connections", "unauthorized",
+      "rate_limited", "draining", "shutting_down", "slow_consumer", "not_found", "no_route", "trimmed",
+      "storage_full", "internal", "inbox_taken"};
+  if (ec.category() != client_category()) return "connection_failed";
+  const int v = ec.value();
+  if (v > 0 && static_cast<std::size_t>(v) < std::size(server_codes)) return server_codes[v];
+  switch (static_cast<errc>(v)) {
+    case errc::not_connected: return "not_connected";
+    case errc::timeout: return "timeout";
+    case errc::not_supported: return "not_supported";
+    case errc::protocol_violation: return "protocol_violation";
+    case errc::payload_too_large: return "payload_too_large";
+    default: return "error";
+  }
+}
+
+// Server-reported codes (and a missing capability) are the broker's answer;
+// everything else means the connection did not work out.
+int exit_code_of(std::error_code ec) {
+  if (ec.category() == client_category() && ((ec.value() > 0 && ec.value() < 100) || ec == errc::not_supported))
+    return exit_server_error;
+  return exit_connection;
+}
+
+// "host:port" or "[v6]:port".
+bool parse_address(std::string_view address, std::string& host, std::uint16_t& port) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) return false;
+  host = std::string(address.substr(0, colon));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  unsigned long value = 0;
+  for (char c : address.substr(colon + 1)) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<unsigned long>(c - '0');
+    if (value > 65535) return false;
+  }
+  if (value == 0) return false;
+  port = static_cast<std::uint16_t>(value);
+  return true;
+}
+
+std::string_view text_of(const std::vector<std::byte>& b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+// One command run: the settings, the output streams and the connection.
+class cli {
+ public:
+  cli(const settings& s, std::ostream& out, std::ostream& err) : s_(s), out_(out), err_(err) {}
+
+  int run() {
+    client_options o;
+    if (!parse_address(s_.address, o.host, o.port))
+      return fail(exit_usage, "usage", "--address must be host:port (port 1..65535), got '" + s_.address + "'");
+    o.client_name = std::string(cli_name);
+    o.connect_timeout = o.request_timeout = std::chrono::milliseconds(s_.timeout_ms);
+    auto c = client::connect(o);
+    if (!c)  // whatever the reason (refused, timeout, the broker's refusal): exit 2
+      return fail(exit_connection, code_name(c.error()),
+                  "cannot connect to " + s_.address + ": " + c.error().message());
+    client_ = std::move(*c);
+    if (s_.command == "ping") return ping();
+    if (s_.command == "streams list") return streams_list();
+    if (s_.command == "streams info") return streams_info();
+    if (s_.command == "streams retention") return streams_retention();
+    if (s_.command == "streams read") return streams_read();
+    return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");
+  }
+
+  // Reports an error: a message on stderr and, with --json, an error
+  // object on stdout. Returns `code`.
+  int fail(int code, std::string_view kind, const std::string& message) {
+    err_ << cli_name << ": " << message << "\n";
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().key("error").begin_object();
+      j.string("code", kind).string("message", message).number("exit_code", static_cast<std::uint64_t>(code));
+      j.end_object().end_object();
+      out_ << j.str() << "\n";
+    }
+    return code;
+  }
+
+ private:
+  int fail(std::error_code ec, const std::string& what) {
+    std::string message = what + ": " + ec.message();
+    if (ec == errc::not_found) message = what + ": no such stream";
+    else if (ec == errc::not_supported) message = what + ": the broker does not offer the sequence log (\"log\")";
+    else if (ec == errc::internal) message += " (is the broker running without a data dir?)";
+    else if (ec == errc::bad_request)
+      message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
+    return fail(exit_code_of(ec), code_name(ec), message);
+  }
+
+  int ping() {
+    const auto start = std::chrono::steady_clock::now();
+    if (auto ec = client_->flush()) return fail(ec, "ping");
+    const double rtt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const auto caps = client_->capabilities();
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().string("address", s_.address).key("rtt_ms").decimal(rtt_ms, 3);
+      j.number("session_id", client_->session_id()).number("max_frame", client_->server_max_frame());
+      j.key("capabilities").begin_array();
+      for (const auto& cap : caps) j.string(cap);
+      j.end_array().end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    std::string cap_list;
+    for (const auto& cap : caps) cap_list += (cap_list.empty() ? "" : " ") + cap;
+    char rtt[32];
+    std::snprintf(rtt, sizeof rtt, "%.3f ms", rtt_ms);
+    out_ << format_table({{"address", s_.address},
+                          {"round trip", rtt},
+                          {"session", std::to_string(client_->session_id())},
+                          {"max frame", std::to_string(client_->server_max_frame())},
+                          {"capabilities", cap_list.empty() ? "(none)" : cap_list}},
+                         {});
+    return exit_ok;
+  }
+
+  int streams_list() {
+    bool more = false;
+    auto list = client_->stream_list(s_.prefix, s_.limit, &more);
+    if (!list) return fail(list.error(), "streams list");
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().key("streams").begin_array();
+      for (const auto& st : *list) write_stream(j, st);
+      j.end_array().boolean("more", more).end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    if (list->empty()) {
+      out_ << (s_.prefix.empty() ? "no streams\n" : "no streams starting with '" + s_.prefix + "'\n");
+      return exit_ok;
+    }
+    std::vector<std::vector<std::string>> rows{{"STREAM", "FIRST", "LAST", "RECORDS", "BYTES", "CREATED", "RETENTION"}};
+    for (const auto& st : *list)
+      rows.push_back({st.name, std::to_string(st.first_seq), std::to_string(st.last_seq), std::to_string(st.records),
+                      std::to_string(st.bytes), format_utc(st.created_ms), describe(st)});
+    out_ << format_table(rows, {false, true, true, true, true, false, false});
+    if (more) out_ << "(more streams: narrow --prefix or raise --limit)\n";
+    return exit_ok;
+  }
+
+  int streams_info() {
+    auto st = client_->stream_info(s_.stream);
+    if (!st) return fail(st.error(), "streams info " + s_.stream);
+    print_stream(*st);
+    return exit_ok;
+  }
+
+  int streams_retention() {
+    const auto age = std::chrono::milliseconds(static_cast<std::int64_t>(s_.max_age_ms));
+    const auto st = s_.clear        ? client_->clear_stream_retention(s_.stream)
+                    : s_.set_limits ? client_->set_stream_retention(s_.stream, {s_.max_records, age, s_.max_bytes})
+                                    : client_->stream_info(s_.stream);  // no change asked: show it
+    if (!st) return fail(st.error(), "streams retention " + s_.stream);
+    print_stream(*st);
+    return exit_ok;
+  }
+
+  int streams_read() {
+    auto r = client_->read(s_.stream, s_.from, s_.count);
+    if (!r) {
+      if (r.error() != errc::trimmed) return fail(r.error(), "streams read " + s_.stream);
+      // Say where the stream starts now (the broker's error carries it, the
+      // client library does not pass it on).
+      auto st = client_->stream_info(s_.stream);
+      const std::string starts = st ? "; the stream starts at " + std::to_string(st->first_seq) + " now" : "";
+      return fail(exit_server_error, "trimmed",
+                  "streams read " + s_.stream + ": sequence " + std::to_string(s_.from) + " was trimmed" + starts +
+                      " (--from 0 reads from the first retained record)");
+    }
+    const std::uint64_t next = r->records.empty() ? std::max(s_.from, r->first_seq) : r->records.back().seq + 1;
+    const bool more = next <= r->last_seq;
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().string("stream", s_.stream).string("epoch", std::to_string(r->epoch));
+      j.number("first_seq", r->first_seq).number("last_seq", r->last_seq);
+      j.key("records").begin_array();
+      for (const auto& rec : r->records) {
+        const auto payload = text_of(rec.payload);
+        const bool text = is_printable_utf8(payload);
+        j.begin_object().number("seq", rec.seq).number("timestamp_ms", rec.timestamp_ms);
+        j.string("encoding", text ? "text" : "base64").string("payload", text ? std::string(payload) : base64(payload));
+        j.end_object();
+      }
+      j.end_array().boolean("more", more).number("next_seq", next).end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    out_ << "stream " << s_.stream << "  epoch " << r->epoch << "  first_seq " << r->first_seq << "  last_seq "
+         << r->last_seq << "\n";
+    std::vector<std::vector<std::string>> rows{{"SEQ", "TIME", "ENCODING", "PAYLOAD"}};
+    for (const auto& rec : r->records) {
+      const auto payload = text_of(rec.payload);
+      const bool text = is_printable_utf8(payload);
+      rows.push_back({std::to_string(rec.seq), format_utc(rec.timestamp_ms), text ? "text" : "base64",
+                      text ? std::string(payload) : base64(payload)});
+    }
+    if (rows.size() > 1) out_ << format_table(rows, {true, false, false, false});
+    else out_ << "no records from seq " << next << "\n";
+    if (more) out_ << "(more from seq " << next << ": --from " << next << ")\n";
+    return exit_ok;
+  }
+
+  // "records<=100 age<=1h (own)", "none (default)".
+  static std::string describe(const stream_summary& st) {
+    const auto& r = st.retention;
+    std::string out;
+    const auto add = [&](std::string part) { out += (out.empty() ? "" : " ") + part; };
+    if (r.max_records) add("records<=" + std::to_string(r.max_records));
+    if (r.max_age.count() > 0) add("age<=" + format_duration_ms(static_cast<std::uint64_t>(r.max_age.count())));
+    if (r.max_bytes) add("bytes<=" + std::to_string(r.max_bytes));
+    if (out.empty()) out = "none";
+    return out + (st.own_retention ? " (own)" : " (default)");
+  }
+
+  // The stream as a JSON object. The epoch is a string: 64-bit values do
+  // not survive JSON parsers that read numbers as doubles.
+  static void write_stream(json_writer& j, const stream_summary& st) {
+    j.begin_object().string("name", st.name).string("epoch", std::to_string(st.epoch));
+    j.number("first_seq", st.first_seq).number("last_seq", st.last_seq);
+    j.number("records", st.records).number("bytes", st.bytes).number("created_ms", st.created_ms);
+    j.key("retention").begin_object();
+    j.number("max_records", st.retention.max_records);
+    j.number("max_age_ms", static_cast<std::uint64_t>(st.retention.max_age.count()));
+    j.number("max_bytes", st.retention.max_bytes);
+    j.string("source", st.own_retention ? "own" : "default");
+    j.end_object().end_object();
+  }
+
+  void print_stream(const stream_summary& st) {
+    if (s_.json) {
+      json_writer j;
+      write_stream(j, st);
+      out_ << j.str() << "\n";
+      return;
+    }
+    const auto& r = st.retention;
+    out_ << format_table({{"stream", st.name},
+                          {"epoch", std::to_string(st.epoch)},
+                          {"first_seq", std::to_string(st.first_seq)},
+                          {"last_seq", std::to_string(st.last_seq)},
+                          {"records", std::to_string(st.records)},
+                          {"bytes", std::to_string(st.bytes)},
+                          {"created", format_utc(st.created_ms)},
+                          {"retention", describe(st)},
+                          {"  max_records", std::to_string(r.max_records)},
+                          {"  max_age_ms", std::to_string(r.max_age.count())},
+                          {"  max_bytes", std::to_string(r.max_bytes)}},
+                         {});
+  }
+
+  const settings& s_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::unique_ptr<client> client_;
+};
+
+}  // namespace
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  settings s;
+  CLI::App app{"switchyard-cli: inspect and administer a Switchyard broker", std::string(cli_name)};
+  app.require_subcommand(1, 1);
+  app.fallthrough();  // global flags may also follow the command
+  app.add_option("--address", s.address, "broker host:port")->capture_default_str();
+  app.add_option("--timeout-ms", s.timeout_ms, "connect and request timeout, ms")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}))
+      ->capture_default_str();
+  app.add_flag("--json", s.json, "print one JSON object on stdout (errors too: {\"error\":{...}})");
+  app.footer(
+      "Global options may also follow the command. Exit codes: 0 ok, 1 usage error, 2 connection failed (or lost, "
+      "or timed out), 3 the broker answered an error (not_found, bad_request, ...).");
+
+  auto* ping = app.add_subcommand("ping", "round trip to the broker, and the capabilities it grants");
+  auto* streams = app.add_subcommand("streams", "streams of the broker's sequence log");
+  streams->require_subcommand(1, 1);
+
+  auto* list = streams->add_subcommand("list", "list streams in name order: positions, size, retention");
+  list->add_option("--prefix", s.prefix, "only streams whose name starts with this");
+  list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->capture_default_str();
+
+  auto* info = streams->add_subcommand("info", "one stream: epoch, positions, size, retention in force");
+  info->add_option("name", s.stream, "stream name")->required();
+
+  auto* retention = streams->add_subcommand(
+      "retention",
+      "show or set a stream's own retention. The limits given replace the stream's own (an omitted limit is 0 = "
+      "no limit; an unknown stream is created, empty); --clear reverts to the broker's default; with neither, "
+      "shows the retention in force");
+  retention->add_option("name", s.stream, "stream name")->required();
+  auto* records = retention->add_option("--max-records", s.max_records, "keep at most this many records (0 = none)");
+  auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)");
+  auto* bytes = retention->add_option("--max-bytes", s.max_bytes, "keep at most this many payload bytes (0 = none)");
+  retention->add_flag("--clear", s.clear, "drop the stream's own limits: the broker's default applies again")
+      ->excludes(records)
+      ->excludes(age)
+      ->excludes(bytes);
+
+  auto* read = streams->add_subcommand(
+      "read", "print records: payloads as text when printable UTF-8 (no control characters), else base64");
+  read->add_option("name", s.stream, "stream name")->required();
+  read->add_option("--from", s.from, "first sequence (0 = the first retained)")->capture_default_str();
+  read->add_option("--count", s.count, "at most this many records (the broker answers at most 10000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000}))
+      ->capture_default_str();
+
+  // --json decides the error format even when parsing fails.
+  for (int i = 1; i < argc; ++i) s.json |= std::string_view(argv[i]) == "--json";
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
+    cli(s, out, err).fail(exit_usage, "usage", std::string(e.what()) + " (see --help)");
+    return exit_usage;
+  }
+  s.set_limits = records->count() + age->count() + bytes->count() > 0;
+  if (ping->parsed()) s.command = "ping";
+  else if (list->parsed()) s.command = "streams list";
+  else if (info->parsed()) s.command = "streams info";
+  else if (retention->parsed()) s.command = "streams retention";
+  else if (read->parsed()) s.command = "streams read";
+  return cli(s, out, err).run();
+}
+
+}  // namespace switchyard::admin

@@ -1,0 +1,83 @@
+// client: stream administration on the broker's log (StreamInfo,
+// StreamList, SetRetention; capability "log").
+
+#include "switchyard/client.hpp"
+
+#include "client_impl.hpp"
+
+namespace switchyard {
+
+namespace {
+
+template <class T>
+using result = std::expected<T, std::error_code>;
+
+stream_summary to_summary(const wire::StreamInfoResult& m) {
+  stream_summary s;
+  if (m.stream()) s.name = m.stream()->str();
+  s.epoch = m.epoch();
+  s.first_seq = m.first_seq();
+  s.last_seq = m.last_seq();
+  s.records = m.records();
+  s.bytes = m.bytes();
+  s.created_ms = m.created_ms();
+  // Ages above 2^63 ms cannot come from a conforming broker (at most 2^53 - 1).
+  const auto age = std::min<std::uint64_t>(m.max_age_ms(), std::uint64_t{1} << 62);
+  s.retention = {m.max_records(), std::chrono::milliseconds(static_cast<std::int64_t>(age)), m.max_bytes()};
+  s.own_retention = m.own_retention();
+  return s;
+}
+
+result<stream_summary> parse_info(const wire::Frame& f) {
+  const auto* m = f.message_as_StreamInfoResult();
+  if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+  return to_summary(*m);
+}
+
+// A negative age is sent as a huge one, which the broker refuses (bad_request).
+protocol::retention_fields to_fields(const stream_retention& r) {
+  return {r.max_records, static_cast<std::uint64_t>(r.max_age.count()), r.max_bytes};
+}
+
+}  // namespace
+
+result<stream_summary> client::stream_info(std::string_view stream) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  return impl_->call<stream_summary>([&](std::uint64_t r) { return local_builder().stream_info(r, stream); },
+                                     parse_info);
+}
+
+result<std::vector<stream_summary>> client::stream_list(std::string_view prefix, std::size_t limit, bool* more) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX));
+  auto cut = std::make_shared<bool>(false);
+  auto r = impl_->call<std::vector<stream_summary>>(
+      [&](std::uint64_t id) { return local_builder().stream_list(id, prefix, n); },
+      [cut](const wire::Frame& f) -> result<std::vector<stream_summary>> {
+        const auto* m = f.message_as_StreamListResult();
+        if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+        std::vector<stream_summary> out;
+        if (m->streams()) {
+          out.reserve(m->streams()->size());
+          for (const auto* s : *m->streams()) out.push_back(to_summary(*s));
+        }
+        *cut = m->more();
+        return out;
+      });
+  if (more) *more = r && *cut;
+  return r;
+}
+
+result<stream_summary> client::set_stream_retention(std::string_view stream, const stream_retention& limits) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  return impl_->call<stream_summary>(
+      [&](std::uint64_t r) { return local_builder().set_retention(r, stream, to_fields(limits)); }, parse_info);
+}
+
+result<stream_summary> client::clear_stream_retention(std::string_view stream) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  return impl_->call<stream_summary>(
+      [&](std::uint64_t r) { return local_builder().set_retention(r, stream, {}, true); }, parse_info);
+}
+
+}  // namespace switchyard

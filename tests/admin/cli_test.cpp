@@ -1,0 +1,243 @@
+// The real switchyard-cli binary against a broker on 127.0.0.1 (in
+// process, with a data folder): --json output, exit codes and --help.
+
+#include "switchyard/client.hpp"
+#include "tests/support/clients.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/test_server.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace switchyard;
+using test::connect_to;
+using test::run_for_exit_code;
+using test::temp_dir;
+using test::test_server;
+
+namespace {
+
+broker::server_config with_data(const temp_dir& dir) {
+  auto cfg = test_server::default_config();
+  cfg.data_dir = dir.path().string();
+  return cfg;
+}
+
+// switchyard-cli against `port` with `args`; stdout only (stderr dropped).
+std::pair<int, std::string> cli(std::uint16_t port, const std::string& args) {
+  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) +
+                           " " + args + " 2>/dev/null");
+}
+
+// Its stderr only.
+std::pair<int, std::string> cli_stderr(std::uint16_t port, const std::string& args) {
+  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) +
+                           " " + args + " 2>&1 >/dev/null");
+}
+
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+
+// One JSON object on one line.
+bool one_json_object(const std::string& out) {
+  return out.size() > 2 && out.front() == '{' && out.ends_with("}\n") && out.find('\n') == out.size() - 1;
+}
+
+void append(client& c, std::string_view stream, std::string_view payload) {
+  REQUIRE(c.append(stream, std::as_bytes(std::span(payload.data(), payload.size()))));
+}
+
+}  // namespace
+
+TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") {
+  for (const char* args : {"--help", "ping --help", "streams --help", "streams list --help", "streams info --help",
+                           "streams retention --help", "streams read --help"}) {
+    INFO(args);
+    const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
+    CHECK(code == 0);
+    CHECK(contains(out, "Usage: switchyard-cli"));
+  }
+}
+
+TEST_CASE("streams info --json prints the stream as one JSON object", "[admin]") {
+  temp_dir dir;
+  auto cfg = with_data(dir);
+  cfg.retention_max_records = 1000;
+  test_server server(cfg);
+  auto c = connect_to(server.port());
+  append(*c, "orders.eu", "one");
+  append(*c, "orders.eu", "two");
+  const auto epoch = c->stream_info("orders.eu")->epoch;
+  const auto [code, out] = cli(server.port(), "streams info orders.eu --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(out.starts_with(R"({"name":"orders.eu","epoch":")" + std::to_string(epoch) +
+                        R"(","first_seq":1,"last_seq":2,"records":2,"bytes":6,"created_ms":)"));
+  CHECK(contains(out, R"("retention":{"max_records":1000,"max_age_ms":0,"max_bytes":0,"source":"default"}})"));
+}
+
+TEST_CASE("streams list --json lists streams by prefix with a limit and the more flag", "[admin]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto c = connect_to(server.port());
+  for (const char* name : {"chat.2", "chat.1", "orders", "chat.3"}) append(*c, name, "x");
+  {
+    const auto [code, out] = cli(server.port(), "--json streams list --prefix chat. --limit 2");
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(one_json_object(out));
+    CHECK(out.starts_with(R"({"streams":[{"name":"chat.1",)"));
+    CHECK(contains(out, R"(},{"name":"chat.2",)"));
+    CHECK_FALSE(contains(out, "chat.3"));
+    CHECK(out.ends_with(R"(}}],"more":true})"
+                        "\n"));
+  }
+  {
+    const auto [code, out] = cli(server.port(), "streams list --json");
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(contains(out, R"("name":"orders")"));
+    CHECK(out.ends_with(R"("more":false})"
+                        "\n"));
+  }
+  {
+    const auto [code, out] = cli(server.port(), "streams list --json --prefix none.");
+    CHECK(code == 0);
+    CHECK(out == "{\"streams\":[],\"more\":false}\n");
+  }
+}
+
+TEST_CASE("streams retention --json sets, shows and clears a stream's own retention", "[admin]") {
+  temp_dir dir;
+  auto cfg = with_data(dir);
+  cfg.retention_max_age = std::chrono::milliseconds(86'400'000);
+  test_server server(cfg);
+  {
+    // An unknown stream is created, empty, with its own limits; omitted ones are 0.
+    const auto [code, out] = cli(server.port(), "streams retention audit --max-records 10 --max-bytes 4096 --json");
+    INFO(out);
+    CHECK(code == 0);
+    CHECK(one_json_object(out));
+    CHECK(contains(out, R"("name":"audit")"));
+    CHECK(contains(out, R"("first_seq":1,"last_seq":0,"records":0,"bytes":0,)"));
+    CHECK(contains(out, R"("retention":{"max_records":10,"max_age_ms":0,"max_bytes":4096,"source":"own"})"));
+  }
+  {
+    const auto [code, out] = cli(server.port(), "streams retention audit --json");  // no change: shows it
+    CHECK(code == 0);
+    CHECK(contains(out, R"("retention":{"max_records":10,"max_age_ms":0,"max_bytes":4096,"source":"own"})"));
+  }
+  {
+    const auto [code, out] = cli(server.port(), "streams retention audit --clear --json");
+    CHECK(code == 0);
+    CHECK(contains(out, R"("retention":{"max_records":0,"max_age_ms":86400000,"max_bytes":0,"source":"default"})"));
+  }
+  auto c = connect_to(server.port());
+  auto st = c->stream_info("audit");
+  REQUIRE(st);
+  CHECK_FALSE(st->own_retention);
+}
+
+TEST_CASE("streams info of an unknown stream exits 3 with a JSON error object", "[admin]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  const auto [code, out] = cli(server.port(), "streams info ghost --json");
+  CHECK(code == 3);
+  CHECK(out == R"({"error":{"code":"not_found","message":"streams info ghost: no such stream","exit_code":3}})"
+               "\n");
+  const auto [code2, err] = cli_stderr(server.port(), "streams info ghost");
+  CHECK(code2 == 3);
+  CHECK(err == "switchyard-cli: streams info ghost: no such stream\n");
+}
+
+TEST_CASE("a retention limit over the maximum exits 3 with bad_request and creates nothing", "[admin]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  const auto [code, out] = cli(server.port(), "streams retention s --max-records 9007199254740992 --json");
+  CHECK(code == 3);
+  CHECK(contains(out, R"({"error":{"code":"bad_request",)"));
+  auto c = connect_to(server.port());
+  auto all = c->stream_list();
+  REQUIRE(all);
+  CHECK(all->empty());
+}
+
+TEST_CASE("an unreachable broker exits 2 and bad usage exits 1, with JSON errors", "[admin]") {
+  std::uint16_t closed_port = 0;
+  {
+    test_server gone;  // a port that was just free: nothing listens there now
+    closed_port = gone.port();
+  }
+  {
+    const auto [code, out] = cli(closed_port, "ping --json");
+    CHECK(code == 2);
+    CHECK(contains(out, R"({"error":{"code":"connection_failed","message":"cannot connect to 127.0.0.1:)"));
+    CHECK(contains(out, R"("exit_code":2}})"));
+  }
+  const std::string bin = SWITCHYARD_CLI_BINARY;
+  for (const char* args : {"", "streams", "streams info", "streams retention s --clear --max-records 1",
+                           "streams list --limit many", "--address nowhere ping", "--address 127.0.0.1:0 ping"}) {
+    INFO(args);
+    const auto [code, out] = run_for_exit_code(bin + " " + args + " 2>/dev/null");
+    CHECK(code == 1);
+    CHECK(out.empty());
+    const auto [json_code, json_out] = run_for_exit_code(bin + " --json " + args + " 2>/dev/null");
+    CHECK(json_code == 1);
+    CHECK(json_out.starts_with(R"({"error":{"code":"usage","message":")"));
+  }
+}
+
+TEST_CASE("streams read --json prints text payloads as text and binary ones as base64", "[admin]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto c = connect_to(server.port());
+  append(*c, "mixed", R"({"order":42})");
+  append(*c, "mixed", std::string("\x00\x01\xFF", 3));
+  append(*c, "mixed", "two\nlines");
+  append(*c, "mixed", "caf\xC3\xA9");
+  const auto [code, out] = cli(server.port(), "streams read mixed --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(contains(out, R"("first_seq":1,"last_seq":4,"records":[{"seq":1,"timestamp_ms":)"));
+  CHECK(contains(out, R"("encoding":"text","payload":"{\"order\":42}"})"));
+  CHECK(contains(out, R"("encoding":"base64","payload":"AAH/"})"));
+  CHECK(contains(out, R"("encoding":"base64","payload":"dHdvCmxpbmVz"})"));
+  CHECK(contains(out, "\"encoding\":\"text\",\"payload\":\"caf\xC3\xA9\"}"));
+  CHECK(out.ends_with(R"(],"more":false,"next_seq":5})"
+                      "\n"));
+  const auto [code2, page] = cli(server.port(), "streams read mixed --from 2 --count 1 --json");
+  CHECK(code2 == 0);
+  CHECK(contains(page, R"("records":[{"seq":2,)"));
+  CHECK(page.ends_with(R"(],"more":true,"next_seq":3})"
+                       "\n"));
+}
+
+TEST_CASE("ping --json reports the round trip and the granted capabilities", "[admin]") {
+  test_server server;
+  const auto [code, out] = cli(server.port(), "ping --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(contains(out, R"("rtt_ms":)"));
+  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","log"]})"));
+}
+
+TEST_CASE("human output of streams list is aligned columns", "[admin]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto c = connect_to(server.port());
+  append(*c, "a", "x");
+  append(*c, "a.longer.name", "xyz");
+  REQUIRE(c->set_stream_retention("a", {.max_records = 5, .max_age = std::chrono::hours(1)}));
+  const auto [code, out] = cli(server.port(), "streams list");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out.starts_with("STREAM         FIRST  LAST  RECORDS  BYTES  CREATED"));
+  CHECK(contains(out, "\na                  1     1        1      1  "));
+  CHECK(contains(out, "\na.longer.name      1     1        1      3  "));
+  CHECK(contains(out, "records<=5 age<=1h (own)\n"));
+  CHECK(contains(out, "none (default)\n"));
+}

@@ -1,0 +1,85 @@
+// Unit tests for switchyard-cli's output helpers (admin/format.hpp): JSON
+// writing and escaping, printable UTF-8, base64, columns and times.
+
+#include "admin/format.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace switchyard::admin;
+using namespace std::string_literals;
+
+TEST_CASE("json_quote escapes quotes, backslashes and control characters", "[admin]") {
+  CHECK(json_quote("plain") == R"("plain")");
+  CHECK(json_quote(R"(say "hi" \ bye)") == R"("say \"hi\" \\ bye")");
+  CHECK(json_quote("a\nb\tc\r\b\f") == R"("a\nb\tc\r\b\f")");
+  CHECK(json_quote("\x01\x1f"s) == R"("\u0001\u001f")");
+  CHECK(json_quote("nul\0byte"s) == R"("nul\u0000byte")");
+  CHECK(json_quote("") == R"("")");
+}
+
+TEST_CASE("json_quote keeps valid UTF-8 and replaces invalid bytes with U+FFFD", "[admin]") {
+  CHECK(json_quote("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");
+  CHECK(json_quote("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
+  CHECK(json_quote("\xC3") == "\"\xEF\xBF\xBD\"");                   // truncated sequence
+  CHECK(json_quote("\xC0\xAF") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");   // overlong '/'
+  CHECK(json_quote("\xED\xA0\x80") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");  // a surrogate
+}
+
+TEST_CASE("json_writer nests objects and arrays and places commas", "[admin]") {
+  json_writer j;
+  j.begin_object().string("name", "a\"b").number("n", 18446744073709551615ull).boolean("ok", false);
+  j.key("list").begin_array().number(1).string("two").begin_object().end_object().begin_array().end_array();
+  j.end_array();
+  j.key("rtt").decimal(0.12345, 3);
+  j.key("empty").begin_object().end_object();
+  j.end_object();
+  CHECK(j.str() ==
+        R"({"name":"a\"b","n":18446744073709551615,"ok":false,"list":[1,"two",{},[]],"rtt":0.123,"empty":{}})");
+}
+
+TEST_CASE("is_printable_utf8 accepts text and refuses controls and invalid UTF-8", "[admin]") {
+  CHECK(is_printable_utf8(""));
+  CHECK(is_printable_utf8("order 42: {\"ok\":true}"));
+  CHECK(is_printable_utf8("gr\xC3\xBC\xC3\x9F \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80"));
+  CHECK_FALSE(is_printable_utf8("two\nlines"));
+  CHECK_FALSE(is_printable_utf8("tab\there"));
+  CHECK_FALSE(is_printable_utf8("nul\0"s));
+  CHECK_FALSE(is_printable_utf8("del\x7F"));
+  CHECK_FALSE(is_printable_utf8("c1 \xC2\x85"));    // U+0085, a C1 control
+  CHECK_FALSE(is_printable_utf8("\xFF\xFE"));
+  CHECK_FALSE(is_printable_utf8("\xE2\x82"));       // truncated
+  CHECK_FALSE(is_printable_utf8("\xF4\x90\x80\x80"));  // past U+10FFFF
+}
+
+TEST_CASE("base64 encodes the RFC 4648 test vectors", "[admin]") {
+  CHECK(base64("") == "");
+  CHECK(base64("f") == "Zg==");
+  CHECK(base64("fo") == "Zm8=");
+  CHECK(base64("foo") == "Zm9v");
+  CHECK(base64("foob") == "Zm9vYg==");
+  CHECK(base64("fooba") == "Zm9vYmE=");
+  CHECK(base64("foobar") == "Zm9vYmFy");
+  CHECK(base64("\x00\xFF\x10"s) == "AP8Q");
+}
+
+TEST_CASE("format_table aligns columns, numbers to the right, without trailing blanks", "[admin]") {
+  const auto t =
+      format_table({{"NAME", "COUNT", "NOTE"}, {"a", "1", ""}, {"longer", "100", "x"}}, {false, true, false});
+  CHECK(t ==
+        "NAME    COUNT  NOTE\n"
+        "a           1\n"
+        "longer    100  x\n");
+}
+
+TEST_CASE("format_utc and format_duration_ms", "[admin]") {
+  CHECK(format_utc(0) == "1970-01-01T00:00:00.000Z");
+  CHECK(format_utc(1'796'000'000'123ull) == "2026-11-30T00:53:20.123Z");
+  CHECK(format_duration_ms(0) == "0ms");
+  CHECK(format_duration_ms(1500) == "1500ms");
+  CHECK(format_duration_ms(90'000) == "90s");
+  CHECK(format_duration_ms(3'600'000) == "1h");
+  CHECK(format_duration_ms(120'000) == "2min");
+  CHECK(format_duration_ms(7 * 86'400'000ull) == "7d");
+}
