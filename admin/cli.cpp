@@ -233,6 +233,13 @@ class cli {
         const bool text = is_printable_utf8(payload);
         j.begin_object().number("seq", rec.seq).number("timestamp_ms", rec.timestamp_ms);
         j.string("encoding", text ? "text" : "base64").string("payload", text ? std::string(payload) : base64(payload));
+        // How it was delivered live: a channel, route keys, or neither (a plain append).
+        if (!rec.channel.empty()) j.string("channel", rec.channel);
+        if (!rec.route_keys.empty()) {
+          j.key("route_keys").begin_array();
+          for (const auto& k : rec.route_keys) j.string(std::string_view(k));
+          j.end_array();
+        }
         j.end_object();
       }
       j.end_array().boolean("more", more).number("next_seq", next).end_object();
@@ -241,17 +248,26 @@ class cli {
     }
     out_ << "stream " << s_.stream << "  epoch " << r->epoch << "  first_seq " << r->first_seq << "  last_seq "
          << r->last_seq << "\n";
-    std::vector<std::vector<std::string>> rows{{"SEQ", "TIME", "ENCODING", "PAYLOAD"}};
+    std::vector<std::vector<std::string>> rows{{"SEQ", "TIME", "TO", "ENCODING", "PAYLOAD"}};
     for (const auto& rec : r->records) {
       const auto payload = text_of(rec.payload);
       const bool text = is_printable_utf8(payload);
-      rows.push_back({std::to_string(rec.seq), format_utc(rec.timestamp_ms), text ? "text" : "base64",
+      rows.push_back({std::to_string(rec.seq), format_utc(rec.timestamp_ms), delivered_to(rec), text ? "text" : "base64",
                       text ? std::string(payload) : base64(payload)});
     }
-    if (rows.size() > 1) out_ << format_table(rows, {true, false, false, false});
+    if (rows.size() > 1) out_ << format_table(rows, {true, false, false, false, false});
     else out_ << "no records from seq " << next << "\n";
     if (more) out_ << "(more from seq " << next << ": --from " << next << ")\n";
     return exit_ok;
+  }
+
+  // "channel orders.eu", "users alice,bob", "-" (a plain append).
+  static std::string delivered_to(const stream_record& rec) {
+    if (!rec.channel.empty()) return "channel " + rec.channel;
+    if (rec.route_keys.empty()) return "-";
+    std::string keys;
+    for (const auto& k : rec.route_keys) keys += (keys.empty() ? "" : ",") + k;
+    return "users " + keys;
   }
 
   // "records<=100 age<=1h (own)", "none (default)".

@@ -215,6 +215,29 @@ TEST_CASE("streams read --json prints text payloads as text and binary ones as b
                        "\n"));
 }
 
+TEST_CASE("streams read shows the channel or the route keys each record was delivered to", "[admin]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto c = connect_to(server.port());
+  const std::string_view payload = "hi";
+  const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
+  REQUIRE(c->publish_durable("room.7", "conv", bytes));
+  const std::string_view users[] = {"user:alice", "user:bob"};
+  REQUIRE(c->send_durable(users, "conv", bytes));
+  append(*c, "conv", "plain");
+  const auto [code, out] = cli(server.port(), "streams read conv --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, R"("payload":"hi","channel":"room.7"})"));
+  CHECK(contains(out, R"("payload":"hi","route_keys":["user:alice","user:bob"]})"));
+  CHECK(contains(out, R"("payload":"plain"})"));
+  const auto [code2, table] = cli(server.port(), "streams read conv");
+  INFO(table);
+  CHECK(code2 == 0);
+  CHECK(contains(table, "channel room.7"));
+  CHECK(contains(table, "users user:alice,user:bob"));
+}
+
 TEST_CASE("ping --json reports the round trip and the granted capabilities", "[admin]") {
   test_server server;
   const auto [code, out] = cli(server.port(), "ping --json");
