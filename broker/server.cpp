@@ -168,6 +168,7 @@ void server::start() {
     gc.default_retention = {core.config.retention_max_records, core.config.retention_max_age,
                             core.config.retention_max_bytes};
     core.committer = std::make_unique<storage::group_committer>(*core.stream_log, gc);
+    session::install_append_handler(core, impl_->io.get_executor());
   }
   const auto address = asio::ip::make_address(core.config.listen_host);
   const asio::ip::tcp::endpoint endpoint(address, core.config.listen_port);

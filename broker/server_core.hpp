@@ -44,19 +44,25 @@ struct server_core {
   std::unique_ptr<storage::sequence_log> stream_log;
   std::unique_ptr<storage::group_committer> committer;
 
-  // Append acknowledgements travel from the committer's thread to the loop
-  // through this mailbox: one post per batch instead of one per append.
-  struct append_done {
+  // Appends waiting for the group committer, by token (the slot's index):
+  // whom to answer and, for a durable publish or send, what to deliver
+  // once durable. Loop thread only; freed slots are reused.
+  struct append_wait {
     std::weak_ptr<session> target;
-    std::uint64_t request_id;
+    std::uint64_t request_id = 0;
     std::string stream;
-    std::expected<storage::append_ack, std::error_code> result;
     std::string channel;                  // a publish with a stream: deliver here once durable
     std::vector<std::string> route_keys;  // a send with a stream: deliver to these users
     std::vector<std::byte> payload;       // ... this payload
   };
+  std::vector<append_wait> append_waits;
+  std::vector<std::uint32_t> free_waits;
+  bool commit_wake_posted = false;  // a committer wake() is due at the end of this loop turn
+  // Results travel from the committer's thread to the loop through this
+  // mailbox: one post per batch.
   std::mutex acks_mu;
-  std::vector<append_done> acks;  // guarded by acks_mu
+  std::vector<storage::group_committer::token_result> acks;           // guarded by acks_mu
+  std::vector<storage::group_committer::token_result> acks_draining;  // loop thread
   // Scratch for the encoded log subject (broker/log_subject.hpp) of the
   // append being queued: reused, so a durable publish or send allocates
   // nothing for it (the committer copies it along with the payload).

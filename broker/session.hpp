@@ -51,6 +51,10 @@ class session : public std::enable_shared_from_this<session> {
   // Resolves route keys and delivers the payload once into each inbox (with
   // the log position, to owners granted "log"); gateways[i] is the inbox key
   // i went to or empty. Returns the keys routed. Loop thread.
+  // Routes the group committer's results to the loop (server::start
+  // calls it once, after creating the committer).
+  static void install_append_handler(server_core& core, asio::any_io_executor loop);
+
   static std::uint32_t deliver_to_users(server_core& core, std::span<const std::string_view> keys,
                                         protocol::bytes_view payload, const channel_table::log_position* position,
                                         std::vector<std::string_view>& gateways);
@@ -92,6 +96,9 @@ class session : public std::enable_shared_from_this<session> {
 
  public:
   // Loop thread: answers an append once it is durable (or failed).
+  // Loop thread: answers and delivers what the committer finished.
+  static void appends_committed(server_core& core);
+  static void release_wait(server_core& core, std::uint32_t slot);
   void finish_append(std::uint64_t request_id, const std::string& stream,
                      const std::expected<storage::append_ack, std::error_code>& result);
 

@@ -54,55 +54,100 @@ void session::handle_append(std::uint64_t rid, const wire::Append& m) {
 void session::append_to_log(std::uint64_t rid, std::string_view stream, std::span<const std::byte> payload,
                             std::span<const std::byte> subject, std::string_view channel,
                             std::vector<std::string> route_keys) {
+  // The waiting append lives in a reused slot: its strings and buffers keep
+  // their capacity, so the steady state allocates nothing here.
+  std::uint32_t slot = 0;
+  if (!core_.free_waits.empty()) {
+    slot = core_.free_waits.back();
+    core_.free_waits.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(core_.append_waits.size());
+    core_.append_waits.emplace_back();
+  }
+  auto& w = core_.append_waits[slot];
+  w.target = weak_from_this();
+  w.request_id = rid;
+  w.stream.assign(stream);
+  w.channel.assign(channel);
+  w.route_keys = std::move(route_keys);
   // A publish or send needs its payload again once durable, to deliver it.
-  const bool deliver = !channel.empty() || !route_keys.empty();
-  std::vector<std::byte> keep = deliver ? std::vector<std::byte>(payload.begin(), payload.end()) : std::vector<std::byte>{};
-  // Runs on the committer's thread: queue the result in the mailbox, and
-  // post one drain to the loop when the mailbox was empty.
-  core_.committer->append(
-      stream, payload, subject,
-      [core = &core_, weak = weak_from_this(), ex = socket_.get_executor(), rid, name = std::string(stream),
-       ch = std::string(channel), keys = std::move(route_keys),
-       keep = std::move(keep)](std::expected<storage::append_ack, std::error_code> r) mutable {
-        bool first = false;
-        {
-          std::lock_guard lock(core->acks_mu);
-          first = core->acks.empty();
-          core->acks.push_back({std::move(weak), rid, std::move(name), r, std::move(ch), std::move(keys), std::move(keep)});
-        }
-        if (!first) return;
-        asio::post(ex, [core] {
-          std::vector<server_core::append_done> batch;
-          {
-            std::lock_guard lock(core->acks_mu);
-            batch.swap(core->acks);
-          }
-          for (auto& a : batch) {
-            const protocol::bytes_view payload{reinterpret_cast<const std::uint8_t*>(a.payload.data()),
-                                               a.payload.size()};
-            if (a.result && !a.route_keys.empty()) {
-              // A durable send: route and deliver now, then answer with the
-              // routes and the sequence (the record is in the log even if
-              // no key had a route).
-              const channel_table::log_position position{a.stream, a.result->seq, a.result->epoch};
-              const std::vector<std::string_view> keys(a.route_keys.begin(), a.route_keys.end());
-              std::vector<std::string_view> gateways;
-              const auto routed = session::deliver_to_users(*core, keys, payload, &position, gateways);
-              auto s = a.target.lock();
-              if (s && !s->closed_ && a.request_id != 0)
-                s->send(core->builder.send_result(a.request_id, gateways, routed, a.result->seq, a.result->epoch));
-              continue;
-            }
-            if (a.result && !a.channel.empty()) {
-              // Durable now: deliver, even if the publisher has gone meanwhile.
-              const channel_table::log_position position{a.stream, a.result->seq, a.result->epoch};
-              ++core->counters.published;
-              core->channels.publish(a.channel, payload, &position);
-            }
-            if (auto s = a.target.lock()) s->finish_append(a.request_id, a.stream, a.result);
-          }
-        });
-      });
+  if (!w.channel.empty() || !w.route_keys.empty()) w.payload.assign(payload.begin(), payload.end());
+  else w.payload.clear();
+  if (auto ec = core_.committer->append(stream, payload, subject, slot)) {
+    // can_append() checked the same: not expected.
+    release_wait(core_, slot);
+    send_error(rid, errc::bad_request, ec.message());
+    return;
+  }
+  // Commit once this loop turn is over: a reader hands all the appends of
+  // its read buffer over first, so they share one commit. A lone append
+  // waits only for the end of the current handler. In the sync mode the
+  // writer thread commits (an fsync must not hold the loop); in the others
+  // a commit only writes to the page cache, and doing it here saves two
+  // thread hand-offs per batch.
+  if (!core_.commit_wake_posted) {
+    core_.commit_wake_posted = true;
+    asio::post(socket_.get_executor(), [core = &core_] {
+      core->commit_wake_posted = false;
+      if (!core->committer) return;
+      if (core->stream_log->mode() == storage::durability::sync) core->committer->wake();
+      else core->committer->commit_queued();
+    });
+  }
+}
+
+void session::release_wait(server_core& core, std::uint32_t slot) {
+  auto& w = core.append_waits[slot];
+  w.target.reset();
+  w.route_keys.clear();
+  core.free_waits.push_back(slot);
+}
+
+void session::install_append_handler(server_core& core, asio::any_io_executor loop) {
+  // Writer thread: queue the batch's results in the mailbox, and post one
+  // drain to the loop when the mailbox was empty.
+  core.committer->set_batch_handler([core = &core, loop](std::span<const storage::group_committer::token_result> r) {
+    bool first = false;
+    {
+      std::lock_guard lock(core->acks_mu);
+      first = core->acks.empty();
+      core->acks.insert(core->acks.end(), r.begin(), r.end());
+    }
+    if (first) asio::post(loop, [core] { appends_committed(*core); });
+  });
+}
+
+void session::appends_committed(server_core& core) {
+  {
+    std::lock_guard lock(core.acks_mu);
+    core.acks_draining.swap(core.acks);  // both keep their capacity
+  }
+  for (const auto& [slot, result] : core.acks_draining) {
+    auto& w = core.append_waits[static_cast<std::uint32_t>(slot)];
+    const protocol::bytes_view payload{reinterpret_cast<const std::uint8_t*>(w.payload.data()), w.payload.size()};
+    if (result && !w.route_keys.empty()) {
+      // A durable send: route and deliver now, then answer with the routes
+      // and the sequence (the record is in the log even if no key had a
+      // route).
+      const channel_table::log_position position{w.stream, result->seq, result->epoch};
+      const std::vector<std::string_view> keys(w.route_keys.begin(), w.route_keys.end());
+      std::vector<std::string_view> gateways;
+      const auto routed = deliver_to_users(core, keys, payload, &position, gateways);
+      auto s = w.target.lock();
+      if (s && !s->closed_ && w.request_id != 0)
+        s->send(core.builder.send_result(w.request_id, gateways, routed, result->seq, result->epoch));
+    } else {
+      if (result && !w.channel.empty()) {
+        // Durable now: deliver, even if the publisher has gone meanwhile.
+        const channel_table::log_position position{w.stream, result->seq, result->epoch};
+        ++core.counters.published;
+        core.channels.publish(w.channel, payload, &position);
+      }
+      if (auto s = w.target.lock()) s->finish_append(w.request_id, w.stream, result);
+    }
+    release_wait(core, static_cast<std::uint32_t>(slot));
+  }
+  core.acks_draining.clear();
 }
 
 void session::finish_append(std::uint64_t rid, const std::string& stream,

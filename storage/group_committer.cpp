@@ -1,16 +1,16 @@
 #include "storage/group_committer.hpp"
 
 #include <algorithm>
-#include <unordered_map>
 
 namespace switchyard::storage {
 
 group_committer::group_committer(sequence_log& log, group_commit_options options)
-    : log_(log), options_(options), last_sync_(std::chrono::steady_clock::now()) {
+    : log_(log), options_(options) {
   options_.max_batch_records = std::max<std::size_t>(1, options_.max_batch_records);
   options_.retention_step = std::max<std::size_t>(1, options_.retention_step);
   if (options_.retention_interval.count() < 1) options_.retention_interval = std::chrono::milliseconds(1);
   writer_ = std::thread([this] { run(); });
+  if (log_.mode() == durability::batch) syncer_ = std::thread([this] { sync_loop(); });
 }
 
 group_committer::~group_committer() {
@@ -19,7 +19,35 @@ group_committer::~group_committer() {
     stopping_ = true;
   }
   wake_.notify_all();
+  sync_wake_.notify_all();
   writer_.join();
+  if (syncer_.joinable()) {
+    syncer_.join();
+    // The writer's last commits came after the syncer's last look.
+    if (commits_.load() != synced_ && !log_.sync()) {
+      std::lock_guard lock(mu_);
+      ++stats_.syncs;
+    }
+  }
+}
+
+void group_committer::sync_loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    sync_wake_.wait_for(lock, options_.sync_interval, [&] { return stopping_; });
+    const std::uint64_t committed = commits_.load(std::memory_order_acquire);
+    if (stopping_ || committed == synced_) continue;
+    // fdatasync on the log's file while the writer goes on committing:
+    // everything committed before `committed` was read is flushed when it
+    // returns.
+    lock.unlock();
+    const auto ec = log_.sync();
+    lock.lock();
+    if (!ec) {
+      ++stats_.syncs;
+      synced_ = committed;
+    }
+  }
 }
 
 void group_committer::append(std::string_view stream, std::span<const std::byte> payload,
@@ -30,20 +58,39 @@ void group_committer::append(std::string_view stream, std::span<const std::byte>
     if (done) done(std::unexpected(ec));
     return;
   }
-  // Subject and payload share one buffer: one allocation, outside the lock.
-  std::vector<std::byte> data;
-  data.reserve(subject.size() + payload.size());
-  data.insert(data.end(), subject.begin(), subject.end());
-  data.insert(data.end(), payload.begin(), payload.end());
+  enqueue(stream, subject, payload, 0, std::move(done), true);
+}
+
+std::error_code group_committer::append(std::string_view stream, std::span<const std::byte> payload,
+                                        std::span<const std::byte> subject, std::uint64_t token) {
+  if (auto ec = log_.check(stream, payload.size(), subject.size())) return ec;
+  enqueue(stream, subject, payload, token, nullptr, false);
+  return {};
+}
+
+void group_committer::append_queue::push(std::string_view stream, std::span<const std::byte> subject,
+                                         std::span<const std::byte> payload, std::uint64_t token, completion done) {
+  const std::size_t offset = bytes.size();
+  const auto name = std::as_bytes(std::span(stream.data(), stream.size()));
+  bytes.insert(bytes.end(), name.begin(), name.end());
+  bytes.insert(bytes.end(), subject.begin(), subject.end());
+  bytes.insert(bytes.end(), payload.begin(), payload.end());
+  items.push_back({offset, static_cast<std::uint32_t>(stream.size()), static_cast<std::uint32_t>(subject.size()),
+                   payload.size(), token, std::move(done)});
+}
+
+void group_committer::enqueue(std::string_view stream, std::span<const std::byte> subject,
+                              std::span<const std::byte> payload, std::uint64_t token, completion done,
+                              bool notify) {
   bool was_empty = false;
   {
     std::lock_guard lock(mu_);
-    was_empty = queue_.empty();
-    queue_.push_back({std::string(stream), std::move(data), subject.size(), std::move(done)});
+    was_empty = queue_.items.empty();
+    queue_.push(stream, subject, payload, token, std::move(done));
   }
   // The writer only sleeps on an empty queue: wake it on the first append
   // only, not on every one (a futex call each).
-  if (was_empty) wake_.notify_one();
+  if (was_empty && notify) wake_.notify_one();
 }
 
 void group_committer::set_retention(std::string_view stream, std::optional<retention> limits, info_completion done) {
@@ -97,26 +144,26 @@ void group_committer::run() {
   if (auto streams = log_.list())
     for (const auto& st : *streams) retention_active_ |= st.own_retention.has_value();
   next_retention_ = clock::now() + options_.retention_interval;
-  std::vector<pending> batch;
   std::vector<retention_change> changes;
   std::unique_lock lock(mu_);
   for (;;) {
     if (!changes_.empty()) {
       changes.swap(changes_);
       lock.unlock();
-      apply(changes);
+      {
+        std::lock_guard writing(commit_mu_);
+        apply(changes);
+      }
       changes.clear();
       lock.lock();
       continue;
     }
-    if (queue_.empty()) {
+    if (queue_.items.empty()) {
       if (stopping_) break;
-      // Idle: wait for an append, or until the next sync (batch mode) or
-      // retention pass is due, whichever comes first.
+      // Idle: wait for an append, or until the next retention pass is due.
       auto due = clock::time_point::max();
-      if (unsynced_) due = last_sync_ + options_.sync_interval;
       if (retention_active_) due = std::min(due, next_retention_);
-      const auto ready = [&] { return !queue_.empty() || !changes_.empty() || stopping_; };
+      const auto ready = [&] { return !queue_.items.empty() || !changes_.empty() || stopping_; };
       if (due == clock::time_point::max()) {
         wake_.wait(lock, ready);
         continue;
@@ -124,39 +171,55 @@ void group_committer::run() {
       if (wake_.wait_until(lock, due, ready)) continue;
       lock.unlock();
       const auto now = clock::now();
-      if (unsynced_ && now >= last_sync_ + options_.sync_interval) {
-        if (!log_.sync()) {
-          std::lock_guard relock(mu_);
-          ++stats_.syncs;
-        }
-        last_sync_ = clock::now();
-        unsynced_ = false;
-      }
       if (retention_active_ && now >= next_retention_) {
         // Bounded steps; while records remain due, come back at once
         // (appends still go first: this only runs on an empty queue).
-        const bool more = retention_pass();
+        bool more = false;
+        {
+          std::lock_guard writing(commit_mu_);
+          more = retention_pass();
+        }
         next_retention_ = more ? clock::now() : clock::now() + options_.retention_interval;
       }
       lock.lock();
       continue;
     }
+    lock.unlock();
+    commit_queued();
+    lock.lock();
+  }
+}
+
+void group_committer::commit_queued() {
+  // Taking a batch and committing it is one step under commit_mu_, so
+  // batches are committed in queue order whichever thread commits them.
+  std::lock_guard writing(commit_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.items.empty()) return;
     // Take what fits in one batch; the rest waits for the next.
     std::size_t n = 0, bytes = 0;
-    while (n < queue_.size() && n < options_.max_batch_records) {
-      bytes += queue_[n].data.size();
+    const auto& q = queue_.items;
+    while (n < q.size() && n < options_.max_batch_records) {
+      bytes += q[n].subject_size + q[n].payload_size;
       ++n;
       if (bytes >= options_.max_batch_bytes) break;
     }
-    batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + static_cast<std::ptrdiff_t>(n)));
-    queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-    lock.unlock();
-    commit(batch);
-    batch.clear();
-    lock.lock();
+    // Swapped, so both keep their capacity: the steady state allocates
+    // nothing per batch.
+    batch_.clear();
+    std::swap(batch_, queue_);
+    if (n < batch_.items.size()) {
+      // A backlog beyond one batch (rare): the rest goes back to the queue.
+      for (std::size_t i = n; i < batch_.items.size(); ++i) {
+        auto& p = batch_.items[i];
+        queue_.push(batch_.stream(p), batch_.subject(p), batch_.payload(p), p.token, std::move(p.done));
+      }
+      batch_.items.resize(n);
+      wake_.notify_one();  // the writer takes the rest
+    }
   }
-  lock.unlock();
-  if (unsynced_) log_.sync();
+  commit(batch_);
 }
 
 void group_committer::apply(std::vector<retention_change>& changes) {
@@ -178,8 +241,6 @@ void group_committer::apply(std::vector<retention_change>& changes) {
         std::lock_guard lock(mu_);
         ++stats_.syncs;
       }
-      last_sync_ = std::chrono::steady_clock::now();
-      unsynced_ = false;
     }
     // Apply new limits now rather than at the next interval.
     retention_active_ = true;
@@ -189,32 +250,29 @@ void group_committer::apply(std::vector<retention_change>& changes) {
     if (changes[i].done) changes[i].done(std::move(results[i]));
 }
 
-void group_committer::commit(std::vector<pending>& batch) {
+void group_committer::commit(append_queue& batch) {
+  const std::size_t size = batch.items.size();
   {
     std::lock_guard lock(mu_);
     ++stats_.batches;
-    stats_.records += batch.size();
-    stats_.largest_batch = std::max<std::uint64_t>(stats_.largest_batch, batch.size());
+    stats_.records += size;
+    stats_.largest_batch = std::max<std::uint64_t>(stats_.largest_batch, size);
   }
-  const bool any = commit_range(batch, 0, batch.size());
-  if (any && log_.mode() == durability::batch) {
-    unsynced_ = true;
-    if (std::chrono::steady_clock::now() - last_sync_ >= options_.sync_interval) {
-      if (!log_.sync()) {
-        std::lock_guard lock(mu_);
-        ++stats_.syncs;
-      }
-      last_sync_ = std::chrono::steady_clock::now();
-      unsynced_ = false;
-    }
-  }
+  results_.clear();
+  const bool any = commit_range(batch, 0, size);
+  if (!results_.empty() && batch_handler_) batch_handler_(results_);
+  // The batch mode's syncs run on the syncer thread (sync_loop), off this
+  // path: a commit never waits for an fsync there.
+  if (any && log_.mode() == durability::batch) commits_.fetch_add(1, std::memory_order_release);
 }
 
-bool group_committer::commit_range(std::vector<pending>& batch, std::size_t begin, std::size_t end) {
-  std::vector<append_item> items;
-  items.reserve(end - begin);
-  for (std::size_t i = begin; i < end; ++i) items.push_back({batch[i].stream, batch[i].payload(), batch[i].subject()});
-  auto result = log_.append(items);
+bool group_committer::commit_range(append_queue& batch, std::size_t begin, std::size_t end) {
+  items_.clear();
+  for (std::size_t i = begin; i < end; ++i) {
+    const auto& p = batch.items[i];
+    items_.push_back({batch.stream(p), batch.payload(p), batch.subject(p)});
+  }
+  auto result = log_.append(items_, &epochs_);
   // A full log refuses a whole transaction: split it, so that what still
   // fits is committed (in order) and only what does not fit fails.
   if (!result && result.error() == errc::storage_full && end - begin > 1) {
@@ -223,18 +281,12 @@ bool group_committer::commit_range(std::vector<pending>& batch, std::size_t begi
     const bool second = commit_range(batch, mid, end);
     return first || second;
   }
-  // Epochs: one lookup per stream of the batch, not per append.
-  std::unordered_map<std::string_view, std::uint64_t> epochs;
-  if (result)
-    for (std::size_t i = begin; i < end; ++i)
-      if (!epochs.contains(batch[i].stream)) {
-        auto info = log_.info(batch[i].stream);
-        epochs.emplace(batch[i].stream, info ? info->epoch : 0);
-      }
   for (std::size_t i = begin; i < end; ++i) {
-    if (!batch[i].done) continue;
-    if (result) batch[i].done(append_ack{(*result)[i - begin], epochs[batch[i].stream]});
-    else batch[i].done(std::unexpected(result.error()));
+    auto& p = batch.items[i];
+    std::expected<append_ack, std::error_code> r = std::unexpected(result ? std::error_code{} : result.error());
+    if (result) r = append_ack{(*result)[i - begin], epochs_[i - begin]};
+    if (p.done) p.done(r);
+    else results_.push_back({p.token, r});
   }
   return result.has_value();
 }

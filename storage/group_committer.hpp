@@ -11,6 +11,7 @@
 
 #include "storage/sequence_log.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -29,8 +30,8 @@ namespace switchyard::storage {
 struct group_commit_options {
   std::size_t max_batch_records = 4096;
   std::size_t max_batch_bytes = 8u << 20;  // payload + subject
-  // durability::batch: fsync at most this often (and at least this often
-  // while appends come in). Ignored in the other modes.
+  // durability::batch: a syncer thread fsyncs this often while appends
+  // are committed (never on the commit path). Ignored in the other modes.
   std::chrono::milliseconds sync_interval{10};
   // Retention applied in the background on the writer thread while no
   // append waits: every retention_interval, at most retention_step records
@@ -72,17 +73,47 @@ class group_committer {
   group_committer& operator=(const group_committer&) = delete;
 
   // Queues an append of `payload` with its opaque `subject` (see
-  // append_item); both are copied, into one buffer (one allocation per
-  // append, as for a payload alone). Thread-safe, never blocks on I/O. An
-  // invalid append (empty or long stream name, oversized payload or
-  // subject) completes at once, on the calling thread, with
-  // invalid_argument.
+  // append_item); stream name, subject and payload are copied into the
+  // queue's shared buffer. Thread-safe, never blocks on I/O. An invalid
+  // append (empty or long stream name, oversized payload or subject)
+  // completes at once, on the calling thread, with invalid_argument.
   void append(std::string_view stream, std::span<const std::byte> payload, std::span<const std::byte> subject,
               completion done);
   // The same without a subject.
   void append(std::string_view stream, std::span<const std::byte> payload, completion done) {
     append(stream, payload, {}, std::move(done));
   }
+
+  // The hot path's form: no completion object per append. The result
+  // reaches the batch handler (set_batch_handler) with `token`, together
+  // with the other tokened appends of the same commit. An invalid append
+  // is refused here (invalid_argument) and never reaches the handler.
+  // Thread-safe; queueing copies stream, subject and payload into one
+  // buffer shared by the queue (no allocation per append).
+  // It does not wake the writer: call wake() once after queueing what is
+  // at hand (a loop turn's worth), so that it all goes into one batch
+  // instead of a first batch of one and a second of the rest.
+  std::error_code append(std::string_view stream, std::span<const std::byte> payload,
+                         std::span<const std::byte> subject, std::uint64_t token);
+  // Wakes the writer for the tokened appends queued so far. Thread-safe.
+  void wake() { wake_.notify_one(); }
+  // Commits one batch of what is queued on the calling thread instead of
+  // the writer's (a backlog beyond one batch goes to the writer), in queue
+  // order with the writer's commits. Meant for the batch and none modes,
+  // where a commit does not wait for the disk: it saves the hand-off to the
+  // writer thread and back. Results reach the batch handler (and
+  // completions run) on this thread. Thread-safe.
+  void commit_queued();
+
+  struct token_result {
+    std::uint64_t token;
+    std::expected<append_ack, std::error_code> result;
+  };
+  // Runs on the writer thread once per committed (or failed) batch with the
+  // results of its tokened appends, in queue order. Must not block for long.
+  using batch_handler = std::function<void(std::span<const token_result>)>;
+  // Set once, before the first tokened append.
+  void set_batch_handler(batch_handler handler) { batch_handler_ = std::move(handler); }
 
   // Runs on the writer thread with the stream as it is after a retention
   // change, or the error. Same rules as `completion`.
@@ -102,13 +133,35 @@ class group_committer {
   group_commit_stats stats() const;
 
  private:
+  // A queued append; its stream name, subject and payload sit one after the
+  // other in the queue's byte buffer from `offset` on.
   struct pending {
-    std::string stream;
-    std::vector<std::byte> data;  // the subject, then the payload
-    std::size_t subject_size = 0;
-    completion done;
-    std::span<const std::byte> subject() const { return std::span(data).first(subject_size); }
-    std::span<const std::byte> payload() const { return std::span(data).subspan(subject_size); }
+    std::size_t offset = 0;
+    std::uint32_t stream_size = 0;
+    std::uint32_t subject_size = 0;
+    std::size_t payload_size = 0;
+    std::uint64_t token = 0;
+    completion done;  // empty for a tokened append
+  };
+  // Appends and their bytes, as queued and as taken by the writer.
+  struct append_queue {
+    std::vector<pending> items;
+    std::vector<std::byte> bytes;
+    std::string_view stream(const pending& p) const {
+      return {reinterpret_cast<const char*>(bytes.data() + p.offset), p.stream_size};
+    }
+    std::span<const std::byte> subject(const pending& p) const {
+      return std::span(bytes).subspan(p.offset + p.stream_size, p.subject_size);
+    }
+    std::span<const std::byte> payload(const pending& p) const {
+      return std::span(bytes).subspan(p.offset + p.stream_size + p.subject_size, p.payload_size);
+    }
+    void push(std::string_view stream, std::span<const std::byte> subject, std::span<const std::byte> payload,
+              std::uint64_t token, completion done);
+    void clear() {
+      items.clear();
+      bytes.clear();
+    }
   };
 
   struct retention_change {
@@ -118,25 +171,43 @@ class group_committer {
   };
 
   void run();
+  // The syncer thread (batch mode).
+  void sync_loop();
   // Applies queued retention changes, syncs, then runs their completions.
   void apply(std::vector<retention_change>& changes);
   // One bounded retention pass over every stream; true if more is due.
   bool retention_pass();
-  void commit(std::vector<pending>& batch);
-  // Commits batch[begin, end) and runs its completions; true if anything
-  // was committed.
-  bool commit_range(std::vector<pending>& batch, std::size_t begin, std::size_t end);
+  // Queues under mu_; with `notify`, wakes the writer on the first append
+  // of an empty queue.
+  void enqueue(std::string_view stream, std::span<const std::byte> subject, std::span<const std::byte> payload,
+               std::uint64_t token, completion done, bool notify);
+  void commit(append_queue& batch);
+  // Commits batch.items[begin, end), runs its completions and collects the
+  // tokened results in results_; true if anything was committed.
+  bool commit_range(append_queue& batch, std::size_t begin, std::size_t end);
 
   sequence_log& log_;
   group_commit_options options_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  std::vector<pending> queue_;  // guarded by mu_
+  append_queue queue_;          // guarded by mu_
+  batch_handler batch_handler_;
+  // Every write to the log (commits, retention, retention changes) holds
+  // commit_mu_, taken before mu_; the scratch below is guarded by it.
+  std::mutex commit_mu_;
+  append_queue batch_;                 // the batch being committed
+  std::vector<token_result> results_;  // its tokened results
+  std::vector<append_item> items_;     // scratch for log_.append
+  std::vector<std::uint64_t> epochs_;  // the epochs log_.append reports
   std::vector<retention_change> changes_;  // guarded by mu_
   bool stopping_ = false;       // guarded by mu_
   group_commit_stats stats_;    // guarded by mu_
-  std::chrono::steady_clock::time_point last_sync_;  // writer thread
-  bool unsynced_ = false;                            // writer thread
+  // The batch mode's syncer: every sync_interval, an fsync if anything
+  // was committed since the last one.
+  std::condition_variable sync_wake_;
+  std::atomic<std::uint64_t> commits_{0};  // batches committed (batch mode)
+  std::uint64_t synced_ = 0;               // guarded by mu_: commits_ as of the last sync
+  std::thread syncer_;
   std::chrono::steady_clock::time_point next_retention_;  // writer thread
   // Whether retention passes run: the default has limits, or some stream
   // has limits of its own (writer thread; refreshed by every pass).

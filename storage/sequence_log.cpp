@@ -383,7 +383,8 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   return std::unique_ptr<sequence_log>(new sequence_log(std::move(p)));
 }
 
-std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(std::span<const append_item> items) {
+std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(std::span<const append_item> items,
+                                                                             std::vector<std::uint64_t>* epochs) {
   auto& p = *impl_;
   for (const auto& item : items)
     if (auto ec = check(item.stream, item.payload.size(), item.subject.size())) return std::unexpected(ec);
@@ -391,6 +392,7 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
   std::uint64_t last_id = p.last_stream_id;
   const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
     seqs.clear();
+    if (epochs) epochs->clear();
     last_id = p.last_stream_id;  // a retry starts from what is committed
     std::unordered_map<std::string_view, meta> touched;
     const std::uint64_t now = p.now_ms();
@@ -431,6 +433,7 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       m.records += 1;
       m.bytes += stored;
       seqs.push_back(seq);
+      if (epochs) epochs->push_back(m.epoch);
     }
     for (const auto& [name, m] : touched)
       if (auto e = p.store(t, name, m)) return e;

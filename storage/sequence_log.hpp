@@ -144,7 +144,9 @@ class sequence_log {
   // invalid_argument (empty or long name, oversized payload or subject),
   // storage_full. Subject and payload are written straight into the
   // record's LMDB value (MDB_RESERVE), not copied anywhere else.
-  std::expected<std::vector<std::uint64_t>, std::error_code> append(std::span<const append_item> items);
+  // With `epochs` given, it receives each item's stream epoch too.
+  std::expected<std::vector<std::uint64_t>, std::error_code> append(std::span<const append_item> items,
+                                                                    std::vector<std::uint64_t>* epochs = nullptr);
   std::expected<std::uint64_t, std::error_code> append(std::string_view stream, std::span<const std::byte> payload,
                                                        std::span<const std::byte> subject = {});
 

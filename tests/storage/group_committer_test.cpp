@@ -325,3 +325,135 @@ TEST_CASE("background retention trims every stream to its limit in bounded steps
   CHECK(seq == 51);
   CHECK(wait_until([&] { return t.log->info("a")->first_seq == 42; }));
 }
+
+namespace {
+
+// Collects what the batch handler reports (writer thread).
+struct batch_log {
+  std::mutex mu;
+  std::vector<std::size_t> sizes;  // results per handler call
+  std::vector<group_committer::token_result> results;
+  std::atomic<std::size_t> count{0};
+  group_committer::batch_handler handler() {
+    return [this](std::span<const group_committer::token_result> r) {
+      std::lock_guard lock(mu);
+      sizes.push_back(r.size());
+      results.insert(results.end(), r.begin(), r.end());
+      count += r.size();
+    };
+  }
+};
+
+std::string str(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
+
+}  // namespace
+
+TEST_CASE("tokened appends report to the batch handler once per batch, in queue order", "[storage]") {
+  temp_log t;
+  gate g;
+  batch_log seen;
+  group_committer gc(*t.log);
+  gc.set_batch_handler(seen.handler());
+  // Hold the writer so that the tokened appends queue up together.
+  gc.append("s", bytes("hold"), [&](auto) { g.wait(); });
+  REQUIRE(wait_until([&] { return g.reached.load(); }));
+  for (std::uint64_t i = 1; i <= 50; ++i)
+    REQUIRE_FALSE(gc.append(i % 2 ? "odd" : "even", bytes("p" + std::to_string(i)), {}, i));
+  gc.wake();
+  g.open();
+  REQUIRE(wait_until([&] { return seen.count == 50; }));
+  std::lock_guard lock(seen.mu);
+  CHECK(seen.sizes == std::vector<std::size_t>{50});
+  std::uint64_t odd = 0, even = 0;
+  for (std::uint64_t i = 1; i <= 50; ++i) {
+    const auto& r = seen.results[i - 1];
+    CHECK(r.token == i);
+    REQUIRE(r.result);
+    CHECK(r.result->seq == (i % 2 ? ++odd : ++even));
+    CHECK(r.result->epoch == t.log->info(i % 2 ? "odd" : "even")->epoch);
+  }
+  auto rec = t.log->read("even", 1, 100, 1 << 20);
+  REQUIRE(rec);
+  REQUIRE(rec->records.size() == 25);
+  CHECK(str(rec->records[0].payload) == "p2");
+  CHECK(str(rec->records[24].payload) == "p50");
+}
+
+TEST_CASE("a backlog longer than a batch keeps each append's own stream, subject and payload", "[storage]") {
+  temp_log t;
+  gate g;
+  batch_log seen;
+  group_committer gc(*t.log, {.max_batch_records = 7});
+  gc.set_batch_handler(seen.handler());
+  gc.append("hold", bytes("x"), [&](auto) { g.wait(); });
+  REQUIRE(wait_until([&] { return g.reached.load(); }));
+  // Names, subjects and payloads of different lengths, so that any offset
+  // mistake when the rest of the queue is carried over shows.
+  for (std::uint64_t i = 1; i <= 40; ++i) {
+    const std::string stream = "stream-" + std::string(i % 5 + 1, 'n');
+    REQUIRE_FALSE(gc.append(stream, bytes(std::string(i, 'p')), bytes(std::string(i % 3, 's')), i));
+  }
+  gc.wake();
+  g.open();
+  REQUIRE(wait_until([&] { return seen.count == 40; }));
+  {
+    std::lock_guard lock(seen.mu);
+    CHECK(seen.sizes == std::vector<std::size_t>{7, 7, 7, 7, 7, 5});
+    for (std::uint64_t i = 1; i <= 40; ++i) CHECK(seen.results[i - 1].token == i);
+  }
+  for (std::uint64_t k = 0; k < 5; ++k) {
+    const std::string stream = "stream-" + std::string(k + 1, 'n');
+    auto rec = t.log->read(stream, 1, 100, 1 << 20);
+    REQUIRE(rec);
+    REQUIRE(rec->records.size() == 8);
+    std::uint64_t i = k == 0 ? 5 : k;  // the first i with i % 5 == k
+    for (const auto& r : rec->records) {
+      CHECK(str(r.payload) == std::string(i, 'p'));
+      CHECK(str(r.subject) == std::string(i % 3, 's'));
+      i += 5;
+    }
+  }
+}
+
+TEST_CASE("an invalid tokened append is refused at once and never reaches the batch handler", "[storage]") {
+  temp_log t;
+  batch_log seen;
+  group_committer gc(*t.log);
+  gc.set_batch_handler(seen.handler());
+  CHECK(gc.append("", bytes("x"), {}, 1) == errc::invalid_argument);
+  CHECK_FALSE(gc.append("ok", bytes("x"), {}, 2));
+  gc.wake();
+  REQUIRE(wait_until([&] { return seen.count == 1; }));
+  std::lock_guard lock(seen.mu);
+  CHECK(seen.results.front().token == 2);
+}
+
+TEST_CASE("commit_queued commits on the calling thread, in queue order with the writer's batches", "[storage]") {
+  temp_log t(durability::none);
+  std::mutex mu;
+  std::vector<std::thread::id> threads;
+  std::vector<std::uint64_t> tokens;
+  group_committer gc(*t.log, {.max_batch_records = 4});
+  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) {
+    std::lock_guard lock(mu);
+    threads.push_back(std::this_thread::get_id());
+    for (const auto& x : r) tokens.push_back(x.token);
+  });
+  for (std::uint64_t i = 1; i <= 10; ++i) REQUIRE_FALSE(gc.append("s", bytes("x"), {}, i));
+  // One batch of 4 here; the rest is the writer's (woken by commit_queued).
+  gc.commit_queued();
+  {
+    std::lock_guard lock(mu);
+    REQUIRE(threads.size() == 1);
+    CHECK(threads.front() == std::this_thread::get_id());
+  }
+  REQUIRE(wait_until([&] {
+    std::lock_guard lock(mu);
+    return tokens.size() == 10;
+  }));
+  std::lock_guard lock(mu);
+  for (std::uint64_t i = 1; i <= 10; ++i) CHECK(tokens[i - 1] == i);
+  auto rec = t.log->read("s", 1, 100, 1 << 20);
+  REQUIRE(rec);
+  CHECK(rec->last_seq == 10);
+}
