@@ -57,6 +57,10 @@ struct server_core {
   };
   std::vector<append_wait> append_waits;
   std::vector<std::uint32_t> free_waits;
+  // Set when a delivery finds its connection's queue past 256 KiB, or
+  // full; a reader clears it before handling a read and, if it
+  // is still clear after, may read more per turn (session::reader).
+  bool backlog_seen = false;
   bool commit_wake_posted = false;  // a committer wake() is due at the end of this loop turn
   // Results travel from the committer's thread to the loop through this
   // mailbox: one post per batch.
