@@ -98,6 +98,11 @@ class session : public std::enable_shared_from_this<session> {
   // Loop thread: answers an append once it is durable (or failed).
   // Loop thread: answers and delivers what the committer finished.
   static void appends_committed(server_core& core);
+  struct commit_step {
+    server_core* core;
+    asio::any_io_executor loop;
+    void operator()() const;
+  };
   static void release_wait(server_core& core, std::uint32_t slot);
   void finish_append(std::uint64_t request_id, const std::string& stream,
                      const std::expected<storage::append_ack, std::error_code>& result);

@@ -21,6 +21,8 @@ using protocol::errc;
 namespace {
 constexpr std::uint32_t default_read_count = 1000;
 constexpr std::uint32_t max_read_count = protocol::max_list_items;
+// Appends committed per loop turn on the loop thread (batch and none modes).
+constexpr std::size_t commit_step_records = 128;
 constexpr std::string_view log_off = "the sequence log is off (the server has no data dir)";
 }  // namespace
 
@@ -87,12 +89,21 @@ void session::append_to_log(std::uint64_t rid, std::string_view stream, std::spa
   // thread hand-offs per batch.
   if (!core_.commit_wake_posted) {
     core_.commit_wake_posted = true;
-    asio::post(socket_.get_executor(), [core = &core_] {
-      core->commit_wake_posted = false;
-      if (!core->committer) return;
-      if (core->stream_log->mode() == storage::durability::sync) core->committer->wake();
-      else core->committer->commit_queued();
-    });
+    asio::post(socket_.get_executor(), commit_step{&core_, socket_.get_executor()});
+  }
+}
+
+void session::commit_step::operator()() const {
+  core->commit_wake_posted = false;
+  if (!core->committer) return;
+  if (core->stream_log->mode() == storage::durability::sync) return core->committer->wake();
+  // At most commit_step_records per step, the rest in the next loop turn:
+  // the answers to the first ones are written (and the client sends more)
+  // while the rest is committed, instead of everything waiting for one
+  // large commit.
+  if (core->committer->commit_queued(commit_step_records)) {
+    core->commit_wake_posted = true;
+    asio::post(loop, *this);
   }
 }
 

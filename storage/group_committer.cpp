@@ -190,36 +190,45 @@ void group_committer::run() {
   }
 }
 
-void group_committer::commit_queued() {
+bool group_committer::commit_queued(std::size_t max_records) {
   // Taking a batch and committing it is one step under commit_mu_, so
   // batches are committed in queue order whichever thread commits them.
   std::lock_guard writing(commit_mu_);
+  bool more = false;
   {
     std::lock_guard lock(mu_);
-    if (queue_.items.empty()) return;
-    // Take what fits in one batch; the rest waits for the next.
-    std::size_t n = 0, bytes = 0;
-    const auto& q = queue_.items;
-    while (n < q.size() && n < options_.max_batch_records) {
-      bytes += q[n].subject_size + q[n].payload_size;
-      ++n;
-      if (bytes >= options_.max_batch_bytes) break;
-    }
-    // Swapped, so both keep their capacity: the steady state allocates
-    // nothing per batch.
-    batch_.clear();
-    std::swap(batch_, queue_);
-    if (n < batch_.items.size()) {
-      // A backlog beyond one batch (rare): the rest goes back to the queue.
-      for (std::size_t i = n; i < batch_.items.size(); ++i) {
-        auto& p = batch_.items[i];
-        queue_.push(batch_.stream(p), batch_.subject(p), batch_.payload(p), p.token, std::move(p.done));
-      }
-      batch_.items.resize(n);
-      wake_.notify_one();  // the writer takes the rest
-    }
+    if (queue_.items.empty()) return false;
+    more = take_batch(max_records == 0 ? options_.max_batch_records
+                                       : std::min(max_records, options_.max_batch_records));
   }
   commit(batch_);
+  return more;
+}
+
+bool group_committer::take_batch(std::size_t max_records) {
+  auto& q = queue_.items;
+  std::size_t n = 0, bytes = 0;
+  while (n < q.size() && n < max_records) {
+    bytes += q[n].subject_size + q[n].payload_size;
+    ++n;
+    if (bytes >= options_.max_batch_bytes) break;
+  }
+  batch_.clear();
+  if (n == q.size()) {
+    // All of it (the usual case): swapped, so both keep their capacity and
+    // the steady state allocates nothing per batch.
+    std::swap(batch_, queue_);
+    return false;
+  }
+  // A prefix: its items and their bytes (a prefix of the buffer too) move to
+  // the batch, the rest moves to the front of the queue.
+  const std::size_t cut = q[n].offset;
+  batch_.bytes.assign(queue_.bytes.begin(), queue_.bytes.begin() + static_cast<std::ptrdiff_t>(cut));
+  batch_.items.assign(std::make_move_iterator(q.begin()), std::make_move_iterator(q.begin() + static_cast<std::ptrdiff_t>(n)));
+  queue_.bytes.erase(queue_.bytes.begin(), queue_.bytes.begin() + static_cast<std::ptrdiff_t>(cut));
+  q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
+  for (auto& p : q) p.offset -= cut;
+  return true;
 }
 
 void group_committer::apply(std::vector<retention_change>& changes) {

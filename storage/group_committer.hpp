@@ -98,12 +98,14 @@ class group_committer {
   // Wakes the writer for the tokened appends queued so far. Thread-safe.
   void wake() { wake_.notify_one(); }
   // Commits one batch of what is queued on the calling thread instead of
-  // the writer's (a backlog beyond one batch goes to the writer), in queue
-  // order with the writer's commits. Meant for the batch and none modes,
-  // where a commit does not wait for the disk: it saves the hand-off to the
-  // writer thread and back. Results reach the batch handler (and
-  // completions run) on this thread. Thread-safe.
-  void commit_queued();
+  // the writer's, in queue order with the writer's commits: at most
+  // max_records (0: max_batch_records); the rest stays queued for the next
+  // call (the writer is not woken for it). Returns true if appends remain.
+  // Meant for the batch and none modes, where a commit does not wait for
+  // the disk: it saves the hand-off to the writer thread and back. Results
+  // reach the batch handler (and completions run) on this thread.
+  // Thread-safe.
+  bool commit_queued(std::size_t max_records = 0);
 
   struct token_result {
     std::uint64_t token;
@@ -181,6 +183,9 @@ class group_committer {
   // of an empty queue.
   void enqueue(std::string_view stream, std::span<const std::byte> subject, std::span<const std::byte> payload,
                std::uint64_t token, completion done, bool notify);
+  // Moves up to max_records queued appends (and max_batch_bytes) into
+  // batch_; true if some stay queued. Holds mu_ and commit_mu_.
+  bool take_batch(std::size_t max_records);
   void commit(append_queue& batch);
   // Commits batch.items[begin, end), runs its completions and collects the
   // tokened results in results_; true if anything was committed.

@@ -428,7 +428,7 @@ TEST_CASE("an invalid tokened append is refused at once and never reaches the ba
   CHECK(seen.results.front().token == 2);
 }
 
-TEST_CASE("commit_queued commits on the calling thread, in queue order with the writer's batches", "[storage]") {
+TEST_CASE("commit_queued commits bounded batches on the calling thread, in queue order", "[storage]") {
   temp_log t(durability::none);
   std::mutex mu;
   std::vector<std::thread::id> threads;
@@ -439,20 +439,22 @@ TEST_CASE("commit_queued commits on the calling thread, in queue order with the 
     threads.push_back(std::this_thread::get_id());
     for (const auto& x : r) tokens.push_back(x.token);
   });
-  for (std::uint64_t i = 1; i <= 10; ++i) REQUIRE_FALSE(gc.append("s", bytes("x"), {}, i));
-  // One batch of 4 here; the rest is the writer's (woken by commit_queued).
-  gc.commit_queued();
-  {
-    std::lock_guard lock(mu);
-    REQUIRE(threads.size() == 1);
-    CHECK(threads.front() == std::this_thread::get_id());
-  }
-  REQUIRE(wait_until([&] {
-    std::lock_guard lock(mu);
-    return tokens.size() == 10;
-  }));
+  for (std::uint64_t i = 1; i <= 10; ++i) REQUIRE_FALSE(gc.append("s", bytes(std::string(i, 'x')), {}, i));
+  // Batches of at most 3 (below the options' 4), each on this thread.
+  CHECK(gc.commit_queued(3));
+  CHECK(gc.commit_queued(3));
+  CHECK(gc.commit_queued(3));
+  CHECK_FALSE(gc.commit_queued(3));
+  CHECK_FALSE(gc.commit_queued());  // nothing left
   std::lock_guard lock(mu);
+  REQUIRE(threads.size() == 4);
+  for (const auto& id : threads) CHECK(id == std::this_thread::get_id());
+  REQUIRE(tokens.size() == 10);
   for (std::uint64_t i = 1; i <= 10; ++i) CHECK(tokens[i - 1] == i);
+  // Each record kept its own payload across the partial takes.
+  auto all = t.log->read("s", 1, 100, 1 << 20);
+  REQUIRE(all);
+  for (std::size_t i = 0; i < all->records.size(); ++i) CHECK(str(all->records[i].payload) == std::string(i + 1, 'x'));
   auto rec = t.log->read("s", 1, 100, 1 << 20);
   REQUIRE(rec);
   CHECK(rec->last_seq == 10);
