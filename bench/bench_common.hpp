@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -129,6 +131,33 @@ inline client_options options_for(const target& t, std::string name) {
 
 
 // Workloads beside fanout/latency (their own files).
+// Runs `count` requests on `c` with at most `window` unanswered, all issued
+// from c's loop thread: the first `window` at once, then one more from each
+// answer, like the peers' single-threaded pipelining clients (no thread
+// hand-off between an answer and the next request). issue(i, answered)
+// sends request i; its completion calls answered(ok) once (on the loop
+// thread; `answered` is cheap to copy into it). Stops issuing after a
+// failure or at `deadline_ns`. Returns once every issued request was
+// answered or the connection is gone (then it closes `c`), calling
+// progress(answered) about every 50 ms on the calling thread; `issue` is
+// not called after it returns.
+struct pipeline_state;
+class answer_fn {
+ public:
+  explicit answer_fn(std::shared_ptr<pipeline_state> s) : s_(std::move(s)) {}
+  void operator()(bool ok) const;
+
+ private:
+  std::shared_ptr<pipeline_state> s_;
+};
+using issue_fn = std::function<void(std::uint64_t i, answer_fn answered)>;
+struct pipeline_result {
+  std::uint64_t issued = 0, answered = 0, failed = 0;
+  std::uint64_t t0_ns = 0, last_answer_ns = 0;
+};
+pipeline_result run_pipeline(client& c, std::uint64_t count, int window, std::uint64_t deadline_ns,
+                             const issue_fn& issue, const std::function<void(std::uint64_t answered)>& progress);
+
 int run_route(const settings& s, const target& t);
 int run_leases(const settings& s, const target& t, int server_pid);
 int run_durable(const settings& s, const target& t);

@@ -6,9 +6,6 @@
 #include "bench/bench_common.hpp"
 
 #include <atomic>
-#include <functional>
-#include <future>
-#include <thread>
 #include <semaphore>
 #include <vector>
 
@@ -27,61 +24,35 @@ int run_durable(const settings& s, const target& t) {
   if (!conn) return fail_line(s, "connect: " + conn.error().message());
   client& c = **conn;
   std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
-  std::atomic<std::uint64_t> acked{0}, failed{0};
-  std::atomic<std::uint64_t> last_ack_ns{0};
   const auto count = static_cast<std::uint64_t>(s.count);
-  // Like the peers' single-threaded pipelining clients: the first W appends
-  // go out at once, then every acknowledgement sends the next append from
-  // the client's loop thread, so at most W are unacknowledged and no thread
-  // hand-off sits between an ack and the next append.
-  std::uint64_t issued = 0;  // loop thread after the first window
-  std::function<void(std::expected<append_ack, std::error_code>)> on_ack;
-  auto issue = [&] {
-    put_u64(payload.data(), issued++);
-    c.async_append("bench:durable", payload, on_ack);
-  };
-  on_ack = [&](std::expected<append_ack, std::error_code> r) {
-    if (r) acked.fetch_add(1, std::memory_order_relaxed);
-    else failed.fetch_add(1, std::memory_order_relaxed);
-    last_ack_ns.store(now_ns(), std::memory_order_relaxed);
-    if (r && issued < count) issue();  // after a failure (connection gone) stop: no recursion
-  };
-  std::uint64_t t0 = 0;
-  {
-    // The acks of the first appends may arrive while this loop still runs:
-    // `issued` is shared until the window is out, so hold the loop thread
-    // off by issuing the whole window from inside one flush callback.
-    std::promise<void> started;
-    c.async_flush([&](std::error_code) {
-      t0 = now_ns();
-      for (std::uint64_t i = 0; i < std::min<std::uint64_t>(count, static_cast<std::uint64_t>(s.window)); ++i) issue();
-      started.set_value();
-    });
-    started.get_future().wait();
-  }
-  // Progress, bounded: every append is acknowledged or failed, or the
-  // connection is gone.
-  for (;;) {
-    const std::uint64_t done = acked.load() + failed.load();
-    if (done >= count || !c.connected()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::fprintf(stderr, "\rdurable: acknowledged %llu/%llu   ", static_cast<unsigned long long>(acked.load()),
-                 static_cast<unsigned long long>(count));
-  }
-  if (acked.load() + failed.load() < count) failed += count - acked.load() - failed.load();
+  // At most W unacknowledged, each acknowledgement sending the next append
+  // from the client's loop thread (see run_pipeline).
+  const auto r = run_pipeline(
+      c, count, s.window, UINT64_MAX,
+      [&](std::uint64_t i, answer_fn answered) {
+        put_u64(payload.data(), i);
+        c.async_append("bench:durable", payload,
+                       [answered](std::expected<append_ack, std::error_code> a) { answered(a.has_value()); });
+      },
+      [&](std::uint64_t acked) {
+        std::fprintf(stderr, "\rdurable: acknowledged %llu/%llu   ", static_cast<unsigned long long>(acked),
+                     static_cast<unsigned long long>(count));
+      });
   std::fputs("\r\033[K", stderr);
-  const double secs = static_cast<double>(last_ack_ns.load() - t0) / 1e9;
+  const std::uint64_t failed = r.failed + (count - std::min(count, r.issued));
+  const std::uint64_t acked = r.answered - std::min(r.answered, r.failed);
+  const double secs = static_cast<double>(std::max(r.last_answer_ns, r.t0_ns + 1) - r.t0_ns) / 1e9;
   auto stored = (*conn)->read("bench:durable", 0, 1);
   const std::uint64_t stored_count = stored ? stored->last_seq : 0;
 
   json_line j;
   j.str("broker", "switchyard").str("workload", "durable").integer("n", static_cast<long long>(count));
   j.integer("size", s.size).integer("window", s.window);
-  j.integer("acked", static_cast<long long>(acked.load())).num("acked_rate", static_cast<double>(acked.load()) / secs);
+  j.integer("acked", static_cast<long long>(acked)).num("acked_rate", static_cast<double>(acked) / secs);
   j.integer("stored", static_cast<long long>(stored_count)).str("fsync", policy(s.durability));
-  if (failed) j.str("errors", fmt::format("{} appends failed", failed.load()));
+  if (failed) j.str("errors", fmt::format("{} appends failed", failed));
   emit(s, fmt::format("durable ({}): {} appends of {} B, window {}\n  acknowledged: {} ({:.0f}/s), stored {}\n",
-                      s.durability, count, s.size, s.window, acked.load(), static_cast<double>(acked.load()) / secs,
+                      s.durability, count, s.size, s.window, acked, static_cast<double>(acked) / secs,
                       stored_count),
        j);
   return failed ? 1 : 0;

@@ -62,17 +62,21 @@ int run_route(const settings& s, const target& t) {
   std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<long> pick(0, nusers - 1);
-  std::counting_semaphore<> window(std::max(1, s.window));
   std::atomic<std::uint64_t> routed{0}, unrouted{0}, errors{0}, answered{0};
   const auto count = static_cast<std::uint64_t>(s.count);
   const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(s.timeout * 1e9);
-  const std::uint64_t t0 = now_ns();
-  std::uint64_t next_progress = t0 + 1'000'000'000ull;
+  std::uint64_t t0 = now_ns();
   std::string key;
   std::uint64_t sent = 0;
-  const bool nowait = s.window == 0;  // fire and forget: sends/s = as fast as the client queues
-  for (; sent < count && now_ns() < deadline; ++sent) {
-    if (nowait) {
+  const bool nowait = s.window == 0;
+  const auto show = [&](std::uint64_t n) {
+    std::fprintf(stderr, "\rroute: sent %llu/%llu, delivered %llu   ", static_cast<unsigned long long>(n),
+                 static_cast<unsigned long long>(count), static_cast<unsigned long long>(delivered.load()));
+  };
+  if (nowait) {
+    // Fire and forget: sends/s = as fast as the client queues.
+    std::uint64_t next_progress = t0 + 1'000'000'000ull;
+    for (; sent < count && now_ns() < deadline; ++sent) {
       key = fmt::format("user:{}", pick(rng));
       put_u64(payload.data(), sent);
       if (auto ec = (*service)->send_nowait(key, payload)) {
@@ -81,26 +85,33 @@ int run_route(const settings& s, const target& t) {
       }
       ++routed;
       ++answered;
-      continue;
+      if ((sent & 0x3fff) == 0 && now_ns() >= next_progress) {
+        show(sent);
+        next_progress = now_ns() + 1'000'000'000ull;
+      }
     }
-    window.acquire();
-    key = fmt::format("user:{}", pick(rng));
-    put_u64(payload.data(), sent);
-    (*service)->async_send(key, payload, [&](std::expected<std::string_view, std::error_code> r) {
-      if (r) ++routed;
-      else if (r.error() == errc::no_route) ++unrouted;
-      else ++errors;
-      ++answered;
-      window.release();
-    });
-    if ((sent & 0x3fff) == 0 && now_ns() >= next_progress) {
-      std::fprintf(stderr, "\rroute: sent %llu/%llu, delivered %llu   ", static_cast<unsigned long long>(sent),
-                   static_cast<unsigned long long>(count), static_cast<unsigned long long>(delivered.load()));
-      next_progress = now_ns() + 1'000'000'000ull;
-    }
+    if ((*service)->flush()) ++errors;  // the broker has every send
+  } else {
+    // Answered sends, at most W unanswered, each answer sending the next
+    // from the service's loop thread (see run_pipeline).
+    const auto r = run_pipeline(
+        **service, count, s.window, deadline,
+        [&](std::uint64_t i, answer_fn done) {
+          key = fmt::format("user:{}", pick(rng));
+          put_u64(payload.data(), i);
+          (*service)->async_send(key, payload, [&, done](std::expected<std::string_view, std::error_code> res) {
+            if (res) ++routed;
+            else if (res.error() == errc::no_route) ++unrouted;
+            else ++errors;
+            ++answered;
+            done(res || res.error() == errc::no_route);
+          });
+        },
+        show);
+    t0 = r.t0_ns;
+    sent = r.issued;
+    errors += r.issued - std::min(r.issued, r.answered);  // unanswered (the connection went away)
   }
-  for (int i = 0; i < s.window; ++i) window.acquire();
-  if (nowait && (*service)->flush()) ++errors;  // the broker has every send
   const std::uint64_t t_answered = now_ns();
   // Deliveries trail the answers slightly: wait (bounded) for the last ones.
   for (int i = 0; i < 2000 && delivered.load() < routed.load(); ++i) std::this_thread::sleep_for(1ms);
