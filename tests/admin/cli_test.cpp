@@ -5,6 +5,7 @@
 #include "tests/support/clients.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/log_helpers.hpp"
 #include "tests/support/test_server.hpp"
 
 #include <catch2/catch.hpp>
@@ -15,15 +16,10 @@ using namespace switchyard;
 using test::connect_to;
 using test::run_for_exit_code;
 using test::temp_dir;
+using test::with_data;
 using test::test_server;
 
 namespace {
-
-broker::server_config with_data(const temp_dir& dir) {
-  auto cfg = test_server::default_config();
-  cfg.data_dir = dir.path().string();
-  return cfg;
-}
 
 // switchyard-cli against `port` with `args`; stdout only (stderr dropped).
 std::pair<int, std::string> cli(std::uint16_t port, const std::string& args) {

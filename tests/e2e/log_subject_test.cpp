@@ -5,6 +5,7 @@
 #include "switchyard/client.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/log_helpers.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
 
@@ -22,24 +23,11 @@
 using namespace switchyard;
 using test::connect_to;
 using test::temp_dir;
+using test::with_data;
+using test::text;
+using test::str;
 using test::test_server;
 using test::wait_until;
-
-namespace {
-
-broker::server_config with_data(const temp_dir& dir) {
-  auto cfg = test_server::default_config();
-  cfg.data_dir = dir.path().string();
-  return cfg;
-}
-
-std::vector<std::byte> text(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size()};
-}
-
-std::string str(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
-
-}  // namespace
 
 TEST_CASE("a record appended by publish_durable reads back with its channel", "[e2e][log]") {
   temp_dir dir;

@@ -6,6 +6,7 @@
 #include "switchyard/client.hpp"
 #include "switchyard/gateway.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/log_helpers.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
@@ -28,8 +29,7 @@ using test::wait_until;
 namespace {
 
 broker::server_config log_config(const temp_dir& dir) {
-  auto cfg = test_server::default_config();
-  cfg.data_dir = dir.path().string();
+  auto cfg = test::with_data(dir);
   cfg.durability = "none";  // delivery is under test here, not fsync
   return cfg;
 }

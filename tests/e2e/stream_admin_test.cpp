@@ -8,6 +8,7 @@
 #include "tests/support/clients.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/log_helpers.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
 
@@ -21,20 +22,12 @@ using namespace switchyard;
 using std::chrono::milliseconds;
 using test::connect_to;
 using test::temp_dir;
+using test::with_data;
+using test::text;
 using test::test_server;
 using test::wait_until;
 
 namespace {
-
-broker::server_config with_data(const temp_dir& dir) {
-  auto cfg = test_server::default_config();
-  cfg.data_dir = dir.path().string();
-  return cfg;
-}
-
-std::vector<std::byte> text(std::string_view s) {
-  return {reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size()};
-}
 
 // A raw connection after a hello asking for `caps`, its welcome read.
 struct raw_session {
