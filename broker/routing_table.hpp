@@ -8,6 +8,7 @@
 // (remove_lease). Single-threaded (the broker loop).
 
 #include "broker/lease_table.hpp"
+#include "broker/string_hash.hpp"
 
 #include <cstdint>
 #include <expected>
@@ -87,10 +88,6 @@ class routing_table {
 
  private:
   bool live(const lease_attachment& a) const { return a.lease != 0 && leases_.alive(a.lease); }
-  struct string_hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view v) const noexcept { return std::hash<std::string_view>{}(v); }
-  };
   // A hash map: get() runs on every send. list() is an admin operation and
   // scans (O(entries)), sorting only what it returns.
   using registry_map = std::unordered_map<std::string, registry_entry, string_hash, std::equal_to<>>;

@@ -12,6 +12,7 @@
 // Sub is a cheap, hashable, equality-comparable handle (a pointer or an id).
 // Single-threaded.
 
+#include "broker/string_hash.hpp"
 #include "protocol/channel_name.hpp"
 
 #include <algorithm>
@@ -23,13 +24,6 @@
 #include <vector>
 
 namespace switchyard::broker {
-
-namespace detail {
-struct string_hash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
-}  // namespace detail
 
 template <class Sub>
 class subscription_index {
@@ -80,7 +74,7 @@ class subscription_index {
 
  private:
   struct node {
-    std::unordered_map<std::string, std::unique_ptr<node>, detail::string_hash, std::equal_to<>> children;
+    std::unordered_map<std::string, std::unique_ptr<node>, string_hash, std::equal_to<>> children;
     std::unique_ptr<node> star;
     std::vector<Sub> subs;       // patterns ending at this node
     std::vector<Sub> tail_subs;  // patterns ending in `>` here
@@ -136,7 +130,7 @@ class subscription_index {
 
   node root_;
   std::size_t count_ = 0;
-  std::unordered_map<std::string, std::vector<Sub>, detail::string_hash, std::equal_to<>> cache_;
+  std::unordered_map<std::string, std::vector<Sub>, string_hash, std::equal_to<>> cache_;
 };
 
 }  // namespace switchyard::broker
