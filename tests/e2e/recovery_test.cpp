@@ -273,3 +273,52 @@ TEST_CASE("a gateway restarted with its saved positions gets the durable sends i
   REQUIRE(wait_until([&] { return got.count == 3; }));
   CHECK(got.snapshot() == std::vector<std::string>{"1:user:alice,", "2:user:alice,:log", "3:user:alice,"});
 }
+
+TEST_CASE("a slow gateway whose inbox deliveries were dropped receives every durable send, once, in order",
+          "[e2e][log][routing][slow]") {
+  temp_dir dir;
+  auto cfg = log_config(dir);
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = 128 * 1024;  // a few dozen deliveries, then drops
+  test_server server(cfg);
+
+  constexpr std::uint64_t count = 3000;
+  const std::string payload(4096, 'x');
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  seen got;
+  auto conn = connect_to(server, "gw");
+  auto gw = gateway::start(*conn, {.inbox_id = "gw-1",
+                                   .on_message =
+                                       [&](const inbox_message& m) {
+                                         if (m.seq == 1) {
+                                           std::unique_lock lock(mu);
+                                           cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
+                                         }
+                                         if (m.route_keys.size() == 1 && m.route_keys[0] == "user:alice")
+                                           got.on(m.seq, m.replayed);
+                                       },
+                                   .routes = {"user:alice"},
+                                   .durable = durable_options{}});
+  REQUIRE(gw);
+
+  // The service: conversation conv:42, every message to alice, durable.
+  auto svc = connect_to(server, "service");
+  const std::string_view alice[] = {"user:alice"};
+  for (std::uint64_t i = 1; i <= count; ++i) {
+    auto r = svc->send_durable(alice, "conv:42", bytes(payload));
+    REQUIRE(r);
+    REQUIRE(r->seq == i);
+  }
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  REQUIRE(wait_until([&] { return got.seqs.count >= count; }, std::chrono::seconds(60)));
+  REQUIRE_FALSE(conn->flush());
+  CHECK(got.seqs.snapshot() == range(1, count));
+  CHECK(conn->dropped_total() > 0);
+  CHECK(got.replayed > 0);
+}
