@@ -25,6 +25,9 @@ class logger;
 
 namespace switchyard::broker {
 
+// The answer to a log request (capability "log") on a server without a data folder.
+inline constexpr std::string_view log_off_message = "the sequence log is off (the server has no data dir)";
+
 class session;
 
 struct server_core {

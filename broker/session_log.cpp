@@ -23,7 +23,6 @@ constexpr std::uint32_t default_read_count = 1000;
 constexpr std::uint32_t max_read_count = protocol::max_list_items;
 // Appends committed per loop turn on the loop thread (batch and none modes).
 constexpr std::size_t commit_step_records = 128;
-constexpr std::string_view log_off = "the sequence log is off (the server has no data dir)";
 }  // namespace
 
 bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t payload_size,
@@ -33,7 +32,7 @@ bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t
     return false;
   }
   if (!core_.committer) {
-    send_error(rid, errc::internal, log_off);
+    send_error(rid, errc::internal, log_off_message);
     return false;
   }
   if (core_.stream_log->check(stream, payload_size, subject_size)) {
@@ -174,7 +173,7 @@ void session::finish_append(std::uint64_t rid, const std::string& stream,
 }
 
 void session::handle_read(std::uint64_t rid, const wire::Read& m) {
-  if (!core_.stream_log) return send_error(rid, errc::internal, log_off);
+  if (!core_.stream_log) return send_error(rid, errc::internal, log_off_message);
   const std::string_view stream = m.stream()->string_view();
   // Keep the answer inside one frame: payload and subject bytes here,
   // per-record and per-key overhead below.
