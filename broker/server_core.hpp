@@ -16,8 +16,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <vector>
+#include <string_view>
 #include <unordered_set>
+#include <vector>
 
 namespace spdlog {
 class logger;
