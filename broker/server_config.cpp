@@ -1,5 +1,6 @@
 #include "broker/server_config.hpp"
 
+#include "protocol/channel_name.hpp"
 #include "protocol/limits.hpp"
 
 #include <CLI/CLI.hpp>
@@ -32,6 +33,10 @@ void validate(const server_config& cfg) {
   if (cfg.sync_interval.count() < 1) bad("sync-interval-ms must be at least 1");
   if (cfg.log_max_bytes < (std::size_t{4} << 20)) bad("log-max-bytes must be at least 4 MiB");
   if (cfg.retention_max_age.count() < 0) bad("retention-max-age-ms must not be negative");
+  for (const auto& pattern : cfg.durable_channels)
+    if (!protocol::is_valid_pattern(pattern)) bad("durable-channel \"" + pattern + "\" is not a valid channel pattern");
+  if (!cfg.durable_channels.empty() && cfg.data_dir.empty())
+    bad("durable-channel needs the sequence log: set --data-dir");
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {
@@ -98,6 +103,9 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.add_option("--retention-max-age-ms", retention_age_ms, "drop records older than this (0 = keep)")->capture_default_str();
   app.add_option("--retention-max-bytes", cfg.retention_max_bytes, "keep at most this many record bytes (payload + delivery subject) per stream (0 = all)")
       ->capture_default_str();
+
+  app.add_option("--durable-channel", cfg.durable_channels,
+                 "channel pattern whose publishes go through the log (stream = channel name); repeatable");
 
   try {
     app.parse(argc, argv);

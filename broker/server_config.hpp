@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace switchyard::broker {
 
@@ -40,6 +41,10 @@ struct server_config {
   std::uint64_t retention_max_records = 0;
   std::chrono::milliseconds retention_max_age{0};
   std::uint64_t retention_max_bytes = 0;
+  // Channels configured as durable (subscription patterns): a publish to a
+  // matching channel without a stream of its own is appended to the stream
+  // named like the channel, then delivered with its position. Needs the log.
+  std::vector<std::string> durable_channels;
 
   std::string log_level = "info";
 };

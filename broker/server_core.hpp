@@ -9,6 +9,7 @@
 #include "broker/routing_table.hpp"
 #include "broker/server_config.hpp"
 #include "broker/server_counters.hpp"
+#include "protocol/channel_name.hpp"
 #include "protocol/frame_builder.hpp"
 #include "storage/group_committer.hpp"
 #include "storage/sequence_log.hpp"
@@ -80,6 +81,13 @@ struct server_core {
   std::shared_ptr<spdlog::logger> log;
   bool stopping = false;
   std::uint64_t next_session_id = 1;
+
+  // True if the server configured `channel` as durable (--durable-channel).
+  bool durable_channel(std::string_view channel) const {
+    for (const auto& pattern : config.durable_channels)
+      if (protocol::pattern_matches(pattern, channel)) return true;
+    return false;
+  }
 
   // Copies an encoded frame (usually `builder`'s output) into the arena.
   frame_ref store(protocol::bytes_view frame) { return arena.store(frame); }

@@ -424,13 +424,19 @@ void session::handle_publish(std::uint64_t rid, const wire::Publish& m) {
     return;
   }
   const auto* payload = m.payload();
-  if (m.stream() && m.stream()->size() > 0) {
+  // A stream named by the publisher, or the channel's own when the server
+  // configured the channel as durable (then no "log" capability is needed:
+  // it is the server's policy, not the publisher's request).
+  std::string_view stream = m.stream() ? m.stream()->string_view() : std::string_view{};
+  const bool by_policy = stream.empty() && core_.durable_channel(channel);
+  if (by_policy) stream = channel;
+  if (!stream.empty()) {
     // Durable publish: append first, deliver once the log has it.
     const auto bytes = payload ? std::as_bytes(std::span(payload->data(), payload->size())) : std::span<const std::byte>{};
-    if (!can_append(rid, m.stream()->string_view(), bytes.size(), channel_subject_size(channel))) return;
+    if (!can_append(rid, stream, bytes.size(), channel_subject_size(channel), by_policy)) return;
     auto& subject = core_.subject_scratch;
     encode_channel_subject(channel, subject);
-    append_to_log(rid, m.stream()->string_view(), bytes, subject, channel);
+    append_to_log(rid, stream, bytes, subject, channel);
     return;
   }
   ++core_.counters.published;

@@ -78,11 +78,11 @@ class session : public std::enable_shared_from_this<session> {
   void handle_send(std::uint64_t request_id, const protocol::wire::Send& m);
   // The sequence log (session_log.cpp).
   void handle_append(std::uint64_t request_id, const protocol::wire::Append& m);
-  // Checks an append (capability, log on, stream name, payload and
-  // encoded subject size); answers the error and returns false when it
-  // cannot go ahead.
+  // Checks an append (capability, unless the server's policy makes it
+  // durable; log on; stream name, payload and encoded subject size);
+  // answers the error and returns false when it cannot go ahead.
   bool can_append(std::uint64_t request_id, std::string_view stream, std::size_t payload_size,
-                  std::size_t subject_size);
+                  std::size_t subject_size, bool by_policy = false);
   // Queues an append with its encoded delivery subject (log_subject.hpp;
   // empty for a plain append) with the group committer; once durable, a
   // publish (channel set) or send (route keys set) is delivered, and the

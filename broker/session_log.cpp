@@ -26,8 +26,8 @@ constexpr std::size_t commit_step_records = 128;
 }  // namespace
 
 bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t payload_size,
-                         std::size_t subject_size) {
-  if (!log_) {
+                         std::size_t subject_size, bool by_policy) {
+  if (!log_ && !by_policy) {
     send_error(rid, errc::unsupported_message, "writing to a stream needs the \"log\" capability in the hello");
     return false;
   }
@@ -169,7 +169,11 @@ void session::finish_append(std::uint64_t rid, const std::string& stream,
     send_error(rid, full ? errc::storage_full : errc::internal, r.error().message());
     return;
   }
-  if (rid != 0) send(core_.builder.appended(rid, stream, r->seq, r->epoch));
+  if (rid == 0) return;
+  // A peer without "log" (a plain publish to a channel the server made
+  // durable) gets the answer it knows: Ok, if it asked for publish acks.
+  if (log_) send(core_.builder.appended(rid, stream, r->seq, r->epoch));
+  else if (publish_ack_) send(core_.builder.ok(rid));
 }
 
 void session::handle_read(std::uint64_t rid, const wire::Read& m) {

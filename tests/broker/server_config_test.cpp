@@ -295,3 +295,17 @@ TEST_CASE("server config with a missing config file exits non-zero", "[broker]")
   const cli_exit e = parse_exit({"--config", missing.c_str()});
   CHECK(e.code != 0);
 }
+
+TEST_CASE("server config --durable-channel is repeatable and also a TOML list", "[broker]") {
+  auto cfg = parse({"--durable-channel", "orders.>", "--durable-channel", "audit.*"});
+  CHECK(cfg.durable_channels == std::vector<std::string>{"orders.>", "audit.*"});
+  temp_config file("durable-channel = [\"orders.>\", \"chat.*.archive\"]\n");
+  const std::string path = file.path();
+  auto from_file = parse({"--config", path.c_str()});
+  CHECK(from_file.durable_channels == std::vector<std::string>{"orders.>", "chat.*.archive"});
+}
+
+TEST_CASE("server config rejects an invalid --durable-channel pattern and one without a data dir", "[broker]") {
+  CHECK_THROWS_AS(parse({"--durable-channel", "orders..x"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--durable-channel", "orders.>", "--data-dir", ""}), std::invalid_argument);
+}

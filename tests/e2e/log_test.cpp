@@ -288,6 +288,66 @@ TEST_CASE("a publish with a stream is appended first and delivered with its log 
   CHECK(std::get<1>(got[3]) == 0);
 }
 
+TEST_CASE("a plain publish to a channel configured as durable goes through the channel's stream", "[e2e][log]") {
+  temp_dir dir;
+  auto cfg = with_data(dir);
+  cfg.durable_channels = {"orders.>"};
+  test_server server(cfg);
+  auto sub = connect_to(server.port(), "sub");
+  std::mutex mu;
+  std::vector<std::tuple<std::string, std::string, std::uint64_t>> got;  // channel, stream, seq
+  REQUIRE(sub->subscribe(">", [&](const message& m) {
+    std::lock_guard lock(mu);
+    got.emplace_back(std::string(m.channel), std::string(m.stream), m.seq);
+  }));
+  auto pub = connect_to(server.port(), "pub");
+  // publish_confirmed returns once the broker answered: for a durable
+  // channel, once the record is in the log.
+  REQUIRE_FALSE(pub->publish_confirmed("orders.eu", text("order 1")));
+  REQUIRE_FALSE(pub->publish_confirmed("orders.eu", text("order 2")));
+  auto stored = pub->read("orders.eu");
+  REQUIRE(stored);
+  REQUIRE(stored->records.size() == 2);
+  CHECK(str(stored->records[1].payload) == "order 2");
+  CHECK(stored->records[1].channel == "orders.eu");
+  // Other channels stay at most once, with no stream.
+  REQUIRE_FALSE(pub->publish_confirmed("chat.x", text("hi")));
+  auto none = pub->read("chat.x");
+  REQUIRE_FALSE(none);
+  CHECK(none.error() == errc::not_found);
+  REQUIRE(wait_until([&] {
+    std::lock_guard lock(mu);
+    return got.size() == 3;
+  }));
+  std::lock_guard lock(mu);
+  CHECK(got[0] == std::tuple<std::string, std::string, std::uint64_t>{"orders.eu", "orders.eu", 1});
+  CHECK(got[1] == std::tuple<std::string, std::string, std::uint64_t>{"orders.eu", "orders.eu", 2});
+  CHECK(got[2] == std::tuple<std::string, std::string, std::uint64_t>{"chat.x", "", 0});
+}
+
+TEST_CASE("a publisher without the log capability is answered Ok once its publish to a durable channel is stored",
+          "[e2e][log]") {
+  temp_dir dir;
+  auto cfg = with_data(dir);
+  cfg.durable_channels = {"audit.*"};
+  test_server server(cfg);
+  test::raw_connection raw(server.port());
+  raw.send_hello();  // dropped-notice and publish-ack, no "log"
+  test::raw_frame f;
+  REQUIRE(raw.next_of(protocol::wire::Message::Welcome, f) != nullptr);
+  protocol::frame_builder b;
+  const std::string_view payload = "login alice";
+  raw.send(b.publish(7, "audit.login", {reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()}));
+  const auto* ok = raw.next_of(protocol::wire::Message::Ok, f);
+  REQUIRE(ok != nullptr);
+  CHECK(ok->request_id() == 7);
+  auto c = connect_to(server.port());
+  auto stored = c->read("audit.login");
+  REQUIRE(stored);
+  REQUIRE(stored->records.size() == 1);
+  CHECK(str(stored->records[0].payload) == "login alice");
+}
+
 TEST_CASE("a send with a stream is appended first and delivered into the inbox with its position", "[e2e][log]") {
   temp_dir dir;
   test_server server(with_data(dir));
