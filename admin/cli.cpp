@@ -29,6 +29,7 @@ struct settings {
   bool json = false;
   std::string command;  // "streams list", "ping", ...
   std::string stream;
+  std::string key;  // routes get
   std::string prefix;
   std::size_t limit = 0;
   std::uint64_t from = 0;
@@ -111,6 +112,9 @@ class cli {
     if (s_.command == "streams info") return streams_info();
     if (s_.command == "streams retention") return streams_retention();
     if (s_.command == "streams read") return streams_read();
+    if (s_.command == "routes get") return routes_get();
+    if (s_.command == "routes list") return routes_list();
+    if (s_.command == "leases list") return leases_list();
     return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");
   }
 
@@ -129,10 +133,13 @@ class cli {
   }
 
  private:
-  int fail(std::error_code ec, const std::string& what) {
+  // `missing` names what not_found means for this command.
+  int fail(std::error_code ec, const std::string& what, std::string_view missing = "no such stream") {
     std::string message = what + ": " + ec.message();
-    if (ec == errc::not_found) message = what + ": no such stream";
-    else if (ec == errc::not_supported) message = what + ": the broker does not offer the sequence log (\"log\")";
+    if (ec == errc::not_found) message = what + ": " + std::string(missing);
+    else if (ec == errc::not_supported && what.starts_with("streams"))
+      message = what + ": the broker does not offer the sequence log (\"log\")";
+    else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
     else if (ec == errc::internal) message += " (is the broker running without a data dir?)";
     else if (ec == errc::bad_request)
       message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
@@ -190,6 +197,84 @@ class cli {
     out_ << format_table(rows, {false, true, true, true, true, false, false});
     if (more) out_ << "(more streams: narrow --prefix or raise --limit)\n";
     return exit_ok;
+  }
+
+  // ---- the routing registry and leases (capability "routing") ----
+
+  int routes_get() {
+    auto e = client_->registry_get(s_.key);
+    if (!e) return fail(e.error(), "routes get " + s_.key, "no route (no live entry for that key)");
+    if (s_.json) {
+      json_writer j;
+      write_route(j, *e);
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    out_ << format_table({{"key", e->key},
+                          {"value", e->value},
+                          {"version", std::to_string(e->version)},
+                          {"lease", e->lease == 0 ? "(own TTL)" : std::to_string(e->lease)},
+                          {"remaining", std::to_string(e->remaining.count()) + " ms"}},
+                         {});
+    return exit_ok;
+  }
+
+  int routes_list() {
+    bool more = false;
+    auto list = client_->registry_list(s_.prefix, s_.limit, &more);
+    if (!list) return fail(list.error(), "routes list");
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().key("routes").begin_array();
+      for (const auto& e : *list) write_route(j, e);
+      j.end_array().boolean("more", more).end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    if (list->empty()) {
+      out_ << (s_.prefix.empty() ? "no routes\n" : "no routes starting with '" + s_.prefix + "'\n");
+      return exit_ok;
+    }
+    std::vector<std::vector<std::string>> rows{{"KEY", "VALUE", "VERSION", "LEASE", "REMAINING MS"}};
+    for (const auto& e : *list)
+      rows.push_back({e.key, e.value, std::to_string(e.version), e.lease == 0 ? "-" : std::to_string(e.lease),
+                      std::to_string(e.remaining.count())});
+    out_ << format_table(rows, {false, false, true, true, true});
+    if (more) out_ << "(more routes: narrow --prefix or raise --limit)\n";
+    return exit_ok;
+  }
+
+  int leases_list() {
+    auto list = client_->lease_list(s_.limit);
+    if (!list) return fail(list.error(), "leases list");
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().key("leases").begin_array();
+      for (const auto& l : *list) {
+        j.begin_object().string("id", std::to_string(l.id));
+        j.number("ttl_ms", static_cast<std::uint64_t>(l.ttl.count()));
+        j.number("remaining_ms", static_cast<std::uint64_t>(l.remaining.count())).end_object();
+      }
+      j.end_array().end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    if (list->empty()) {
+      out_ << "no leases\n";
+      return exit_ok;
+    }
+    std::vector<std::vector<std::string>> rows{{"LEASE", "TTL MS", "REMAINING MS"}};
+    for (const auto& l : *list)
+      rows.push_back({std::to_string(l.id), std::to_string(l.ttl.count()), std::to_string(l.remaining.count())});
+    out_ << format_table(rows, {true, true, true});
+    return exit_ok;
+  }
+
+  // One registry entry as a JSON object; the lease id as a string (64-bit).
+  static void write_route(json_writer& j, const registry_entry& e) {
+    j.begin_object().string("key", e.key).string("value", e.value).number("version", e.version);
+    j.string("lease", e.lease == 0 ? "" : std::to_string(e.lease));
+    j.number("remaining_ms", static_cast<std::uint64_t>(e.remaining.count())).end_object();
   }
 
   int streams_info() {
@@ -360,7 +445,8 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   retention->add_option("name", s.stream, "stream name")->required();
   auto* records = retention->add_option("--max-records", s.max_records, "keep at most this many records (0 = none)");
   auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)");
-  auto* bytes = retention->add_option("--max-bytes", s.max_bytes, "keep at most this many payload bytes (0 = none)");
+  auto* bytes = retention->add_option("--max-bytes", s.max_bytes,
+                                      "keep at most this many record bytes, payload plus delivery subject (0 = none)");
   retention->add_flag("--clear", s.clear, "drop the stream's own limits: the broker's default applies again")
       ->excludes(records)
       ->excludes(age)
@@ -372,6 +458,21 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   read->add_option("--from", s.from, "first sequence (0 = the first retained)")->capture_default_str();
   read->add_option("--count", s.count, "at most this many records (the broker answers at most 10000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{10'000}))
+      ->capture_default_str();
+
+  auto* routes = app.add_subcommand("routes", "the routing registry (user -> gateway), live entries only");
+  routes->require_subcommand(1, 1);
+  auto* route_get = routes->add_subcommand("get", "one entry: value (the gateway's inbox), version, lease, TTL left");
+  route_get->add_option("key", s.key, "route key, e.g. user:alice")->required();
+  auto* route_list = routes->add_subcommand("list", "entries in key order");
+  route_list->add_option("--prefix", s.prefix, "only keys starting with this");
+  route_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->capture_default_str();
+
+  auto* leases = app.add_subcommand("leases", "leases (gateways prove they are alive with them)");
+  leases->require_subcommand(1, 1);
+  auto* lease_list = leases->add_subcommand("list", "live leases: id, granted TTL, time left");
+  lease_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
       ->capture_default_str();
 
   // --json decides the error format even when parsing fails.
@@ -389,6 +490,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   else if (info->parsed()) s.command = "streams info";
   else if (retention->parsed()) s.command = "streams retention";
   else if (read->parsed()) s.command = "streams read";
+  else if (route_get->parsed()) s.command = "routes get";
+  else if (route_list->parsed()) s.command = "routes list";
+  else if (lease_list->parsed()) s.command = "leases list";
   return cli(s, out, err).run();
 }
 

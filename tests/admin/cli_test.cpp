@@ -48,7 +48,8 @@ void append(client& c, std::string_view stream, std::string_view payload) {
 
 TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") {
   for (const char* args : {"--help", "ping --help", "streams --help", "streams list --help", "streams info --help",
-                           "streams retention --help", "streams read --help"}) {
+                           "streams retention --help", "streams read --help", "routes --help", "routes get --help",
+                           "routes list --help", "leases --help", "leases list --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);
@@ -259,4 +260,47 @@ TEST_CASE("human output of streams list is aligned columns", "[admin]") {
   CHECK(contains(out, "\na.longer.name      1     1        1      3  "));
   CHECK(contains(out, "records<=5 age<=1h (own)\n"));
   CHECK(contains(out, "none (default)\n"));
+}
+
+TEST_CASE("routes get --json shows where a user is routed, and an unknown key exits 3", "[admin]") {
+  test_server server;
+  auto gw = connect_to(server.port(), "gw");
+  auto lease = gw->lease_grant(std::chrono::seconds(30));
+  REQUIRE(lease);
+  REQUIRE(gw->registry_put("user:alice", "gw-7", lease->id));
+  const auto [code, out] = cli(server.port(), "routes get user:alice --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(contains(out, R"({"key":"user:alice","value":"gw-7","version":)"));
+  CHECK(contains(out, "\"lease\":\"" + std::to_string(lease->id) + "\""));
+  const auto [code2, err] = cli(server.port(), "routes get user:bob --json");
+  CHECK(code2 == 3);
+  CHECK(contains(err, R"({"error":{"code":"not_found","message":"routes get user:bob: no route)"));
+}
+
+TEST_CASE("routes list and leases list print the live entries, in --json and as tables", "[admin]") {
+  test_server server;
+  auto gw = connect_to(server.port(), "gw");
+  auto lease = gw->lease_grant(std::chrono::seconds(30));
+  REQUIRE(lease);
+  for (const char* user : {"user:carol", "user:alice", "user:bob"}) REQUIRE(gw->registry_put(user, "gw-1", lease->id));
+  REQUIRE(gw->registry_put("room:7", "gw-1", lease->id));
+  const auto [code, out] = cli(server.port(), "routes list --prefix user: --json");
+  INFO(out);
+  CHECK(code == 0);
+  const auto a = out.find("user:alice"), b = out.find("user:bob"), c = out.find("user:carol");
+  CHECK(a < b);
+  CHECK(b < c);
+  CHECK(c != std::string::npos);
+  CHECK_FALSE(contains(out, "room:7"));
+  CHECK(out.ends_with("],\"more\":false}\n"));
+  const auto [code2, cut] = cli(server.port(), "routes list --limit 2");
+  CHECK(code2 == 0);
+  CHECK(contains(cut, "KEY"));
+  CHECK(contains(cut, "more routes"));
+  const auto [code3, leases] = cli(server.port(), "leases list --json");
+  INFO(leases);
+  CHECK(code3 == 0);
+  CHECK(contains(leases, "{\"leases\":[{\"id\":\"" + std::to_string(lease->id) + "\",\"ttl_ms\":30000,"));
 }
