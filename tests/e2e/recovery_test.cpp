@@ -47,6 +47,37 @@ struct seen {
   }
 };
 
+// The slow-consumer tests: a queue limit of a few dozen deliveries, and
+// slow_count payloads of slow_payload_bytes (12 MB in all: more than the
+// socket buffers hold), so a stalled client loses deliveries.
+constexpr std::uint64_t slow_count = 3000;
+constexpr std::size_t slow_payload_bytes = 4096;
+broker::server_config slow_consumer_config(const temp_dir& dir) {
+  auto cfg = log_config(dir);
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = 128 * 1024;
+  return cfg;
+}
+
+// Holds the client's loop thread inside a handler until released (at most
+// 30 s), so that the broker's queue for that connection overflows.
+struct stall {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  void wait() {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return released; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+  }
+};
+
 std::vector<std::uint64_t> range(std::uint64_t from, std::uint64_t to) {
   std::vector<std::uint64_t> v;
   for (auto q = from; q <= to; ++q) v.push_back(q);
@@ -58,51 +89,37 @@ std::vector<std::uint64_t> range(std::uint64_t from, std::uint64_t to) {
 TEST_CASE("a slow durable subscriber whose messages were dropped receives every one, once, in order",
           "[e2e][log][slow]") {
   temp_dir dir;
-  auto cfg = log_config(dir);
-  cfg.max_frame = 64 * 1024;
-  cfg.max_pending_bytes = 128 * 1024;  // a few dozen deliveries, then drops
-  test_server server(cfg);
-
-  constexpr std::uint64_t count = 3000;
-  const std::string payload(4096, 'x');  // 12 MB in all: more than the socket buffers hold
+  test_server server(slow_consumer_config(dir));
+  const std::string payload(slow_payload_bytes, 'x');
 
   // The handler stalls on the first message until everything is
   // published, so the broker's queue for this subscriber overflows.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
+  stall gate;
   seen got;
   auto sub = connect_to(server, "slow");
   const auto id = sub->subscribe_durable("conv.42", [&](const message& m) {
-    if (m.seq == 1) {
-      std::unique_lock lock(mu);
-      cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
-    }
+    if (m.seq == 1) gate.wait();
     got.on(m.seq, m.replayed);
   });
   REQUIRE(id);
 
   auto pub = connect_to(server, "pub");
-  for (std::uint64_t i = 1; i <= count; ++i) {
+  for (std::uint64_t i = 1; i <= slow_count; ++i) {
     auto ack = pub->publish_durable("conv.42", "conv:42", bytes(payload));
     REQUIRE(ack);
     REQUIRE(ack->seq == i);
   }
-  {
-    std::lock_guard lock(mu);
-    release = true;
-  }
-  cv.notify_all();
+  gate.release();
 
-  REQUIRE(wait_until([&] { return got.seqs.count >= count; }, std::chrono::seconds(60)));
+  REQUIRE(wait_until([&] { return got.seqs.count >= slow_count; }, std::chrono::seconds(60)));
   // A moment for duplicates, if any, to show up.
   REQUIRE_FALSE(pub->flush());
   REQUIRE_FALSE(sub->flush());
-  CHECK(got.seqs.snapshot() == range(1, count));
+  CHECK(got.seqs.snapshot() == range(1, slow_count));
   CHECK(sub->dropped_total() > 0);
   CHECK(got.replayed > 0);
   CHECK(sub->recovered_total() == got.replayed);
-  CHECK(sub->stream_positions_of(*id).at("conv:42").seq == count);
+  CHECK(sub->stream_positions_of(*id).at("conv:42").seq == slow_count);
 }
 
 TEST_CASE("a durable subscriber that reconnects resumes from its positions with no gap and no duplicate",
@@ -277,25 +294,15 @@ TEST_CASE("a gateway restarted with its saved positions gets the durable sends i
 TEST_CASE("a slow gateway whose inbox deliveries were dropped receives every durable send, once, in order",
           "[e2e][log][routing][slow]") {
   temp_dir dir;
-  auto cfg = log_config(dir);
-  cfg.max_frame = 64 * 1024;
-  cfg.max_pending_bytes = 128 * 1024;  // a few dozen deliveries, then drops
-  test_server server(cfg);
-
-  constexpr std::uint64_t count = 3000;
-  const std::string payload(4096, 'x');
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
+  test_server server(slow_consumer_config(dir));
+  const std::string payload(slow_payload_bytes, 'x');
+  stall gate;
   seen got;
   auto conn = connect_to(server, "gw");
   auto gw = gateway::start(*conn, {.inbox_id = "gw-1",
                                    .on_message =
                                        [&](const inbox_message& m) {
-                                         if (m.seq == 1) {
-                                           std::unique_lock lock(mu);
-                                           cv.wait_for(lock, std::chrono::seconds(30), [&] { return release; });
-                                         }
+                                         if (m.seq == 1) gate.wait();
                                          if (m.route_keys.size() == 1 && m.route_keys[0] == "user:alice")
                                            got.on(m.seq, m.replayed);
                                        },
@@ -306,19 +313,15 @@ TEST_CASE("a slow gateway whose inbox deliveries were dropped receives every dur
   // The service: conversation conv:42, every message to alice, durable.
   auto svc = connect_to(server, "service");
   const std::string_view alice[] = {"user:alice"};
-  for (std::uint64_t i = 1; i <= count; ++i) {
+  for (std::uint64_t i = 1; i <= slow_count; ++i) {
     auto r = svc->send_durable(alice, "conv:42", bytes(payload));
     REQUIRE(r);
     REQUIRE(r->seq == i);
   }
-  {
-    std::lock_guard lock(mu);
-    release = true;
-  }
-  cv.notify_all();
-  REQUIRE(wait_until([&] { return got.seqs.count >= count; }, std::chrono::seconds(60)));
+  gate.release();
+  REQUIRE(wait_until([&] { return got.seqs.count >= slow_count; }, std::chrono::seconds(60)));
   REQUIRE_FALSE(conn->flush());
-  CHECK(got.seqs.snapshot() == range(1, count));
+  CHECK(got.seqs.snapshot() == range(1, slow_count));
   CHECK(conn->dropped_total() > 0);
   CHECK(got.replayed > 0);
 }
