@@ -1,13 +1,19 @@
 #pragma once
 // Group commit for the sequence log: appends arrive from any thread (the
-// broker's loop), a dedicated writer thread commits them in batches (one
-// transaction, so one fsync in the sync mode, for everything that queued up
-// while the previous batch was being written), and each append's completion
-// runs only after its batch committed.
+// broker's loop) and are committed in batches, one transaction (so one
+// commit's fsyncs in the sync mode) for everything queued together; each
+// append's result is reported only after its batch committed.
 //
-// A lone append in an idle system is not delayed: the writer wakes at once
-// and commits a batch of one. Batching happens by itself under load, while
-// a commit (an fsync takes about 0.35 ms here) is in progress.
+// Two ways in: append(..., completion) wakes the writer thread on the first
+// append of an empty queue, so a lone append in an idle system is not
+// delayed and batches form by themselves while a commit is in progress;
+// append(..., token) is the broker's: no object per append, results per
+// batch through one handler, and the caller decides when to commit (wake()
+// the writer, or commit_queued() on its own thread where a commit does not
+// wait for the disk). Every write to the log is serialized by one mutex,
+// so batches commit in queue order whichever thread commits them. In the
+// batch mode a syncer thread fsyncs every sync_interval, off the commit
+// path.
 
 #include "storage/sequence_log.hpp"
 
@@ -59,7 +65,7 @@ struct append_ack {
 
 class group_committer {
  public:
-  // Runs on the writer thread with the sequence, or the error. When the log
+  // Runs on the committing thread with the sequence, or the error. When the log
   // is full, a batch is split until what fits is committed; only the
   // appends that do not fit fail (storage_full).
   // Must not block for long: post the result to your own thread.
