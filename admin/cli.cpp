@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -174,29 +175,46 @@ class cli {
     return exit_ok;
   }
 
+  // Prints a list command's answer: `{"<what>":[...],"more":...}` with
+  // --json (write_item writes one element), else a table of `header` and
+  // row(item), or a line saying there is none. `more`: the list was cut
+  // (nullopt: the command cannot tell).
+  template <class T, class WriteItem, class Row>
+  int print_list(std::string_view what, const std::vector<T>& items, std::optional<bool> more, WriteItem write_item,
+                 std::vector<std::string> header, const std::vector<bool>& right_aligned, Row row) {
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().key(what).begin_array();
+      for (const auto& item : items) write_item(j, item);
+      j.end_array();
+      if (more) j.boolean("more", *more);
+      j.end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    if (items.empty()) {
+      out_ << "no " << what << (s_.prefix.empty() ? "" : " starting with '" + s_.prefix + "'") << "\n";
+      return exit_ok;
+    }
+    std::vector<std::vector<std::string>> rows{std::move(header)};
+    for (const auto& item : items) rows.push_back(row(item));
+    out_ << format_table(rows, right_aligned);
+    if (more && *more) out_ << "(more " << what << ": narrow --prefix or raise --limit)\n";
+    return exit_ok;
+  }
+
   int streams_list() {
     bool more = false;
     auto list = client_->stream_list(s_.prefix, s_.limit, &more);
     if (!list) return fail(list.error(), "streams list");
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().key("streams").begin_array();
-      for (const auto& st : *list) write_stream(j, st);
-      j.end_array().boolean("more", more).end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    if (list->empty()) {
-      out_ << (s_.prefix.empty() ? "no streams\n" : "no streams starting with '" + s_.prefix + "'\n");
-      return exit_ok;
-    }
-    std::vector<std::vector<std::string>> rows{{"STREAM", "FIRST", "LAST", "RECORDS", "BYTES", "CREATED", "RETENTION"}};
-    for (const auto& st : *list)
-      rows.push_back({st.name, std::to_string(st.first_seq), std::to_string(st.last_seq), std::to_string(st.records),
-                      std::to_string(st.bytes), format_utc(st.created_ms), describe(st)});
-    out_ << format_table(rows, {false, true, true, true, true, false, false});
-    if (more) out_ << "(more streams: narrow --prefix or raise --limit)\n";
-    return exit_ok;
+    return print_list(
+        "streams", *list, more, [](json_writer& j, const stream_summary& st) { write_stream(j, st); },
+        {"STREAM", "FIRST", "LAST", "RECORDS", "BYTES", "CREATED", "RETENTION"},
+        {false, true, true, true, true, false, false}, [](const stream_summary& st) {
+          return std::vector<std::string>{st.name, std::to_string(st.first_seq), std::to_string(st.last_seq),
+                                          std::to_string(st.records), std::to_string(st.bytes),
+                                          format_utc(st.created_ms), describe(st)};
+        });
   }
 
   // ---- the routing registry and leases (capability "routing") ----
@@ -223,51 +241,28 @@ class cli {
     bool more = false;
     auto list = client_->registry_list(s_.prefix, s_.limit, &more);
     if (!list) return fail(list.error(), "routes list");
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().key("routes").begin_array();
-      for (const auto& e : *list) write_route(j, e);
-      j.end_array().boolean("more", more).end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    if (list->empty()) {
-      out_ << (s_.prefix.empty() ? "no routes\n" : "no routes starting with '" + s_.prefix + "'\n");
-      return exit_ok;
-    }
-    std::vector<std::vector<std::string>> rows{{"KEY", "VALUE", "VERSION", "LEASE", "REMAINING MS"}};
-    for (const auto& e : *list)
-      rows.push_back({e.key, e.value, std::to_string(e.version), e.lease == 0 ? "-" : std::to_string(e.lease),
-                      std::to_string(e.remaining.count())});
-    out_ << format_table(rows, {false, false, true, true, true});
-    if (more) out_ << "(more routes: narrow --prefix or raise --limit)\n";
-    return exit_ok;
+    return print_list("routes", *list, more, write_route, {"KEY", "VALUE", "VERSION", "LEASE", "REMAINING MS"},
+                      {false, false, true, true, true}, [](const registry_entry& e) {
+                        return std::vector<std::string>{e.key, e.value, std::to_string(e.version),
+                                                        e.lease == 0 ? "-" : std::to_string(e.lease),
+                                                        std::to_string(e.remaining.count())};
+                      });
   }
 
   int leases_list() {
     auto list = client_->lease_list(s_.limit);
     if (!list) return fail(list.error(), "leases list");
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().key("leases").begin_array();
-      for (const auto& l : *list) {
-        j.begin_object().string("id", std::to_string(l.id));
-        j.number("ttl_ms", static_cast<std::uint64_t>(l.ttl.count()));
-        j.number("remaining_ms", static_cast<std::uint64_t>(l.remaining.count())).end_object();
-      }
-      j.end_array().end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    if (list->empty()) {
-      out_ << "no leases\n";
-      return exit_ok;
-    }
-    std::vector<std::vector<std::string>> rows{{"LEASE", "TTL MS", "REMAINING MS"}};
-    for (const auto& l : *list)
-      rows.push_back({std::to_string(l.id), std::to_string(l.ttl.count()), std::to_string(l.remaining.count())});
-    out_ << format_table(rows, {true, true, true});
-    return exit_ok;
+    return print_list(
+        "leases", *list, std::nullopt,
+        [](json_writer& j, const lease_info& l) {
+          j.begin_object().string("id", std::to_string(l.id));
+          j.number("ttl_ms", static_cast<std::uint64_t>(l.ttl.count()));
+          j.number("remaining_ms", static_cast<std::uint64_t>(l.remaining.count())).end_object();
+        },
+        {"LEASE", "TTL MS", "REMAINING MS"}, {true, true, true}, [](const lease_info& l) {
+          return std::vector<std::string>{std::to_string(l.id), std::to_string(l.ttl.count()),
+                                          std::to_string(l.remaining.count())};
+        });
   }
 
   // One registry entry as a JSON object; the lease id as a string (64-bit).

@@ -4,6 +4,7 @@
 #include "broker/server_core.hpp"
 #include "protocol/channel_name.hpp"
 #include "protocol/limits.hpp"
+#include "protocol/read_buffer.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -31,38 +32,6 @@ bool is_normal_close(const asio_error_code& ec) {
   return !ec || ec == asio::error::eof || ec == asio::error::operation_aborted ||
          ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
 }
-
-// Read buffer kept 8-byte aligned so frames can be verified in place.
-struct read_buffer {
-  std::unique_ptr<std::uint64_t[]> words;
-  std::size_t capacity = 0;
-  std::size_t begin = 0;
-  std::size_t end = 0;
-
-  std::uint8_t* data() noexcept { return reinterpret_cast<std::uint8_t*>(words.get()); }
-  void reserve(std::size_t bytes) {
-    auto fresh = std::make_unique<std::uint64_t[]>((bytes + 7) / 8);
-    if (end > begin) std::memcpy(fresh.get(), data() + begin, end - begin);
-    end -= begin;
-    begin = 0;
-    words = std::move(fresh);
-    capacity = (bytes + 7) / 8 * 8;
-  }
-  // Makes room for at least `needed` bytes of the current frame, moving the
-  // unread tail to the (aligned) front when that is enough.
-  void make_room(std::size_t needed) {
-    if (begin == end) begin = end = 0;
-    const std::size_t want = std::max<std::size_t>(needed, 4096);
-    if (capacity - begin >= want && capacity > end) return;
-    if (capacity >= want && begin > 0) {
-      std::memmove(data(), data() + begin, end - begin);
-      end -= begin;
-      begin = 0;
-      if (capacity > end) return;
-    }
-    reserve(std::max(want, capacity * 2));
-  }
-};
 
 }  // namespace
 
@@ -231,14 +200,14 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
 }
 
 asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
-  read_buffer buf;
+  protocol::read_buffer buf;
   buf.reserve(initial_read_buffer);
   while (!closing_) {
     buf.make_room(parser_.needed());
     asio_error_code ec;
-    const std::size_t space = buf.capacity - buf.end;
-    const std::size_t n = co_await socket_.async_read_some(asio::buffer(buf.data() + buf.end, space),
-                                                           redirect_error(use_awaitable, ec));
+    const std::size_t space = buf.space();
+    const std::size_t n =
+        co_await socket_.async_read_some(asio::buffer(buf.tail(), space), redirect_error(use_awaitable, ec));
     if (ec) {
       fail(ec, "read");
       co_return;
@@ -247,7 +216,7 @@ asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
     buf.end += n;
     core_.backlog_seen = false;  // set by deliveries this read causes
     while (!closing_) {
-      auto r = parser_.next({buf.data() + buf.begin, buf.end - buf.begin});
+      auto r = parser_.next(buf.unread());
       if (!r) {
         ++core_.counters.protocol_errors;
         const auto code = static_cast<errc>(r.error().value());

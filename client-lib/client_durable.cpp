@@ -35,8 +35,7 @@ stream_positions client::stream_positions_of(subscription_id id) const {
     for (const auto& s : *p.subs)
       if (s->id == id) d = s->durable;
   }
-  if (!d) return {};
-  return p.on_loop([d] { return d->tracker->positions(); });
+  return p.positions_of(d);
 }
 
 }  // namespace switchyard

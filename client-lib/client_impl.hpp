@@ -12,6 +12,7 @@
 #include "protocol/frame_builder.hpp"
 #include "protocol/frame_parser.hpp"
 #include "protocol/limits.hpp"
+#include "protocol/read_buffer.hpp"
 
 #include <sys/socket.h>
 
@@ -231,6 +232,13 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     return d;
   }
 
+  // A durable subscription's or inbox's positions (empty for null), read on
+  // the loop thread, which owns the tracker.
+  stream_positions positions_of(const std::shared_ptr<durable_state>& d) {
+    if (!d) return {};
+    return on_loop([d] { return d->tracker->positions(); });
+  }
+
   // Runs fn on the loop thread and returns its result (directly when
   // called there).
   template <class F>
@@ -407,44 +415,22 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
 
   // --------------------------------------------------------------- reader
 
-  // 8-byte aligned read buffer so frames verify in place.
-  std::unique_ptr<std::uint64_t[]> rbuf;
-  std::size_t rcap = 0, rbegin = 0, rend = 0;
-  std::uint8_t* rdata() noexcept { return reinterpret_cast<std::uint8_t*>(rbuf.get()); }
-
-  void make_room(std::size_t needed) {
-    if (rbegin == rend) rbegin = rend = 0;
-    const std::size_t want = std::max<std::size_t>(needed, 4096);
-    if (rcap - rbegin >= want && rcap > rend) return;
-    if (rcap >= want && rbegin > 0) {
-      std::memmove(rdata(), rdata() + rbegin, rend - rbegin);
-      rend -= rbegin;
-      rbegin = 0;
-      if (rcap > rend) return;
-    }
-    const std::size_t cap = (std::max(want, rcap * 2) + 7) / 8 * 8;
-    auto fresh = std::make_unique<std::uint64_t[]>(cap / 8);
-    if (rbuf) std::memcpy(fresh.get(), rdata() + rbegin, rend - rbegin);
-    rend -= rbegin;
-    rbegin = 0;
-    rbuf = std::move(fresh);
-    rcap = cap;
-  }
+  protocol::read_buffer rbuf;  // loop thread
 
   // Reads until at least one complete frame is buffered; returns it, or an
   // error (socket or protocol).
   asio::awaitable<std::expected<protocol::frame_view, std::error_code>> read_frame() {
     for (;;) {
-      auto r = parser.next({rdata() + rbegin, rend - rbegin});
+      auto r = parser.next(rbuf.unread());
       if (!r) co_return std::unexpected(r.error());
       if (*r) co_return **r;
-      make_room(parser.needed());
+      rbuf.make_room(parser.needed());
       asio_error_code ec;
-      const std::size_t n = co_await socket.async_read_some(asio::buffer(rdata() + rend, rcap - rend),
+      const std::size_t n = co_await socket.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()),
                                                             redirect_error(use_awaitable, ec));
       if (ec) co_return std::unexpected(std::error_code(ec));
       last_rx = clock::now();
-      rend += n;
+      rbuf.end += n;
     }
   }
 
@@ -527,30 +513,30 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         subscriptions = subs;
         inbox_handlers = inboxes;
       }
-      auto r = parser.next({rdata() + rbegin, rend - rbegin});
+      auto r = parser.next(rbuf.unread());
       if (!r) {
         fail(r.error(), "protocol");
         co_return;
       }
       if (!*r) {
-        make_room(parser.needed());
+        rbuf.make_room(parser.needed());
         asio_error_code ec;
         const std::size_t n = co_await socket.async_read_some(
-            asio::buffer(rdata() + rend, rcap - rend), redirect_error(use_awaitable, ec));
+            asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
         if (ec) {
           fail(ec, "read");
           co_return;
         }
         last_rx = clock::now();
-        rend += n;
+        rbuf.end += n;
         continue;
       }
       // Dispatch every complete frame already buffered.
       do {
         const std::size_t size = (*r)->size;
         if (!dispatch(*(*r)->frame, *subscriptions, *inbox_handlers) || !open) co_return;
-        rbegin += size;
-        r = parser.next({rdata() + rbegin, rend - rbegin});
+        rbuf.begin += size;
+        r = parser.next(rbuf.unread());
         if (!r) {
           fail(r.error(), "protocol");
           co_return;
@@ -584,7 +570,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     co_await asio::async_connect(socket, endpoints, redirect_error(use_awaitable, ec));
     if (ec) co_return finish(ec);
     socket.set_option(asio::ip::tcp::no_delay(true), ec);
-    make_room(64 * 1024);
+    rbuf.reserve(64 * 1024);
 
     static constexpr std::array<std::string_view, 4> wanted{protocol::capability::dropped_notice,
                                                             protocol::capability::publish_ack,
@@ -615,7 +601,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     publish_ack = std::find(caps.begin(), caps.end(), protocol::capability::publish_ack) != caps.end();
     routing = std::find(caps.begin(), caps.end(), protocol::capability::routing) != caps.end();
     log_cap = std::find(caps.begin(), caps.end(), protocol::capability::log) != caps.end();
-    rbegin += r->size;
+    rbuf.begin += r->size;
     // Frames from the server may be as large as our own limit allows.
     parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));
     open = true;

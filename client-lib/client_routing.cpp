@@ -197,8 +197,7 @@ stream_positions client::inbox_stream_positions(std::string_view id) const {
     for (const auto& e : *p.inboxes)
       if (e->id == id) d = e->durable;
   }
-  if (!d) return {};
-  return p.on_loop([d] { return d->tracker->positions(); });
+  return p.positions_of(d);
 }
 
 std::error_code client::close_inbox(std::string_view id) {

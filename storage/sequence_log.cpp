@@ -27,20 +27,15 @@ constexpr std::string_view format_key = "format_version";
 static_assert(max_subject_bytes <= UINT32_MAX, "the subject length is a u32 on disk");
 constexpr std::size_t retention_size = 3 * 8;  // max records, max age (ms), max bytes
 
-void put_le64(std::byte* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+// Little-endian integers of the on-disk values, whatever the host.
+template <class T>
+void put_le(std::byte* p, T v) {
+  for (std::size_t i = 0; i < sizeof v; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
 }
-std::uint64_t get_le64(const std::byte* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-void put_le32(std::byte* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
-std::uint32_t get_le32(const std::byte* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
+template <class T>
+T get_le(const std::byte* p) {
+  T v = 0;
+  for (std::size_t i = 0; i < sizeof v; ++i) v |= static_cast<T>(static_cast<T>(p[i]) << (8 * i));
   return v;
 }
 void put_be64(std::byte* p, std::uint64_t v) {
@@ -75,14 +70,14 @@ struct meta {
 
   void encode(std::byte* p) const {
     const std::uint64_t f[7] = {id, epoch, first, last, records, bytes, created};
-    for (int i = 0; i < 7; ++i) put_le64(p + 8 * i, f[i]);
+    for (int i = 0; i < 7; ++i) put_le<std::uint64_t>(p + 8 * i, f[i]);
   }
   static std::expected<meta, std::error_code> decode(const MDB_val& v) {
     if (v.mv_size != meta_size) return std::unexpected(make_error_code(errc::corrupted));
     const auto* p = static_cast<const std::byte*>(v.mv_data);
     meta m;
     std::uint64_t* f[7] = {&m.id, &m.epoch, &m.first, &m.last, &m.records, &m.bytes, &m.created};
-    for (int i = 0; i < 7; ++i) *f[i] = get_le64(p + 8 * i);
+    for (int i = 0; i < 7; ++i) *f[i] = get_le<std::uint64_t>(p + 8 * i);
     return m;
   }
   stream_info info(std::string_view name) const {
@@ -135,10 +130,10 @@ MDB_val view(std::string_view s) { return {s.size(), const_cast<char*>(s.data())
 std::expected<retention, std::error_code> decode_retention(const MDB_val& v) {
   if (v.mv_size < retention_size) return std::unexpected(make_error_code(errc::corrupted));
   const auto* p = static_cast<const std::byte*>(v.mv_data);
-  const std::uint64_t age = get_le64(p + 8);
+  const std::uint64_t age = get_le<std::uint64_t>(p + 8);
   if (age > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
     return std::unexpected(make_error_code(errc::corrupted));
-  return retention{get_le64(p), std::chrono::milliseconds(static_cast<std::int64_t>(age)), get_le64(p + 16)};
+  return retention{get_le<std::uint64_t>(p), std::chrono::milliseconds(static_cast<std::int64_t>(age)), get_le<std::uint64_t>(p + 16)};
 }
 
 }  // namespace
@@ -203,7 +198,7 @@ struct sequence_log::impl {
     fresh.created = now_ms();
     if (auto ec = store(t, name, fresh)) return std::unexpected(ec);
     std::byte buf[8];
-    put_le64(buf, last_id);
+    put_le<std::uint64_t>(buf, last_id);
     MDB_val k = view(last_stream_key), v{sizeof buf, buf};
     if (const int rc = mdb_put(t, metadata, &k, &v, 0); rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
     return fresh;
@@ -270,7 +265,7 @@ struct sequence_log::impl {
     int rc = mdb_get(t, metadata, &k, &v);
     if (rc == MDB_SUCCESS) {
       if (v.mv_size != 8) return errc::corrupted;
-      return get_le64(static_cast<const std::byte*>(v.mv_data)) == log_format_version ? std::error_code{}
+      return get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data)) == log_format_version ? std::error_code{}
                                                                                       : errc::unsupported_format;
     }
     if (rc != MDB_NOTFOUND) return from_lmdb(rc);
@@ -280,7 +275,7 @@ struct sequence_log::impl {
       if (st.ms_entries != 0) return errc::unsupported_format;
     }
     std::byte buf[8];
-    put_le64(buf, log_format_version);
+    put_le<std::uint64_t>(buf, log_format_version);
     MDB_val nv{sizeof buf, buf};
     return from_lmdb(mdb_put(t, metadata, &k, &nv, 0));
   }
@@ -304,7 +299,7 @@ struct sequence_log::impl {
         if (k.mv_size != 16 || get_be64(kb) != m->id) break;
         const std::uint64_t seq = get_be64(kb + 8);
         if (v.mv_size < record_header) return errc::corrupted;
-        const std::uint64_t ts = get_le64(static_cast<const std::byte*>(v.mv_data) + 8);
+        const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
         if (!more(*m, seq, ts)) break;
         const std::size_t stored = v.mv_size - record_header;  // subject + payload, as counted in bytes
         if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return from_lmdb(rc);
@@ -377,7 +372,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
     return std::unexpected(ec);
   MDB_val k = view(last_stream_key), v{};
   const int rc = mdb_get(t.get(), p->metadata, &k, &v);
-  if (rc == MDB_SUCCESS && v.mv_size == 8) p->last_stream_id = get_le64(static_cast<const std::byte*>(v.mv_data));
+  if (rc == MDB_SUCCESS && v.mv_size == 8) p->last_stream_id = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data));
   else if (rc != MDB_NOTFOUND) return std::unexpected(rc == MDB_SUCCESS ? make_error_code(errc::corrupted) : from_lmdb(rc));
   if (auto ec = t.commit()) return std::unexpected(ec);
   return std::unique_ptr<sequence_log>(new sequence_log(std::move(p)));
@@ -423,12 +418,12 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       // Written in place into the reserved value; the checksum last, over
       // what was written.
       auto* out = static_cast<std::byte*>(v.mv_data);
-      put_le64(out + 8, now);
-      put_le32(out + 16, static_cast<std::uint32_t>(subject));
-      put_le32(out + 20, 0);
+      put_le<std::uint64_t>(out + 8, now);
+      put_le<std::uint32_t>(out + 16, static_cast<std::uint32_t>(subject));
+      put_le<std::uint32_t>(out + 20, 0);
       if (subject != 0) std::memcpy(out + record_header, item.subject.data(), subject);
       if (!item.payload.empty()) std::memcpy(out + record_header + subject, item.payload.data(), item.payload.size());
-      put_le64(out, checksum(seq, now, out, v.mv_size));
+      put_le<std::uint64_t>(out, checksum(seq, now, out, v.mv_size));
       if (m.records == 0) m.first = seq;
       m.records += 1;
       m.bytes += stored;
@@ -439,7 +434,7 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       if (auto e = p.store(t, name, m)) return e;
     if (last_id != p.last_stream_id) {
       std::byte buf[8];
-      put_le64(buf, last_id);
+      put_le<std::uint64_t>(buf, last_id);
       MDB_val k = view(last_stream_key), v{sizeof buf, buf};
       if (const int rc = mdb_put(t, p.metadata, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
     }
@@ -488,12 +483,12 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     const auto* vb = static_cast<const std::byte*>(v.mv_data);
     const std::size_t size = v.mv_size - record_header;  // subject + payload
     if (!out.records.empty() && bytes + size > max_bytes) break;
-    const std::uint64_t ts = get_le64(vb + 8);
-    if (get_le64(vb) != checksum(seq, ts, vb, v.mv_size)) return std::unexpected(make_error_code(errc::corrupted));
+    const std::uint64_t ts = get_le<std::uint64_t>(vb + 8);
+    if (get_le<std::uint64_t>(vb) != checksum(seq, ts, vb, v.mv_size)) return std::unexpected(make_error_code(errc::corrupted));
     // Checksummed, so only a writer bug could get these wrong; never read
     // past the value all the same.
-    const std::size_t subject = get_le32(vb + 16);
-    if (subject > size || get_le32(vb + 20) != 0) return std::unexpected(make_error_code(errc::corrupted));
+    const std::size_t subject = get_le<std::uint32_t>(vb + 16);
+    if (subject > size || get_le<std::uint32_t>(vb + 20) != 0) return std::unexpected(make_error_code(errc::corrupted));
     const auto* body = vb + record_header;
     out.records.push_back({seq, ts, std::vector<std::byte>(body + subject, body + size),
                            std::vector<std::byte>(body, body + subject)});
@@ -554,9 +549,9 @@ std::expected<stream_info, std::error_code> sequence_log::set_retention(std::str
   if (auto ec = check(stream, 0)) return std::unexpected(ec);
   if (limits.max_age.count() < 0) return std::unexpected(make_error_code(errc::invalid_argument));
   std::byte value[retention_size];
-  put_le64(value, limits.max_records);
-  put_le64(value + 8, static_cast<std::uint64_t>(limits.max_age.count()));
-  put_le64(value + 16, limits.max_bytes);
+  put_le<std::uint64_t>(value, limits.max_records);
+  put_le<std::uint64_t>(value + 8, static_cast<std::uint64_t>(limits.max_age.count()));
+  put_le<std::uint64_t>(value + 16, limits.max_bytes);
   stream_info out;
   std::uint64_t last_id = p.last_stream_id;
   // A tiny write that may use the trim reserve: on a full log, setting a
