@@ -30,7 +30,7 @@ std::unexpected<std::error_code> malformed() { return std::unexpected(std::make_
 
 std::size_t channel_subject_size(std::string_view channel) noexcept { return 1 + channel.size(); }
 
-std::size_t route_keys_subject_size(std::span<const std::string> keys) noexcept {
+std::size_t route_keys_subject_size(std::span<const std::string_view> keys) noexcept {
   constexpr std::size_t too_large = storage::max_subject_bytes + 1;
   if (keys.size() > u16_max) return too_large;
   std::size_t size = 1 + 2;
@@ -48,7 +48,7 @@ void encode_channel_subject(std::string_view channel, std::vector<std::byte>& ou
   put_bytes(out, channel);
 }
 
-void encode_route_keys_subject(std::span<const std::string> keys, std::vector<std::byte>& out) {
+void encode_route_keys_subject(std::span<const std::string_view> keys, std::vector<std::byte>& out) {
   out.clear();
   out.push_back(static_cast<std::byte>(subject_kind::route_keys));
   put_u16(out, keys.size());

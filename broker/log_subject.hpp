@@ -34,13 +34,13 @@ std::size_t channel_subject_size(std::string_view channel) noexcept;
 // Size of the encoded subject of a durable send to `keys`; more than
 // storage::max_subject_bytes when they do not fit in a subject (so that the
 // log's check refuses them).
-std::size_t route_keys_subject_size(std::span<const std::string> keys) noexcept;
+std::size_t route_keys_subject_size(std::span<const std::string_view> keys) noexcept;
 
 // Replace `out`'s contents with the encoded subject (its capacity is kept,
 // so a reused buffer allocates nothing once warm). Precondition for route
 // keys: route_keys_subject_size(keys) <= storage::max_subject_bytes.
 void encode_channel_subject(std::string_view channel, std::vector<std::byte>& out);
-void encode_route_keys_subject(std::span<const std::string> keys, std::vector<std::byte>& out);
+void encode_route_keys_subject(std::span<const std::string_view> keys, std::vector<std::byte>& out);
 
 // A decoded subject. Its views point into the subject bytes it was decoded
 // from; route keys are route_keys[first_key, first_key + key_count) of the

@@ -17,7 +17,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -76,6 +78,17 @@ struct server_core {
   // append being queued: reused, so a durable publish or send allocates
   // nothing for it (the committer copies it along with the payload).
   std::vector<std::byte> subject_scratch;
+  // Scratch for routing a send (session::deliver_to_users and its callers),
+  // reused so that the steady state allocates nothing per send. Loop thread.
+  struct send_target {
+    std::string_view inbox;
+    session* owner = nullptr;
+    std::vector<std::string_view> keys;
+  };
+  std::vector<std::string_view> send_keys;      // a send's route keys
+  std::vector<std::string_view> send_gateways;  // per key: the inbox it went to, or ""
+  std::vector<send_target> send_targets;        // one per inbox (grows, never shrinks)
+  std::unordered_map<std::string_view, std::size_t> send_index;  // inbox -> send_targets slot
   std::unordered_set<std::shared_ptr<session>> sessions;
   server_counters counters;
   std::shared_ptr<spdlog::logger> log;

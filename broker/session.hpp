@@ -89,7 +89,7 @@ class session : public std::enable_shared_from_this<session> {
   // sender answered.
   void append_to_log(std::uint64_t request_id, std::string_view stream, std::span<const std::byte> payload,
                      std::span<const std::byte> subject, std::string_view channel,
-                     std::vector<std::string> route_keys = {});
+                     std::span<const std::string_view> route_keys = {});
   void handle_read(std::uint64_t request_id, const protocol::wire::Read& m);
   // StreamInfo, StreamList, SetRetention (session_admin.cpp; needs "log").
   void handle_stream_admin(const protocol::wire::Frame& frame);

@@ -54,7 +54,7 @@ void session::handle_append(std::uint64_t rid, const wire::Append& m) {
 
 void session::append_to_log(std::uint64_t rid, std::string_view stream, std::span<const std::byte> payload,
                             std::span<const std::byte> subject, std::string_view channel,
-                            std::vector<std::string> route_keys) {
+                            std::span<const std::string_view> route_keys) {
   // The waiting append lives in a reused slot: its strings and buffers keep
   // their capacity, so the steady state allocates nothing here.
   std::uint32_t slot = 0;
@@ -70,7 +70,9 @@ void session::append_to_log(std::uint64_t rid, std::string_view stream, std::spa
   w.request_id = rid;
   w.stream.assign(stream);
   w.channel.assign(channel);
-  w.route_keys = std::move(route_keys);
+  // Assigned into the slot's strings, so their buffers are reused too.
+  w.route_keys.resize(route_keys.size());
+  for (std::size_t i = 0; i < route_keys.size(); ++i) w.route_keys[i].assign(route_keys[i]);
   // A publish or send needs its payload again once durable, to deliver it.
   if (!w.channel.empty() || !w.route_keys.empty()) w.payload.assign(payload.begin(), payload.end());
   else w.payload.clear();
@@ -140,8 +142,9 @@ void session::appends_committed(server_core& core) {
       // and the sequence (the record is in the log even if no key had a
       // route).
       const channel_table::log_position position{w.stream, result->seq, result->epoch};
-      const std::vector<std::string_view> keys(w.route_keys.begin(), w.route_keys.end());
-      std::vector<std::string_view> gateways;
+      auto& keys = core.send_keys;
+      keys.assign(w.route_keys.begin(), w.route_keys.end());
+      auto& gateways = core.send_gateways;
       const auto routed = deliver_to_users(core, keys, payload, &position, gateways);
       auto s = w.target.lock();
       if (s && !s->closed_ && w.request_id != 0)

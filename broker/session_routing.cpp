@@ -163,34 +163,47 @@ void session::handle_routing(const wire::Frame& frame) {
 std::uint32_t session::deliver_to_users(server_core& core, std::span<const std::string_view> keys,
                                         protocol::bytes_view payload, const channel_table::log_position* position,
                                         std::vector<std::string_view>& gateways) {
-  // Resolve every key, then group by inbox: each inbox gets one delivery
-  // listing its keys, encoded once.
-  struct target {
-    std::string_view inbox;
-    session* owner;
-    std::vector<std::string_view> keys;
+  const auto encode = [&](session* owner, std::string_view inbox, std::span<const std::string_view> inbox_keys) {
+    // A log position is a field only peers granted "log" get.
+    const bool positioned = position && owner->wants_log_positions();
+    owner->deliver(core.store(positioned ? core.builder.inbox_delivery(inbox, inbox_keys, payload, position->stream,
+                                                                       position->seq, position->epoch)
+                                         : core.builder.inbox_delivery(inbox, inbox_keys, payload)));
   };
-  std::vector<target> targets;
-  std::unordered_map<std::string_view, std::size_t> index;
   gateways.assign(keys.size(), {});
   std::uint32_t routed = 0;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const auto entry = core.routing.get(keys[i]);
-    if (!entry) continue;
-    session* owner = core.routing.inbox_owner(entry->value);
-    if (!owner) continue;
-    auto [it, fresh] = index.try_emplace(entry->value, targets.size());
-    if (fresh) targets.push_back({entry->value, owner, {}});
-    targets[it->second].keys.push_back(keys[i]);
-    gateways[i] = entry->value;
-    ++routed;
-  }
-  for (const auto& t : targets) {
-    // A log position is a field only peers granted "log" get.
-    const bool positioned = position && t.owner->wants_log_positions();
-    t.owner->deliver(core.store(positioned ? core.builder.inbox_delivery(t.inbox, t.keys, payload, position->stream,
-                                                                         position->seq, position->epoch)
-                                           : core.builder.inbox_delivery(t.inbox, t.keys, payload)));
+  if (keys.size() == 1) {
+    // Send to a user: nothing to group.
+    const auto entry = core.routing.get(keys[0]);
+    if (session* owner = entry ? core.routing.inbox_owner(entry->value) : nullptr) {
+      encode(owner, entry->value, keys);
+      gateways[0] = entry->value;
+      routed = 1;
+    }
+  } else {
+    // Resolve every key, then group by inbox: each inbox gets one delivery
+    // listing its keys, encoded once.
+    std::size_t used = 0;
+    core.send_index.clear();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto entry = core.routing.get(keys[i]);
+      if (!entry) continue;
+      session* owner = core.routing.inbox_owner(entry->value);
+      if (!owner) continue;
+      auto [it, fresh] = core.send_index.try_emplace(entry->value, used);
+      if (fresh) {
+        if (used == core.send_targets.size()) core.send_targets.emplace_back();
+        auto& t = core.send_targets[used++];
+        t.inbox = entry->value;
+        t.owner = owner;
+        t.keys.clear();
+      }
+      core.send_targets[it->second].keys.push_back(keys[i]);
+      gateways[i] = entry->value;
+      ++routed;
+    }
+    for (std::size_t t = 0; t < used; ++t)
+      encode(core.send_targets[t].owner, core.send_targets[t].inbox, core.send_targets[t].keys);
   }
   core.counters.sends_routed += routed;
   core.counters.sends_unrouted += keys.size() - routed;
@@ -198,49 +211,30 @@ std::uint32_t session::deliver_to_users(server_core& core, std::span<const std::
 }
 
 void session::handle_send(std::uint64_t rid, const wire::Send& m) {
-  const auto& keys = *m.route_keys();
   const auto* p = m.payload();
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
+  // The keys as views into the frame, in a reused buffer.
+  auto& keys = core_.send_keys;
+  keys.clear();
+  for (const auto* k : *m.route_keys()) keys.push_back(k->string_view());
 
   if (m.stream() && m.stream()->size() > 0) {
     // Durable send: append first, route and deliver once the log has it.
     // The record stores every key, routed or not (log_subject.hpp).
     const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
-    std::vector<std::string> route_keys;
-    route_keys.reserve(keys.size());
-    for (const auto* k : keys) route_keys.emplace_back(k->string_view());
-    if (!can_append(rid, m.stream()->string_view(), bytes.size(), route_keys_subject_size(route_keys))) return;
-    if (keys.size() == 0) return send_error(rid, errc::bad_request, "a send needs at least one route key");
+    if (!can_append(rid, m.stream()->string_view(), bytes.size(), route_keys_subject_size(keys))) return;
+    if (keys.empty()) return send_error(rid, errc::bad_request, "a send needs at least one route key");
     auto& subject = core_.subject_scratch;
-    encode_route_keys_subject(route_keys, subject);
-    append_to_log(rid, m.stream()->string_view(), bytes, subject, {}, std::move(route_keys));
+    encode_route_keys_subject(keys, subject);
+    append_to_log(rid, m.stream()->string_view(), bytes, subject, {}, keys);
     return;
   }
 
-  // One key (send to a user): no grouping, nothing allocated.
-  if (keys.size() == 1) {
-    const std::string_view key = keys.Get(0)->string_view();
-    const auto entry = core_.routing.get(key);
-    session* owner = entry ? core_.routing.inbox_owner(entry->value) : nullptr;
-    if (!owner) {
-      ++core_.counters.sends_unrouted;
-      return send_error(rid, errc::no_route, "no route for " + std::string(key));
-    }
-    ++core_.counters.sends_routed;
-    const std::string_view one[] = {key};
-    owner->deliver(core_.store(core_.builder.inbox_delivery(entry->value, one, payload)));
-    if (rid != 0) {
-      const std::string_view gateway[] = {entry->value};
-      send(core_.builder.send_result(rid, gateway, 1));
-    }
-    return;
-  }
-
-  std::vector<std::string_view> key_views;
-  key_views.reserve(keys.size());
-  for (const auto* k : keys) key_views.push_back(k->string_view());
-  std::vector<std::string_view> gateways;
-  const std::uint32_t routed = deliver_to_users(core_, key_views, payload, nullptr, gateways);
+  auto& gateways = core_.send_gateways;
+  const std::uint32_t routed = deliver_to_users(core_, keys, payload, nullptr, gateways);
+  // A send to one user that found no route is an error (send answers "no
+  // route"); a send to several reports per key.
+  if (keys.size() == 1 && routed == 0) return send_error(rid, errc::no_route, "no route for " + std::string(keys[0]));
   if (rid != 0) send(core_.builder.send_result(rid, gateways, routed));
 }
 
