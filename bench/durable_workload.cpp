@@ -5,8 +5,6 @@
 
 #include "bench/bench_common.hpp"
 
-#include <atomic>
-#include <semaphore>
 #include <vector>
 
 namespace switchyard::bench {
@@ -62,20 +60,19 @@ int run_replay(const settings& s, const target& t) {
   auto conn = client::connect(options_for(t, "bench-replay"));
   if (!conn) return fail_line(s, "connect: " + conn.error().message());
   std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
-  std::counting_semaphore<> window(4096);
-  std::atomic<std::uint64_t> failed{0};
   const auto count = static_cast<std::uint64_t>(s.count);
-  for (std::uint64_t i = 0; i < count; ++i) {
-    window.acquire();
-    (*conn)->async_append("bench:replay", payload, [&](std::expected<append_ack, std::error_code> r) {
-      if (!r) ++failed;
-      window.release();
-    });
-    if (i % 100'000 == 0) std::fprintf(stderr, "\rreplay: loading %llu/%llu   ", static_cast<unsigned long long>(i),
-                                       static_cast<unsigned long long>(count));
-  }
-  for (int i = 0; i < 4096; ++i) window.acquire();
-  if (failed) return fail_line(s, fmt::format("{} appends failed while loading", failed.load()));
+  const auto loaded = run_pipeline(
+      **conn, count, 4096, UINT64_MAX,
+      [&](std::uint64_t, answer_fn answered) {
+        (*conn)->async_append("bench:replay", payload,
+                              [answered](std::expected<append_ack, std::error_code> r) { answered(r.has_value()); });
+      },
+      [&](std::uint64_t n) {
+        std::fprintf(stderr, "\rreplay: loading %llu/%llu   ", static_cast<unsigned long long>(n),
+                     static_cast<unsigned long long>(count));
+      });
+  if (loaded.failed || loaded.answered < count)
+    return fail_line(s, fmt::format("{} appends failed while loading", count - (loaded.answered - loaded.failed)));
 
   const std::uint64_t t0 = now_ns();
   std::uint64_t read = 0, from = 1;
