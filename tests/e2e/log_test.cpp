@@ -188,6 +188,9 @@ TEST_CASE("kill -9 during a burst loses no acknowledged append and tears nothing
   const std::string data = (dir.path() / "data").string();
   std::mt19937 rng(2026);
   std::map<std::uint64_t, std::string> acked;  // every acknowledged sequence and its payload
+  // A sequence acknowledged twice means the first acknowledgement was lost
+  // in a crash and its number handed out again.
+  std::vector<std::uint64_t> acked_twice;
   constexpr int rounds = 20;
   for (int round = 0; round < rounds; ++round) {
     auto server = bench::server_process::start(SWITCHYARD_SERVER_BINARY, {}, std::chrono::seconds(10), data);
@@ -205,7 +208,7 @@ TEST_CASE("kill -9 during a burst loses no acknowledged append and tears nothing
         c->async_append("crash", text(payload), [&, payload](std::expected<append_ack, std::error_code> r) {
           if (r) {
             std::lock_guard lock(mu);
-            acked[r->seq] = payload;
+            if (!acked.emplace(r->seq, payload).second) acked_twice.push_back(r->seq);
           }
           --in_flight;
         });
@@ -233,6 +236,7 @@ TEST_CASE("kill -9 during a burst loses no acknowledged append and tears nothing
     from = all.back().seq + 1;
   }
   INFO("acknowledged " << acked.size() << ", stored " << all.size());
+  CHECK(acked_twice.empty());
   // Contiguous from 1, no duplicates, nothing torn (every record read and
   // passed its checksum on the way), and every acknowledged append is there
   // with its payload.
