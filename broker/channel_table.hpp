@@ -39,8 +39,6 @@ class channel_table {
   // that matched. Precondition: protocol::is_valid_channel(channel).
   std::size_t publish(std::string_view channel, protocol::bytes_view payload, const log_position* position = nullptr);
 
-  std::size_t subscription_count() const noexcept { return index_.size(); }
-
  private:
   frame_arena& arena_;
   protocol::frame_builder& builder_;

@@ -48,17 +48,16 @@ class session : public std::enable_shared_from_this<session> {
   std::uint64_t id() const noexcept { return id_; }
   bool wants_log_positions() const noexcept { return log_; }
 
-  // Resolves route keys and delivers the payload once into each inbox (with
-  // the log position, to owners granted "log"); gateways[i] is the inbox key
-  // i went to or empty. Returns the keys routed. Loop thread.
   // Routes the group committer's results to the loop (server::start
   // calls it once, after creating the committer).
   static void install_append_handler(server_core& core, asio::any_io_executor loop);
 
+  // Resolves route keys and delivers the payload once into each inbox (with
+  // the log position, to owners granted "log"); gateways[i] is the inbox key
+  // i went to or empty. Returns the keys routed. Loop thread.
   static std::uint32_t deliver_to_users(server_core& core, std::span<const std::string_view> keys,
                                         protocol::bytes_view payload, const channel_table::log_position* position,
                                         std::vector<std::string_view>& gateways);
-  bool ready() const noexcept { return welcomed_ && !closing_; }
 
  private:
   asio::awaitable<void> reader(std::shared_ptr<session> self);
@@ -95,15 +94,17 @@ class session : public std::enable_shared_from_this<session> {
   void handle_stream_admin(const protocol::wire::Frame& frame);
 
  public:
-  // Loop thread: answers an append once it is durable (or failed).
   // Loop thread: answers and delivers what the committer finished.
   static void appends_committed(server_core& core);
+  // Loop thread, posted once per turn with appends queued: commits them
+  // (batch/none: on the loop, a step at a time) or wakes the writer (sync).
   struct commit_step {
     server_core* core;
     asio::any_io_executor loop;
     void operator()() const;
   };
   static void release_wait(server_core& core, std::uint32_t slot);
+  // Loop thread: answers an append once it is durable (or failed).
   void finish_append(std::uint64_t request_id, const std::string& stream,
                      const std::expected<storage::append_ack, std::error_code>& result);
 

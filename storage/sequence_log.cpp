@@ -192,15 +192,22 @@ struct sequence_log::impl {
   std::expected<meta, std::error_code> load_or_create(MDB_txn* t, std::string_view name, std::uint64_t& last_id) {
     auto m = load(t, name);
     if (m || m.error() != errc::not_found) return m;
-    meta fresh;
-    fresh.id = ++last_id;
-    fresh.epoch = opts.random64();
-    fresh.created = now_ms();
+    const meta fresh = new_stream(last_id, now_ms());
     if (auto ec = store(t, name, fresh)) return std::unexpected(ec);
     std::byte buf[8];
     put_le<std::uint64_t>(buf, last_id);
     MDB_val k = view(last_stream_key), v{sizeof buf, buf};
     if (const int rc = mdb_put(t, metadata, &k, &v, 0); rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
+    return fresh;
+  }
+
+  // The metadata of a stream created now: the next id (last_id is
+  // advanced), a random epoch, no records.
+  meta new_stream(std::uint64_t& last_id, std::uint64_t now) {
+    meta fresh;
+    fresh.id = ++last_id;
+    fresh.epoch = opts.random64();
+    fresh.created = now;
     return fresh;
   }
 
@@ -320,9 +327,7 @@ struct sequence_log::impl {
     // A trim may have dipped into the reserve: give appends back only the
     // ceiling again (LMDB keeps whatever the data now occupies), so they
     // reuse the pages the trim freed and the reserve stays for trims.
-    if (map_size > append_ceiling()) {
-      if (auto shrink = resize_map(append_ceiling())) return std::unexpected(shrink);
-    }
+    if (auto shrink = keep_reserve()) return std::unexpected(shrink);
     if (ec) return std::unexpected(ec);
     return removed;
   }
@@ -396,13 +401,7 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       if (it == touched.end()) {
         auto m = p.load(t, item.stream);
         if (!m && m.error() != errc::not_found) return m.error();
-        if (!m) {
-          meta fresh;
-          fresh.id = ++last_id;
-          fresh.epoch = p.opts.random64();
-          fresh.created = now;
-          m = fresh;
-        }
+        if (!m) m = p.new_stream(last_id, now);
         it = touched.emplace(item.stream, *m).first;
       }
       meta& m = it->second;
