@@ -103,6 +103,11 @@ std::optional<lease_info> lease_table::keepalive(lease_id id) {
   return lease_info{id, milliseconds(l.ttl_ms), milliseconds(l.ttl_ms)};
 }
 
+bool lease_table::alive(lease_id id, mono_clock::time_point now) const {
+  const std::uint32_t slot = slot_of(id);
+  return slot != none && slots_[slot].deadline > now;
+}
+
 std::optional<lease_info> lease_table::time_to_live(lease_id id) const {
   const std::uint32_t slot = slot_of(id);
   if (slot == none) return std::nullopt;

@@ -78,7 +78,9 @@ class lease_table {
   std::optional<lease_info> keepalive(lease_id id);
   // Remaining time. nullopt: unknown or expired (even if not swept yet).
   std::optional<lease_info> time_to_live(lease_id id) const;
-  bool alive(lease_id id) const { return time_to_live(id).has_value(); }
+  bool alive(lease_id id) const { return alive(id, now()); }
+  // The same against a lease-clock reading taken once for several checks.
+  bool alive(lease_id id, mono_clock::time_point now) const;
   // Up to `limit` live leases, in no particular order.
   std::vector<lease_info> list(std::size_t limit) const;
 

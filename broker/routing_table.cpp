@@ -115,6 +115,16 @@ bool routing_table::close_inbox(std::string_view id, session* owner) {
   return true;
 }
 
+routing_table::route_target routing_table::route(std::string_view key) const {
+  const auto entry = registry_.find(key);
+  if (entry == registry_.end() || entry->second.lease == 0) return {};
+  const auto now = leases_.now();
+  if (!leases_.alive(entry->second.lease, now)) return {};
+  const auto inbox = inboxes_.find(entry->second.value);
+  if (inbox == inboxes_.end() || inbox->second.lease == 0 || !leases_.alive(inbox->second.lease, now)) return {};
+  return {entry->second.value, inbox->second.owner};
+}
+
 session* routing_table::inbox_owner(std::string_view id) const {
   auto it = inboxes_.find(id);
   if (it == inboxes_.end() || !live(it->second)) return nullptr;

@@ -75,6 +75,16 @@ class routing_table {
   bool close_inbox(std::string_view id, session* owner);
   // The session holding inbox `id`, or null (unknown, expired or disconnected).
   session* inbox_owner(std::string_view id) const;
+  // Where a send to `key` goes: the inbox its live entry names and the
+  // session holding that inbox (owner null when there is none: no live
+  // entry, or an unknown, expired or disconnected inbox). The hot path of
+  // send-to-user: one clock reading, no TTL arithmetic. The view is valid
+  // until the next change.
+  struct route_target {
+    std::string_view inbox;
+    session* owner = nullptr;
+  };
+  route_target route(std::string_view key) const;
   // Forget `owner` (its connection closed): its inboxes stay bound to their
   // leases, so a gateway reconnecting within the TTL can reopen them.
   void disconnect(session* owner, const std::vector<std::string>& inbox_ids);

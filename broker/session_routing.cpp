@@ -174,10 +174,9 @@ std::uint32_t session::deliver_to_users(server_core& core, std::span<const std::
   std::uint32_t routed = 0;
   if (keys.size() == 1) {
     // Send to a user: nothing to group.
-    const auto entry = core.routing.get(keys[0]);
-    if (session* owner = entry ? core.routing.inbox_owner(entry->value) : nullptr) {
-      encode(owner, entry->value, keys);
-      gateways[0] = entry->value;
+    if (const auto to = core.routing.route(keys[0]); to.owner) {
+      encode(to.owner, to.inbox, keys);
+      gateways[0] = to.inbox;
       routed = 1;
     }
   } else {
@@ -186,20 +185,18 @@ std::uint32_t session::deliver_to_users(server_core& core, std::span<const std::
     std::size_t used = 0;
     core.send_index.clear();
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      const auto entry = core.routing.get(keys[i]);
-      if (!entry) continue;
-      session* owner = core.routing.inbox_owner(entry->value);
-      if (!owner) continue;
-      auto [it, fresh] = core.send_index.try_emplace(entry->value, used);
+      const auto to = core.routing.route(keys[i]);
+      if (!to.owner) continue;
+      auto [it, fresh] = core.send_index.try_emplace(to.inbox, used);
       if (fresh) {
         if (used == core.send_targets.size()) core.send_targets.emplace_back();
         auto& t = core.send_targets[used++];
-        t.inbox = entry->value;
-        t.owner = owner;
+        t.inbox = to.inbox;
+        t.owner = to.owner;
         t.keys.clear();
       }
       core.send_targets[it->second].keys.push_back(keys[i]);
-      gateways[i] = entry->value;
+      gateways[i] = to.inbox;
       ++routed;
     }
     for (std::size_t t = 0; t < used; ++t)

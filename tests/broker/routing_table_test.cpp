@@ -461,3 +461,27 @@ TEST_CASE("routing erasing a private-TTL entry also removes what others attached
   CHECK(f.routing.entries() == (f.routing.get("user:alice") ? 1u : 0u));
   CHECK(f.routing.inboxes() == 0);
 }
+
+TEST_CASE("routing route resolves a key to its inbox and owner, and to nothing once either side is gone",
+          "[broker][routing]") {
+  fixture f;
+  fake_sessions s;
+  const lease_id gw = f.grant(10s);
+  const lease_id user = f.grant(2s);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-1", gw, s.a()));
+  REQUIRE(f.routing.put("user:alice", "gw-1", user, 0ms));
+  REQUIRE(f.routing.put("user:bob", "gw-2", gw, 0ms));  // an inbox nobody opened
+  auto to = f.routing.route("user:alice");
+  CHECK(to.inbox == "gw-1");
+  CHECK(to.owner == s.a());
+  CHECK(f.routing.route("user:bob").owner == nullptr);
+  CHECK(f.routing.route("user:carol").owner == nullptr);
+  // The entry's lease expires: gone at once, before any sweep.
+  f.advance(2s);
+  CHECK(f.routing.route("user:alice").owner == nullptr);
+  // A live entry whose inbox lost its connection routes nowhere either.
+  REQUIRE(f.routing.put("user:alice", "gw-1", gw, 0ms));
+  CHECK(f.routing.route("user:alice").owner == s.a());
+  f.routing.disconnect(s.a(), {"gw-1"});
+  CHECK(f.routing.route("user:alice").owner == nullptr);
+}
