@@ -2,6 +2,8 @@
 
 #include "client_impl.hpp"
 
+#include <tuple>
+
 namespace switchyard {
 
 // ------------------------------------------------------------- event_loop
@@ -147,18 +149,7 @@ void detail::add_subscription(const std::shared_ptr<client::impl>& self, std::st
         if (auto self = weak.lock()) {
           // Roll back the local entry; the broker never confirmed it.
           std::lock_guard lock(self->mu);
-          auto next = std::make_shared<sub_list>();
-          std::string pattern;
-          for (const auto& s : *self->subs) {
-            if (s->id == id) {
-              pattern = s->pattern;
-              if (s->durable) s->durable->active = false;
-            } else {
-              next->push_back(s);
-            }
-          }
-          self->subs = std::move(next);
-          if (!pattern.empty() && --self->pattern_refs[pattern] == 0) self->pattern_refs.erase(pattern);
+          self->remove_sub_locked(id);
         }
         done(std::unexpected(ec));
       });
@@ -174,19 +165,8 @@ std::error_code client::unsubscribe(subscription_id id) {
   bool last = false;
   {
     std::lock_guard lock(p.mu);
-    auto next = std::make_shared<sub_list>();
-    for (const auto& s : *p.subs) {
-      if (s->id == id) {
-        pattern = s->pattern;
-        if (s->durable) s->durable->active = false;
-      } else {
-        next->push_back(s);
-      }
-    }
+    std::tie(pattern, last) = p.remove_sub_locked(id);
     if (pattern.empty()) return errc::not_found;
-    p.subs = std::move(next);
-    last = --p.pattern_refs[pattern] == 0;
-    if (last) p.pattern_refs.erase(pattern);
   }
   // The handler is already gone locally; the broker's answer is not awaited.
   if (last) p.request([&](std::uint64_t r) { return local_builder().unsubscribe(r, pattern); }, nullptr);

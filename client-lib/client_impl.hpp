@@ -232,6 +232,40 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     return d;
   }
 
+  // Under mu: removes subscription `id` (a durable one stops tracking) and
+  // drops a reference to its pattern. Returns the pattern ("" for an
+  // unknown id) and whether that was the pattern's last subscription.
+  std::pair<std::string, bool> remove_sub_locked(subscription_id id) {
+    auto next = std::make_shared<sub_list>();
+    std::string pattern;
+    for (const auto& s : *subs) {
+      if (s->id != id) {
+        next->push_back(s);
+        continue;
+      }
+      pattern = s->pattern;
+      if (s->durable) s->durable->active = false;
+    }
+    if (pattern.empty()) return {};
+    subs = std::move(next);
+    const bool last = --pattern_refs[pattern] == 0;
+    if (last) pattern_refs.erase(pattern);
+    return {std::move(pattern), last};
+  }
+
+  // Under mu: removes the inboxes `drop(entry)` selects (durable ones stop
+  // tracking); `add`, if given, joins the list.
+  template <class Drop>
+  void replace_inboxes_locked(Drop drop, std::shared_ptr<const inbox_entry> add = nullptr) {
+    auto next = std::make_shared<inbox_list>();
+    for (const auto& e : *inboxes) {
+      if (!drop(*e)) next->push_back(e);
+      else if (e->durable) e->durable->active = false;
+    }
+    if (add) next->push_back(std::move(add));
+    inboxes = std::move(next);
+  }
+
   // A durable subscription's or inbox's positions (empty for null), read on
   // the loop thread, which owns the tracker.
   stream_positions positions_of(const std::shared_ptr<durable_state>& d) {

@@ -152,22 +152,12 @@ std::error_code open_inbox_entry(client::impl& p, std::string_view id, lease_id 
   }
   {
     std::lock_guard lock(p.mu);
-    auto next = std::make_shared<inbox_list>();
-    for (const auto& e : *p.inboxes) {
-      if (e->id != id) next->push_back(e);
-      else if (e->durable) e->durable->active = false;
-    }
-    next->push_back(entry);
-    p.inboxes = std::move(next);
+    p.replace_inboxes_locked([&](const inbox_entry& e) { return e.id == id; }, entry);
   }
   const auto ec = p.request_sync([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); });
   if (ec) {
-    if (entry->durable) entry->durable->active = false;
     std::lock_guard lock(p.mu);
-    auto next = std::make_shared<inbox_list>();
-    for (const auto& e : *p.inboxes)
-      if (e != entry) next->push_back(e);
-    p.inboxes = std::move(next);
+    p.replace_inboxes_locked([&](const inbox_entry& e) { return &e == entry.get(); });
   }
   return ec;
 }
@@ -205,12 +195,7 @@ std::error_code client::close_inbox(std::string_view id) {
   if (!p.routing) return errc::not_supported;
   {
     std::lock_guard lock(p.mu);
-    auto next = std::make_shared<inbox_list>();
-    for (const auto& e : *p.inboxes) {
-      if (e->id != id) next->push_back(e);
-      else if (e->durable) e->durable->active = false;
-    }
-    p.inboxes = std::move(next);
+    p.replace_inboxes_locked([&](const inbox_entry& e) { return e.id == id; });
   }
   return p.request_sync([&](std::uint64_t r) { return local_builder().inbox_close(r, id); });
 }
