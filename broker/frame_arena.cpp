@@ -7,8 +7,9 @@
 namespace switchyard::broker {
 
 frame_arena::~frame_arena() {
-  if (current_ && --current_->refs == 0) release(current_);
+  shared_.reset();
   for (auto* c : free_) std::free(c);
+  for (auto* c : free_lane_) std::free(c);
 }
 
 detail::chunk* frame_arena::new_chunk(std::size_t capacity, bool pooled) {
@@ -25,38 +26,45 @@ detail::chunk* frame_arena::new_chunk(std::size_t capacity, bool pooled) {
 }
 
 void frame_arena::release(detail::chunk* c) noexcept {
-  if (c->pooled && free_.size() < max_free_chunks) {
-    c->used = 0;
-    free_.push_back(c);
-    return;
+  if (c->pooled) {
+    const bool lane = c->capacity == lane_chunk_size;
+    auto& pool = lane ? free_lane_ : free_;
+    if (pool.size() < (lane ? max_free_lane_chunks : max_free_chunks)) {
+      c->used = 0;
+      pool.push_back(c);
+      return;
+    }
   }
   --allocated_;
   std::free(c);
 }
 
-frame_ref frame_arena::store(std::span<const std::uint8_t> bytes) {
+frame_ref frame_arena::store(std::span<const std::uint8_t> bytes, frame_lane& lane, std::size_t size) {
   const std::size_t padded = (bytes.size() + 7) / 8 * 8;
-  // Large frames get a chunk of their own so they do not waste a shared one.
-  if (padded > chunk_size / 4) {
+  // Large frames get a chunk of their own so they do not waste a pooled one.
+  if (padded > size / 4) {
     detail::chunk* c = new_chunk(padded, false);
     std::memcpy(c->data, bytes.data(), bytes.size());
     c->used = static_cast<std::uint32_t>(padded);
     return frame_ref(c, 0, static_cast<std::uint32_t>(bytes.size()));
   }
-  if (!current_ || current_->capacity - current_->used < padded) {
-    if (current_ && --current_->refs == 0) release(current_);
-    if (!free_.empty()) {
-      current_ = free_.back();
-      free_.pop_back();
+  detail::chunk*& current = lane.current_;
+  if (!current || current->capacity - current->used < padded) {
+    lane.reset();
+    // Last in, first out: the chunk freed most recently is still in cache.
+    auto& pool = size == lane_chunk_size ? free_lane_ : free_;
+    if (!pool.empty()) {
+      current = pool.back();
+      pool.pop_back();
     } else {
-      current_ = new_chunk(chunk_size, true);
+      current = new_chunk(size, true);
     }
-    current_->refs = 1;
+    current->refs = 1;  // the lane's
   }
-  const std::uint32_t off = current_->used;
-  std::memcpy(current_->data + off, bytes.data(), bytes.size());
-  current_->used += static_cast<std::uint32_t>(padded);
-  return frame_ref(current_, off, static_cast<std::uint32_t>(bytes.size()));
+  const std::uint32_t off = current->used;
+  std::memcpy(current->data + off, bytes.data(), bytes.size());
+  current->used += static_cast<std::uint32_t>(padded);
+  return frame_ref(current, off, static_cast<std::uint32_t>(bytes.size()));
 }
 
 }  // namespace switchyard::broker

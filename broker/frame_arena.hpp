@@ -5,10 +5,15 @@
 // subscriber's outbound queue holds a frame_ref to the same bytes. Frames are
 // appended back to back, so consecutive deliveries that a connection receives
 // are usually adjacent in memory and go out as one iovec. Chunks are recycled
-// through a small free list, so the steady state allocates nothing.
+// through small free lists, so the steady state allocates nothing.
 //
-// Single-threaded: the arena and every frame_ref into it belong to the
-// broker's event-loop thread (reference counts are not atomic).
+// Frames only one connection gets (its answers, a delivery into its inbox)
+// go through that connection's frame_lane instead: they sit back to back in
+// the lane's chunk however they interleave in time with other connections'
+// frames, so a gateway's queue goes out as one iovec, not one per frame.
+//
+// Single-threaded: the arena, its lanes and every frame_ref into it belong
+// to the broker's event-loop thread (reference counts are not atomic).
 
 #include <cstddef>
 #include <cstdint>
@@ -68,10 +73,33 @@ class frame_ref {
   std::uint32_t len_ = 0;
 };
 
+// Where one connection's own frames go (frame_arena::store(bytes, lane)).
+// Holds a reference to its current chunk until reset(): the owner resets it
+// whenever its queue drains, so an idle connection holds no chunk. Must be
+// reset or destroyed before its arena.
+class frame_lane {
+ public:
+  frame_lane() = default;
+  frame_lane(const frame_lane&) = delete;
+  frame_lane& operator=(const frame_lane&) = delete;
+  ~frame_lane() { reset(); }
+  // Drops the hold on the current chunk (it returns to the arena once no
+  // frame_ref points into it). Later frames start a fresh chunk.
+  void reset() noexcept;
+
+ private:
+  friend class frame_arena;
+  detail::chunk* current_ = nullptr;
+};
+
 class frame_arena {
  public:
+  // Shared frames fill big chunks; a lane's chunk holds one connection's
+  // frames of a few loop turns, and hundreds of lanes may hold one each.
   static constexpr std::size_t chunk_size = 256 * 1024;
-  static constexpr std::size_t max_free_chunks = 32;
+  static constexpr std::size_t lane_chunk_size = 32 * 1024;
+  static constexpr std::size_t max_free_chunks = 32;        // 8 MiB
+  static constexpr std::size_t max_free_lane_chunks = 256;  // 8 MiB
 
   frame_arena() = default;
   frame_arena(const frame_arena&) = delete;
@@ -81,24 +109,38 @@ class frame_arena {
 
   // Copies `bytes` (one encoded frame, size a multiple of 8) into the arena
   // and returns the first reference to it.
-  frame_ref store(std::span<const std::uint8_t> bytes);
+  frame_ref store(std::span<const std::uint8_t> bytes) { return store(bytes, shared_, chunk_size); }
+  // The same, after the frames stored earlier through `lane` (adjacent to
+  // the last one while its chunk has room). `lane` must belong to this
+  // arena's thread; it is borrowed for the call only.
+  frame_ref store(std::span<const std::uint8_t> bytes, frame_lane& lane) {
+    return store(bytes, lane, lane_chunk_size);
+  }
 
   // Chunks currently allocated (live or cached), for tests and metrics.
   std::size_t chunks_allocated() const noexcept { return allocated_; }
 
  private:
   friend class frame_ref;
+  friend class frame_lane;
+  frame_ref store(std::span<const std::uint8_t> bytes, frame_lane& lane, std::size_t size);
   detail::chunk* new_chunk(std::size_t capacity, bool pooled);
   void release(detail::chunk* c) noexcept;
 
-  detail::chunk* current_ = nullptr;  // holds one reference while current
-  std::vector<detail::chunk*> free_;
+  frame_lane shared_;
+  std::vector<detail::chunk*> free_;       // chunk_size chunks
+  std::vector<detail::chunk*> free_lane_;  // lane_chunk_size chunks
   std::size_t allocated_ = 0;
 };
 
 inline void frame_ref::reset() noexcept {
   if (c_ && --c_->refs == 0) c_->owner->release(c_);
   c_ = nullptr;
+}
+
+inline void frame_lane::reset() noexcept {
+  if (current_ && --current_->refs == 0) current_->owner->release(current_);
+  current_ = nullptr;
 }
 
 }  // namespace switchyard::broker

@@ -2,15 +2,11 @@
 
 namespace switchyard::broker {
 
-bool outbound_queue::push_droppable(const frame_ref& f) {
-  if (queued_bytes_ + f.size() > max_bytes_) {
-    ++dropped_;
-    ++dropped_total_;
-    return false;
-  }
-  queued_bytes_ += f.size();
-  pending_.push_back(f);
-  return true;
+bool outbound_queue::admit(std::size_t bytes) noexcept {
+  if (queued_bytes_ + bytes <= max_bytes_) return true;
+  ++dropped_;
+  ++dropped_total_;
+  return false;
 }
 
 void outbound_queue::push(frame_ref f) {

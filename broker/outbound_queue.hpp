@@ -21,9 +21,16 @@ class outbound_queue {
  public:
   explicit outbound_queue(std::size_t max_bytes) : max_bytes_(max_bytes) {}
 
+  // Whether a delivery of `bytes` fits under the limit; when it does not,
+  // it counts as dropped. A caller that gets true pushes it.
+  bool admit(std::size_t bytes) noexcept;
   // Queues a delivery unless that would take the queued bytes past the
   // limit; then it is dropped and counted. Returns false when dropped.
-  bool push_droppable(const frame_ref& f);
+  bool push_droppable(const frame_ref& f) {
+    if (!admit(f.size())) return false;
+    push(f);
+    return true;
+  }
   // Queues a control frame (answers, pings, errors): never dropped, so the
   // limit can be exceeded by control traffic alone.
   void push(frame_ref f);

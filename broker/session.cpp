@@ -75,7 +75,7 @@ void session::kick() noexcept {
 
 void session::send(protocol::bytes_view frame) {
   if (closed_) return;
-  queue_.push(core_.store(frame));
+  queue_.push(core_.arena.store(frame, lane_));
   kick();
 }
 
@@ -85,7 +85,19 @@ void session::send_error(std::uint64_t request_id, errc code, std::string_view m
 
 void session::deliver(const frame_ref& frame) {
   if (!welcomed_ || closing_) return;
-  if (queue_.push_droppable(frame)) {
+  const bool queued = queue_.push_droppable(frame);
+  delivered(queued);
+}
+
+void session::deliver(protocol::bytes_view frame) {
+  if (!welcomed_ || closing_) return;
+  const bool queued = queue_.admit(frame.size());
+  if (queued) queue_.push(core_.arena.store(frame, lane_));
+  delivered(queued);
+}
+
+void session::delivered(bool queued) {
+  if (queued) {
     ++core_.counters.delivered;
     if (queue_.queued_bytes() > backlog_bytes) core_.backlog_seen = true;
     kick();
@@ -126,6 +138,7 @@ void session::fail(asio_error_code ec, std::string_view what) {
   heartbeat_timer_.cancel();
   close_timer_.cancel();
   queue_.clear();
+  lane_.reset();
   core_.sessions.erase(shared_from_this());
 }
 
@@ -187,6 +200,8 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
     co_await asio::async_write(socket_, buffers, redirect_error(use_awaitable, ec));
     if (closed_) co_return;
     queue_.end_write();
+    // Drained: give the lane's chunk back, so an idle connection holds none.
+    if (!queue_.has_pending()) lane_.reset();
     if (ec) {
       fail(ec, "write");
       co_return;

@@ -40,6 +40,9 @@ class session : public std::enable_shared_from_this<session> {
   // slow consumer. Never blocks; never closes the session synchronously
   // (the caller may be iterating the channel table).
   void deliver(const frame_ref& frame);
+  // The same for a delivery only this session gets (into one of its
+  // inboxes): copied into the session's lane, after its earlier frames.
+  void deliver(protocol::bytes_view frame);
 
   // Sends a fatal error frame, stops reading and closes once the frame is
   // written (or after the shutdown grace). Idempotent.
@@ -113,6 +116,9 @@ class session : public std::enable_shared_from_this<session> {
   void send(protocol::bytes_view frame);  // queue a control frame
   void send_error(std::uint64_t request_id, protocol::errc code, std::string_view message);
   void kick() noexcept;  // wake the writer if it waits
+  // Accounts for a delivery that was queued or, when `queued` is false,
+  // dropped (slow consumer: maybe close, per policy).
+  void delivered(bool queued);
   // Logs (EOF and cancellation as normal), closes the socket and removes
   // the session everywhere. Idempotent.
   void fail(asio_error_code ec, std::string_view what);
@@ -128,6 +134,7 @@ class session : public std::enable_shared_from_this<session> {
   std::string client_name_;
   std::string client_id_;
   outbound_queue queue_;
+  frame_lane lane_;  // this connection's own frames; reset whenever queue_ drains
   protocol::frame_parser parser_;
   std::unordered_set<std::string> patterns_;
   clock::time_point last_rx_;

@@ -166,9 +166,9 @@ std::uint32_t session::deliver_to_users(server_core& core, std::span<const std::
   const auto encode = [&](session* owner, std::string_view inbox, std::span<const std::string_view> inbox_keys) {
     // A log position is a field only peers granted "log" get.
     const bool positioned = position && owner->wants_log_positions();
-    owner->deliver(core.store(positioned ? core.builder.inbox_delivery(inbox, inbox_keys, payload, position->stream,
-                                                                       position->seq, position->epoch)
-                                         : core.builder.inbox_delivery(inbox, inbox_keys, payload)));
+    owner->deliver(positioned ? core.builder.inbox_delivery(inbox, inbox_keys, payload, position->stream, position->seq,
+                                                            position->epoch)
+                              : core.builder.inbox_delivery(inbox, inbox_keys, payload));
   };
   gateways.assign(keys.size(), {});
   std::uint32_t routed = 0;

@@ -186,3 +186,86 @@ TEST_CASE("frame arena bounds the number of cached free chunks", "[broker]") {
   CHECK(arena.chunks_allocated() <= frame_arena::max_free_chunks + 1);
   CHECK(arena.chunks_allocated() >= 1);
 }
+
+using switchyard::broker::frame_lane;
+
+TEST_CASE("frames stored through a lane are adjacent however shared stores interleave", "[broker]") {
+  frame_arena arena;
+  frame_lane gw1, gw2;
+  // One service's sends to two gateways, interleaved in time, with a shared
+  // delivery between them.
+  const frame_ref a1 = arena.store(pattern_bytes(40, 1), gw1);
+  const frame_ref b1 = arena.store(pattern_bytes(24, 2), gw2);
+  const frame_ref shared = arena.store(pattern_bytes(16, 3));
+  const frame_ref a2 = arena.store(pattern_bytes(48, 4), gw1);
+  const frame_ref b2 = arena.store(pattern_bytes(8, 5), gw2);
+  CHECK(a1.adjacent(a2));
+  CHECK(b1.adjacent(b2));
+  CHECK_FALSE(a1.adjacent(b1));
+  CHECK_FALSE(a1.adjacent(shared));
+  CHECK(holds(a1, pattern_bytes(40, 1)));
+  CHECK(holds(a2, pattern_bytes(48, 4)));
+  CHECK(holds(b2, pattern_bytes(8, 5)));
+  CHECK(holds(shared, pattern_bytes(16, 3)));
+}
+
+TEST_CASE("a reset lane holds no chunk: its chunk returns once its frames are released", "[broker]") {
+  frame_arena arena;
+  frame_lane lane;
+  frame_ref f = arena.store(pattern_bytes(64, 7), lane);
+  lane.reset();
+  // The frame keeps its bytes while referenced.
+  CHECK(holds(f, pattern_bytes(64, 7)));
+  // The next store starts a fresh chunk: not adjacent to the old frame.
+  frame_ref g = arena.store(pattern_bytes(64, 8), lane);
+  CHECK_FALSE(f.adjacent(g));
+  CHECK(arena.chunks_allocated() == 2);
+  f.reset();
+  lane.reset();
+  g.reset();
+  // Both chunks are cached, none in use: storing again reuses one.
+  const std::size_t cached = arena.chunks_allocated();
+  const frame_ref h = arena.store(pattern_bytes(64, 9), lane);
+  CHECK(arena.chunks_allocated() == cached);
+  CHECK(holds(h, pattern_bytes(64, 9)));
+}
+
+TEST_CASE("a lane moves to a new chunk when its chunk is full and keeps frames intact", "[broker]") {
+  frame_arena arena;
+  frame_lane lane;
+  std::vector<frame_ref> held;
+  std::vector<std::vector<std::uint8_t>> expected;
+  const std::size_t frame = 4096;  // eight fill a lane chunk
+  for (std::size_t i = 0; i < 3 * frame_arena::lane_chunk_size / frame; ++i) {
+    expected.push_back(pattern_bytes(frame, static_cast<std::uint8_t>(i)));
+    held.push_back(arena.store(expected.back(), lane));
+  }
+  std::size_t breaks = 0;
+  for (std::size_t i = 1; i < held.size(); ++i) breaks += held[i - 1].adjacent(held[i]) ? 0 : 1;
+  CHECK(breaks == 2);
+  for (std::size_t i = 0; i < held.size(); ++i) CHECK(holds(held[i], expected[i]));
+}
+
+TEST_CASE("a frame larger than a quarter lane chunk gets a chunk of its own", "[broker]") {
+  frame_arena arena;
+  frame_lane lane;
+  const frame_ref a = arena.store(pattern_bytes(64, 1), lane);
+  const auto big = pattern_bytes(frame_arena::lane_chunk_size / 4 + 8, 2);
+  const frame_ref b = arena.store(big, lane);
+  const frame_ref c = arena.store(pattern_bytes(64, 3), lane);
+  CHECK_FALSE(a.adjacent(b));
+  CHECK(a.adjacent(c));  // the lane's chunk was not used up
+  CHECK(holds(b, big));
+}
+
+TEST_CASE("frame arena bounds the number of cached free lane chunks", "[broker]") {
+  frame_arena arena;
+  const std::size_t lanes = frame_arena::max_free_lane_chunks + 8;
+  std::vector<frame_lane> many(lanes);
+  std::vector<frame_ref> held;
+  for (auto& lane : many) held.push_back(arena.store(pattern_bytes(64, 1), lane));
+  CHECK(arena.chunks_allocated() == lanes);
+  held.clear();
+  for (auto& lane : many) lane.reset();
+  CHECK(arena.chunks_allocated() == frame_arena::max_free_lane_chunks);
+}
