@@ -3,6 +3,7 @@
 #include "protocol/errc.hpp"
 
 #include <algorithm>
+#include <memory>
 
 namespace switchyard::broker {
 
@@ -10,48 +11,53 @@ using protocol::errc;
 using std::chrono::milliseconds;
 
 // Memory per route is a budgeted figure (docs/benchmarks.md): keep the entry
-// at 80 bytes, so key + entry + node link fit a 128-byte malloc chunk.
-static_assert(sizeof(registry_entry) <= 80, "registry_entry grew: check memory per route");
+// at 104 bytes, a 112-byte malloc chunk.
+static_assert(sizeof(registry_entry) <= 104, "registry_entry grew: check memory per route");
+
+routing_table::~routing_table() {
+  registry_.for_each([](registry_entry& e) { delete &e; });
+}
 
 std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_view key, std::string_view value,
                                                                  lease_id lease, milliseconds ttl) {
   const bool own = lease == 0;
   if (!own && !leases_.alive(lease)) return std::unexpected(make_error_code(errc::not_found));
-  auto [it, fresh] = registry_.try_emplace(std::string(key));
-  registry_entry& e = it->second;
-  if (fresh) {
-    e.key = &it->first;
-    e.kind = static_cast<std::uint8_t>(attachment_kind::registry_entry);
-  } else if (e.own_lease() && e.lease != 0 && (own || e.lease != lease)) {
+  registry_entry* e = registry_.find(key);
+  if (!e) {
+    auto made = std::make_unique<registry_entry>();
+    made->key.assign(key);
+    made->kind = static_cast<std::uint8_t>(attachment_kind::registry_entry);
+    registry_.insert(made.get());
+    e = made.release();
+  } else if (e->own_lease() && e->lease != 0 && (own || e->lease != lease)) {
     // The entry had a private TTL lease; it is replaced, so it goes too.
-    const lease_id old = e.lease;
-    leases_.detach(e);
+    const lease_id old = e->lease;
+    leases_.detach(*e);
     revoke_private(old);
   } else {
-    leases_.detach(e);
+    leases_.detach(*e);
   }
   if (own) lease = leases_.grant(ttl).id;
-  leases_.attach(lease, e);
-  e.set_own_lease(own);
-  e.value.assign(value);
-  e.version = ++revision_;
-  return e.version;
+  leases_.attach(lease, *e);
+  e->set_own_lease(own);
+  e->value.assign(value);
+  e->version = ++revision_;
+  return e->version;
 }
 
 std::optional<registry_view> routing_table::get(std::string_view key) const {
-  auto it = registry_.find(key);
-  if (it == registry_.end() || it->second.lease == 0) return std::nullopt;
-  const auto ttl = leases_.time_to_live(it->second.lease);
+  const registry_entry* e = registry_.find(key);
+  if (!e || e->lease == 0) return std::nullopt;
+  const auto ttl = leases_.time_to_live(e->lease);
   if (!ttl) return std::nullopt;  // expired, the sweeper has not run yet
-  const registry_entry& e = it->second;
-  return registry_view{it->first, e.value, e.version, e.own_lease() ? 0 : e.lease, ttl->remaining};
+  return registry_view{e->key, e->value, e->version, e->own_lease() ? 0 : e->lease, ttl->remaining};
 }
 
-void routing_table::drop_entry(registry_map::iterator it) {
-  registry_entry& e = it->second;
-  const lease_id own = e.own_lease() ? e.lease : 0;
-  leases_.detach(e);
-  registry_.erase(it);
+void routing_table::drop_entry(registry_entry* e) {
+  const lease_id own = e->own_lease() ? e->lease : 0;
+  leases_.detach(*e);
+  registry_.erase(e);
+  delete e;
   if (own != 0) revoke_private(own);
 }
 
@@ -62,21 +68,21 @@ void routing_table::revoke_private(lease_id id) {
 }
 
 bool routing_table::erase(std::string_view key) {
-  auto it = registry_.find(key);
-  if (it == registry_.end()) return false;
-  const bool was_live = live(it->second);
-  drop_entry(it);
+  registry_entry* e = registry_.find(key);
+  if (!e) return false;
+  const bool was_live = live(*e);
+  drop_entry(e);
   return was_live;
 }
 
 std::vector<registry_view> routing_table::list(std::string_view prefix, std::size_t limit, bool& more) const {
   std::vector<registry_view> out;
-  for (const auto& [key, e] : registry_) {
-    if (std::string_view(key).substr(0, prefix.size()) != prefix || e.lease == 0) continue;
+  registry_.for_each([&](const registry_entry& e) {
+    if (std::string_view(e.key).substr(0, prefix.size()) != prefix || e.lease == 0) return;
     const auto ttl = leases_.time_to_live(e.lease);
-    if (!ttl) continue;
-    out.push_back({key, e.value, e.version, e.own_lease() ? 0 : e.lease, ttl->remaining});
-  }
+    if (!ttl) return;
+    out.push_back({e.key, e.value, e.version, e.own_lease() ? 0 : e.lease, ttl->remaining});
+  });
   // Key order, and only the first `limit` of it.
   more = out.size() > limit;
   if (more) {
@@ -116,13 +122,13 @@ bool routing_table::close_inbox(std::string_view id, session* owner) {
 }
 
 routing_table::route_target routing_table::route(std::string_view key) const {
-  const auto entry = registry_.find(key);
-  if (entry == registry_.end() || entry->second.lease == 0) return {};
+  const registry_entry* entry = registry_.find(key);
+  if (!entry || entry->lease == 0) return {};
   const auto now = leases_.now();
-  if (!leases_.alive(entry->second.lease, now)) return {};
-  const auto inbox = inboxes_.find(entry->second.value);
+  if (!leases_.alive(entry->lease, now)) return {};
+  const auto inbox = inboxes_.find(entry->value);
   if (inbox == inboxes_.end() || inbox->second.lease == 0 || !leases_.alive(inbox->second.lease, now)) return {};
-  return {entry->second.value, inbox->second.owner};
+  return {entry->value, inbox->second.owner};
 }
 
 session* routing_table::inbox_owner(std::string_view id) const {
@@ -146,7 +152,8 @@ void routing_table::remove_lease(lease_id, lease_attachment* first) {
       // The lease is going away: its own-lease flag must not revoke it again.
       e->set_own_lease(false);
       leases_.detach(*e);
-      registry_.erase(registry_.find(*e->key));
+      registry_.erase(e);
+      delete e;
     } else if (a->kind == static_cast<std::uint8_t>(attachment_kind::inbox)) {
       auto* box = static_cast<inbox*>(a);
       leases_.detach(*box);
