@@ -88,6 +88,11 @@ class routing_table {
     session* owner = nullptr;
   };
   route_target route(std::string_view key) const;
+  // Cache hints for a caller that knows its next route() keys (a run of
+  // sends read at once): prefetch_slot for a key two lookups ahead,
+  // prefetch_entry for the next one. See flat_index.
+  void prefetch_slot(std::string_view key) const noexcept { registry_.prefetch_slot(key); }
+  void prefetch_entry(std::string_view key) const noexcept { registry_.prefetch_node(key); }
   // Forget `owner` (its connection closed): its inboxes stay bound to their
   // leases, so a gateway reconnecting within the TTL can reopen them.
   void disconnect(session* owner, const std::vector<std::string>& inbox_ids);

@@ -230,22 +230,48 @@ asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
     last_rx_ = clock::now();
     buf.end += n;
     core_.backlog_seen = false;  // set by deliveries this read causes
-    while (!closing_) {
-      auto r = parser_.next(buf.unread());
-      if (!r) {
+    // Frames are verified a batch ahead of handling, so a handler can warm
+    // the cache for the frames after its own (prefetch_ahead). A malformed
+    // frame closes the connection after the frames before it are handled.
+    bool more = true;
+    while (more && !closing_) {
+      batch_.clear();
+      std::error_code bad;
+      std::size_t ahead = 0;
+      more = false;
+      while (batch_.size() < max_batch) {
+        const auto unread = buf.unread().subspan(ahead);
+        auto r = parser_.next(unread);
+        if (!r) {
+          bad = r.error();
+          break;
+        }
+        if (!*r) break;
+        batch_.push_back(**r);
+        ahead += (*r)->size;
+        // A frame verified in the parser's scratch copy (misaligned input)
+        // ends the batch: the next parse would overwrite it.
+        const bool borrowed = reinterpret_cast<const std::uint8_t*>((*r)->frame) >= unread.data() &&
+                              reinterpret_cast<const std::uint8_t*>((*r)->frame) < unread.data() + unread.size();
+        more = !borrowed || batch_.size() == max_batch;
+        if (!borrowed) break;
+      }
+      for (std::size_t i = 0; i < batch_.size() && !closing_; ++i) {
+        prefetch_ahead(i);
+        if (!handle(*batch_[i].frame)) co_return;
+        buf.begin += batch_[i].size;
+      }
+      if (bad && !closing_) {
         ++core_.counters.protocol_errors;
-        const auto code = static_cast<errc>(r.error().value());
-        std::string why = r.error().message();
+        const auto code = static_cast<errc>(bad.value());
+        std::string why = bad.message();
         if (code == errc::frame_too_large)
           why += " (limit " + std::to_string(parser_.max_frame()) + " bytes)";
         close_with_error(code, why);
         co_return;
       }
-      if (!*r) break;
-      const std::size_t size = (*r)->size;
-      if (!handle(*(*r)->frame)) co_return;
-      buf.begin += size;
     }
+    if (closing_) co_return;
     // A read that filled the buffer means more input is waiting. Reading
     // more per loop turn puts more frames into each write to the
     // connections this input feeds: one service sending to users on 200
@@ -259,6 +285,26 @@ asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
       buf.reserve(std::min(buf.capacity * 2, max_read_buffer));
     }
   }
+}
+
+void session::prefetch_ahead(std::size_t i) const noexcept {
+  // A send's routing lookup misses the cache twice (slot, then entry): start
+  // the slot two frames ahead and the entry one ahead, so both are loaded
+  // by the time their frames are handled.
+  if (!routing_) return;
+  const auto key_of = [&](std::size_t j) -> std::string_view {
+    if (j >= batch_.size() || batch_[j].frame->message_type() != wire::Message::Send) return {};
+    const auto* keys = batch_[j].frame->message_as_Send()->route_keys();
+    return keys && keys->size() > 0 ? keys->Get(0)->string_view() : std::string_view{};
+  };
+  if (i == 0) {
+    // The first frames of a batch had nothing before them to do it.
+    if (const auto k = key_of(0); !k.empty()) core_.routing.prefetch_slot(k);
+    if (const auto k = key_of(1); !k.empty()) core_.routing.prefetch_slot(k);
+    if (const auto k = key_of(0); !k.empty()) core_.routing.prefetch_entry(k);
+  }
+  if (const auto k = key_of(i + 2); !k.empty()) core_.routing.prefetch_slot(k);
+  if (const auto k = key_of(i + 1); !k.empty()) core_.routing.prefetch_entry(k);
 }
 
 bool session::handle(const wire::Frame& frame) {

@@ -119,6 +119,8 @@ class session : public std::enable_shared_from_this<session> {
   // Accounts for a delivery that was queued or, when `queued` is false,
   // dropped (slow consumer: maybe close, per policy).
   void delivered(bool queued);
+  // Cache hints for the frames after batch_[i] (reader only).
+  void prefetch_ahead(std::size_t i) const noexcept;
   // Logs (EOF and cancellation as normal), closes the socket and removes
   // the session everywhere. Idempotent.
   void fail(asio_error_code ec, std::string_view what);
@@ -134,6 +136,8 @@ class session : public std::enable_shared_from_this<session> {
   std::string client_name_;
   std::string client_id_;
   outbound_queue queue_;
+  static constexpr std::size_t max_batch = 32;  // frames verified ahead of handling
+  std::vector<protocol::frame_view> batch_;     // the current read's frames, reused
   frame_lane lane_;  // this connection's own frames; reset whenever queue_ drains
   protocol::frame_parser parser_;
   std::unordered_set<std::string> patterns_;

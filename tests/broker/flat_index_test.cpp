@@ -126,3 +126,16 @@ TEST_CASE("flat index compares keys, not only hash bits", "[broker]") {
   CHECK(index.find("k20") == nullptr);
   CHECK(index.find("x") == nullptr);
 }
+
+TEST_CASE("flat index prefetch hints are safe on any key, present or not", "[broker]") {
+  flat_index<node, &node::key> index;
+  index.prefetch_slot("user:1");  // empty: no slots to touch
+  index.prefetch_node("user:1");
+  auto nodes = fill(index, 100);
+  for (const std::string_view k : {"user:1", "user:99", "nobody", ""}) {
+    index.prefetch_slot(k);
+    index.prefetch_node(k);
+  }
+  CHECK(index.find("user:99") == nodes[99].get());
+  CHECK(index.find("nobody") == nullptr);
+}
