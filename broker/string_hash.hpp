@@ -3,16 +3,17 @@
 // string_view, no temporary std::string).
 
 #include <cstddef>
-#include <functional>
 #include <string_view>
 
 namespace switchyard::broker {
 
 struct string_hash {
   using is_transparent = void;
-  // noexcept, so libstdc++'s unordered maps store no hash code per node.
-  // The registry, where per-entry bytes are budgeted, uses flat_index.
-  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  // XXH3 (64 bits): keys here are short (route keys, inbox ids, channels),
+  // where it is about twice as fast as libstdc++'s std::hash, and a send
+  // hashes its key several times. noexcept, so libstdc++'s unordered maps
+  // store no hash code per node.
+  std::size_t operator()(std::string_view s) const noexcept;
 };
 
 }  // namespace switchyard::broker
