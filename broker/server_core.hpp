@@ -68,6 +68,10 @@ struct server_core {
   // full; a reader clears it before handling a read and, if it
   // is still clear after, may read more per turn (session::reader).
   bool backlog_seen = false;
+  // Set when the last read filled its buffer: more input is already
+  // waiting, so small writes may wait a turn or two for more frames
+  // (session::writer).
+  bool input_waiting = false;
   bool commit_wake_posted = false;  // a committer wake() is due at the end of this loop turn
   // Results travel from the committer's thread to the loop through this
   // mailbox: one post per batch.

@@ -15,6 +15,7 @@ struct server_counters {
   std::uint64_t leases_expired = 0;        // by the sweeper (revokes not counted)
   std::uint64_t sends_routed = 0;          // route keys delivered into an inbox
   std::uint64_t sends_unrouted = 0;        // route keys with no route
+  std::uint64_t write_waits = 0;           // turns a small write waited for more input (session::writer)
 };
 
 }  // namespace switchyard::broker
