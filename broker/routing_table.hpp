@@ -29,12 +29,19 @@ enum class attachment_kind : std::uint8_t { registry_entry = 1, inbox = 2 };
 // flags bit: the entry was put with a TTL, and its lease is private to it.
 inline constexpr std::uint8_t own_lease_flag = 1;
 
-// Sized so that an entry is 104 bytes (112 with malloc's header); the index
+struct inbox;
+
+// Sized so that an entry is 120 bytes (a 128-byte malloc chunk); the index
 // adds 16 to 32 bytes of slots per entry.
 struct registry_entry : lease_attachment {
   std::string key;
   std::string value;
   std::uint64_t version = 0;
+  // The inbox `value` named when route() last found one, valid while
+  // routing_table's inbox generation still equals cached_generation (no
+  // inbox was erased since): a send then skips the inbox lookup.
+  inbox* cached_inbox = nullptr;
+  std::uint64_t cached_generation = 0;
   bool own_lease() const noexcept { return flags & own_lease_flag; }
   void set_own_lease(bool on) noexcept { flags = on ? (flags | own_lease_flag) : (flags & ~own_lease_flag); }
 };
@@ -87,7 +94,7 @@ class routing_table {
     std::string_view inbox;
     session* owner = nullptr;
   };
-  route_target route(std::string_view key) const;
+  route_target route(std::string_view key);
   // Cache hints for a caller that knows its next route() keys (a run of
   // sends read at once): prefetch_slot for a key two lookups ahead,
   // prefetch_entry for the next one. See flat_index.
@@ -116,7 +123,11 @@ class routing_table {
 
   lease_table& leases_;
   registry_map registry_;
+  // Node-based, so an inbox stays put while it exists: entries cache its
+  // address. Bumped whenever an inbox is erased, which voids every cache.
   std::unordered_map<std::string, inbox, string_hash, std::equal_to<>> inboxes_;
+  std::uint64_t inbox_generation_ = 1;
+  void erase_inbox(decltype(inboxes_)::iterator it);
   std::uint64_t revision_ = 0;
 };
 

@@ -485,3 +485,44 @@ TEST_CASE("routing route resolves a key to its inbox and owner, and to nothing o
   f.routing.disconnect(s.a(), {"gw-1"});
   CHECK(f.routing.route("user:alice").owner == nullptr);
 }
+
+TEST_CASE("routing route follows an inbox closed, reopened by another owner, or renamed in the entry",
+          "[broker][routing]") {
+  // route() remembers the inbox an entry last resolved to: each change here
+  // must void that memory.
+  fixture f;
+  fake_sessions s;
+  const lease_id gw = f.grant(10s);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-1", gw, s.a()));
+  REQUIRE_FALSE(f.routing.open_inbox("gw-2", gw, s.b()));
+  REQUIRE(f.routing.put("user:alice", "gw-1", gw, 0ms));
+  CHECK(f.routing.route("user:alice").owner == s.a());
+  CHECK(f.routing.route("user:alice").owner == s.a());  // from memory
+  // Closed: no route; reopened by another session: routes there.
+  REQUIRE(f.routing.close_inbox("gw-1", s.a()));
+  CHECK(f.routing.route("user:alice").owner == nullptr);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-1", gw, s.c()));
+  CHECK(f.routing.route("user:alice").owner == s.c());
+  // The entry now names gw-2.
+  REQUIRE(f.routing.put("user:alice", "gw-2", gw, 0ms));
+  auto to = f.routing.route("user:alice");
+  CHECK(to.inbox == "gw-2");
+  CHECK(to.owner == s.b());
+  // gw-2's lease is revoked with everything on it, then a new gw-2 opens
+  // under a new lease and the entry is put again.
+  REQUIRE(f.revoke(gw));
+  CHECK(f.routing.route("user:alice").owner == nullptr);
+  const lease_id again = f.grant(10s);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-2", again, s.a()));
+  REQUIRE(f.routing.put("user:alice", "gw-2", again, 0ms));
+  CHECK(f.routing.route("user:alice").owner == s.a());
+  // An inbox erased while the entry stays (its own lease elsewhere).
+  const lease_id other = f.grant(10s);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-3", other, s.b()));
+  REQUIRE(f.routing.put("user:alice", "gw-3", again, 0ms));
+  CHECK(f.routing.route("user:alice").owner == s.b());
+  REQUIRE(f.revoke(other));
+  CHECK(f.routing.route("user:alice").owner == nullptr);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-3", again, s.c()));
+  CHECK(f.routing.route("user:alice").owner == s.c());
+}
