@@ -271,8 +271,10 @@ asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
         // ends the batch: the next parse would overwrite it.
         const bool borrowed = reinterpret_cast<const std::uint8_t*>((*r)->frame) >= unread.data() &&
                               reinterpret_cast<const std::uint8_t*>((*r)->frame) < unread.data() + unread.size();
-        more = !borrowed || batch_.size() == max_batch;
-        if (!borrowed) break;
+        // So does a frame before the hello is handled: the hello raises the
+        // frame limit the frames after it are parsed with.
+        more = !borrowed || !welcomed_ || batch_.size() == max_batch;
+        if (!borrowed || !welcomed_) break;
       }
       for (std::size_t i = 0; i < batch_.size() && !closing_; ++i) {
         prefetch_ahead(i);

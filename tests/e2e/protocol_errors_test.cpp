@@ -148,6 +148,32 @@ TEST_CASE("a frame above the pre-hello cap is refused before the hello", "[e2e][
   expect_fatal_error(bad, perrc::frame_too_large);
 }
 
+TEST_CASE("a frame above the pre-hello cap right behind the hello, in the same write, is accepted",
+          "[e2e][broker]") {
+  // The hello raises the frame limit; the frame after it must be parsed
+  // with the raised limit even when both arrive in one read.
+  test_server server;
+  raw_connection c(server.port());
+  protocol::frame_builder b;
+  protocol::hello_fields h;
+  h.protocol_major = protocol::protocol_major;
+  h.client_name = "eager";
+  static constexpr std::array<std::string_view, 1> caps{protocol::capability::publish_ack};
+  h.capabilities = caps;
+  const auto hello = b.hello(1, h);
+  std::vector<std::uint8_t> bytes(hello.begin(), hello.end());
+  std::vector<std::uint8_t> payload(protocol::pre_hello_max_frame + 1024);
+  const auto big = b.publish(2, "a.b", payload);
+  bytes.insert(bytes.end(), big.begin(), big.end());
+  c.send(bytes);
+  expect_welcome(c);
+  raw_frame f;
+  const auto* answer = c.next(f);
+  REQUIRE(answer != nullptr);
+  CHECK(answer->message_type() == Message::Ok);
+  CHECK(answer->request_id() == 2);
+}
+
 TEST_CASE("no hello within the hello timeout closes the connection", "[e2e][broker]") {
   auto cfg = test_server::default_config();
   cfg.hello_timeout = std::chrono::milliseconds(100);
