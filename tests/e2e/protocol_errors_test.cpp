@@ -13,7 +13,6 @@
 
 #include <array>
 #include <atomic>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -293,17 +292,27 @@ std::vector<std::uint8_t> publishes(int count, bool odd) {
   return out;
 }
 
+// A subscriber to still.alive that keeps the payloads it gets, in order.
+struct still_alive_log : collector<std::string> {
+  std::unique_ptr<client> sub;
+  explicit still_alive_log(const test_server& server) : sub(connect_to(server, "sub")) {
+    REQUIRE(sub->subscribe("still.alive", [this](const message& m) {
+      add(std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size()));
+    }));
+  }
+  // Waits for `n` payloads and checks they are "0", "1", ... in order.
+  void expect_in_order(std::size_t n) {
+    REQUIRE(wait_until([&] { return count == n; }));
+    const auto all = snapshot();
+    for (std::size_t i = 0; i < n; ++i) CHECK(all[i] == std::to_string(i));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("frames before a malformed one in the same read are handled, in order, then it closes", "[e2e][broker]") {
   test_server server;
-  auto sub = connect_to(server, "sub");
-  std::mutex mu;
-  std::vector<std::string> got;
-  REQUIRE(sub->subscribe("still.alive", [&](const message& m) {
-    std::lock_guard lock(mu);
-    got.emplace_back(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
-  }));
+  still_alive_log got(server);
   raw_connection bad(server.port());
   bad.send_hello();
   expect_welcome(bad);
@@ -313,33 +322,17 @@ TEST_CASE("frames before a malformed one in the same read are handled, in order,
   bytes.insert(bytes.end(), junk.begin(), junk.end());
   bad.send(bytes);
   expect_fatal_error(bad, perrc::malformed_frame);
-  REQUIRE(wait_until([&] {
-    std::lock_guard lock(mu);
-    return got.size() == 75;
-  }));
-  std::lock_guard lock(mu);
-  for (int i = 0; i < 75; ++i) CHECK(got[static_cast<std::size_t>(i)] == std::to_string(i));
+  got.expect_in_order(75);
 }
 
 TEST_CASE("misaligned frames (lengths not a multiple of 8) are all handled, in order", "[e2e][broker]") {
   test_server server;
-  auto sub = connect_to(server, "sub");
-  std::mutex mu;
-  std::vector<std::string> got;
-  REQUIRE(sub->subscribe("still.alive", [&](const message& m) {
-    std::lock_guard lock(mu);
-    got.emplace_back(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
-  }));
+  still_alive_log got(server);
   raw_connection odd(server.port());
   odd.send_hello();
   expect_welcome(odd);
   odd.send(publishes(100, true));
-  REQUIRE(wait_until([&] {
-    std::lock_guard lock(mu);
-    return got.size() == 100;
-  }));
-  std::lock_guard lock(mu);
-  for (int i = 0; i < 100; ++i) CHECK(got[static_cast<std::size_t>(i)] == std::to_string(i));
+  got.expect_in_order(100);
   // The connection is still in good standing.
   protocol::frame_builder b;
   odd.send(b.ping(9));
