@@ -94,12 +94,13 @@ class frame_lane {
 
 class frame_arena {
  public:
-  // Shared frames fill big chunks; a lane's chunk holds one connection's
-  // frames of a few loop turns, and hundreds of lanes may hold one each.
+  // Shared frames fill big chunks. A lane's chunk holds a few loop turns of
+  // one connection's small frames, and thousands of lanes may hold one
+  // each: small, so a lane costs at most 8 KiB beyond what it queued.
   static constexpr std::size_t chunk_size = 256 * 1024;
-  static constexpr std::size_t lane_chunk_size = 32 * 1024;
-  static constexpr std::size_t max_free_chunks = 32;        // 8 MiB
-  static constexpr std::size_t max_free_lane_chunks = 256;  // 8 MiB
+  static constexpr std::size_t lane_chunk_size = 8 * 1024;
+  static constexpr std::size_t max_free_chunks = 32;         // 8 MiB
+  static constexpr std::size_t max_free_lane_chunks = 1024;  // 8 MiB
 
   frame_arena() = default;
   frame_arena(const frame_arena&) = delete;
@@ -111,10 +112,12 @@ class frame_arena {
   // and returns the first reference to it.
   frame_ref store(std::span<const std::uint8_t> bytes) { return store(bytes, shared_, chunk_size); }
   // The same, after the frames stored earlier through `lane` (adjacent to
-  // the last one while its chunk has room). `lane` must belong to this
-  // arena's thread; it is borrowed for the call only.
+  // the last one while its chunk has room). A frame over a quarter of a
+  // lane chunk goes to the shared chunks instead: big enough to be its own
+  // iovec. `lane` must belong to this arena's thread; it is borrowed for
+  // the call only.
   frame_ref store(std::span<const std::uint8_t> bytes, frame_lane& lane) {
-    return store(bytes, lane, lane_chunk_size);
+    return bytes.size() > lane_chunk_size / 4 ? store(bytes) : store(bytes, lane, lane_chunk_size);
   }
 
   // Chunks currently allocated (live or cached), for tests and metrics.

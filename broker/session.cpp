@@ -77,9 +77,16 @@ void session::kick() noexcept {
   }
 }
 
+frame_ref session::store_own(protocol::bytes_view frame) {
+  // Through the lane only behind other pending frames, where adjacency
+  // saves iovecs: a connection with one frame queued (most of them, most
+  // of the time) holds no lane chunk.
+  return queue_.has_pending() ? core_.arena.store(frame, lane_) : core_.arena.store(frame);
+}
+
 void session::send(protocol::bytes_view frame) {
   if (closed_) return;
-  queue_.push(core_.arena.store(frame, lane_));
+  queue_.push(store_own(frame));
   kick();
 }
 
@@ -96,7 +103,7 @@ void session::deliver(const frame_ref& frame) {
 void session::deliver(protocol::bytes_view frame) {
   if (!welcomed_ || closing_) return;
   const bool queued = queue_.admit(frame.size());
-  if (queued) queue_.push(core_.arena.store(frame, lane_));
+  if (queued) queue_.push(store_own(frame));
   delivered(queued);
 }
 

@@ -113,6 +113,8 @@ class session : public std::enable_shared_from_this<session> {
 
  private:
 
+  // Copies a frame only this connection gets into the arena (see lane_).
+  frame_ref store_own(protocol::bytes_view frame);
   void send(protocol::bytes_view frame);  // queue a control frame
   void send_error(std::uint64_t request_id, protocol::errc code, std::string_view message);
   void kick() noexcept;  // wake the writer if it waits

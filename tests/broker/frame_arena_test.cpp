@@ -235,7 +235,7 @@ TEST_CASE("a lane moves to a new chunk when its chunk is full and keeps frames i
   frame_lane lane;
   std::vector<frame_ref> held;
   std::vector<std::vector<std::uint8_t>> expected;
-  const std::size_t frame = 4096;  // eight fill a lane chunk
+  const std::size_t frame = frame_arena::lane_chunk_size / 8;  // eight fill a lane chunk
   for (std::size_t i = 0; i < 3 * frame_arena::lane_chunk_size / frame; ++i) {
     expected.push_back(pattern_bytes(frame, static_cast<std::uint8_t>(i)));
     held.push_back(arena.store(expected.back(), lane));
@@ -246,16 +246,21 @@ TEST_CASE("a lane moves to a new chunk when its chunk is full and keeps frames i
   for (std::size_t i = 0; i < held.size(); ++i) CHECK(holds(held[i], expected[i]));
 }
 
-TEST_CASE("a frame larger than a quarter lane chunk gets a chunk of its own", "[broker]") {
+TEST_CASE("a frame larger than a quarter lane chunk goes to the shared chunks, not the lane's", "[broker]") {
   frame_arena arena;
   frame_lane lane;
+  const frame_ref shared = arena.store(pattern_bytes(64, 9));
   const frame_ref a = arena.store(pattern_bytes(64, 1), lane);
   const auto big = pattern_bytes(frame_arena::lane_chunk_size / 4 + 8, 2);
   const frame_ref b = arena.store(big, lane);
   const frame_ref c = arena.store(pattern_bytes(64, 3), lane);
+  CHECK(shared.adjacent(b));  // right after the last shared frame
   CHECK_FALSE(a.adjacent(b));
   CHECK(a.adjacent(c));  // the lane's chunk was not used up
   CHECK(holds(b, big));
+  // Exactly a quarter still goes through the lane.
+  const frame_ref d = arena.store(pattern_bytes(frame_arena::lane_chunk_size / 4, 4), lane);
+  CHECK(c.adjacent(d));
 }
 
 TEST_CASE("frame arena bounds the number of cached free lane chunks", "[broker]") {
