@@ -13,7 +13,9 @@
 //
 // Not owning: insert() borrows the node until it is erased. Single-threaded.
 // Precondition (checked in debug builds): node addresses fit in 48 bits, as
-// user-space addresses do on x86-64 and arm64 Linux.
+// user-space addresses do on x86-64 and arm64 Linux (not with arm64 memory
+// tagging or 5-level paging's high addresses, which nobody hands out by
+// default).
 
 #include "broker/string_hash.hpp"
 
@@ -21,6 +23,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,7 +93,13 @@ class flat_index {
     }
     slots_[i] = 0;
     --size_;
-    if (slots_.size() > min_capacity && size_ * 8 < slots_.size()) rehash(slots_.size() / 2);
+    if (slots_.size() > min_capacity && size_ * 8 < slots_.size()) {
+      // Optional: without memory for the smaller array, stay as large.
+      try {
+        rehash(slots_.size() / 2);
+      } catch (const std::bad_alloc&) {
+      }
+    }
   }
 
   // Calls f(Node&) for every node, in no particular order. f must not
