@@ -239,6 +239,12 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
 }
 
 asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
+  // A reader that stops will not read what may still wait: writers must not
+  // hold back for it.
+  struct stop_waiting {
+    bool& input_waiting;
+    ~stop_waiting() { input_waiting = false; }
+  } on_exit{core_.input_waiting};
   protocol::read_buffer buf;
   buf.reserve(initial_read_buffer);
   while (!closing_) {

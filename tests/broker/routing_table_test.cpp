@@ -489,18 +489,23 @@ TEST_CASE("routing route resolves a key to its inbox and owner, and to nothing o
 TEST_CASE("routing route follows an inbox closed, reopened by another owner, or renamed in the entry",
           "[broker][routing]") {
   // route() remembers the inbox an entry last resolved to: each change here
-  // must void that memory.
+  // must void that memory. After each erase another inbox is opened at
+  // once, so that it likely takes the erased inbox's memory: a stale memory
+  // would then route to it.
   fixture f;
   fake_sessions s;
   const lease_id gw = f.grant(10s);
+  const lease_id other = f.grant(10s);
   REQUIRE_FALSE(f.routing.open_inbox("gw-1", gw, s.a()));
   REQUIRE_FALSE(f.routing.open_inbox("gw-2", gw, s.b()));
   REQUIRE(f.routing.put("user:alice", "gw-1", gw, 0ms));
   CHECK(f.routing.route("user:alice").owner == s.a());
   CHECK(f.routing.route("user:alice").owner == s.a());  // from memory
-  // Closed: no route; reopened by another session: routes there.
+  // Closed, and another inbox opened: no route.
   REQUIRE(f.routing.close_inbox("gw-1", s.a()));
+  REQUIRE_FALSE(f.routing.open_inbox("gw-9", other, s.c()));
   CHECK(f.routing.route("user:alice").owner == nullptr);
+  // Reopened by another session: routes there.
   REQUIRE_FALSE(f.routing.open_inbox("gw-1", gw, s.c()));
   CHECK(f.routing.route("user:alice").owner == s.c());
   // The entry now names gw-2.
@@ -508,21 +513,18 @@ TEST_CASE("routing route follows an inbox closed, reopened by another owner, or 
   auto to = f.routing.route("user:alice");
   CHECK(to.inbox == "gw-2");
   CHECK(to.owner == s.b());
-  // gw-2's lease is revoked with everything on it, then a new gw-2 opens
-  // under a new lease and the entry is put again.
-  REQUIRE(f.revoke(gw));
-  CHECK(f.routing.route("user:alice").owner == nullptr);
-  const lease_id again = f.grant(10s);
-  REQUIRE_FALSE(f.routing.open_inbox("gw-2", again, s.a()));
-  REQUIRE(f.routing.put("user:alice", "gw-2", again, 0ms));
-  CHECK(f.routing.route("user:alice").owner == s.a());
-  // An inbox erased while the entry stays (its own lease elsewhere).
-  const lease_id other = f.grant(10s);
-  REQUIRE_FALSE(f.routing.open_inbox("gw-3", other, s.b()));
-  REQUIRE(f.routing.put("user:alice", "gw-3", again, 0ms));
+  // An inbox erased by a revoke while the entry stays (on another lease),
+  // and another inbox opened at once: no route.
+  REQUIRE(f.routing.put("user:alice", "gw-3", other, 0ms));
+  const lease_id doomed = f.grant(10s);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-3", doomed, s.b()));
   CHECK(f.routing.route("user:alice").owner == s.b());
+  REQUIRE(f.revoke(doomed));
+  REQUIRE_FALSE(f.routing.open_inbox("gw-8", other, s.a()));
+  CHECK(f.routing.route("user:alice").owner == nullptr);
+  REQUIRE_FALSE(f.routing.open_inbox("gw-3", other, s.c()));
+  CHECK(f.routing.route("user:alice").owner == s.c());
+  // A revoke of the entry's own lease takes entry and inboxes: no route.
   REQUIRE(f.revoke(other));
   CHECK(f.routing.route("user:alice").owner == nullptr);
-  REQUIRE_FALSE(f.routing.open_inbox("gw-3", again, s.c()));
-  CHECK(f.routing.route("user:alice").owner == s.c());
 }

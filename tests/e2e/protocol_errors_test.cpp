@@ -273,8 +273,8 @@ namespace {
 
 // `count` publishes to still.alive, back to back in one byte string. With
 // `odd`, each frame carries 4 bytes of slack inside its length, so every
-// frame after the first starts off the 8-byte alignment the parser reads in
-// place: each is verified in the parser's scratch copy instead.
+// other frame starts off the 8-byte alignment the parser reads in place:
+// those are verified in the parser's scratch copy instead.
 std::vector<std::uint8_t> publishes(int count, bool odd) {
   protocol::frame_builder b;
   std::vector<std::uint8_t> out;

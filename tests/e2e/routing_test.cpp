@@ -708,7 +708,7 @@ TEST_CASE("routing requests without the routing capability get a non-fatal unsup
   CHECK(frame->request_id() == 9);
 }
 
-TEST_CASE("a burst of sends to users on many gateways arrives complete and in order per gateway, in fewer writes",
+TEST_CASE("a burst of sends to users on many gateways arrives complete and in order per gateway, writes held back",
           "[e2e][broker][client][routing]") {
   test_server server(routing_config());
   constexpr int gateways = 20, users_per_gateway = 10, sends = 20000;
