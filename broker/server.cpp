@@ -133,6 +133,9 @@ void server::impl::begin_stop() {
 server::server(server_config config) : impl_(std::make_unique<impl>((validate(config), std::move(config)))) {}
 
 server::~server() {
+  const auto& n = impl_->core.counters;
+  impl_->core.log->info("traffic: {} published, {} delivered, {} dropped, {} sends routed, {} unrouted, {} write waits",
+                        n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted, n.write_waits);
   // The committer's last completions post to the io_context: stop it while
   // the context still exists (those handlers are destroyed with it).
   if (auto& c = impl_->core.committer) {
