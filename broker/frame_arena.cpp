@@ -8,8 +8,8 @@ namespace switchyard::broker {
 
 frame_arena::~frame_arena() {
   shared_.reset();
-  for (auto* c : free_) std::free(c);
-  for (auto* c : free_lane_) std::free(c);
+  for (const pool* p : {&shared_pool_, &lane_pool_})
+    for (auto* c : p->free) std::free(c);
 }
 
 detail::chunk* frame_arena::new_chunk(std::size_t capacity, bool pooled) {
@@ -27,11 +27,9 @@ detail::chunk* frame_arena::new_chunk(std::size_t capacity, bool pooled) {
 
 void frame_arena::release(detail::chunk* c) noexcept {
   if (c->pooled) {
-    const bool lane = c->capacity == lane_chunk_size;
-    auto& pool = lane ? free_lane_ : free_;
-    if (pool.size() < (lane ? max_free_lane_chunks : max_free_chunks)) {
+    if (auto& p = pool_for(c->capacity); p.free.size() < p.max_free) {
       c->used = 0;
-      pool.push_back(c);
+      p.free.push_back(c);
       return;
     }
   }
@@ -52,10 +50,9 @@ frame_ref frame_arena::store(std::span<const std::uint8_t> bytes, frame_lane& la
   if (!current || current->capacity - current->used < padded) {
     lane.reset();
     // Last in, first out: the chunk freed most recently is still in cache.
-    auto& pool = size == lane_chunk_size ? free_lane_ : free_;
-    if (!pool.empty()) {
-      current = pool.back();
-      pool.pop_back();
+    if (auto& p = pool_for(size); !p.free.empty()) {
+      current = p.free.back();
+      p.free.pop_back();
     } else {
       current = new_chunk(size, true);
     }

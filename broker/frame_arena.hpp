@@ -126,13 +126,19 @@ class frame_arena {
  private:
   friend class frame_ref;
   friend class frame_lane;
+  // Free chunks of one size, most recently freed last.
+  struct pool {
+    std::vector<detail::chunk*> free;
+    std::size_t max_free;
+  };
+  pool& pool_for(std::size_t capacity) noexcept { return capacity == lane_chunk_size ? lane_pool_ : shared_pool_; }
   frame_ref store(std::span<const std::uint8_t> bytes, frame_lane& lane, std::size_t size);
   detail::chunk* new_chunk(std::size_t capacity, bool pooled);
   void release(detail::chunk* c) noexcept;
 
   frame_lane shared_;
-  std::vector<detail::chunk*> free_;       // chunk_size chunks
-  std::vector<detail::chunk*> free_lane_;  // lane_chunk_size chunks
+  pool shared_pool_{{}, max_free_chunks};    // chunk_size chunks
+  pool lane_pool_{{}, max_free_lane_chunks};  // lane_chunk_size chunks
   std::size_t allocated_ = 0;
 };
 

@@ -105,9 +105,6 @@ struct server_core {
       if (protocol::pattern_matches(pattern, channel)) return true;
     return false;
   }
-
-  // Copies an encoded frame (usually `builder`'s output) into the arena.
-  frame_ref store(protocol::bytes_view frame) { return arena.store(frame); }
 };
 
 }  // namespace switchyard::broker

@@ -271,8 +271,7 @@ asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
       std::size_t ahead = 0;
       more = false;
       while (batch_.size() < max_batch) {
-        const auto unread = buf.unread().subspan(ahead);
-        auto r = parser_.next(unread);
+        auto r = parser_.next(buf.unread().subspan(ahead));
         if (!r) {
           bad = r.error();
           break;
@@ -280,14 +279,13 @@ asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
         if (!*r) break;
         batch_.push_back(**r);
         ahead += (*r)->size;
-        // A frame verified in the parser's scratch copy (misaligned input)
-        // ends the batch: the next parse would overwrite it.
-        const bool borrowed = reinterpret_cast<const std::uint8_t*>((*r)->frame) >= unread.data() &&
-                              reinterpret_cast<const std::uint8_t*>((*r)->frame) < unread.data() + unread.size();
-        // So does a frame before the hello is handled: the hello raises the
-        // frame limit the frames after it are parsed with.
-        more = !borrowed || !welcomed_ || batch_.size() == max_batch;
-        if (!borrowed || !welcomed_) break;
+        // A frame in the parser's scratch copy (misaligned input) ends the
+        // batch: the next parse would overwrite it. So does a frame before
+        // the hello is handled: the hello raises the frame limit the frames
+        // after it are parsed with.
+        const bool last = (*r)->in_scratch || !welcomed_;
+        more = last || batch_.size() == max_batch;
+        if (last) break;
       }
       for (std::size_t i = 0; i < batch_.size() && !closing_; ++i) {
         prefetch_ahead(i);
@@ -330,14 +328,20 @@ void session::prefetch_ahead(std::size_t i) const noexcept {
     const auto* keys = batch_[j].frame->message_as_Send()->route_keys();
     return keys && keys->size() > 0 ? keys->Get(0)->string_view() : std::string_view{};
   };
+  const auto slot = [&](std::size_t j) {
+    if (const auto k = key_of(j); !k.empty()) core_.routing.prefetch_slot(k);
+  };
+  const auto entry = [&](std::size_t j) {
+    if (const auto k = key_of(j); !k.empty()) core_.routing.prefetch_entry(k);
+  };
   if (i == 0) {
     // The first frames of a batch had nothing before them to do it.
-    if (const auto k = key_of(0); !k.empty()) core_.routing.prefetch_slot(k);
-    if (const auto k = key_of(1); !k.empty()) core_.routing.prefetch_slot(k);
-    if (const auto k = key_of(0); !k.empty()) core_.routing.prefetch_entry(k);
+    slot(0);
+    slot(1);
+    entry(0);
   }
-  if (const auto k = key_of(i + 2); !k.empty()) core_.routing.prefetch_slot(k);
-  if (const auto k = key_of(i + 1); !k.empty()) core_.routing.prefetch_entry(k);
+  slot(i + 2);
+  entry(i + 1);
 }
 
 bool session::handle(const wire::Frame& frame) {

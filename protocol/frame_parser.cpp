@@ -50,7 +50,7 @@ std::expected<std::optional<frame_view>, std::error_code> frame_parser::next(byt
   const auto type = frame->message_type();
   if (type == wire::Message::NONE || type > wire::Message::MAX || frame->message() == nullptr)
     return std::unexpected(make_error_code(errc::unsupported_message));
-  return frame_view{frame, total};
+  return frame_view{frame, total, base != in.data()};
 }
 
 std::expected<const wire::Frame*, std::error_code> decode_frame(bytes_view bytes,

@@ -16,6 +16,9 @@ namespace switchyard::protocol {
 struct frame_view {
   const wire::Frame* frame = nullptr;  // verified root; valid while the input bytes are
   std::size_t size = 0;                // bytes the frame occupies in the input (prefix included)
+  // The frame was misaligned and `frame` points into the parser's scratch
+  // copy: valid only until the parser's next call, whatever the input does.
+  bool in_scratch = false;
 };
 
 // Finds, bounds-checks and verifies the frame at the front of a byte stream.

@@ -496,6 +496,7 @@ TEST_CASE("parser reads several frames back to back from one aligned buffer", "[
     CHECK(fv.frame->message_type() == types[i]);
     CHECK(fv.frame->request_id() == request_ids[i]);
     // Aligned input is verified in place: the view borrows the input.
+    CHECK_FALSE(fv.in_scratch);
     const auto* p = reinterpret_cast<const std::uint8_t*>(fv.frame);
     CHECK(p >= stream.data() + offset);
     CHECK(p < stream.data() + offset + fv.size);
@@ -579,6 +580,7 @@ TEST_CASE("parser reads a frame at a misaligned address through its scratch copy
   // The view points into the scratch copy, not into the misaligned input.
   const auto* p = reinterpret_cast<const std::uint8_t*>(fv.frame);
   CHECK((p < misaligned.data() || p >= misaligned.data() + misaligned.size()));
+  CHECK(fv.in_scratch);
   CHECK(reinterpret_cast<std::uintptr_t>(p) % 4 == 0);
 }
 
