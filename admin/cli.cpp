@@ -49,7 +49,7 @@ std::string_view code_name(std::error_code ec) {
       "none", "bad_request", "malformed_frame", "frame_too_large", "unsupported_version", "unsupported_message",
       "hello_required", "hello_timeout", "heartbeat_timeout", "too_many_connections", "unauthorized",
       "rate_limited", "draining", "shutting_down", "slow_consumer", "not_found", "no_route", "trimmed",
-      "storage_full", "internal", "inbox_taken"};
+      "storage_full", "internal", "inbox_taken", "corrupted", "limit_exceeded"};
   if (ec.category() != client_category()) return "connection_failed";
   const int v = ec.value();
   if (v > 0 && static_cast<std::size_t>(v) < std::size(server_codes)) return server_codes[v];

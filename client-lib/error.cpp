@@ -9,7 +9,7 @@ namespace {
 
 static_assert(static_cast<int>(errc::internal) == static_cast<int>(protocol::errc::internal));
 static_assert(static_cast<int>(errc::bad_request) == static_cast<int>(protocol::errc::bad_request));
-static_assert(static_cast<int>(protocol::last_known_errc) == static_cast<int>(errc::inbox_taken),
+static_assert(static_cast<int>(protocol::last_known_errc) == static_cast<int>(errc::limit_exceeded),
               "a protocol error code was added: add it to switchyard::errc");
 
 class category final : public std::error_category {

@@ -38,6 +38,8 @@ class category final : public std::error_category {
       case errc::storage_full: return "storage full";
       case errc::internal: return "internal server error";
       case errc::inbox_taken: return "inbox is open on another live connection";
+      case errc::corrupted: return "log data corrupted";
+      case errc::limit_exceeded: return "limit exceeded";
     }
     return "protocol error " + std::to_string(value);
   }

@@ -30,11 +30,13 @@ enum class errc : std::uint16_t {
   storage_full = 18,
   internal = 19,
   inbox_taken = 20,
+  corrupted = 21,
+  limit_exceeded = 22,
 };
 
 // The highest code this build knows; codes above it (from a newer peer) are
 // reported as-is with a generic message.
-inline constexpr errc last_known_errc = errc::inbox_taken;
+inline constexpr errc last_known_errc = errc::limit_exceeded;
 
 const std::error_category& protocol_category() noexcept;
 

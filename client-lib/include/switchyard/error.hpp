@@ -33,6 +33,8 @@ enum class errc {
   storage_full = 18,
   internal = 19,
   inbox_taken = 20,
+  corrupted = 21,
+  limit_exceeded = 22,
 
   // Detected by the library.
   not_connected = 100,      // the connection is closed (or was never open)
