@@ -15,6 +15,7 @@ lease_table::lease_table(lease_config config, clock_source clock)
   if (config_.max_expiries_per_sweep == 0) config_.max_expiries_per_sweep = 1;
   epoch_ = clock_();
   last_sweep_ = epoch_;
+  grace_from_ = epoch_ - config_.max_ttl;  // no stall yet: grants no grace
   wheel_.assign(static_cast<std::size_t>(config_.max_ttl / config_.sweep_period) + 2, none);
 }
 
@@ -64,11 +65,25 @@ void lease_table::unlink(std::uint32_t slot) noexcept {
   l.prev = l.next = none;
 }
 
+mono_clock::time_point lease_table::grace_from() const {
+  // A stall not absorbed yet (the sweeper is overdue past the threshold)
+  // ends, as far as leases are concerned, at the frozen lease time now()
+  // reports: the next sweep records exactly that point.
+  const auto real = clock_();
+  if (real > last_sweep_ + config_.sweep_period + config_.stall_threshold) return now();
+  return grace_from_;
+}
+
+mono_clock::time_point lease_table::deadline_of(const lease& l, mono_clock::time_point grace) const noexcept {
+  return std::max(l.deadline, grace + milliseconds(l.ttl_ms));
+}
+
 std::optional<lease_info> lease_table::info(std::uint32_t slot) const {
   const lease& l = slots_[slot];
   const auto t = now();
-  if (l.deadline <= t) return std::nullopt;
-  return lease_info{id_of(slot), milliseconds(l.ttl_ms), duration_cast<milliseconds>(l.deadline - t)};
+  const auto deadline = deadline_of(l, grace_from());
+  if (deadline <= t) return std::nullopt;
+  return lease_info{id_of(slot), milliseconds(l.ttl_ms), duration_cast<milliseconds>(deadline - t)};
 }
 
 lease_info lease_table::grant(milliseconds ttl) {
@@ -96,7 +111,7 @@ std::optional<lease_info> lease_table::keepalive(lease_id id) {
   if (slot == none) return std::nullopt;
   lease& l = slots_[slot];
   const auto t = now();
-  if (l.deadline <= t) return std::nullopt;  // expired, not yet swept
+  if (deadline_of(l, grace_from()) <= t) return std::nullopt;  // expired, not yet swept
   unlink(slot);
   l.deadline = t + milliseconds(l.ttl_ms);
   link(slot);
@@ -105,7 +120,10 @@ std::optional<lease_info> lease_table::keepalive(lease_id id) {
 
 bool lease_table::alive(lease_id id, mono_clock::time_point now) const {
   const std::uint32_t slot = slot_of(id);
-  return slot != none && slots_[slot].deadline > now;
+  if (slot == none) return false;
+  const lease& l = slots_[slot];
+  // The common case decides without reading the clock again.
+  return l.deadline > now || deadline_of(l, grace_from()) > now;
 }
 
 std::optional<lease_info> lease_table::time_to_live(lease_id id) const {
@@ -182,7 +200,8 @@ lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {
   sweep_result result;
   const auto real = clock_();
   const auto late = real - last_sweep_ - mono_clock::duration(config_.sweep_period);
-  if (late > mono_clock::duration(config_.stall_threshold)) {
+  const bool stalled = late > mono_clock::duration(config_.stall_threshold);
+  if (stalled) {
     const auto absorbed = late - mono_clock::duration(config_.stall_threshold);
     stalled_ += absorbed;
     result.stall_absorbed = duration_cast<milliseconds>(absorbed);
@@ -190,6 +209,10 @@ lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {
   last_sweep_ = real;
 
   const auto t = now();
+  // The owners could not reach us during the stall either: every lease gets
+  // at least its full TTL from the stall's end (applied lazily, below and in
+  // deadline_of, so a stall costs nothing per lease until it is due).
+  if (stalled) grace_from_ = t;
   // Every tick whose time has come: epoch + tick * period <= t.
   const auto period = mono_clock::duration(config_.sweep_period);
   const std::uint64_t last_due = t < epoch_ ? 0 : static_cast<std::uint64_t>((t - epoch_) / period);
@@ -199,7 +222,14 @@ lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {
       const std::uint32_t next = slots_[slot].next;
       // A bucket may also hold leases of a later round (keepalives during a
       // rate-limited backlog): only those past their deadline go.
-      if (slots_[slot].deadline <= t) {
+      lease& l = slots_[slot];
+      if (l.deadline <= t && deadline_of(l, grace_from_) > t) {
+        // Due, but within its grace after a stall: moved to its new deadline
+        // (a later tick than any swept here).
+        unlink(slot);
+        l.deadline = deadline_of(l, grace_from_);
+        link(slot);
+      } else if (l.deadline <= t) {
         if (result.expired == config_.max_expiries_per_sweep) {
           result.more_due = true;
           return result;

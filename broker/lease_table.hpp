@@ -19,8 +19,12 @@
 //  - at most max_expiries_per_sweep leases expire per sweep, so a mass
 //    expiry is spread over several loop turns instead of stalling the loop;
 //  - if the sweeper itself ran much later than its period (a paused
-//    process), the lease clock is held back by the stall, which extends every
-//    lease by it instead of expiring them all at once.
+//    process), the lease clock is held back by the stall, and every lease
+//    gets at least its full TTL from the end of the stall (its owner could
+//    not reach us during it either), instead of expiring at once. The grace
+//    is applied lazily: a lease's effective deadline is the later of its own
+//    and the stall's end plus its TTL, and the sweep moves a due lease to
+//    that deadline when it finds one, so a stall costs nothing per lease.
 //
 // The table runs on "lease time": the injected monotonic clock minus the
 // stalls absorbed so far. Single-threaded (the broker loop).
@@ -141,6 +145,11 @@ class lease_table {
   void link(std::uint32_t slot);
   void unlink(std::uint32_t slot) noexcept;
   void erase(std::uint32_t slot, const remove_fn& fn);
+  // The end of the last stall in lease time (the time a stall still pending
+  // will end at, see now()): a lease lives at least its TTL past it.
+  mono_clock::time_point grace_from() const;
+  // A lease's effective deadline given the last stall's end `grace`.
+  mono_clock::time_point deadline_of(const lease& l, mono_clock::time_point grace) const noexcept;
   std::optional<lease_info> info(std::uint32_t slot) const;
 
   lease_config config_;
@@ -148,6 +157,7 @@ class lease_table {
   mono_clock::time_point epoch_;         // tick 0, lease time
   mono_clock::duration stalled_{0};      // total stall absorbed
   mono_clock::time_point last_sweep_;    // real clock
+  mono_clock::time_point grace_from_;    // lease time at the end of the last stall (epoch_ before any)
   std::uint64_t swept_tick_ = 0;         // every tick before this was swept
   std::vector<std::uint32_t> wheel_;     // first slot of each bucket
   std::vector<lease> slots_;

@@ -19,7 +19,7 @@ lease_config lease_settings(const server_config& c) {
   l.max_ttl = c.lease_max_ttl;
   l.sweep_period = c.sweep_period;
   l.max_expiries_per_sweep = c.max_expiries_per_sweep;
-  l.stall_threshold = c.stall_threshold;
+  l.stall_threshold = stall_threshold_for(c);
   return l;
 }
 }  // namespace
@@ -97,7 +97,7 @@ asio::awaitable<void> server::impl::sweep_loop() {
       const auto r = core.leases.sweep(on_expire);
       core.counters.leases_expired += r.expired;
       if (r.stall_absorbed.count() > 0)
-        core.log->warn("lease sweeper stalled: leases extended by {} ms instead of expiring",
+        core.log->warn("lease sweeper stalled: {} ms absorbed, every lease gets its full TTL from now",
                        r.stall_absorbed.count());
       if (!r.more_due) break;
       // Rate limit reached: let the loop serve connections before the next batch.
@@ -173,19 +173,35 @@ void server::start() {
     core.committer = std::make_unique<storage::group_committer>(*core.stream_log, gc);
     session::install_append_handler(core, impl_->io.get_executor());
   }
-  const auto address = asio::ip::make_address(core.config.listen_host);
+  const auto address = asio::ip::make_address(listen_address(core.config.listen_host));
   const asio::ip::tcp::endpoint endpoint(address, core.config.listen_port);
   auto& acceptor = impl_->acceptor;
   acceptor.open(endpoint.protocol());
   acceptor.set_option(asio::socket_base::reuse_address(true));
-  acceptor.bind(endpoint);
-  acceptor.listen(asio::socket_base::max_listen_connections);
+  asio_error_code bind_ec;
+  acceptor.bind(endpoint, bind_ec);
+  if (!bind_ec) acceptor.listen(asio::socket_base::max_listen_connections, bind_ec);
+  if (bind_ec)
+    throw std::runtime_error("cannot listen on " + core.config.listen_host + ":" +
+                             std::to_string(core.config.listen_port) + ": " + bind_ec.message());
   impl_->port = acceptor.local_endpoint().port();
   if (!core.config.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written port.
     const std::string tmp = core.config.port_file + ".tmp";
-    std::ofstream(tmp) << impl_->port << "\n";
-    std::filesystem::rename(tmp, core.config.port_file);
+    bool written = false;
+    {
+      std::ofstream out(tmp);
+      out << impl_->port << "\n";
+      out.close();
+      written = static_cast<bool>(out);
+    }
+    std::error_code ec;
+    if (written) std::filesystem::rename(tmp, core.config.port_file, ec);
+    if (!written || ec) {
+      const std::string why = written ? ec.message() : "cannot create " + tmp;
+      std::filesystem::remove(tmp, ec);  // never leave the temporary behind
+      throw std::runtime_error("cannot write the port file " + core.config.port_file + ": " + why);
+    }
   }
   core.log->info("listening on {}:{} data-dir={} durability={}", core.config.listen_host, impl_->port,
                  core.config.data_dir, core.stream_log ? core.config.durability : "off");

@@ -1,15 +1,31 @@
 #include "broker/server_config.hpp"
 
+#include "broker/toml_config.hpp"
+
 #include "protocol/channel_name.hpp"
 #include "protocol/limits.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 namespace switchyard::broker {
+
+std::string listen_address(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") return "127.0.0.1";
+  const std::string text(host);
+  in6_addr scratch{};
+  if (::inet_pton(AF_INET, text.c_str(), &scratch) == 1 || ::inet_pton(AF_INET6, text.c_str(), &scratch) == 1)
+    return text;
+  return {};
+}
 
 void validate(const server_config& cfg) {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
@@ -20,6 +36,10 @@ void validate(const server_config& cfg) {
   if (cfg.heartbeat_interval.count() < 10) bad("heartbeat-ms must be at least 10");
   if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
   if (cfg.listen_host.empty()) bad("listen address needs a host");
+  if (listen_address(cfg.listen_host).empty())
+    bad("listen host \"" + cfg.listen_host + "\" is not an IPv4 or IPv6 address or localhost");
+  if (!cfg.port_file.empty() && std::filesystem::is_directory(cfg.port_file))
+    bad("port-file \"" + cfg.port_file + "\" is a directory; name a file");
   if (cfg.lease_min_ttl.count() < 1) bad("lease-min-ttl-ms must be at least 1");
   if (cfg.lease_max_ttl < cfg.lease_min_ttl || cfg.lease_max_ttl > std::chrono::hours(24 * 7))
     bad("lease-max-ttl-ms must be between lease-min-ttl-ms and one week");
@@ -27,7 +47,9 @@ void validate(const server_config& cfg) {
     bad("sweep-ms must be between 1 and lease-min-ttl-ms");
   if (cfg.lease_max_ttl / cfg.sweep_period > 50'000'000) bad("lease-max-ttl-ms / sweep-ms is too large");
   if (cfg.max_expiries_per_sweep < 1) bad("max-expiries-per-sweep must be at least 1");
-  if (cfg.stall_threshold.count() < 0) bad("stall-threshold-ms must not be negative");
+  if (cfg.stall_threshold.count() >= 0 && cfg.stall_threshold + cfg.sweep_period > cfg.lease_min_ttl / 2)
+    bad("stall-threshold-ms plus sweep-ms must be at most half of lease-min-ttl-ms (a longer pause could expire "
+        "leases that were kept alive in time); leave it unset for the default");
   if (cfg.durability != "sync" && cfg.durability != "batch" && cfg.durability != "none")
     bad("durability must be sync, batch or none");
   if (cfg.sync_interval.count() < 1) bad("sync-interval-ms must be at least 1");
@@ -45,6 +67,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.set_version_flag("--version", std::string(SWITCHYARD_VERSION));
   app.set_config("--config", "", "TOML file with any of the options below (long names as keys)");
   app.allow_config_extras(false);
+  app.config_formatter(std::make_shared<toml_config>());
 
   std::string listen = cfg.listen_host + ":" + std::to_string(cfg.listen_port);
   std::int64_t hello_ms = cfg.hello_timeout.count();
@@ -87,8 +110,8 @@ server_config parse_server_args(int argc, const char* const* argv) {
                  "leases expired per sweep at most; the rest wait for the next turn")
       ->capture_default_str();
   app.add_option("--stall-threshold-ms", stall_ms,
-                 "a sweeper this late was stalled: leases are extended by the stall instead of expiring")
-      ->capture_default_str();
+                 "a sweeper this late was stalled: every lease then gets its full TTL from the stall's end "
+                 "(default: lease-min-ttl-ms / 2 - sweep-ms)");
 
   app.add_option("--durability", cfg.durability,
                  "sequence log: sync (acknowledged = fsynced), batch (fsync every --sync-interval-ms) or none")
@@ -130,6 +153,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   cfg.lease_min_ttl = std::chrono::milliseconds(min_ttl_ms);
   cfg.lease_max_ttl = std::chrono::milliseconds(max_ttl_ms);
   cfg.sweep_period = std::chrono::milliseconds(sweep_ms);
+  if (stall_ms < 0 && app.count("--stall-threshold-ms") > 0) throw std::invalid_argument("stall-threshold-ms must not be negative");
   cfg.stall_threshold = std::chrono::milliseconds(stall_ms);
   cfg.sync_interval = std::chrono::milliseconds(sync_ms);
   cfg.retention_max_age = std::chrono::milliseconds(retention_age_ms);

@@ -2,9 +2,11 @@
 // Configuration of switchyard-server: defaults, command-line flags and the
 // optional TOML config file.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace switchyard::broker {
@@ -30,7 +32,9 @@ struct server_config {
   std::chrono::milliseconds lease_max_ttl{3'600'000};
   std::chrono::milliseconds sweep_period{100};
   std::size_t max_expiries_per_sweep = 10'000;
-  std::chrono::milliseconds stall_threshold{2000};
+  // A sweeper this much later than its period was stalled. Negative: the
+  // default, stall_threshold_for() derives it from the lease settings.
+  std::chrono::milliseconds stall_threshold{-1};
 
   // The sequence log, in <data_dir>/log (off when data_dir is empty).
   std::string durability = "sync";           // sync | batch | none
@@ -54,6 +58,22 @@ struct server_config {
 inline std::chrono::milliseconds heartbeat_deadline(std::chrono::milliseconds interval) {
   return interval * 2 + interval / 2;
 }
+
+// The stall threshold in force: the configured one, or by default half the
+// shortest TTL less one sweep period (at least 1 ms). Then the lease time
+// that passes during a pause before it counts as a stall, threshold plus
+// period, is at most half the shortest TTL, so a lease kept alive at least
+// every TTL/2 never expires because the broker was paused.
+inline std::chrono::milliseconds stall_threshold_for(const server_config& c) {
+  if (c.stall_threshold.count() >= 0) return c.stall_threshold;
+  return std::max(std::chrono::milliseconds(1), c.lease_min_ttl / 2 - c.sweep_period);
+}
+
+// The address to bind for a --listen host: an IPv4 or IPv6 literal (an
+// IPv6 one may be in brackets), or "localhost" (127.0.0.1). Empty when the
+// host is none of these; host names are not resolved (a broker should not
+// depend on DNS to start).
+std::string listen_address(std::string_view host);
 
 // Thrown by parse_server_args when the process should exit at once: after
 // --help/--version (code 0, text for stdout) or a flag/config error

@@ -57,6 +57,7 @@ struct server_core {
   struct append_wait {
     std::weak_ptr<session> target;
     std::uint64_t request_id = 0;
+    std::uint64_t ticket = 0;  // the session's (session::open_ticket)
     std::string stream;
     std::string channel;                  // a publish with a stream: deliver here once durable
     std::vector<std::string> route_keys;  // a send with a stream: deliver to these users

@@ -359,7 +359,7 @@ bool session::handle(const wire::Frame& frame) {
       handle_publish(rid, *frame.message_as_Publish());
       return true;
     case wire::Message::Ping:
-      send(core_.builder.pong(rid));
+      handle_ping(rid);
       return true;
     case wire::Message::Pong:
     case wire::Message::Error:  // a client's notice: logged only
@@ -409,6 +409,31 @@ bool session::handle(const wire::Frame& frame) {
                            " is not accepted from clients");
       return false;
   }
+}
+
+std::uint64_t session::open_ticket() {
+  open_tickets_.push_back(false);
+  return first_open_ticket_ + open_tickets_.size() - 1;
+}
+
+void session::close_ticket(std::uint64_t ticket) {
+  if (ticket < first_open_ticket_ || ticket - first_open_ticket_ >= open_tickets_.size()) return;
+  open_tickets_[ticket - first_open_ticket_] = true;
+  while (!open_tickets_.empty() && open_tickets_.front()) {
+    open_tickets_.pop_front();
+    ++first_open_ticket_;
+  }
+  while (!held_pongs_.empty() && first_open_ticket_ >= held_pongs_.front().second) {
+    send(core_.builder.pong(held_pongs_.front().first));
+    held_pongs_.pop_front();
+  }
+}
+
+void session::handle_ping(std::uint64_t rid) {
+  // Answered at once unless an earlier request still waits for the log; a
+  // Ping behind a held one waits too, so Pongs keep their order.
+  if (open_tickets_.empty() && held_pongs_.empty()) return send(core_.builder.pong(rid));
+  held_pongs_.emplace_back(rid, first_open_ticket_ + open_tickets_.size());
 }
 
 bool session::handle_hello(const wire::Frame& frame) {

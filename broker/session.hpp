@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -113,6 +114,14 @@ class session : public std::enable_shared_from_this<session> {
 
  private:
 
+  // Answers that wait for the log (appends, durable publishes and sends,
+  // retention changes) finish out of line. Each takes a ticket when it is
+  // queued and returns it once answered (or failed), so that a Ping is
+  // answered only after every request before it: the flush idiom.
+  std::uint64_t open_ticket();
+  void close_ticket(std::uint64_t ticket);
+  void handle_ping(std::uint64_t request_id);
+
   // Copies a frame only this connection gets into the arena (see lane_).
   frame_ref store_own(protocol::bytes_view frame);
   void send(protocol::bytes_view frame);  // queue a control frame
@@ -153,6 +162,13 @@ class session : public std::enable_shared_from_this<session> {
   bool routing_ = false;         // capability granted
   bool log_ = false;             // capability granted
   std::vector<std::string> inbox_ids_;  // inboxes opened on this connection
+  // Tickets first_open_ticket_ .. + open_tickets_.size() - 1 are taken;
+  // open_tickets_[i] says whether that one was closed (popped from the
+  // front once it and every one before it are).
+  std::uint64_t first_open_ticket_ = 0;
+  std::deque<bool> open_tickets_;
+  // Pings waiting for open tickets: (request id, tickets taken before it).
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> held_pongs_;
 };
 
 }  // namespace switchyard::broker

@@ -113,18 +113,23 @@ void session::handle_stream_admin(const wire::Frame& frame) {
         core_.log->info("conn={} stream={} retention cleared (the default applies)", id_, name);
       // `done` runs on the writer thread once the change is on disk: answer
       // from the loop thread, if the session is still there.
+      const std::uint64_t ticket = open_ticket();
       core_.committer->set_retention(
           name, limits,
-          [weak = weak_from_this(), ex = socket_.get_executor(), rid,
+          [weak = weak_from_this(), ex = socket_.get_executor(), rid, ticket,
            server_default](std::expected<storage::stream_info, std::error_code> r) mutable {
-            asio::post(ex, [weak = std::move(weak), rid, server_default, r = std::move(r)] {
+            asio::post(ex, [weak = std::move(weak), rid, ticket, server_default, r = std::move(r)] {
               auto s = weak.lock();
               if (!s || s->closed_) return;
-              if (r) return s->send(s->core_.builder.stream_info_result(rid, fields(*r, server_default)));
-              if (r.error() != storage::errc::not_found)
-                s->core_.log->error("conn={} retention change failed: {}", s->id_, r.error().message());
-              s->send_error(rid, to_wire(r.error()),
-                            r.error() == storage::errc::not_found ? "no such stream" : r.error().message());
+              if (r) {
+                s->send(s->core_.builder.stream_info_result(rid, fields(*r, server_default)));
+              } else {
+                if (r.error() != storage::errc::not_found)
+                  s->core_.log->error("conn={} retention change failed: {}", s->id_, r.error().message());
+                s->send_error(rid, to_wire(r.error()),
+                              r.error() == storage::errc::not_found ? "no such stream" : r.error().message());
+              }
+              s->close_ticket(ticket);
             });
           });
       return;

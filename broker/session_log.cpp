@@ -82,6 +82,7 @@ void session::append_to_log(std::uint64_t rid, std::string_view stream, std::spa
     send_error(rid, errc::bad_request, ec.message());
     return;
   }
+  w.ticket = open_ticket();
   // Commit once this loop turn is over: a reader hands all the appends of
   // its read buffer over first, so they share one commit. A lone append
   // waits only for the end of the current handler. In the sync mode the
@@ -146,9 +147,11 @@ void session::appends_committed(server_core& core) {
       keys.assign(w.route_keys.begin(), w.route_keys.end());
       auto& gateways = core.send_gateways;
       const auto routed = deliver_to_users(core, keys, payload, &position, gateways);
-      auto s = w.target.lock();
-      if (s && !s->closed_ && w.request_id != 0)
-        s->send(core.builder.send_result(w.request_id, gateways, routed, result->seq, result->epoch));
+      if (auto s = w.target.lock()) {
+        if (!s->closed_ && w.request_id != 0)
+          s->send(core.builder.send_result(w.request_id, gateways, routed, result->seq, result->epoch));
+        s->close_ticket(w.ticket);
+      }
     } else {
       if (result && !w.channel.empty()) {
         // Durable now: deliver, even if the publisher has gone meanwhile.
@@ -156,7 +159,10 @@ void session::appends_committed(server_core& core) {
         ++core.counters.published;
         core.channels.publish(w.channel, payload, &position);
       }
-      if (auto s = w.target.lock()) s->finish_append(w.request_id, w.stream, result);
+      if (auto s = w.target.lock()) {
+        s->finish_append(w.request_id, w.stream, result);
+        s->close_ticket(w.ticket);
+      }
     }
     release_wait(core, static_cast<std::uint32_t>(slot));
   }

@@ -695,11 +695,10 @@ TEST_CASE("leases granted and kept alive during a rate-limited backlog expire no
   CHECK(h.expired_at[kept] >= kept_until);
 }
 
-TEST_CASE("a paused process does not expire its leases: the next sweep absorbs the stall", "[broker]") {
+TEST_CASE("a paused process does not expire its leases: each gets its full TTL from the end of the stall", "[broker]") {
   harness h(make_config(100ms));  // stall threshold 2 s
   const milliseconds P = h.period();
   h.run_until(kStart + 4750ms);
-  const time_point granted_at = h.now;
   const lease_id a = h.table.grant(10s).id;  // left alone
   const lease_id b = h.table.grant(10s).id;  // kept alive after the stall
   const lease_id c = h.table.grant(10s).id;  // kept alive once, right after the jump
@@ -708,14 +707,13 @@ TEST_CASE("a paused process does not expire its leases: the next sweep absorbs t
 
   // The process is paused for 60 s: the clock jumps, no sweep ran.
   h.now += 60s;
-  // Before the sweeper runs, the leases still read as alive.
-  milliseconds before_sweep{0};
+  // Before the sweeper runs, the leases read as alive with their full TTL
+  // ahead: the stall is not absorbed yet, but it will end at this lease time.
   for (const lease_id id : {a, b, c}) {
     const auto ttl = h.table.time_to_live(id);
     REQUIRE(ttl);
-    CHECK(ttl->remaining <= 10s - 250ms);
-    CHECK(ttl->remaining >= 10s - 250ms - P - 2s);
-    before_sweep = ttl->remaining;
+    CHECK(ttl->remaining == 10s);
+    CHECK(h.table.alive(id));
   }
   const auto kept = h.table.keepalive(c);
   REQUIRE(kept);
@@ -726,13 +724,9 @@ TEST_CASE("a paused process does not expire its leases: the next sweep absorbs t
   CHECK(r.stall_absorbed <= 60s);
   CHECK(r.expired == 0);
   CHECK(h.table.size() == 3);
-  // Lease time is the clock minus the absorbed stall; the sweep itself
-  // moved it neither forward nor back.
-  const time_point lease_now = h.now - r.stall_absorbed;
   const auto ta = h.table.time_to_live(a);
   REQUIRE(ta);
-  CHECK(ta->remaining == granted_at + 10s - lease_now);
-  CHECK(ta->remaining == before_sweep);
+  CHECK(ta->remaining == 10s);
   const auto tc = h.table.time_to_live(c);
   REQUIRE(tc);
   CHECK(tc->remaining == 10s);
@@ -740,7 +734,7 @@ TEST_CASE("a paused process does not expire its leases: the next sweep absorbs t
   const time_point c_deadline = h.now + tc->remaining;
 
   // Afterwards the sweeper runs on schedule: b is kept alive every 3 s,
-  // a and c expire their remaining lease time later.
+  // a and c expire a full TTL after the stall.
   const time_point resumed = h.now;
   for (int i = 1; i <= 7; ++i) {
     h.run_until(resumed + i * 3s);
@@ -759,6 +753,63 @@ TEST_CASE("a paused process does not expire its leases: the next sweep absorbs t
   // A lease granted after the stall runs its TTL on the clock.
   const lease_id d = h.table.grant(1500ms).id;
   check_expiry_window(h, d, h.now + 1500ms);
+}
+
+TEST_CASE("leases kept alive every TTL/3 all survive a 10 s stall, with TTLs of 1 s and 3 s", "[broker]") {
+  for (const milliseconds ttl : {1000ms, 3000ms}) {
+    DYNAMIC_SECTION("TTL " << ttl.count() << " ms") {
+      harness h(make_config(100ms, 1000ms));  // stall threshold 2 s
+      // 1,000 leases, keepalives spread evenly over each TTL/3 period.
+      constexpr int n = 1000;
+      std::vector<lease_id> ids;
+      std::vector<time_point> next_keepalive;
+      const auto every = ttl / 3;
+      for (int i = 0; i < n; ++i) {
+        ids.push_back(h.table.grant(ttl).id);
+        next_keepalive.push_back(kStart + every * i / n);
+      }
+      // Runs the clock forward in 10 ms steps, sending every keepalive that
+      // is due; counts the ones refused.
+      int refused = 0;
+      const auto drive = [&](time_point until) {
+        for (time_point t = h.now; t <= until; t += 10ms) {
+          h.run_until(t);
+          for (int i = 0; i < n; ++i)
+            while (next_keepalive[i] <= h.now) {
+              if (!h.table.keepalive(ids[i])) ++refused;
+              next_keepalive[i] += every;
+            }
+        }
+      };
+      drive(kStart + 5s);
+      REQUIRE(refused == 0);
+      REQUIRE(h.table.size() == n);
+      // SIGSTOP for 10 s: no sweep, no keepalive. Every keepalive due during
+      // the stall arrives right after it, before or after the next sweep.
+      h.now += 10s;
+      for (int i = 0; i < n; ++i)
+        if (next_keepalive[i] < h.now) next_keepalive[i] = h.now + (i % 2 ? 0ms : 50ms);
+      h.next_sweep = h.now + 20ms;  // the sweep timer fires between the two halves
+      h.origin = h.next_sweep;
+      drive(h.now + 5s);
+      CHECK(refused == 0);
+      CHECK(h.expired_at.empty());
+      CHECK(h.table.size() == n);
+    }
+  }
+}
+
+TEST_CASE("after a stall a lease that is not kept alive expires one TTL after the stall's end", "[broker]") {
+  harness h(make_config(100ms));  // stall threshold 2 s
+  const lease_id l = h.table.grant(1000ms).id;
+  h.run_until(kStart + 900ms);  // 100 ms left
+  h.now += 5s;
+  const time_point stall_end = h.now;
+  const auto r = h.late_sweep_at(stall_end);
+  REQUIRE(r.stall_absorbed > 0ms);
+  CHECK(r.expired == 0);
+  // Lease time runs on the clock from here: the deadline is one TTL ahead.
+  check_expiry_window(h, l, stall_end + 1000ms);
 }
 
 TEST_CASE("a sweeper delay below the stall threshold is not absorbed and leases expire on time", "[broker]") {
@@ -782,7 +833,7 @@ TEST_CASE("a sweeper delay below the stall threshold is not absorbed and leases 
   }
 }
 
-TEST_CASE("a delay just over the stall threshold holds lease time back by the absorbed stall", "[broker]") {
+TEST_CASE("a delay just over the stall threshold holds lease time back and gives every lease its TTL again", "[broker]") {
   harness h(make_config(100ms));  // stall threshold 2 s
   const lease_id due = h.table.grant(1200ms).id;
   const lease_id other = h.table.grant(10s).id;
@@ -792,12 +843,19 @@ TEST_CASE("a delay just over the stall threshold holds lease time back by the ab
   CHECK(r.stall_absorbed > 0ms);
   CHECK(r.stall_absorbed <= 2600ms);
   const time_point lease_now = t - r.stall_absorbed;
-  const bool due_expired = kStart + 1200ms <= lease_now;
-  CHECK(r.expired == (due_expired ? 1u : 0u));
-  CHECK(h.expired(due) == due_expired);
+  // `due` was past its own deadline in lease time, and `other` had 6.9 s
+  // left: both get their full TTL from the end of the stall.
+  REQUIRE(kStart + 1200ms <= lease_now);
+  CHECK(r.expired == 0);
+  CHECK_FALSE(h.expired(due));
+  const auto left = h.table.time_to_live(due);
+  REQUIRE(left);
+  CHECK(left->remaining == 1200ms);
   const auto ttl = h.table.time_to_live(other);
   REQUIRE(ttl);
-  CHECK(ttl->remaining == kStart + 10s - lease_now);
+  CHECK(kStart + 10s - lease_now < 10s);
+  CHECK(ttl->remaining == 10s);
+  check_expiry_window(h, due, t + 1200ms);
   check_expiry_window(h, other, t + ttl->remaining);
 }
 

@@ -309,3 +309,73 @@ TEST_CASE("server config rejects an invalid --durable-channel pattern and one wi
   CHECK_THROWS_AS(parse({"--durable-channel", "orders..x"}), std::invalid_argument);
   CHECK_THROWS_AS(parse({"--durable-channel", "orders.>", "--data-dir", ""}), std::invalid_argument);
 }
+
+TEST_CASE("server config names a listen host that is not an IP address or localhost", "[broker]") {
+  for (const char* listen : {"256.1.1.1:0", "example.com:0", "127.0.0:0", "[::1:0"}) {
+    INFO(listen);
+    try {
+      parse({"--listen", listen});
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      const std::string host = std::string(listen).substr(0, std::string(listen).rfind(':'));
+      CHECK_THAT(e.what(), Catch::Contains("\"" + host + "\"") && Catch::Contains("not an IPv4 or IPv6 address"));
+    }
+  }
+}
+
+TEST_CASE("server config listen_address maps localhost to 127.0.0.1 and accepts IPv6 in brackets", "[broker]") {
+  CHECK(listen_address("localhost") == "127.0.0.1");
+  CHECK(listen_address("127.0.0.1") == "127.0.0.1");
+  CHECK(listen_address("[::1]") == "::1");
+  CHECK(listen_address("::1") == "::1");
+  CHECK(listen_address("0.0.0.0") == "0.0.0.0");
+  CHECK(listen_address("256.1.1.1").empty());
+  CHECK(listen_address("").empty());
+  CHECK(parse({"--listen", "[::1]:0"}).listen_host == "[::1]");
+}
+
+TEST_CASE("server config reports a TOML syntax error with its line instead of a later setting's error", "[broker]") {
+  temp_config file("max-connections = 5\nlisten = \"127.0.0.1:7878\nslow-consumer = \"drop\"\n");
+  const cli_exit e = parse_exit({"--config", file.path().c_str()});
+  CHECK(e.code != 0);
+  CHECK_THAT(e.output, Catch::Contains("config file") && Catch::Contains("line 2"));
+  CHECK_THAT(e.output, !Catch::Contains("max-connections"));
+}
+
+TEST_CASE("server config file sections are refused with a clear error", "[broker]") {
+  temp_config file("[server]\nmax-connections = 5\n");
+  const cli_exit e = parse_exit({"--config", file.path().c_str()});
+  CHECK(e.code != 0);
+  CHECK_THAT(e.output, Catch::Contains("sections are not supported"));
+}
+
+TEST_CASE("server config file booleans, integers and lists reach their options", "[broker]") {
+  temp_config file("max-connections = 12\ndurable-channel = [\"a.>\"]\ndata-dir = \"d\"\n");
+  const auto cfg = parse({"--config", file.path().c_str()});
+  CHECK(cfg.max_connections == 12);
+  CHECK(cfg.durable_channels == std::vector<std::string>{"a.>"});
+}
+
+TEST_CASE("server config refuses a port-file that names a directory", "[broker]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  try {
+    parse({"--port-file", dir.c_str()});
+    FAIL("accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(e.what(), Catch::Contains("port-file") && Catch::Contains("is a directory"));
+  }
+}
+
+TEST_CASE("server config derives the stall threshold from the shortest TTL and the sweep period", "[broker]") {
+  CHECK(stall_threshold_for(parse({})) == 400ms);
+  CHECK(stall_threshold_for(parse({"--lease-min-ttl-ms", "3000", "--sweep-ms", "50"})) == 1450ms);
+  CHECK(stall_threshold_for(parse({"--lease-min-ttl-ms", "100", "--sweep-ms", "100"})) == 1ms);
+  CHECK(stall_threshold_for(parse({"--stall-threshold-ms", "300"})) == 300ms);
+}
+
+TEST_CASE("server config refuses a stall threshold that would let a pause expire leases kept alive in time", "[broker]") {
+  CHECK_THROWS_AS(parse({"--stall-threshold-ms", "2000"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--stall-threshold-ms", "401"}), std::invalid_argument);
+  CHECK_NOTHROW(parse({"--stall-threshold-ms", "400"}));
+  CHECK_THROWS_AS(parse({"--stall-threshold-ms", "-5"}), std::invalid_argument);
+}

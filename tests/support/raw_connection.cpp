@@ -74,6 +74,16 @@ void raw_connection::send_hello(std::uint16_t major, bool capabilities) {
   send(b.hello(1, h));
 }
 
+void raw_connection::send_hello(std::span<const std::string_view> capabilities) {
+  protocol::frame_builder b;
+  protocol::hello_fields h;
+  h.protocol_major = 1;
+  h.client_name = "raw-test";
+  h.client_id = "raw-test-id";
+  h.capabilities = capabilities;
+  send(b.hello(1, h));
+}
+
 bool raw_connection::fill(std::size_t n, std::chrono::steady_clock::time_point deadline) {
   while (in_.size() < n) {
     std::uint8_t buf[65536];

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ class raw_connection {
   // Sends a hello (request id 1) with both v1 capabilities unless
   // `capabilities` is false.
   void send_hello(std::uint16_t major = 1, bool capabilities = true);
+  // Sends a hello (request id 1) asking for exactly `capabilities`.
+  void send_hello(std::span<const std::string_view> capabilities);
 
   // The next frame, or nullopt on EOF, error or timeout.
   std::optional<raw_frame> read_frame(std::chrono::milliseconds timeout = std::chrono::seconds(5));

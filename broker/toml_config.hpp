@@ -1,0 +1,27 @@
+#pragma once
+// The --config file reader of switchyard-server: CLI11 hands it the file,
+// toml++ parses it, so a syntax error is reported as such (file, line,
+// column, what is wrong) instead of as whatever CLI11's own lenient reader
+// made of the broken line.
+
+#include <CLI/CLI.hpp>
+
+#include <istream>
+#include <string>
+#include <vector>
+
+namespace switchyard::broker {
+
+// Accepts a flat TOML document: each key is a long option name without the
+// dashes; a value is a string, an integer, a float, a boolean or an array of
+// those (a repeatable option). Tables (sections) and nested arrays are
+// refused. Errors are thrown as CLI::ConfigError (exit code and message
+// through CLI::App::exit), naming the line and column.
+class toml_config : public CLI::Config {
+ public:
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
+  // Not used (the server never writes its config back); CLI11 requires it.
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
+};
+
+}  // namespace switchyard::broker
