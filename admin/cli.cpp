@@ -139,7 +139,7 @@ class cli {
     std::string message = what + ": " + ec.message();
     if (ec == errc::not_found) message = what + ": " + std::string(missing);
     else if (ec == errc::not_supported && what.starts_with("streams"))
-      message = what + ": the broker does not offer the sequence log (\"log\")";
+      message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
     else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
     else if (ec == errc::internal) message += " (is the broker running without a data dir?)";
     else if (ec == errc::bad_request)

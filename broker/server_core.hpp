@@ -29,7 +29,8 @@ class logger;
 
 namespace switchyard::broker {
 
-// The answer to a log request (capability "log") on a server without a data folder.
+// The answer to a log request on a server without a data folder (which
+// grants no "log" capability), as unsupported_message.
 inline constexpr std::string_view log_off_message = "the sequence log is off (the server has no data dir)";
 
 class session;

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace switchyard::broker {
@@ -66,6 +67,7 @@ void session::start(std::error_code reject) {
     close_with_error(static_cast<errc>(reject.value()), reject.message());
     return;
   }
+  reading_ = true;
   asio::co_spawn(ex, reader(self), asio::detached);
   asio::co_spawn(ex, hello_watchdog(self), asio::detached);
 }
@@ -116,8 +118,13 @@ void session::delivered(bool queued) {
   }
   core_.backlog_seen = true;
   ++core_.counters.dropped;
-  if (core_.config.slow_consumer == slow_consumer_policy::disconnect)
+  if (core_.config.slow_consumer == slow_consumer_policy::disconnect && !closing_) {
+    // The goodbye must not wait behind the backlog this peer does not read:
+    // drop what is not yet being written, so it follows the write in flight.
+    queue_.drop_pending();
+    lane_.reset();
     close_with_error(errc::slow_consumer, "outbound queue passed max-pending-bytes");
+  }
 }
 
 void session::close_with_error(errc code, std::string_view message) {
@@ -192,8 +199,15 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
   while (!closed_) {
     if (!queue_.has_pending()) {
       if (closing_) {
-        // Everything, the goodbye included, is written: close politely.
-        fail({}, "goodbye sent");
+        // Everything, the goodbye included, is written. Half-close and let
+        // the peer close first (discard_input): closing with input unread
+        // would reset the connection, and a reset makes the peer's kernel
+        // throw away what it has not read yet, the goodbye among it. The
+        // close watchdog bounds the wait; a stopping server does not wait.
+        asio_error_code ec;
+        socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
+        if (ec || core_.stopping) fail(ec, "goodbye sent");
+        else if (!reading_) co_await discard_input();
         co_return;
       }
       wake_.expires_at(asio::steady_timer::time_point::max());
@@ -239,6 +253,25 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
 }
 
 asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
+  co_await read_frames();
+  // Closing: the rest of the input is read and thrown away until the peer
+  // closes (see writer).
+  if (!closed_) co_await discard_input();
+}
+
+asio::awaitable<void> session::discard_input() {
+  std::array<std::uint8_t, 1024> scratch;
+  while (!closed_) {
+    asio_error_code ec;
+    co_await socket_.async_read_some(asio::buffer(scratch), redirect_error(use_awaitable, ec));
+    if (ec) {
+      fail(ec, "closing");
+      co_return;
+    }
+  }
+}
+
+asio::awaitable<void> session::read_frames() {
   // A reader that stops will not read what may still wait: writers must not
   // hold back for it.
   struct stop_waiting {
@@ -392,14 +425,14 @@ bool session::handle(const wire::Frame& frame) {
       return true;
     case wire::Message::Append:
     case wire::Message::Read:
-      if (!log_) send_error(rid, errc::unsupported_message, "this needs the \"log\" capability in the hello");
+      if (!log_) send_error(rid, errc::unsupported_message, no_log_message());
       else if (frame.message_type() == wire::Message::Append) handle_append(rid, *frame.message_as_Append());
       else handle_read(rid, *frame.message_as_Read());
       return true;
     case wire::Message::StreamInfo:
     case wire::Message::StreamList:
     case wire::Message::SetRetention:
-      if (!log_) send_error(rid, errc::unsupported_message, "this needs the \"log\" capability in the hello");
+      if (!log_) send_error(rid, errc::unsupported_message, no_log_message());
       else handle_stream_admin(frame);
       return true;
     default:
@@ -409,6 +442,10 @@ bool session::handle(const wire::Frame& frame) {
                            " is not accepted from clients");
       return false;
   }
+}
+
+std::string_view session::no_log_message() const noexcept {
+  return core_.stream_log ? std::string_view("this needs the \"log\" capability in the hello") : log_off_message;
 }
 
 std::uint64_t session::open_ticket() {
@@ -460,6 +497,12 @@ bool session::handle_hello(const wire::Frame& frame) {
       if (std::find(granted.begin(), granted.begin() + n_granted, c) != granted.begin() + n_granted) continue;
       granted[n_granted++] = *it;
     }
+  }
+  // "log" only where there is a log: a client asking for it on a server
+  // without a data folder learns so from the Welcome.
+  if (!core_.stream_log) {
+    const auto end = std::remove(granted.begin(), granted.begin() + n_granted, protocol::capability::log);
+    n_granted = static_cast<std::size_t>(end - granted.begin());
   }
   for (std::size_t i = 0; i < n_granted; ++i) {
     dropped_notice_ |= granted[i] == protocol::capability::dropped_notice;

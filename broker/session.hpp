@@ -65,6 +65,10 @@ class session : public std::enable_shared_from_this<session> {
 
  private:
   asio::awaitable<void> reader(std::shared_ptr<session> self);
+  // The reader's two parts: frames until the session closes, then the
+  // remaining input, discarded until the peer closes or the session fails.
+  asio::awaitable<void> read_frames();
+  asio::awaitable<void> discard_input();
   asio::awaitable<void> writer(std::shared_ptr<session> self);
   asio::awaitable<void> hello_watchdog(std::shared_ptr<session> self);
   asio::awaitable<void> heartbeat(std::shared_ptr<session> self);
@@ -121,6 +125,9 @@ class session : public std::enable_shared_from_this<session> {
   std::uint64_t open_ticket();
   void close_ticket(std::uint64_t ticket);
   void handle_ping(std::uint64_t request_id);
+  // Why a log request is refused without the "log" capability: it was not
+  // asked for, or the server has no log (no data dir).
+  std::string_view no_log_message() const noexcept;
 
   // Copies a frame only this connection gets into the arena (see lane_).
   frame_ref store_own(protocol::bytes_view frame);
@@ -157,6 +164,7 @@ class session : public std::enable_shared_from_this<session> {
   bool closing_ = false;
   bool closed_ = false;
   bool writer_waiting_ = false;
+  bool reading_ = false;  // the reader runs (not for a rejected connection)
   bool dropped_notice_ = false;  // capability granted
   bool publish_ack_ = false;     // capability granted
   bool routing_ = false;         // capability granted

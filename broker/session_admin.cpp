@@ -49,7 +49,6 @@ errc to_wire(std::error_code ec) {
 
 void session::handle_stream_admin(const wire::Frame& frame) {
   const std::uint64_t rid = frame.request_id();
-  if (!core_.stream_log) return send_error(rid, errc::internal, log_off_message);
   auto& log = *core_.stream_log;
   const storage::retention server_default{core_.config.retention_max_records, core_.config.retention_max_age,
                                           core_.config.retention_max_bytes};
@@ -105,7 +104,6 @@ void session::handle_stream_admin(const wire::Frame& frame) {
           return send_error(rid, errc::bad_request, "retention limits are at most 2^53 - 1 (9007199254740991)");
         limits = storage::retention{m.max_records(), std::chrono::milliseconds(m.max_age_ms()), m.max_bytes()};
       }
-      if (!core_.committer) return send_error(rid, errc::internal, log_off_message);
       if (limits)
         core_.log->info("conn={} stream={} retention set: max_records={} max_age_ms={} max_bytes={}", id_, name,
                         limits->max_records, limits->max_age.count(), limits->max_bytes);

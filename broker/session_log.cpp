@@ -27,12 +27,8 @@ constexpr std::size_t commit_step_records = 128;
 
 bool session::can_append(std::uint64_t rid, std::string_view stream, std::size_t payload_size,
                          std::size_t subject_size, bool by_policy) {
-  if (!log_ && !by_policy) {
-    send_error(rid, errc::unsupported_message, "writing to a stream needs the \"log\" capability in the hello");
-    return false;
-  }
-  if (!core_.committer) {
-    send_error(rid, errc::internal, log_off_message);
+  if ((!log_ && !by_policy) || !core_.committer) {
+    send_error(rid, errc::unsupported_message, no_log_message());
     return false;
   }
   if (core_.stream_log->check(stream, payload_size, subject_size)) {
@@ -186,8 +182,8 @@ void session::finish_append(std::uint64_t rid, const std::string& stream,
 }
 
 void session::handle_read(std::uint64_t rid, const wire::Read& m) {
-  if (!core_.stream_log) return send_error(rid, errc::internal, log_off_message);
   const std::string_view stream = m.stream()->string_view();
+  if (core_.stream_log->check(stream, 0)) return send_error(rid, errc::bad_request, "stream names are 1..255 bytes");
   // Keep the answer inside one frame: payload and subject bytes here,
   // per-record and per-key overhead below.
   const std::uint32_t frame_budget = core_.config.max_frame / 2;

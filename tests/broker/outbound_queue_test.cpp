@@ -347,3 +347,73 @@ TEST_CASE("a drop notice is due only after drops once the queue is at most half 
   q.take_dropped();
   CHECK_FALSE(q.notice_due());
 }
+
+TEST_CASE("one write takes at most max_write_bytes and the next writes take the rest in order", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(64u << 20);
+  constexpr std::size_t frame = 4096;
+  const std::size_t n = 3 * outbound_queue::max_write_bytes / frame + 5;  // three full writes and a bit
+  for (std::size_t i = 0; i < n; ++i) q.push(make(arena, frame, static_cast<std::uint8_t>(i)));
+  std::size_t written = 0, writes = 0;
+  while (q.has_pending() && writes < 100) {
+    spans s;
+    q.begin_write(s);
+    const std::size_t bytes = total(s);
+    CHECK(bytes <= outbound_queue::max_write_bytes);
+    CHECK(bytes > 0);
+    // Frames leave in push order: the first byte of each is its index.
+    for (const auto& span : s)
+      for (std::size_t off = 0; off < span.size(); off += frame) CHECK(span[off] == static_cast<std::uint8_t>(written++));
+    q.end_write();
+    ++writes;
+  }
+  CHECK(written == n);
+  CHECK(writes == 4);
+  CHECK(q.queued_bytes() == 0);
+}
+
+TEST_CASE("a frame larger than max_write_bytes goes alone in one write", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(64u << 20);
+  q.push(make(arena, 64));
+  q.push(make(arena, outbound_queue::max_write_bytes + 1024));
+  q.push(make(arena, 64));
+  spans s;
+  q.begin_write(s);
+  CHECK(total(s) == 64);
+  q.end_write();
+  s.clear();
+  q.begin_write(s);
+  CHECK(total(s) == outbound_queue::max_write_bytes + 1024);
+  q.end_write();
+  s.clear();
+  q.begin_write(s);
+  CHECK(total(s) == 64);
+  q.end_write();
+  CHECK_FALSE(q.has_pending());
+}
+
+TEST_CASE("drop_pending drops what waits and keeps the write in flight", "[broker]") {
+  frame_arena arena;
+  outbound_queue q(64u << 20);
+  constexpr std::size_t frame = 8192;
+  for (std::size_t i = 0; i < 2 * outbound_queue::max_write_bytes / frame; ++i) q.push(make(arena, frame));
+  spans s;
+  q.begin_write(s);
+  const std::size_t in_flight = total(s);
+  REQUIRE(in_flight == outbound_queue::max_write_bytes);
+  REQUIRE(q.has_pending());
+  CHECK(q.drop_pending() == outbound_queue::max_write_bytes / frame);
+  CHECK_FALSE(q.has_pending());
+  CHECK(q.writing());
+  CHECK(q.queued_bytes() == in_flight);
+  // A goodbye queued now is the next thing written.
+  q.push(make(arena, 64, 0xee));
+  q.end_write();
+  CHECK(q.queued_bytes() == 64);
+  s.clear();
+  q.begin_write(s);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].size() == 64);
+  CHECK(s[0][0] == 0xee);
+}

@@ -130,7 +130,7 @@ TEST_CASE("reading a trimmed position answers trimmed with the first retained se
   CHECK(e->message_as_Error()->first_seq() == 11);
 }
 
-TEST_CASE("an unknown stream answers not_found and a server without a data dir refuses appends", "[e2e][log]") {
+TEST_CASE("an unknown stream answers not_found and a server without a data dir does not grant the log", "[e2e][log]") {
   temp_dir dir;
   {
     test_server server(with_data(dir));
@@ -143,8 +143,57 @@ TEST_CASE("an unknown stream answers not_found and a server without a data dir r
   auto c = connect_to(no_data.port());
   auto a = c->append("s", text("x"));
   REQUIRE_FALSE(a);
-  CHECK(a.error() == errc::internal);
+  CHECK(a.error() == errc::not_supported);
   CHECK(c->connected());
+}
+
+TEST_CASE("a server without a data dir answers log requests and publishes with a stream with unsupported_message, not internal", "[e2e][log]") {
+  test_server no_data;
+  test::raw_connection raw(no_data.port());
+  const std::array<std::string_view, 2> caps{"log", "publish-ack"};
+  raw.send_hello(caps);
+  test::raw_frame f;
+  const auto* w = raw.next_of(protocol::wire::Message::Welcome, f);
+  REQUIRE(w != nullptr);
+  const auto* granted = w->message_as_Welcome()->capabilities();
+  REQUIRE(granted != nullptr);
+  for (const auto* cap : *granted) CHECK(cap->string_view() != "log");
+  protocol::frame_builder b;
+  const protocol::bytes_view payload{reinterpret_cast<const std::uint8_t*>("x"), 1};
+  raw.send(b.publish(7, "orders.new", payload, "orders"));
+  raw.send(b.append(8, "orders", payload));
+  raw.send(b.read(9, "orders", 1, 0, 0));
+  for (const std::uint64_t rid : {7u, 8u, 9u}) {
+    const auto* e = raw.next_of(protocol::wire::Message::Error, f);
+    REQUIRE(e != nullptr);
+    CHECK(e->request_id() == rid);
+    CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::unsupported_message));
+    CHECK_THAT(e->message_as_Error()->message()->str(), Catch::Contains("sequence log is off"));
+    CHECK_FALSE(e->message_as_Error()->fatal());
+  }
+}
+
+TEST_CASE("a read of an empty stream name answers bad_request from any position", "[e2e][log]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  test::raw_connection raw(server.port());
+  const std::array<std::string_view, 1> caps{"log"};
+  raw.send_hello(caps);
+  test::raw_frame f;
+  REQUIRE(raw.next_of(protocol::wire::Message::Welcome, f) != nullptr);
+  protocol::frame_builder b;
+  for (const std::uint64_t from : {0u, 1u, 5u}) {
+    raw.send(b.read(10 + from, "", from, 0, 0));
+    const auto* e = raw.next_of(protocol::wire::Message::Error, f);
+    REQUIRE(e != nullptr);
+    CHECK(e->request_id() == 10 + from);
+    CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::bad_request));
+  }
+  const std::string long_name(256, 's');
+  raw.send(b.read(20, long_name, 1, 0, 0));
+  const auto* e = raw.next_of(protocol::wire::Message::Error, f);
+  REQUIRE(e != nullptr);
+  CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::bad_request));
 }
 
 TEST_CASE("pipelined appends from several threads are all acknowledged exactly once", "[e2e][log]") {

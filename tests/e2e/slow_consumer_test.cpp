@@ -14,6 +14,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 using namespace switchyard;
 using protocol::wire::Message;
@@ -163,5 +165,43 @@ TEST_CASE("with slow-consumer=disconnect the slow subscriber is closed with slow
   const auto* e = slow.next_of(Message::Error, f, std::chrono::seconds(20));
   REQUIRE(e != nullptr);
   CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::slow_consumer));
+  CHECK(slow.closed_by_peer());
+}
+
+TEST_CASE("with slow-consumer=disconnect a subscriber that reads slowly finds the slow_consumer error, not a reset",
+          "[e2e][broker][slow]") {
+  auto cfg = test_server::default_config();
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = 16u << 20;  // far more than the reader gets through before the close watchdog
+  cfg.slow_consumer = broker::slow_consumer_policy::disconnect;
+  cfg.shutdown_grace = std::chrono::seconds(2);
+  test_server server(cfg);
+  raw_connection slow(server.port(), 64 * 1024);
+  raw_subscribe(slow, "feed.prices");
+  auto pub = connect_to(server, "pub");
+  // 30 MB: the queue passes its 16 MiB while the subscriber reads nothing.
+  std::vector<std::byte> payload(payload_size);
+  for (std::uint64_t i = 0; i < 30'000; ++i) {
+    std::memcpy(payload.data(), &i, sizeof i);
+    REQUIRE_FALSE(pub->publish("feed.prices", payload));
+  }
+  REQUIRE_FALSE(pub->flush());
+  // Then it reads, at most 4.3 MB/s: the error must come within the close
+  // watchdog's 2 s, so it cannot wait behind the 16 MiB backlog (4 s).
+  raw_frame f;
+  std::size_t deliveries = 0;
+  const protocol::wire::Frame* frame = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100'000; ++i) {
+    frame = slow.next(f, std::chrono::seconds(5));
+    if (!frame || frame->message_type() == Message::Error) break;
+    if (frame->message_type() == Message::Deliver && ++deliveries % 64 == 0)
+      std::this_thread::sleep_until(start + std::chrono::milliseconds(15) * (deliveries / 64));
+  }
+  INFO(deliveries << " deliveries read first");
+  REQUIRE(frame != nullptr);
+  REQUIRE(frame->message_type() == Message::Error);
+  CHECK(static_cast<int>(frame->message_as_Error()->code()) == static_cast<int>(protocol::errc::slow_consumer));
+  CHECK(frame->message_as_Error()->fatal());
   CHECK(slow.closed_by_peer());
 }
