@@ -997,3 +997,12 @@ TEST_CASE("a million leases expire in waves by TTL and leave the table empty", "
   CHECK(swept_total == total);
   CHECK(table.size() == 0);
 }
+
+TEST_CASE("the lease granted after lease 1 expired has id 4294967297, as docs/protocol.md 12.6 shows", "[broker]") {
+  harness h(make_config(100ms));
+  const lease_id first = h.table.grant(10s).id;
+  CHECK(first == 1);
+  h.run_until(kStart + 10s + 200ms);
+  REQUIRE(h.expired(first));
+  CHECK(h.table.grant(10s).id == (lease_id{1} << 32 | 1));
+}
