@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -58,6 +59,9 @@ struct settings {
   long leases = 100'000;
   // durable
   std::string durability = "sync";
+  // connections
+  long connections = 1000;
+  long declare = 0;  // bytes each connection's incomplete frame declares (0 = idle connections)
 };
 
 // Minimal JSON object writer: keys are ours, strings are escaped.
@@ -101,6 +105,16 @@ class json_line {
   }
   std::string out_ = "{";
 };
+
+// Resident set size of a process in bytes (0 if unknown).
+inline std::uint64_t rss_bytes(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
 
 struct target {
   std::string host = "127.0.0.1";
@@ -162,5 +176,6 @@ int run_route(const settings& s, const target& t);
 int run_leases(const settings& s, const target& t, int server_pid);
 int run_durable(const settings& s, const target& t);
 int run_replay(const settings& s, const target& t);
+int run_connections(const settings& s, const target& t, int server_pid);
 
 }  // namespace switchyard::bench

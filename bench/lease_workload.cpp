@@ -23,16 +23,6 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
-// Resident set size of a process in bytes (0 if unknown).
-std::uint64_t rss_bytes(int pid) {
-  if (pid <= 0) return 0;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
-}
-
 struct in_process_figures {
   double bytes_per_lease = 0;
   double idle_tick_us = 0;

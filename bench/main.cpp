@@ -8,6 +8,7 @@
 //   switchyard-bench replay  --count N --size P [--json]
 //   switchyard-bench route   --users U --gateways G --count N --size P --window W [--json]
 //   switchyard-bench leases  --leases L --window W [--json]
+//   switchyard-bench connections --count C [--declare BYTES] [--json]
 //
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
 // fresh one per run). Progress goes to stderr; the summary to stdout, or to
@@ -343,8 +344,13 @@ int main(int argc, char** argv) {
   leases->add_option("--leases", s.leases, "leases")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
   leases->add_option("--window", s.window, "requests in flight at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
 
+  auto* conns = app.add_subcommand("connections", "broker memory per idle connection, and per incomplete large frame");
+  conns->add_option("--count", s.connections, "connections")->check(CLI::Range(1L, 15'000L))->capture_default_str();
+  conns->add_option("--declare", s.declare, "each then starts a frame declaring this many bytes (0 = stay idle)")
+      ->check(CLI::Range(0L, 64L << 20))->capture_default_str();
+
   // Flags may come before or after the workload name.
-  for (auto* sub : {fanout, latency, durable, route, leases, replay}) sub->fallthrough();
+  for (auto* sub : {fanout, latency, durable, route, leases, replay, conns}) sub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   s.workload = app.get_subcommands().front()->get_name();
 
@@ -372,6 +378,7 @@ int main(int argc, char** argv) {
     if (s.workload == "leases") args = {"--lease-min-ttl-ms", "100"};
     if (s.workload == "durable") args = {"--durability", s.durability};
     if (s.workload == "replay") args = {"--durability", "none"};  // loading speed is not what is measured
+    if (s.workload == "connections") args = {"--max-connections", "20000", "--max-frame", "16777216", "--max-pending-bytes", "16777216"};
     auto started = switchyard::bench::server_process::start(binary, args, 10s);
     if (!started) return fail_line(s, started.error());
     server.emplace(std::move(*started));
@@ -382,6 +389,7 @@ int main(int argc, char** argv) {
   else if (s.workload == "durable") rc = run_durable(s, t);
   else if (s.workload == "replay") rc = run_replay(s, t);
   else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
+  else if (s.workload == "connections") rc = run_connections(s, t, server ? server->pid() : -1);
   else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;

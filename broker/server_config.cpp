@@ -35,6 +35,10 @@ void validate(const server_config& cfg) {
   if (cfg.hello_timeout.count() < 1) bad("hello-timeout-ms must be at least 1");
   if (cfg.heartbeat_interval.count() < 10) bad("heartbeat-ms must be at least 10");
   if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
+  if (cfg.frame_timeout.count() < 1) bad("frame-timeout-ms must be at least 1");
+  if (cfg.max_incomplete_bytes < cfg.max_frame) bad("max-incomplete-bytes must be at least max-frame");
+  if (cfg.max_subscriptions < 1 || cfg.max_inboxes < 1 || cfg.max_leases < 1 || cfg.max_registry_entries < 1)
+    bad("max-subscriptions, max-inboxes, max-leases and max-registry-entries must be at least 1");
   if (cfg.listen_host.empty()) bad("listen address needs a host");
   if (listen_address(cfg.listen_host).empty())
     bad("listen host \"" + cfg.listen_host + "\" is not an IPv4 or IPv6 address or localhost");
@@ -79,6 +83,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::int64_t stall_ms = cfg.stall_threshold.count();
   std::int64_t sync_ms = cfg.sync_interval.count();
   std::int64_t retention_age_ms = 0;
+  std::int64_t frame_timeout_ms = cfg.frame_timeout.count();
 
   app.add_option("--listen", listen, "host:port to listen on (port 0 = any free port)")
       ->capture_default_str();
@@ -93,6 +98,20 @@ server_config parse_server_args(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--max-pending-bytes", cfg.max_pending_bytes,
                  "per-connection outbound queue limit; past it the connection is a slow consumer")
+      ->capture_default_str();
+  app.add_option("--frame-timeout-ms", frame_timeout_ms,
+                 "a frame must complete this long after its first byte arrived, or the connection is closed")
+      ->capture_default_str();
+  app.add_option("--max-incomplete-bytes", cfg.max_incomplete_bytes,
+                 "memory all connections' incomplete frames may hold together; past it the connection whose "
+                 "frame would grow is closed")
+      ->capture_default_str();
+  app.add_option("--max-subscriptions", cfg.max_subscriptions, "subscription patterns one connection may hold")
+      ->capture_default_str();
+  app.add_option("--max-inboxes", cfg.max_inboxes, "inboxes one connection may have open")->capture_default_str();
+  app.add_option("--max-leases", cfg.max_leases, "live leases in the server (a registry entry's own TTL is one)")
+      ->capture_default_str();
+  app.add_option("--max-registry-entries", cfg.max_registry_entries, "registry entries in the server")
       ->capture_default_str();
   app.add_option("--slow-consumer", slow, "what to do with a slow consumer: drop or disconnect")
       ->check(CLI::IsMember({"drop", "disconnect"}))
@@ -157,6 +176,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   cfg.stall_threshold = std::chrono::milliseconds(stall_ms);
   cfg.sync_interval = std::chrono::milliseconds(sync_ms);
   cfg.retention_max_age = std::chrono::milliseconds(retention_age_ms);
+  cfg.frame_timeout = std::chrono::milliseconds(frame_timeout_ms);
   validate(cfg);
   return cfg;
 }

@@ -26,6 +26,17 @@ struct server_config {
   std::size_t max_pending_bytes = 64u << 20;  // per connection, then slow consumer
   slow_consumer_policy slow_consumer = slow_consumer_policy::drop;
   std::chrono::milliseconds shutdown_grace{2000};  // flush time for goodbyes at stop
+  // Memory a client can make the broker hold for input: a frame must
+  // complete within frame_timeout of its first byte, and the incomplete
+  // frames of all connections together hold at most max_incomplete_bytes.
+  std::chrono::milliseconds frame_timeout{10'000};
+  std::size_t max_incomplete_bytes = std::size_t{64} << 20;
+  // What one connection may hold (limit_exceeded past it), and what all of
+  // them together may create.
+  std::size_t max_subscriptions = 10'000;  // patterns per connection
+  std::size_t max_inboxes = 1'000;         // inboxes open per connection
+  std::size_t max_leases = 10'000'000;     // live leases in the server (private TTL leases included)
+  std::size_t max_registry_entries = 10'000'000;
 
   // Leases (see lease_table.hpp).
   std::chrono::milliseconds lease_min_ttl{1000};

@@ -11,6 +11,7 @@
 #include "broker/server_counters.hpp"
 #include "protocol/channel_name.hpp"
 #include "protocol/frame_builder.hpp"
+#include "protocol/read_buffer.hpp"
 #include "storage/group_committer.hpp"
 #include "storage/sequence_log.hpp"
 
@@ -74,7 +75,14 @@ struct server_core {
   // waiting, so small writes may wait a turn or two for more frames
   // (session::writer).
   bool input_waiting = false;
-  bool commit_wake_posted = false;  // a committer wake() is due at the end of this loop turn
+  bool commit_wake_posted = false;
+  // Every session reads into this buffer while it has no incomplete frame
+  // (session::read_frames): one buffer per loop instead of one per
+  // connection. Loop thread.
+  protocol::read_buffer read_scratch;
+  // Bytes held by the sessions' incomplete frames (their spill buffers);
+  // at most config.max_incomplete_bytes.
+  std::size_t incomplete_bytes = 0;  // a committer wake() is due at the end of this loop turn
   // Results travel from the committer's thread to the loop through this
   // mailbox: one post per batch.
   std::mutex acks_mu;

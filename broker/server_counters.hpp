@@ -16,6 +16,7 @@ struct server_counters {
   std::uint64_t sends_routed = 0;          // route keys delivered into an inbox
   std::uint64_t sends_unrouted = 0;        // route keys with no route
   std::uint64_t write_waits = 0;           // turns a small write waited for more input (session::writer)
+  std::uint64_t incomplete_bytes_peak = 0; // most bytes incomplete frames held at once (all connections)
 };
 
 }  // namespace switchyard::broker

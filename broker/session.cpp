@@ -21,12 +21,12 @@ using asio::redirect_error;
 
 namespace {
 
-constexpr std::size_t initial_read_buffer = 64 * 1024;
-// A connection that keeps filling its read buffer may read up to this much
-// per loop turn (see session::reader).
+// A connection that keeps filling its reads may read up to this much per
+// loop turn (see session::read_frames), into the loop's shared buffer.
 constexpr std::size_t max_read_buffer = 1024 * 1024;
+constexpr std::size_t initial_read_size = 64 * 1024;
 // A connection with more than this queued counts as backlogged: no reader
-// that feeds it reads more than initial_read_buffer per turn.
+// that feeds it reads more than initial_read_size per turn.
 constexpr std::size_t backlog_bytes = 256 * 1024;
 // While input is waiting, a writer with less than this queued lets the
 // reader handle up to this many more reads before it writes.
@@ -146,6 +146,7 @@ void session::fail(asio_error_code ec, std::string_view what) {
     core_.log->warn("conn={} closed on {} error: {}", id_, what, ec.message());
   for (const auto& p : patterns_) core_.channels.unsubscribe(p, this);
   patterns_.clear();
+  release_spill();
   core_.routing.disconnect(this, inbox_ids_);
   inbox_ids_.clear();
   asio_error_code ignored;
@@ -185,10 +186,12 @@ asio::awaitable<void> session::heartbeat(std::shared_ptr<session> /*keep_alive*/
     asio_error_code ec;
     co_await heartbeat_timer_.async_wait(redirect_error(use_awaitable, ec));
     if (ec || closing_) co_return;
-    if (clock::now() - last_rx_ > deadline) {
+    const auto now = clock::now();
+    if (now - last_rx_ > deadline) {
       close_with_error(errc::heartbeat_timeout, "no frame from the client within 2.5 heartbeat intervals");
       co_return;
     }
+    if (!check_partial_deadline(now)) co_return;
     send(core_.builder.ping());
   }
 }
@@ -278,14 +281,37 @@ asio::awaitable<void> session::read_frames() {
     bool& input_waiting;
     ~stop_waiting() { input_waiting = false; }
   } on_exit{core_.input_waiting};
-  protocol::read_buffer buf;
-  buf.reserve(initial_read_buffer);
+  asio_error_code ec;
+  socket_.non_blocking(true, ec);
+  if (ec) {
+    fail(ec, "read");
+    co_return;
+  }
   while (!closing_) {
-    buf.make_room(parser_.needed());
-    asio_error_code ec;
-    const std::size_t space = buf.space();
-    const std::size_t n =
-        co_await socket_.async_read_some(asio::buffer(buf.tail(), space), redirect_error(use_awaitable, ec));
+    // Idle, the connection holds no read buffer: it waits for input, then
+    // reads into the loop's shared buffer, or into its own (spill_) only
+    // while a frame is incomplete. See docs/protocol.md §9 for the bounds.
+    co_await socket_.async_wait(asio::ip::tcp::socket::wait_read, redirect_error(use_awaitable, ec));
+    if (ec) {
+      fail(ec, "read");
+      co_return;
+    }
+    if (closing_) co_return;
+    const bool own = spill_.end > spill_.begin;
+    protocol::read_buffer& buf = own ? spill_ : core_.read_scratch;
+    if (own) {
+      // Grow as bytes arrive, never from the declared length: by what the
+      // socket holds now, up to what the frame still needs.
+      const std::size_t unread = spill_.end - spill_.begin;
+      const std::size_t arrived = std::max<std::size_t>(socket_.available(ec), 1);
+      if (!grow_spill(std::min(parser_.needed() - std::min(parser_.needed(), unread), arrived))) co_return;
+    } else {
+      buf.begin = buf.end = 0;
+      if (buf.capacity < read_size_) buf.reserve(max_read_buffer);
+    }
+    const std::size_t space = own ? buf.space() : read_size_;
+    const std::size_t n = socket_.read_some(asio::buffer(buf.tail(), space), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
     if (ec) {
       fail(ec, "read");
       co_return;
@@ -294,61 +320,119 @@ asio::awaitable<void> session::read_frames() {
     buf.end += n;
     core_.backlog_seen = false;  // set by deliveries this read causes
     core_.input_waiting = n == space;
-    // Frames are verified a batch ahead of handling, so a handler can warm
-    // the cache for the frames after its own (prefetch_ahead). A malformed
-    // frame closes the connection after the frames before it are handled.
-    bool more = true;
-    while (more && !closing_) {
-      batch_.clear();
-      std::error_code bad;
-      std::size_t ahead = 0;
-      more = false;
-      while (batch_.size() < max_batch) {
-        auto r = parser_.next(buf.unread().subspan(ahead));
-        if (!r) {
-          bad = r.error();
-          break;
-        }
-        if (!*r) break;
-        batch_.push_back(**r);
-        ahead += (*r)->size;
-        // A frame in the parser's scratch copy (misaligned input) ends the
-        // batch: the next parse would overwrite it. So does a frame before
-        // the hello is handled: the hello raises the frame limit the frames
-        // after it are parsed with.
-        const bool last = (*r)->in_scratch || !welcomed_;
-        more = last || batch_.size() == max_batch;
-        if (last) break;
-      }
-      for (std::size_t i = 0; i < batch_.size() && !closing_; ++i) {
-        prefetch_ahead(i);
-        if (!handle(*batch_[i].frame)) co_return;
-        buf.begin += batch_[i].size;
-      }
-      if (bad && !closing_) {
-        ++core_.counters.protocol_errors;
-        const auto code = static_cast<errc>(bad.value());
-        std::string why = bad.message();
-        if (code == errc::frame_too_large)
-          why += " (limit " + std::to_string(parser_.max_frame()) + " bytes)";
-        close_with_error(code, why);
-        co_return;
-      }
-    }
+    const std::size_t handled = handle_input(buf);
     if (closing_) co_return;
+    if (!settle_input(buf, handled)) co_return;
     // A read that filled the buffer means more input is waiting. Reading
     // more per loop turn puts more frames into each write to the
     // connections this input feeds: one service sending to users on 200
     // gateways otherwise gives each gateway a write of one or two frames
     // per turn. Only while none of them is backlogged: a publisher must not
     // outrun its subscribers by reading faster than they drain.
-    if (core_.backlog_seen) {
-      if (buf.capacity > initial_read_buffer && buf.end - buf.begin <= initial_read_buffer)
-        buf.reserve(initial_read_buffer);
-    } else if (n == space && buf.capacity < max_read_buffer) {
-      buf.reserve(std::min(buf.capacity * 2, max_read_buffer));
+    if (core_.backlog_seen) read_size_ = initial_read_size;
+    else if (!own && n == space) read_size_ = std::min(read_size_ * 2, max_read_buffer);
+  }
+}
+
+std::size_t session::handle_input(protocol::read_buffer& buf) {
+  // Frames are verified a batch ahead of handling, so a handler can warm
+  // the cache for the frames after its own (prefetch_ahead). A malformed
+  // frame closes the connection after the frames before it are handled.
+  std::size_t handled = 0;
+  bool more = true;
+  while (more && !closing_) {
+    batch_.clear();
+    std::error_code bad;
+    std::size_t ahead = 0;
+    more = false;
+    while (batch_.size() < max_batch) {
+      auto r = parser_.next(buf.unread().subspan(ahead));
+      if (!r) {
+        bad = r.error();
+        break;
+      }
+      if (!*r) break;
+      batch_.push_back(**r);
+      ahead += (*r)->size;
+      // A frame in the parser's scratch copy (misaligned input) ends the
+      // batch: the next parse would overwrite it. So does a frame before
+      // the hello is handled: the hello raises the frame limit the frames
+      // after it are parsed with.
+      const bool last = (*r)->in_scratch || !welcomed_;
+      more = last || batch_.size() == max_batch;
+      if (last) break;
+    }
+    for (std::size_t i = 0; i < batch_.size() && !closing_; ++i) {
+      prefetch_ahead(i);
+      if (!handle(*batch_[i].frame)) return handled;
+      buf.begin += batch_[i].size;
+      ++handled;
+    }
+    if (bad && !closing_) {
+      ++core_.counters.protocol_errors;
+      const auto code = static_cast<errc>(bad.value());
+      std::string why = bad.message();
+      if (code == errc::frame_too_large)
+        why += " (limit " + std::to_string(parser_.max_frame()) + " bytes)";
+      close_with_error(code, why);
+      return handled;
     }
   }
+  parser_.trim_scratch();
+  return handled;
+}
+
+bool session::settle_input(protocol::read_buffer& buf, std::size_t handled) {
+  const std::size_t left = buf.end - buf.begin;
+  if (&buf == &spill_) {
+    if (left == 0) {
+      release_spill();
+      return true;
+    }
+  } else {
+    if (left == 0) return true;
+    // The start of an incomplete frame moves from the shared buffer into
+    // the connection's own, sized to what arrived.
+    if (!grow_spill(left)) return false;
+    std::memcpy(spill_.tail(), buf.data() + buf.begin, left);
+    spill_.end += left;
+    buf.begin = buf.end;
+  }
+  // A frame has frame_timeout to complete from its first byte.
+  const auto now = clock::now();
+  if (handled > 0 || partial_since_ == clock::time_point{}) partial_since_ = now;
+  return check_partial_deadline(now);
+}
+
+bool session::grow_spill(std::size_t more) {
+  if (spill_.space() >= more) return true;
+  const std::size_t unread = spill_.end - spill_.begin;
+  const std::size_t fresh = std::max<std::size_t>((unread + more + 1023) / 1024 * 1024, 1024);
+  if (core_.incomplete_bytes - spill_.capacity + fresh > core_.config.max_incomplete_bytes) {
+    ++core_.counters.protocol_errors;
+    close_with_error(errc::limit_exceeded, "incomplete frames of all connections passed max-incomplete-bytes (" +
+                                               std::to_string(core_.config.max_incomplete_bytes) + ")");
+    return false;
+  }
+  core_.incomplete_bytes -= spill_.capacity;
+  spill_.reserve(fresh);
+  core_.incomplete_bytes += spill_.capacity;
+  core_.counters.incomplete_bytes_peak = std::max<std::uint64_t>(core_.counters.incomplete_bytes_peak, core_.incomplete_bytes);
+  return true;
+}
+
+void session::release_spill() noexcept {
+  core_.incomplete_bytes -= spill_.capacity;
+  spill_ = {};
+  partial_since_ = {};
+}
+
+bool session::check_partial_deadline(clock::time_point now) {
+  if (partial_since_ == clock::time_point{} || now - partial_since_ <= core_.config.frame_timeout) return true;
+  ++core_.counters.protocol_errors;
+  close_with_error(errc::limit_exceeded, "a frame did not complete within frame-timeout-ms (" +
+                                             std::to_string(core_.config.frame_timeout.count()) + " ms)");
+  return false;
 }
 
 void session::prefetch_ahead(std::size_t i) const noexcept {
@@ -535,6 +619,10 @@ void session::handle_subscribe(std::uint64_t rid, const wire::Subscribe& m) {
     send_error(rid, errc::bad_request, "invalid subscription pattern");
     return;
   }
+  if (patterns_.size() >= core_.config.max_subscriptions && !patterns_.contains(std::string(pattern)))
+    return send_error(rid, errc::limit_exceeded,
+                      "this connection holds max-subscriptions (" + std::to_string(core_.config.max_subscriptions) +
+                          ") patterns");
   if (patterns_.emplace(pattern).second) core_.channels.subscribe(pattern, this);
   core_.log->debug("conn={} subscribe channel={}", id_, pattern);
   if (rid != 0) send(core_.builder.ok(rid));

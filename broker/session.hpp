@@ -8,6 +8,7 @@
 #include "common/asio.hpp"
 #include "protocol/errc.hpp"
 #include "protocol/frame_parser.hpp"
+#include "protocol/read_buffer.hpp"
 #include "storage/group_committer.hpp"
 
 #include <chrono>
@@ -69,6 +70,20 @@ class session : public std::enable_shared_from_this<session> {
   // remaining input, discarded until the peer closes or the session fails.
   asio::awaitable<void> read_frames();
   asio::awaitable<void> discard_input();
+  // Verifies and handles the complete frames in `buf` (consuming them);
+  // returns how many were handled. May close the session.
+  std::size_t handle_input(protocol::read_buffer& buf);
+  // After handling: an incomplete frame left in the shared buffer moves to
+  // spill_, an emptied spill_ is released, and the frame deadline is
+  // checked. False when the session was closed.
+  bool settle_input(protocol::read_buffer& buf, std::size_t handled);
+  // Makes room for `more` bytes in spill_, within the server's bound on
+  // incomplete input (else closes with limit_exceeded and returns false).
+  bool grow_spill(std::size_t more);
+  void release_spill() noexcept;
+  // Closes with limit_exceeded when the incomplete frame is older than
+  // frame_timeout; false then.
+  bool check_partial_deadline(clock::time_point now);
   asio::awaitable<void> writer(std::shared_ptr<session> self);
   asio::awaitable<void> hello_watchdog(std::shared_ptr<session> self);
   asio::awaitable<void> heartbeat(std::shared_ptr<session> self);
@@ -158,6 +173,11 @@ class session : public std::enable_shared_from_this<session> {
   std::vector<protocol::frame_view> batch_;     // the current read's frames, reused
   frame_lane lane_;  // this connection's own frames; reset whenever queue_ drains
   protocol::frame_parser parser_;
+  // An incomplete frame's bytes, only while there is one (else empty, no
+  // allocation); counted in server_core::incomplete_bytes.
+  protocol::read_buffer spill_;
+  clock::time_point partial_since_{};  // when the incomplete frame began; {} if none
+  std::size_t read_size_ = 64 * 1024;  // bytes one read may take into the shared buffer (adaptive)
   std::unordered_set<std::string> patterns_;
   clock::time_point last_rx_;
   bool welcomed_ = false;

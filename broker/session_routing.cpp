@@ -51,9 +51,14 @@ void session::handle_routing(const wire::Frame& frame) {
   auto& b = core_.builder;
   const auto lease_gone = [&] { send_error(rid, errc::not_found, "lease not found (expired or revoked)"); };
   const auto on_remove = [&](lease_id id, lease_attachment* first) { routing.remove_lease(id, first); };
+  const auto leases_full = [&] {
+    send_error(rid, errc::limit_exceeded,
+               "the server holds max-leases (" + std::to_string(core_.config.max_leases) + ") leases");
+  };
 
   switch (frame.message_type()) {
     case wire::Message::LeaseGrant: {
+      if (leases.size() >= core_.config.max_leases) return leases_full();
       const auto l = leases.grant(milliseconds(frame.message_as_LeaseGrant()->ttl_ms()));
       core_.log->debug("conn={} lease={} granted ttl={}ms", id_, l.id, l.ttl.count());
       send(b.lease_info(rid, fields(l)));
@@ -94,6 +99,13 @@ void session::handle_routing(const wire::Frame& frame) {
         return send_error(rid, errc::bad_request, "registry keys are 1..1024 bytes, values at most 64 KiB");
       if (m.lease_id() == 0 && m.ttl_ms() == 0)
         return send_error(rid, errc::bad_request, "a registry entry needs a lease_id or a ttl_ms");
+      // Only a new key counts against the limit; an entry with its own TTL
+      // also takes a lease.
+      if (routing.entries() >= core_.config.max_registry_entries && !routing.get(key))
+        return send_error(rid, errc::limit_exceeded,
+                          "the registry holds max-registry-entries (" +
+                              std::to_string(core_.config.max_registry_entries) + ") entries");
+      if (m.lease_id() == 0 && leases.size() >= core_.config.max_leases) return leases_full();
       auto version = routing.put(key, value, m.lease_id(), milliseconds(m.ttl_ms()));
       if (!version) return lease_gone();
       send(b.registry_entry(rid, fields(*routing.get(key))));
@@ -133,6 +145,11 @@ void session::handle_routing(const wire::Frame& frame) {
       const std::string_view inbox_id = m.inbox_id()->string_view();
       if (inbox_id.empty() || inbox_id.size() > max_key_length)
         return send_error(rid, errc::bad_request, "inbox ids are 1..1024 bytes");
+      if (inbox_ids_.size() >= core_.config.max_inboxes &&
+          std::find(inbox_ids_.begin(), inbox_ids_.end(), inbox_id) == inbox_ids_.end())
+        return send_error(rid, errc::limit_exceeded,
+                          "this connection has max-inboxes (" + std::to_string(core_.config.max_inboxes) +
+                              ") inboxes open");
       if (const auto ec = routing.open_inbox(inbox_id, m.lease_id(), this)) {
         return send_error(rid, static_cast<errc>(ec.value()),
                           ec == errc::inbox_taken ? "inbox is open on another live connection"

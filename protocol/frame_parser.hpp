@@ -45,6 +45,12 @@ class frame_parser {
   // returned nullopt; frame_header_size while the header is incomplete.
   std::size_t needed() const noexcept { return needed_; }
 
+  // Frees the scratch copy when it is larger than 64 KiB (a large
+  // misaligned frame), so it does not stay allocated. Call between reads.
+  void trim_scratch() noexcept {
+    if (scratch_.capacity() * sizeof(std::uint64_t) > 64 * 1024) scratch_ = {};
+  }
+
  private:
   std::uint32_t max_frame_;
   std::size_t needed_ = 0;
