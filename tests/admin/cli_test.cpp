@@ -242,7 +242,7 @@ TEST_CASE("ping --json reports the round trip and the granted capabilities", "[a
   CHECK(code == 0);
   CHECK(one_json_object(out));
   CHECK(contains(out, R"("rtt_ms":)"));
-  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","log"]})"));
+  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","log","stream-drops"]})"));
 }
 
 TEST_CASE("human output of streams list is aligned columns", "[admin]") {

@@ -149,7 +149,7 @@ TEST_CASE("the welcome reports session, limits and granted capabilities", "[e2e]
   CHECK(c->server_max_frame() == 64 * 1024);
   auto caps = c->capabilities();
   std::sort(caps.begin(), caps.end());
-  CHECK(caps == std::vector<std::string>{"dropped-notice", "log", "publish-ack", "routing"});
+  CHECK(caps == std::vector<std::string>{"dropped-notice", "log", "publish-ack", "routing", "stream-drops"});
   // A payload that cannot fit the server's frame limit is refused locally.
   std::vector<std::byte> big(70 * 1024);
   CHECK(c->publish("big.one", big) == errc::payload_too_large);
