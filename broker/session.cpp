@@ -100,6 +100,7 @@ void session::deliver(const frame_ref& frame) {
   if (!welcomed_ || closing_) return;
   const bool queued = queue_.push_droppable(frame);
   delivered(queued);
+  if (!queued && stream_drops_ && !closing_) report_dropped_position(frame.bytes());
 }
 
 void session::deliver(protocol::bytes_view frame) {
@@ -107,6 +108,48 @@ void session::deliver(protocol::bytes_view frame) {
   const bool queued = queue_.admit(frame.size());
   if (queued) queue_.push(store_own(frame));
   delivered(queued);
+  if (!queued && stream_drops_ && !closing_) report_dropped_position(frame);
+}
+
+void session::report_dropped_position(protocol::bytes_view frame) {
+  // Our own encoding, verified when it was built: read it in place.
+  const auto* f = wire::GetSizePrefixedFrame(frame.data());
+  std::string_view stream, target;
+  std::uint64_t seq = 0, epoch = 0;
+  char kind = 0;
+  if (const auto* d = f->message_as_Deliver()) {
+    if (!d->stream()) return;
+    stream = d->stream()->string_view();
+    target = d->channel()->string_view();
+    seq = d->seq();
+    epoch = d->epoch();
+    kind = 'c';
+  } else if (const auto* d = f->message_as_InboxDelivery()) {
+    if (!d->stream()) return;
+    stream = d->stream()->string_view();
+    target = d->inbox_id() ? d->inbox_id()->string_view() : std::string_view{};
+    seq = d->seq();
+    epoch = d->epoch();
+    kind = 'i';
+  }
+  if (stream.empty()) return;
+  // Key: kind, stream length (2 bytes), stream, channel or inbox. Built in
+  // a reused string; the set allocates only for a pair not yet told.
+  drop_key_.clear();
+  drop_key_.push_back(kind);
+  drop_key_.push_back(static_cast<char>(stream.size() & 0xFF));
+  drop_key_.push_back(static_cast<char>(stream.size() >> 8));
+  drop_key_.append(stream);
+  drop_key_.append(target);
+  if (drops_reported_.contains(drop_key_)) return;
+  drops_reported_.insert(drop_key_);
+  // The views above point into `frame`, which may be the builder's own
+  // buffer: encode from the key's copy.
+  const std::string_view key = drop_key_;
+  stream = key.substr(3, stream.size());
+  target = key.substr(3 + stream.size());
+  send(core_.builder.stream_dropped(stream, seq, epoch, kind == 'c' ? target : std::string_view{},
+                                    kind == 'i' ? target : std::string_view{}));
 }
 
 void session::delivered(bool queued) {
@@ -251,6 +294,7 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
       const auto n = queue_.take_dropped();
       core_.log->info("conn={} slow consumer: {} deliveries dropped", id_, n);
       send(core_.builder.dropped(n));
+      drops_reported_.clear();  // the next drop of any stream is told again
     }
   }
 }
@@ -582,10 +626,13 @@ bool session::handle_hello(const wire::Frame& frame) {
       granted[n_granted++] = *it;
     }
   }
-  // "log" only where there is a log: a client asking for it on a server
-  // without a data folder learns so from the Welcome.
+  // "log" (and "stream-drops", which reports log positions) only where
+  // there is a log: a client asking on a server without a data folder
+  // learns so from the Welcome.
   if (!core_.stream_log) {
-    const auto end = std::remove(granted.begin(), granted.begin() + n_granted, protocol::capability::log);
+    const auto end = std::remove_if(granted.begin(), granted.begin() + n_granted, [](std::string_view c) {
+      return c == protocol::capability::log || c == protocol::capability::stream_drops;
+    });
     n_granted = static_cast<std::size_t>(end - granted.begin());
   }
   for (std::size_t i = 0; i < n_granted; ++i) {
@@ -593,7 +640,11 @@ bool session::handle_hello(const wire::Frame& frame) {
     publish_ack_ |= granted[i] == protocol::capability::publish_ack;
     routing_ |= granted[i] == protocol::capability::routing;
     log_ |= granted[i] == protocol::capability::log;
+    stream_drops_ |= granted[i] == protocol::capability::stream_drops;
   }
+  // StreamDropped carries a log position (log) and is reset by the Dropped
+  // notice (dropped-notice).
+  stream_drops_ = stream_drops_ && log_ && dropped_notice_;
 
   protocol::welcome_fields w;
   w.protocol_major = protocol::protocol_major;
@@ -624,6 +675,12 @@ void session::handle_subscribe(std::uint64_t rid, const wire::Subscribe& m) {
                       "this connection holds max-subscriptions (" + std::to_string(core_.config.max_subscriptions) +
                           ") patterns");
   if (patterns_.emplace(pattern).second) core_.channels.subscribe(pattern, this);
+  // A subscription starts here (a client sends Subscribe for every durable
+  // subscription, even of a pattern it already has): from now on, the first
+  // dropped delivery of each stream is told again (StreamDropped), so that
+  // the new subscription learns of every stream whose first messages it
+  // lost.
+  drops_reported_.clear();
   core_.log->debug("conn={} subscribe channel={}", id_, pattern);
   if (rid != 0) send(core_.builder.ok(rid));
 }

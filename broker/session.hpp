@@ -152,6 +152,13 @@ class session : public std::enable_shared_from_this<session> {
   // Accounts for a delivery that was queued or, when `queued` is false,
   // dropped (slow consumer: maybe close, per policy).
   void delivered(bool queued);
+  // Capability "stream-drops": `frame` (a Deliver or InboxDelivery) was
+  // just dropped. If it carried a log position and is the first drop of its
+  // (stream, channel or inbox) since drops_reported_ was last cleared,
+  // queues a StreamDropped in its place (a control frame: never dropped).
+  // Only on the drop path; the frame's bytes may be the core's builder
+  // buffer, which this overwrites.
+  void report_dropped_position(protocol::bytes_view frame);
   // Cache hints for the frames after batch_[i] (reader only).
   void prefetch_ahead(std::size_t i) const noexcept;
   // Logs (EOF and cancellation as normal), closes the socket and removes
@@ -189,6 +196,13 @@ class session : public std::enable_shared_from_this<session> {
   bool publish_ack_ = false;     // capability granted
   bool routing_ = false;         // capability granted
   bool log_ = false;             // capability granted
+  bool stream_drops_ = false;    // "stream-drops" granted, with "log" and "dropped-notice"
+  // (stream, channel or inbox) pairs told in a StreamDropped since the last
+  // Dropped notice, Subscribe or InboxOpen (each starts a new subscriber's
+  // view, which must hear of its first drop of every stream), and the
+  // scratch key for looking them up. Empty unless deliveries are dropped.
+  std::unordered_set<std::string> drops_reported_;
+  std::string drop_key_;
   std::vector<std::string> inbox_ids_;  // inboxes opened on this connection
   // Tickets first_open_ticket_ .. + open_tickets_.size() - 1 are taken;
   // open_tickets_[i] says whether that one was closed (popped from the

@@ -157,6 +157,7 @@ void session::handle_routing(const wire::Frame& frame) {
       }
       if (std::find(inbox_ids_.begin(), inbox_ids_.end(), inbox_id) == inbox_ids_.end())
         inbox_ids_.emplace_back(inbox_id);
+      drops_reported_.clear();  // a durable inbox starts here: see handle_subscribe
       core_.log->info("conn={} inbox={} opened lease={}", id_, inbox_id, m.lease_id());
       if (rid != 0) send(b.ok(rid));
       return;

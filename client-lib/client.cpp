@@ -98,7 +98,8 @@ void detail::add_subscription(const std::shared_ptr<client::impl>& self, std::st
     return;
   }
   subscription_id id = 0;
-  bool first = false;
+  bool ask_broker = false;  // the pattern's first subscription, or a durable one
+  const bool entry_is_durable = durable != nullptr;
   {
     std::lock_guard lock(p.mu);
     if (p.dead) {
@@ -123,9 +124,14 @@ void detail::add_subscription(const std::shared_ptr<client::impl>& self, std::st
     auto next = std::make_shared<sub_list>(*p.subs);
     next->push_back(std::move(entry));
     p.subs = std::move(next);
-    first = p.pattern_refs[std::string(pattern)]++ == 0;
+    ask_broker = p.pattern_refs[std::string(pattern)]++ == 0;
+    // A durable subscription asks the broker even for a pattern it already
+    // has: its Subscribe marks where the subscription starts, from which
+    // the broker reports the first dropped delivery of every stream again
+    // (StreamDropped), so the new subscription cannot miss one.
+    ask_broker = ask_broker || entry_is_durable;
   }
-  if (!first) {
+  if (!ask_broker) {
     done(id);
     return;
   }

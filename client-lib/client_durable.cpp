@@ -12,7 +12,9 @@ std::expected<subscription_id, std::error_code> client::subscribe_durable(std::s
   auto& p = *impl_;
   if (p.loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
   if (!p.log_cap) return std::unexpected(make_error_code(errc::not_supported));
-  auto durable = p.make_durable(options);
+  auto made = p.make_durable(options);
+  if (!made) return std::unexpected(made.error());
+  auto durable = std::move(*made);
   auto promise = std::make_shared<std::promise<std::expected<subscription_id, std::error_code>>>();
   auto result = promise->get_future();
   detail::add_subscription(impl_, pattern, std::move(handler), durable,

@@ -157,6 +157,12 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   bool publish_ack = false;
   bool routing = false;  // "routing" capability granted
   bool log_cap = false;  // "log" capability granted
+  // "stream-drops" granted: the broker reports the first dropped delivery of
+  // each stream (StreamDropped), so a durable subscription's first sight of
+  // a stream is its first message since the subscribe. Without it (an older
+  // broker) a stream whose first messages were dropped starts at the first
+  // that arrives.
+  bool stream_drops = false;
 
   std::atomic<bool> open{false};
   bool connect_timed_out = false;  // loop thread
@@ -215,8 +221,14 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         });
   }
 
-  // A durable_state whose reads go through this connection.
-  std::shared_ptr<durable_state> make_durable(durable_options& o) {
+  // A durable_state whose reads go through this connection. Errors:
+  // invalid_position (o.resume_from has a sequence without its epoch).
+  std::expected<std::shared_ptr<durable_state>, std::error_code> make_durable(durable_options& o) {
+    if (auto ec = detail::stream_tracker::check(o.resume_from)) return std::unexpected(ec);
+    if (!stream_drops)
+      log(log_level::info, "switchyard: connection {}: the broker does not report dropped first messages "
+          "(no \"stream-drops\"): a stream whose first messages are dropped starts at the first that arrives",
+          session_id);
     auto d = std::make_shared<durable_state>();
     d->read_batch = o.read_batch;
     std::weak_ptr<durable_state> weak_d = d;
@@ -502,6 +514,24 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       case wire::Message::Ping:
         enqueue(local_builder().pong(f.request_id()));
         return true;
+      case wire::Message::StreamDropped: {
+        // In the dropped delivery's place: the streams it names learn of
+        // the loss before any later delivery of theirs.
+        const auto& d = *f.message_as_StreamDropped();
+        if (!d.stream()) return true;
+        const std::string_view stream = d.stream()->string_view();
+        if (d.channel()) {
+          const std::string_view channel = d.channel()->string_view();
+          for (const auto& s : subscriptions)
+            if (s->durable && protocol::pattern_matches(s->pattern, channel))
+              s->durable->tracker->dropped(stream, d.seq(), d.epoch());
+        } else if (d.inbox_id()) {
+          const std::string_view id = d.inbox_id()->string_view();
+          for (const auto& h : inboxes)
+            if (h->durable && h->id == id) h->durable->tracker->dropped(stream, d.seq(), d.epoch());
+        }
+        return true;
+      }
       case wire::Message::Dropped: {
         const std::uint64_t n = f.message_as_Dropped()->count();
         dropped += n;
@@ -606,9 +636,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     socket.set_option(asio::ip::tcp::no_delay(true), ec);
     rbuf.reserve(64 * 1024);
 
-    static constexpr std::array<std::string_view, 4> wanted{protocol::capability::dropped_notice,
-                                                            protocol::capability::publish_ack,
-                                                            protocol::capability::routing, protocol::capability::log};
+    static constexpr std::array<std::string_view, 5> wanted{
+        protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing,
+        protocol::capability::log, protocol::capability::stream_drops};
     protocol::hello_fields h;
     h.protocol_major = protocol::protocol_major;
     h.protocol_minor = protocol::protocol_minor;
@@ -635,6 +665,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     publish_ack = std::find(caps.begin(), caps.end(), protocol::capability::publish_ack) != caps.end();
     routing = std::find(caps.begin(), caps.end(), protocol::capability::routing) != caps.end();
     log_cap = std::find(caps.begin(), caps.end(), protocol::capability::log) != caps.end();
+    stream_drops = std::find(caps.begin(), caps.end(), protocol::capability::stream_drops) != caps.end();
     rbuf.begin += r->size;
     // Frames from the server may be as large as our own limit allows.
     parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));
@@ -648,8 +679,10 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
 namespace detail {
 
 // Adds a subscription (plain, or durable with `durable` set) and asks the
-// broker for it unless the pattern is already subscribed. `done` runs on
-// the loop thread, or at once on a local error or a known pattern.
+// broker for it unless the pattern is already subscribed and the
+// subscription is plain (a durable one always asks: its Subscribe is where
+// it starts). `done` runs on the loop thread, or at once on a local error
+// or a known pattern.
 void add_subscription(const std::shared_ptr<client::impl>& self, std::string_view pattern, message_handler handler,
                       std::shared_ptr<durable_state> durable,
                       std::function<void(std::expected<subscription_id, std::error_code>)> done);

@@ -172,7 +172,9 @@ std::error_code client::open_inbox_durable(std::string_view id, lease_id lease, 
                                            durable_options options) {
   auto& p = *impl_;
   if (!p.log_cap) return errc::not_supported;
-  auto durable = p.make_durable(options);
+  auto made = p.make_durable(options);
+  if (!made) return made.error();
+  auto durable = std::move(*made);
   const bool resume = !options.resume_from.empty();
   if (auto ec = open_inbox_entry(p, id, lease, std::move(handler), durable)) return ec;
   if (resume) asio::post(p.io, [durable] { if (durable->active) durable->tracker->check_all(); });

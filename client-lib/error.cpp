@@ -26,6 +26,7 @@ class category final : public std::error_category {
       case errc::would_deadlock: return "blocking call on the client's event-loop thread";
       case errc::protocol_violation: return "the server violated the protocol";
       case errc::not_supported: return "not supported by the server";
+      case errc::invalid_position: return "a stream position has a sequence but no epoch";
       default: return "switchyard error " + std::to_string(value);
     }
   }

@@ -11,6 +11,16 @@ using client_lib::log;
 stream_tracker::stream_tracker(read_fn read, std::function<resume_at(const unrecoverable_position&)> on_unrecoverable)
     : read_(std::move(read)), on_unrecoverable_(std::move(on_unrecoverable)) {}
 
+std::error_code stream_tracker::check(const stream_positions& positions) {
+  for (const auto& [name, pos] : positions) {
+    if (pos.seq == 0 || pos.epoch != 0) continue;
+    log(log_level::warn, "switchyard: stream {}: position seq={} has no epoch; refused (a recreated stream could "
+        "not be told from this one)", name, pos.seq);
+    return errc::invalid_position;
+  }
+  return {};
+}
+
 void stream_tracker::resume_from(const stream_positions& positions) {
   for (const auto& [name, pos] : positions) {
     auto& s = streams_[name];
@@ -22,12 +32,27 @@ void stream_tracker::resume_from(const stream_positions& positions) {
 bool stream_tracker::live(std::string_view stream, std::uint64_t seq, std::uint64_t epoch) {
   auto it = streams_.find(stream);
   if (it == streams_.end()) {
-    // First sight of the stream: delivery starts here.
+    // First sight of the stream: delivery starts here. Had the broker
+    // dropped an earlier message of it, its report (dropped()) would have
+    // come first.
     streams_.emplace(std::string(stream), state{.seq = seq, .epoch = epoch});
     return true;
   }
-  auto& s = it->second;
-  if (s.epoch == 0) s.epoch = epoch;  // resumed without an epoch: take the stream's
+  return arrived(it->first, it->second, seq, epoch, true);
+}
+
+void stream_tracker::dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch) {
+  if (seq == 0) return;  // not a position
+  auto it = streams_.find(stream);
+  // Unknown: the subscription's first message of the stream was lost, and
+  // the stream starts just before it.
+  if (it == streams_.end()) it = streams_.emplace(std::string(stream), state{.seq = seq - 1, .epoch = epoch}).first;
+  arrived(it->first, it->second, seq, epoch, false);
+}
+
+bool stream_tracker::arrived(const std::string& stream, state& s, std::uint64_t seq, std::uint64_t epoch,
+                             bool present) {
+  if (s.epoch == 0) s.epoch = epoch;  // resumed from seq 0 without an epoch: take the stream's
   if (s.reading) {
     // The read under way goes on until it has passed this one.
     if (s.target_epoch != epoch || seq > s.target) {
@@ -38,16 +63,17 @@ bool stream_tracker::live(std::string_view stream, std::uint64_t seq, std::uint6
   }
   if (epoch == s.epoch) {
     if (seq <= s.seq) return false;
-    if (seq == s.seq + 1) {
+    if (seq == s.seq + 1 && present) {
       s.seq = seq;
       return true;
     }
   }
-  // A gap, or a recreated stream (the read's answer tells which epoch the
-  // log has now and read_done() settles it).
+  // A gap (or the dropped message itself), or a recreated stream (the
+  // read's answer tells which epoch the log has now and read_done()
+  // settles it).
   s.target = seq;
   s.target_epoch = epoch;
-  start_read(it->first, s, s.seq + 1);
+  start_read(stream, s, s.seq + 1);
   return false;
 }
 

@@ -12,6 +12,11 @@
 // live and everything the log had when it answered. Then live delivery
 // resumes: no gap, no duplicate.
 //
+// A stream starts at the first message of it the subscription sees live,
+// or at the broker's report of its first dropped delivery (dropped()),
+// whichever comes first: the broker sends that report in place of the
+// dropped delivery, so no later delivery of the stream arrives before it.
+//
 // Live messages that arrive while a stream is being read are not kept: they
 // are in the log, and the tracker reads up to the highest one seen. That
 // costs re-reading them but needs no copy and no bound on held messages.
@@ -46,13 +51,24 @@ class stream_tracker {
 
   stream_tracker(read_fn read, std::function<resume_at(const unrecoverable_position&)> on_unrecoverable);
 
-  // Starts from these positions: each stream is read from seq + 1 by
-  // check_all() (the subscription calls it once live delivery is on).
+  // Whether positions can be resumed from: errc::invalid_position when one
+  // has a sequence but epoch 0 (its stream may have been recreated since,
+  // which could then never be told); epoch 0 is for seq 0 only ("never saw
+  // this stream": read it from its first record).
+  static std::error_code check(const stream_positions& positions);
+  // Starts from these positions (check() them first): each stream is read
+  // from seq + 1 by check_all() (the subscription calls it once live
+  // delivery is on).
   void resume_from(const stream_positions& positions);
 
   // A live message of `stream`. True: deliver it now. False: skip it
   // (duplicate, or a read under way will deliver it).
   bool live(std::string_view stream, std::uint64_t seq, std::uint64_t epoch);
+
+  // The broker dropped the live message `seq` of `stream` (a StreamDropped
+  // report). An unknown stream starts just before it; any stream reads
+  // from its next sequence up to at least `seq` unless it already has it.
+  void dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch);
 
   // Reads every stream from its next sequence (after a "dropped" notice:
   // the lost messages may be the last ones of a stream, which no later
@@ -81,6 +97,9 @@ class stream_tracker {
   };
 
   void start_read(const std::string& stream, state& s, std::uint64_t from);
+  // Message `seq` of a known stream arrived live (`present`) or was dropped;
+  // true: deliver it now.
+  bool arrived(const std::string& stream, state& s, std::uint64_t seq, std::uint64_t epoch, bool present);
   // Asks the application; returns where to go on.
   resume_at lost(std::string_view stream, position_lost reason, const state& s, std::uint64_t first_available,
                  std::uint64_t epoch);

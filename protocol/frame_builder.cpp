@@ -371,4 +371,13 @@ bytes_view frame_builder::dropped(std::uint64_t count) {
                 wire::CreateDropped(fbb, count).Union());
 }
 
+bytes_view frame_builder::stream_dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch,
+                                         std::string_view channel, std::string_view inbox_id) {
+  auto& fbb = start();
+  const auto st = string_or_null(fbb, stream);
+  const auto ch = string_or_null(fbb, channel);
+  const auto inbox = string_or_null(fbb, inbox_id);
+  return finish_as(0, wire::CreateStreamDropped(fbb, st, seq, epoch, ch, inbox));
+}
+
 }  // namespace switchyard::protocol

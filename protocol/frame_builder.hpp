@@ -145,6 +145,11 @@ class frame_builder {
   bytes_view set_retention(std::uint64_t request_id, std::string_view stream, const retention_fields& limits,
                            bool clear = false);
 
+  // The first dropped durable delivery of `stream` to `channel` or (empty
+  // channel) into inbox `inbox_id` (capability "stream-drops").
+  bytes_view stream_dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch,
+                            std::string_view channel, std::string_view inbox_id);
+
   // Escape hatch for tests and future messages: the builder to fill, then
   // finish(request_id, type, offset).
   flatbuffers::FlatBufferBuilder& start();

@@ -59,9 +59,14 @@ inline constexpr std::string_view routing = "routing";
 // The sequence log: Append, Read (message tags 30..33), and stream
 // administration: StreamInfo, StreamList, SetRetention (tags 34..38).
 inline constexpr std::string_view log = "log";
+// StreamDropped (tag 39): the first dropped durable delivery of each stream
+// per channel or inbox, in its place in the queue (with "log" and
+// "dropped-notice" also granted).
+inline constexpr std::string_view stream_drops = "stream-drops";
 }  // namespace capability
 
-inline constexpr std::array<std::string_view, 4> supported_capabilities{
-    capability::dropped_notice, capability::publish_ack, capability::routing, capability::log};
+inline constexpr std::array<std::string_view, 5> supported_capabilities{
+    capability::dropped_notice, capability::publish_ack, capability::routing, capability::log,
+    capability::stream_drops};
 
 }  // namespace switchyard::protocol

@@ -211,16 +211,85 @@ TEST_CASE("a stream that is gone is reported and starts again at its next live m
 TEST_CASE("resuming from saved positions reads what was missed", "[client-lib]") {
   harness h;
   h.append("a", 8);
-  h.append("b", 3);
-  // epoch 0: the caller did not keep it, the stream's is taken.
-  h.tracker.resume_from({{"a", {5, 7}}, {"b", {3, 0}}});
+  h.tracker.resume_from({{"a", {5, 7}}});
   h.tracker.check_all();
   h.live("a", 9);  // live already flowing: the reads sort it out
   h.append("a", 1);
   h.pump();
   CHECK(h.delivered == std::vector<std::uint64_t>{6, 7, 8, 9});
   CHECK(h.lost.empty());
+}
+
+TEST_CASE("a position of sequence 0 without an epoch reads the stream from its start and takes its epoch",
+          "[client-lib]") {
+  harness h;
+  h.append("b", 3);
+  const stream_positions never_seen{{"b", {0, 0}}};
+  REQUIRE_FALSE(stream_tracker::check(never_seen));
+  h.tracker.resume_from(never_seen);
+  h.tracker.check_all();
+  h.pump();
+  CHECK(h.delivered == range(1, 3));
+  CHECK(h.tracker.positions().at("b").seq == 3);
   CHECK(h.tracker.positions().at("b").epoch == 7);
+}
+
+TEST_CASE("a position with a sequence but no epoch is refused", "[client-lib]") {
+  // Epoch 0 would accept whatever epoch the stream has now, so a stream
+  // recreated since could never be reported.
+  CHECK(stream_tracker::check({{"a", {5, 7}}, {"b", {3, 0}}}) == errc::invalid_position);
+  CHECK(stream_tracker::check({{"b", {1, 0}}}) == errc::invalid_position);
+  CHECK_FALSE(stream_tracker::check({{"a", {5, 7}}, {"b", {0, 0}}, {"c", {0, 9}}}));
+  CHECK_FALSE(stream_tracker::check({}));
+}
+
+TEST_CASE("a stream whose first messages were dropped starts at the first dropped one, not the first that arrives",
+          "[client-lib]") {
+  harness h;
+  h.append("s", 6);
+  // The broker reports the first dropped delivery (3: 1 and 2 were
+  // published before the subscription) in its place, before 6 arrives.
+  h.tracker.dropped("s", 3, 7);
+  REQUIRE(h.reads.size() == 1);
+  CHECK(h.reads[0] == std::pair<std::string, std::uint64_t>{"s", 3});
+  h.live("s", 6);  // while reading: left to the log
+  h.pump();
+  CHECK(h.delivered == range(3, 6));
+  h.append("s", 1);
+  h.live("s", 7);
+  CHECK(h.delivered == range(3, 7));
+  CHECK(h.lost.empty());
+}
+
+TEST_CASE("a dropped report of a known stream reads from its next sequence, or nothing if already delivered",
+          "[client-lib]") {
+  harness h;
+  h.append("s", 4);
+  h.live("s", 1);
+  h.live("s", 2);
+  h.tracker.dropped("s", 2, 7);  // delivered already
+  CHECK(h.reads.empty());
+  h.tracker.dropped("s", 3, 7);  // the next one: it is not here, so read it
+  REQUIRE(h.reads.size() == 1);
+  CHECK(h.reads[0].second == 3);
+  h.live("s", 4);
+  h.pump();
+  CHECK(h.delivered == range(1, 4));
+  h.live("s", 3);  // a late copy
+  CHECK(h.delivered == range(1, 4));
+}
+
+TEST_CASE("a dropped report with another epoch is settled by the read like a recreated stream", "[client-lib]") {
+  harness h;
+  h.append("s", 2);
+  h.live("s", 1);
+  h.live("s", 2);
+  h.log["s"] = fake_stream{.epoch = 99, .first = 1, .last = 2};
+  h.tracker.dropped("s", 1, 99);
+  h.pump();
+  REQUIRE(h.lost.size() == 1);
+  CHECK(h.lost[0].reason == position_lost::epoch_changed);
+  CHECK(h.delivered == std::vector<std::uint64_t>{1, 2, 1, 2});
 }
 
 TEST_CASE("a failed recovery read is retried at the next gap", "[client-lib]") {

@@ -139,7 +139,10 @@ struct stream_read {
 // slow consumer), when the broker reports dropped messages, and when the
 // subscription resumes from positions saved on an earlier connection, the
 // library reads the missing range from the log, delivers it (with
-// `replayed` set), then goes on with live delivery. A stream's records must
+// `replayed` set), then goes on with live delivery. A stream starts at the
+// first of its messages published after the subscription: the broker
+// reports a dropped first message (capability "stream-drops") before any
+// later one of that stream, and the library reads from it. A stream's records must
 // all be meant for the subscriber: replayed records published to channels
 // the pattern does not match are skipped, plain appends too.
 //
@@ -150,7 +153,11 @@ struct stream_read {
 
 struct stream_position {
   std::uint64_t seq = 0;    // last delivered
-  std::uint64_t epoch = 0;  // 0 when resuming: take whatever epoch the stream has
+  // The stream's epoch. When resuming, {0, 0} means "never saw this
+  // stream" (read it from its first record, whatever its epoch); a
+  // position with a sequence but epoch 0 is refused (errc::invalid_position):
+  // a stream recreated since could not be told from it.
+  std::uint64_t epoch = 0;
 };
 using stream_positions = std::map<std::string, stream_position, std::less<>>;
 
@@ -176,7 +183,8 @@ enum class resume_at {
 struct durable_options {
   // Positions from an earlier connection (client::stream_positions): each
   // stream is read from seq + 1 as soon as the subscription is on.
-  // Streams not listed start at their first live message.
+  // Streams not listed start at their first message published after the
+  // subscription (see above). Each needs its epoch (see stream_position).
   stream_positions resume_from;
   // Runs on the loop thread. Unset: resume_at::first_available, and a
   // warning in the log. (stream_gone ignores the answer: the stream
@@ -278,7 +286,10 @@ class client {
   // messages that carry a stream reach `handler` once each, in order,
   // recovered from the log when the live path lost them; others pass
   // through as with subscribe(). Needs the "log" capability
-  // (errc::not_supported). Blocking, like subscribe().
+  // (errc::not_supported); options.resume_from with a sequence but no
+  // epoch is refused (errc::invalid_position). Blocking, like subscribe();
+  // it always asks the broker, even for a pattern already subscribed
+  // (that request is where the subscription starts).
   std::expected<subscription_id, std::error_code> subscribe_durable(std::string_view pattern,
                                                                     message_handler handler,
                                                                     durable_options options = {});
@@ -328,7 +339,8 @@ class client {
   std::error_code open_inbox(std::string_view id, lease_id lease, inbox_handler handler);
   std::error_code close_inbox(std::string_view id);
   // open_inbox with gap-free delivery of durable sends (see above); replayed
-  // deliveries carry every route key of the original send.
+  // deliveries carry every route key of the original send. Errors as
+  // open_inbox, and invalid_position as subscribe_durable.
   std::error_code open_inbox_durable(std::string_view id, lease_id lease, inbox_handler handler,
                                      durable_options options = {});
   // Positions of a durable inbox (empty if none), as stream_positions_of().

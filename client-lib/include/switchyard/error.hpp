@@ -45,6 +45,7 @@ enum class errc {
   would_deadlock = 105,     // a blocking call made on the client's event-loop thread
   protocol_violation = 106, // the server sent something this library cannot accept
   not_supported = 107,      // the server did not grant the capability this needs
+  invalid_position = 108,   // a stream position to resume from has a sequence but no epoch
 };
 
 const std::error_category& client_category() noexcept;
