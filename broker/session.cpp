@@ -32,6 +32,9 @@ constexpr std::size_t backlog_bytes = 256 * 1024;
 // reader handle up to this many more reads before it writes.
 constexpr std::size_t coalesce_bytes = 64 * 1024;
 constexpr int coalesce_turns = 2;
+// StreamDropped reports one connection may have outstanding between two
+// Dropped notices (session::report_dropped_position).
+constexpr std::size_t max_drop_reports = 10'000;
 
 bool is_normal_close(const asio_error_code& ec) {
   return !ec || ec == asio::error::eof || ec == asio::error::operation_aborted ||
@@ -142,6 +145,14 @@ void session::report_dropped_position(protocol::bytes_view frame) {
   drop_key_.append(stream);
   drop_key_.append(target);
   if (drops_reported_.contains(drop_key_)) return;
+  // Other clients' publishes decide how many pairs there are: a consumer
+  // that reads nothing must not make us hold (or queue reports for) them
+  // without end.
+  if (drops_reported_.size() >= max_drop_reports) {
+    close_with_error(errc::slow_consumer, "deliveries of more than " + std::to_string(max_drop_reports) +
+                                              " streams dropped while the connection read nothing");
+    return;
+  }
   drops_reported_.insert(drop_key_);
   // The views above point into `frame`, which may be the builder's own
   // buffer: encode from the key's copy.

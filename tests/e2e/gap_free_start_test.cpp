@@ -392,3 +392,52 @@ TEST_CASE("a saved position of a stream recreated since is reported as epoch_cha
   CHECK(u.epoch == new_epoch);
   CHECK(got.snapshot() == range(1, 5));
 }
+
+TEST_CASE("a connection that reads nothing while durable deliveries of over 10,000 streams are dropped is closed as "
+          "a slow consumer",
+          "[e2e][log][slow]") {
+  temp_dir dir;
+  test_server server(tiny_queue_config(dir));
+  const std::string payload(filler_bytes, 'x');
+  using protocol::wire::Message;
+  test::raw_connection slow(server.port(), 64 * 1024);
+  const std::array<std::string_view, 3> caps{"dropped-notice", "log", "stream-drops"};
+  slow.send_hello(caps);
+  test::raw_frame f;
+  REQUIRE(slow.next_of(Message::Welcome, f) != nullptr);
+  protocol::frame_builder b;
+  slow.send(b.subscribe(2, "c.>"));
+  REQUIRE(slow.next_of(Message::Ok, f) != nullptr);
+  auto pub = connect_to(server, "pub");
+  for (std::size_t i = 0; i < filler_count; ++i) REQUIRE_FALSE(pub->publish("c.filler", payload));
+  REQUIRE_FALSE(pub->flush());
+  // Each durable publish to a new stream is dropped for `slow` and would
+  // need a report of its own; pipelined with no answers (request id 0).
+  test::raw_connection raw_pub(server.port());
+  const std::array<std::string_view, 1> log_cap{"log"};
+  raw_pub.send_hello(log_cap);
+  REQUIRE(raw_pub.next_of(Message::Welcome, f) != nullptr);
+  std::vector<std::uint8_t> frames;
+  const std::uint8_t one = 'd';
+  for (int i = 0; i < 10'050; ++i) {
+    const auto p = b.publish(0, "c.durable", {&one, 1}, "s." + std::to_string(i));
+    frames.insert(frames.end(), p.begin(), p.end());
+  }
+  const auto ping = b.ping(77);
+  frames.insert(frames.end(), ping.begin(), ping.end());
+  raw_pub.send(frames);
+  const auto* pong = raw_pub.next_of(Message::Pong, f, std::chrono::seconds(30));
+  REQUIRE(pong != nullptr);
+  bool closed = false;
+  for (int guard = 0; guard < 200'000 && !closed; ++guard) {
+    const auto* frame = slow.next(f, std::chrono::seconds(10));
+    REQUIRE(frame != nullptr);
+    if (frame->message_type() == Message::Error) {
+      CHECK(static_cast<int>(frame->message_as_Error()->code()) == static_cast<int>(protocol::errc::slow_consumer));
+      CHECK(frame->message_as_Error()->fatal());
+      closed = true;
+    }
+  }
+  CHECK(closed);
+  CHECK(pub->connected());
+}
