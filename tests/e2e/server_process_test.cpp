@@ -8,6 +8,11 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <tuple>
 
 #include <string>
 
@@ -49,4 +54,29 @@ TEST_CASE("switchyard-server refuses bad flags with exit code 2", "[e2e][broker]
   CHECK(run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --max-frame 10 2>/dev/null").first == 2);
   CHECK(run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --no-such-flag 2>/dev/null").first == 2);
   CHECK(run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --listen nowhere 2>/dev/null").first == 2);
+}
+
+TEST_CASE("switchyard-server names a bad listen host and a port-file that is a directory, and leaves no stray file",
+          "[e2e][broker]") {
+  const std::string bin = SWITCHYARD_SERVER_BINARY;
+  auto [code, out] = run_for_exit_code(bin + " --listen 256.1.1.1:0 --data-dir '' 2>&1");
+  CHECK(code == 2);
+  CHECK(out.find("\"256.1.1.1\" is not an IPv4 or IPv6 address") != std::string::npos);
+  const auto dir = std::filesystem::temp_directory_path() / ("switchyard-port-dir-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::tie(code, out) = run_for_exit_code(bin + " --listen 127.0.0.1:0 --data-dir '' --port-file " + dir.string() + " 2>&1");
+  CHECK(code == 2);
+  CHECK(out.find("is a directory") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.string() + ".tmp"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("switchyard-server reports a config file syntax error with its line and exits 2", "[e2e][broker]") {
+  const auto file = std::filesystem::temp_directory_path() / ("switchyard-bad-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(file) << "max-connections = 5\nlisten = \"127.0.0.1:0\n";
+  const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --config " + file.string() + " 2>&1");
+  std::filesystem::remove(file);
+  CHECK(code == 2);
+  CHECK(out.find("line 2") != std::string::npos);
+  CHECK(out.find("max-connections must be") == std::string::npos);
 }
