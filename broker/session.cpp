@@ -25,6 +25,9 @@ namespace {
 // loop turn (see session::read_frames), into the loop's shared buffer.
 constexpr std::size_t max_read_buffer = 1024 * 1024;
 constexpr std::size_t initial_read_size = 64 * 1024;
+// An incomplete frame up to this size is moved in front of the next read
+// in the shared buffer; a larger one is read into its own buffer.
+constexpr std::size_t spill_in_place = 64 * 1024;
 // A connection with more than this queued counts as backlogged: no reader
 // that feeds it reads more than initial_read_size per turn.
 constexpr std::size_t backlog_bytes = 256 * 1024;
@@ -342,31 +345,45 @@ asio::awaitable<void> session::read_frames() {
     fail(ec, "read");
     co_return;
   }
+  bool more_waiting = false;  // the last read filled its space
   while (!closing_) {
     // Idle, the connection holds no read buffer: it waits for input, then
-    // reads into the loop's shared buffer, or into its own (spill_) only
-    // while a frame is incomplete. See docs/protocol.md §9 for the bounds.
-    co_await socket_.async_wait(asio::ip::tcp::socket::wait_read, redirect_error(use_awaitable, ec));
+    // reads into the loop's shared buffer. Only the start of a frame that
+    // did not arrive whole stays with the connection (spill_) between
+    // reads. After a read that filled its space more input is waiting: the
+    // next read only lets the loop's other work run first (as a
+    // speculative read would), without waiting for readiness.
+    if (more_waiting) co_await asio::post(socket_.get_executor(), use_awaitable);
+    else co_await socket_.async_wait(asio::ip::tcp::socket::wait_read, redirect_error(use_awaitable, ec));
     if (ec) {
       fail(ec, "read");
       co_return;
     }
     if (closing_) co_return;
-    const bool own = spill_.end > spill_.begin;
+    const std::size_t unread = spill_.end - spill_.begin;
+    // A large incomplete frame is read straight into spill_, which grows by
+    // what the socket holds (never by the declared length); a small one is
+    // moved in front of the next read in the shared buffer.
+    const bool own = unread > spill_in_place;
     protocol::read_buffer& buf = own ? spill_ : core_.read_scratch;
     if (own) {
-      // Grow as bytes arrive, never from the declared length: by what the
-      // socket holds now, up to what the frame still needs.
-      const std::size_t unread = spill_.end - spill_.begin;
       const std::size_t arrived = std::max<std::size_t>(socket_.available(ec), 1);
       if (!grow_spill(std::min(parser_.needed() - std::min(parser_.needed(), unread), arrived))) co_return;
     } else {
-      buf.begin = buf.end = 0;
-      if (buf.capacity < read_size_) buf.reserve(max_read_buffer);
+      if (buf.capacity < max_read_buffer + spill_in_place) buf.reserve(max_read_buffer + spill_in_place);
+      if (unread > 0) std::memcpy(buf.data(), spill_.data() + spill_.begin, unread);
+      spill_.begin = spill_.end = 0;
+      buf.begin = 0;
+      buf.end = unread;
     }
     const std::size_t space = own ? buf.space() : read_size_;
     const std::size_t n = socket_.read_some(asio::buffer(buf.tail(), space), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
+    more_waiting = !ec && n == space;
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      if (!own) spill_back(buf);
+      ec = {};
+      continue;
+    }
     if (ec) {
       fail(ec, "read");
       co_return;
@@ -437,15 +454,23 @@ std::size_t session::handle_input(protocol::read_buffer& buf) {
   return handled;
 }
 
+void session::spill_back(protocol::read_buffer& shared) {
+  // Nothing was read: what was moved in front of the read goes back (the
+  // spill keeps its allocation, so this cannot fail).
+  const std::size_t left = shared.end - shared.begin;
+  if (left > 0) std::memcpy(spill_.data(), shared.data() + shared.begin, left);
+  spill_.begin = 0;
+  spill_.end = left;
+  shared.begin = shared.end;
+}
+
 bool session::settle_input(protocol::read_buffer& buf, std::size_t handled) {
   const std::size_t left = buf.end - buf.begin;
-  if (&buf == &spill_) {
-    if (left == 0) {
-      release_spill();
-      return true;
-    }
-  } else {
-    if (left == 0) return true;
+  if (left == 0) {
+    release_spill();
+    return true;
+  }
+  if (&buf != &spill_) {
     // The start of an incomplete frame moves from the shared buffer into
     // the connection's own, sized to what arrived.
     if (!grow_spill(left)) return false;

@@ -77,6 +77,9 @@ class session : public std::enable_shared_from_this<session> {
   // spill_, an emptied spill_ is released, and the frame deadline is
   // checked. False when the session was closed.
   bool settle_input(protocol::read_buffer& buf, std::size_t handled);
+  // A read into the shared buffer found nothing: its front (moved there
+  // from spill_) goes back.
+  void spill_back(protocol::read_buffer& shared);
   // Makes room for `more` bytes in spill_, within the server's bound on
   // incomplete input (else closes with limit_exceeded and returns false).
   bool grow_spill(std::size_t more);
