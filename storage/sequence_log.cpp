@@ -373,13 +373,7 @@ struct sequence_log::impl {
   }
 
   // At open, after mdb_env_open: the page size, the reserve sizes and the
-  // data file's descriptor; preallocating, the file allocated on disk over
-  // the data (holes LMDB never wrote included), the disk reserve and one
-  // step ahead, then the map kept within the appends' limit. Best effort on
-  // a full disk: the log opens with what is allocated (trims still have
-  // the reserve earlier appends left). A filesystem without fallocate
-  // turns preallocation off. The lock file's pages are allocated too, so
-  // that a reader slot never faults on a full tmpfs.
+  // data file's descriptor. Changes nothing on disk.
   std::error_code prepare_space() {
     MDB_stat st{};
     if (auto ec = from_lmdb(mdb_env_stat(env, &st))) return ec;
@@ -391,6 +385,18 @@ struct sequence_log::impl {
     mdb_filehandle_t h{};
     if (auto ec = from_lmdb(mdb_env_get_fd(env, &h))) return ec;
     fd = h;
+    return {};
+  }
+
+  // At the end of open, once the log is known to be ours (its format
+  // checked): preallocating, the file allocated on disk over the data
+  // (holes LMDB never wrote included), the disk reserve and one step
+  // ahead, then the map kept within the appends' limit. Best effort on a
+  // full disk: the log opens with what is allocated (trims still have the
+  // reserve earlier appends left). A filesystem without fallocate turns
+  // preallocation off. The lock file's pages are allocated too, so that a
+  // reader slot never faults on a full tmpfs.
+  std::error_code preallocate() {
     if (!opts.preallocate) return {};
     struct stat file {};
     if (::fstat(fd, &file) != 0) return errc::io_error;
@@ -647,6 +653,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   if (rc == MDB_SUCCESS && v.mv_size == 8) p->last_stream_id = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data));
   else if (rc != MDB_NOTFOUND) return std::unexpected(rc == MDB_SUCCESS ? make_error_code(errc::corrupted) : from_lmdb(rc));
   if (auto ec = t.commit()) return std::unexpected(ec);
+  if (auto ec = p->preallocate()) return std::unexpected(ec);
   return std::unique_ptr<sequence_log>(new sequence_log(std::move(p)));
 }
 

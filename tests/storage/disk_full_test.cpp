@@ -7,9 +7,12 @@
 #include "storage/group_committer.hpp"
 #include "storage/sequence_log.hpp"
 #include "tests/support/tmpfs.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/wait.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <lmdb.h>
 
 #include <atomic>
 #include <cstddef>
@@ -353,4 +356,44 @@ TEST_CASE("a committer on a full filesystem refuses with storage_full and a rete
   REQUIRE(wait_until([&] { return ok + full + other == 64; }));
   CHECK(ok == 64);
   CHECK(t.log->info("busy")->records <= 100 + 64);
+}
+
+TEST_CASE("a log of another on-disk format is refused without preallocating its file", "[storage][disk-full]") {
+  // Preallocation comes after the format check: a refused log is left as
+  // it was, its file size included. No tmpfs needed.
+  switchyard::test::temp_dir dir{"switchyard-format"};
+  sy::log_options o;
+  o.dir = dir.path() / "log";
+  {
+    auto log = sy::sequence_log::open(o);
+    REQUIRE(log);
+    REQUIRE((*log)->append("s", pattern(10, 1)));
+  }
+  // Restamp it with a newer format version, straight through LMDB, and
+  // give the file back its unallocated size.
+  {
+    MDB_env* env = nullptr;
+    REQUIRE(mdb_env_create(&env) == MDB_SUCCESS);
+    REQUIRE(mdb_env_set_maxdbs(env, 8) == MDB_SUCCESS);
+    REQUIRE(mdb_env_open(env, o.dir.c_str(), 0, 0644) == MDB_SUCCESS);
+    MDB_txn* txn = nullptr;
+    REQUIRE(mdb_txn_begin(env, nullptr, 0, &txn) == MDB_SUCCESS);
+    MDB_dbi meta = 0;
+    REQUIRE(mdb_dbi_open(txn, "meta", 0, &meta) == MDB_SUCCESS);
+    unsigned char version[8] = {static_cast<unsigned char>(sy::log_format_version + 1)};
+    MDB_val k{14, const_cast<char*>("format_version")}, v{sizeof version, version};
+    REQUIRE(mdb_put(txn, meta, &k, &v, 0) == MDB_SUCCESS);
+    REQUIRE(mdb_txn_commit(txn) == MDB_SUCCESS);
+    MDB_envinfo info{};
+    mdb_env_info(env, &info);
+    MDB_stat st{};
+    mdb_env_stat(env, &st);
+    mdb_env_close(env);
+    std::filesystem::resize_file(o.dir / "data.mdb", (info.me_last_pgno + 1) * st.ms_psize);
+  }
+  const auto size = std::filesystem::file_size(o.dir / "data.mdb");
+  auto refused = sy::sequence_log::open(o);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error() == sy::errc::unsupported_format);
+  CHECK(std::filesystem::file_size(o.dir / "data.mdb") == size);
 }
