@@ -4,11 +4,22 @@
 
 namespace switchyard::storage {
 
+namespace {
+bool has_limits(const retention& r) { return r.max_records > 0 || r.max_bytes > 0 || r.max_age.count() > 0; }
+}  // namespace
+
 group_committer::group_committer(sequence_log& log, group_commit_options options)
     : log_(log), options_(options) {
   options_.max_batch_records = std::max<std::size_t>(1, options_.max_batch_records);
   options_.retention_step = std::max<std::size_t>(1, options_.retention_step);
   if (options_.retention_interval.count() < 1) options_.retention_interval = std::chrono::milliseconds(1);
+  retain_.defaults = options_.default_retention;
+  retain_.slack = options_.commit_trim_slack;
+  // Streams may have limits of their own from an earlier run. Known before
+  // the first commit, which may come from any thread (commit_queued).
+  retention_active_ = has_limits(options_.default_retention);
+  if (auto streams = log_.list())
+    for (const auto& st : *streams) retention_active_ |= st.own_retention.has_value();
   writer_ = std::thread([this] { run(); });
   if (log_.mode() == durability::batch) syncer_ = std::thread([this] { sync_loop(); });
 }
@@ -110,10 +121,6 @@ group_commit_stats group_committer::stats() const {
   return stats_;
 }
 
-namespace {
-bool has_limits(const retention& r) { return r.max_records > 0 || r.max_bytes > 0 || r.max_age.count() > 0; }
-}  // namespace
-
 bool group_committer::retention_pass() {
   auto streams = log_.list();
   if (!streams) return false;
@@ -139,10 +146,6 @@ bool group_committer::retention_pass() {
 
 void group_committer::run() {
   using clock = std::chrono::steady_clock;
-  // Streams may have limits of their own from an earlier run.
-  retention_active_ = has_limits(options_.default_retention);
-  if (auto streams = log_.list())
-    for (const auto& st : *streams) retention_active_ |= st.own_retention.has_value();
   next_retention_ = clock::now() + options_.retention_interval;
   std::vector<retention_change> changes;
   std::unique_lock lock(mu_);
@@ -275,19 +278,32 @@ void group_committer::commit(append_queue& batch) {
   if (any && log_.mode() == durability::batch) commits_.fetch_add(1, std::memory_order_release);
 }
 
-bool group_committer::commit_range(append_queue& batch, std::size_t begin, std::size_t end) {
+bool group_committer::commit_range(append_queue& batch, std::size_t begin, std::size_t end, bool split) {
   items_.clear();
   for (std::size_t i = begin; i < end; ++i) {
     const auto& p = batch.items[i];
     items_.push_back({batch.stream(p), batch.payload(p), batch.subject(p)});
   }
-  auto result = log_.append(items_, &epochs_);
+  // Retention in the same transaction, for the streams this range appends to.
+  append_retention* retain = retention_active_ ? &retain_ : nullptr;
+  auto result = log_.append(items_, &epochs_, retain);
+  if (result && retain && retain->trimmed > 0) {
+    std::lock_guard lock(mu_);
+    stats_.trimmed += retain->trimmed;
+    stats_.trimmed_in_commits += retain->trimmed;
+  }
   // A full log refuses a whole transaction: split it, so that what still
-  // fits is committed (in order) and only what does not fit fails.
-  if (!result && result.error() == errc::storage_full && end - begin > 1) {
+  // fits is committed (in order) and only what does not fit fails. When
+  // the first half committed nothing, the log is full for appends like
+  // these: the second half gets one attempt, whole.
+  if (!result && result.error() == errc::storage_full) {
+    std::lock_guard lock(mu_);
+    ++stats_.full_attempts;
+  }
+  if (!result && result.error() == errc::storage_full && split && end - begin > 1) {
     const std::size_t mid = begin + (end - begin) / 2;
     const bool first = commit_range(batch, begin, mid);
-    const bool second = commit_range(batch, mid, end);
+    const bool second = commit_range(batch, mid, end, first);
     return first || second;
   }
   for (std::size_t i = begin; i < end; ++i) {

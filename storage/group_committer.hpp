@@ -39,14 +39,20 @@ struct group_commit_options {
   // durability::batch: a syncer thread fsyncs this often while appends
   // are committed (never on the commit path). Ignored in the other modes.
   std::chrono::milliseconds sync_interval{10};
-  // Retention applied in the background on the writer thread while no
-  // append waits: every retention_interval, at most retention_step records
-  // per stream (sooner again while more are due). A stream with limits of
-  // its own (set_retention) gets those; every other stream gets
-  // default_retention. All limits 0 = keep everything.
+  // Retention. A stream with limits of its own (set_retention) gets those;
+  // every other stream gets default_retention. All limits 0 = keep
+  // everything. Applied in two places:
+  //  - in every commit, to the streams the batch appended to: a stream over
+  //    its limits loses at most (its records in the batch) + commit_trim_slack
+  //    records in the same transaction, so limits hold however busy the
+  //    writer is (see sequence_log::append);
+  //  - in the background on the writer thread while no append waits, for
+  //    every stream: every retention_interval, at most retention_step
+  //    records per stream (sooner again while more are due).
   retention default_retention{};
   std::chrono::milliseconds retention_interval{1000};
   std::size_t retention_step = 1000;
+  std::size_t commit_trim_slack = 16;
 };
 
 struct group_commit_stats {
@@ -54,7 +60,9 @@ struct group_commit_stats {
   std::uint64_t records = 0;
   std::uint64_t largest_batch = 0;
   std::uint64_t syncs = 0;    // explicit syncs: the batch mode's, and retention changes' outside the sync mode
-  std::uint64_t trimmed = 0;  // records removed by background retention
+  std::uint64_t trimmed = 0;  // records removed by retention, in commits and in the background
+  std::uint64_t trimmed_in_commits = 0;  // of which by commits
+  std::uint64_t full_attempts = 0;  // log appends (whole batches or parts) refused with storage_full
 };
 
 // What an append's completion gets on success.
@@ -67,7 +75,9 @@ class group_committer {
  public:
   // Runs on the committing thread with the sequence, or the error. When the log
   // is full, a batch is split until what fits is committed; only the
-  // appends that do not fit fail (storage_full).
+  // appends that do not fit fail (storage_full). Once a first half commits
+  // nothing, the second half is tried once, whole, so a refused batch costs
+  // O(log n) attempts, not O(n).
   // Must not block for long: post the result to your own thread.
   using completion = std::function<void(std::expected<append_ack, std::error_code>)>;
 
@@ -194,8 +204,10 @@ class group_committer {
   bool take_batch(std::size_t max_records);
   void commit(append_queue& batch);
   // Commits batch.items[begin, end), runs its completions and collects the
-  // tokened results in results_; true if anything was committed.
-  bool commit_range(append_queue& batch, std::size_t begin, std::size_t end);
+  // tokened results in results_; true if anything was committed. With
+  // `split`, a range the full log refuses is split in halves (see
+  // completion).
+  bool commit_range(append_queue& batch, std::size_t begin, std::size_t end, bool split = true);
 
   sequence_log& log_;
   group_commit_options options_;
@@ -210,6 +222,7 @@ class group_committer {
   std::vector<token_result> results_;  // its tokened results
   std::vector<append_item> items_;     // scratch for log_.append
   std::vector<std::uint64_t> epochs_;  // the epochs log_.append reports
+  append_retention retain_;            // retention in the commit (defaults and slack from options_)
   std::vector<retention_change> changes_;  // guarded by mu_
   bool stopping_ = false;       // guarded by mu_
   group_commit_stats stats_;    // guarded by mu_
@@ -220,8 +233,9 @@ class group_committer {
   std::uint64_t synced_ = 0;               // guarded by mu_: commits_ as of the last sync
   std::thread syncer_;
   std::chrono::steady_clock::time_point next_retention_;  // writer thread
-  // Whether retention passes run: the default has limits, or some stream
-  // has limits of its own (writer thread; refreshed by every pass).
+  // Whether retention runs (passes, and in commits): the default has
+  // limits, or some stream has limits of its own. Guarded by commit_mu_
+  // (set before the threads start; refreshed by every pass and change).
   bool retention_active_ = false;
   std::thread writer_;
 };

@@ -1,9 +1,14 @@
 #include "storage/sequence_log.hpp"
 
+#include <fcntl.h>
 #include <lmdb.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -26,6 +31,39 @@ constexpr std::string_view format_key = "format_version";
 
 static_assert(max_subject_bytes <= UINT32_MAX, "the subject length is a u32 on disk");
 constexpr std::size_t retention_size = 3 * 8;  // max records, max age (ms), max bytes
+
+// Disk space (docs/storage.md, "Space"). LMDB 0.9 facts these bounds rely
+// on: two meta pages; a page header of 16 bytes; a node header of 8 bytes;
+// a node larger than ((page - 16) / 2 & ~1) - 2 bytes goes to overflow
+// pages; a page number p + n is refused unless below map_size / page.
+constexpr std::size_t lmdb_metas = 2;
+constexpr std::size_t lmdb_page_header = 16;
+constexpr std::size_t lmdb_node_header = 8;
+// Free pages every append leaves for trims (the trim pool): at most 256 KiB,
+// at most an eighth of max_map_size, at least 16 pages.
+constexpr std::size_t trim_pool_bytes = 256u << 10;
+constexpr std::size_t min_trim_pool_pages = 16;
+// Preallocation steps: an eighth of the file, within these bounds.
+constexpr std::uint64_t min_prealloc_step = 1u << 20;
+constexpr std::uint64_t max_prealloc_step = 64u << 20;
+// The smallest step tried once a larger one found the disk full.
+constexpr std::uint64_t last_prealloc_step = 64u << 10;
+// LMDB reports a short write as EIO; a commit failing with it while the
+// filesystem has less than this free is taken for a full disk.
+constexpr std::uint64_t short_write_free_bytes = 64u << 20;
+
+// Whether an fallocate/pwrite errno means "no space" (the disk, or a quota).
+bool no_space(int e) { return e == ENOSPC || e == EDQUOT; }
+
+// fallocate(mode 0) over [offset, offset + len), retried on EINTR.
+// Returns 0 or the errno.
+int allocate(int fd, std::uint64_t offset, std::uint64_t len) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    if (::fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(len)) == 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+  return EINTR;
+}
 
 // Little-endian integers of the on-disk values, whatever the host.
 template <class T>
@@ -93,10 +131,12 @@ class txn {
   txn& operator=(const txn&) = delete;
   ~txn() { abort(); }
   std::error_code begin(MDB_env* env, unsigned flags) { return from_lmdb(mdb_txn_begin(env, nullptr, flags, &t_)); }
-  std::error_code commit() {
+  std::error_code commit() { return from_lmdb(commit_rc()); }
+  // The same with LMDB's own return code (MDB_* or errno).
+  int commit_rc() {
     const int rc = mdb_txn_commit(t_);
     t_ = nullptr;
-    return from_lmdb(rc);
+    return rc;
   }
   void abort() noexcept {
     if (t_) mdb_txn_abort(t_);
@@ -136,6 +176,24 @@ std::expected<retention, std::error_code> decode_retention(const MDB_val& v) {
   return retention{get_le<std::uint64_t>(p), std::chrono::milliseconds(static_cast<std::int64_t>(age)), get_le<std::uint64_t>(p + 16)};
 }
 
+bool has_limits(const retention& r) { return r.max_records > 0 || r.max_bytes > 0 || r.max_age.count() > 0; }
+
+// The retention test of a stream's front record: true while the stream
+// (metadata `m`) is over a limit or the record (timestamp `ts`) is older
+// than max_age at `now`.
+auto over_limits(const retention& limits, std::uint64_t now) {
+  const auto age = static_cast<std::uint64_t>(limits.max_age.count());
+  const std::uint64_t cutoff = age > 0 && now > age ? now - age : 0;
+  return [limits, cutoff](const meta& m, std::uint64_t, std::uint64_t ts) {
+    return (limits.max_records > 0 && m.records > limits.max_records) ||
+           (limits.max_bytes > 0 && m.bytes > limits.max_bytes) || (cutoff > 0 && ts < cutoff);
+  };
+}
+
+// LMDB's own databases (mdb.c: FREE_DBI, MAIN_DBI); mdb_stat takes them.
+constexpr MDB_dbi lmdb_free_dbi = 0;
+constexpr MDB_dbi lmdb_main_dbi = 1;
+
 }  // namespace
 
 struct sequence_log::impl {
@@ -147,6 +205,22 @@ struct sequence_log::impl {
   // Readers and the writer hold it shared for a transaction; growing the
   // map takes it exclusively (LMDB requires no live transaction then).
   mutable std::shared_mutex resize;
+  // Disk space (writer thread, and open()): LMDB's data file (borrowed
+  // from the env), its page size, the bytes of it allocated on disk (0:
+  // not preallocating), and the disk reserve appends leave free: a pool of
+  // pages for trims, and a tail of contiguous pages past the appends' map
+  // limit (a trim of the largest record lists all its freed pages in one
+  // free-list entry, whose overflow pages must be contiguous).
+  int fd = -1;
+  std::size_t page = 4096;
+  std::uint64_t allocated = 0;
+  std::size_t pool_pages = min_trim_pool_pages;
+  std::size_t tail_pages = 4;
+  // Set by a write that failed for want of disk space, and why: the
+  // append's reserve check (more of the file would help), or the
+  // filesystem refused the commit (a bigger map would not help).
+  bool short_of_reserve = false;
+  bool disk_refused = false;
 
   ~impl() {
     if (env) mdb_env_close(env);
@@ -211,10 +285,12 @@ struct sequence_log::impl {
     return fresh;
   }
 
-  // A write that may have grown the map into the trim reserve gives
-  // appends back only the ceiling (see trim_front).
+  // A write that may have used the reserves gives appends back only their
+  // own limit (LMDB keeps whatever the data now occupies; a map already at
+  // that size is left alone).
   std::error_code keep_reserve() {
-    if (map_size > append_ceiling()) return resize_map(append_ceiling());
+    const std::size_t fit = std::max(map_limit(false), used_bytes());
+    if (map_size > fit) return resize_map(fit);
     return {};
   }
 
@@ -225,6 +301,28 @@ struct sequence_log::impl {
     const std::size_t max = opts.max_map_size;
     const std::size_t reserve = std::clamp<std::size_t>(max / 32, std::min<std::size_t>(256u << 10, max / 4), max / 4);
     return max - reserve;
+  }
+
+  // The largest map a write may use: appends up to the append ceiling and,
+  // preallocating, the allocated file less the tail reserve; reserve users
+  // (trims, retention changes) up to max_map_size and the allocated file.
+  std::size_t map_limit(bool reserve) const {
+    std::uint64_t limit = reserve ? opts.max_map_size : append_ceiling();
+    if (allocated != 0) {
+      const std::uint64_t tail = reserve ? 0 : std::uint64_t{tail_pages} * page;
+      limit = std::min(limit, allocated > tail ? allocated - tail : 0);
+    }
+    return static_cast<std::size_t>(limit);
+  }
+
+  // The pages every append leaves free for trims (see check_disk_reserve).
+  std::size_t disk_reserve_pages() const { return pool_pages + tail_pages; }
+
+  // Bytes of the file LMDB uses (through its last page), as last committed.
+  std::size_t used_bytes() const {
+    MDB_envinfo info{};
+    mdb_env_info(env, &info);
+    return (static_cast<std::size_t>(info.me_last_pgno) + 1) * page;
   }
 
   // Sets the map size (LMDB never goes below the data in use) and records
@@ -238,27 +336,183 @@ struct sequence_log::impl {
     return {};
   }
 
-  std::error_code grow(std::size_t ceiling) {
-    if (map_size >= ceiling) return errc::storage_full;
-    return resize_map(std::min(ceiling, map_size * 2));
+  // Makes room after a write failed with storage_full: grows the map
+  // towards map_limit(reserve) (doubling; straight to the limit when
+  // preallocating, as the allocation steps are the growth policy), or, when
+  // the allocated file is what limits (or the append's reserve check
+  // failed), allocates more of the file. storage_full if nothing helps.
+  std::error_code grow(bool reserve) {
+    if (disk_refused) return errc::storage_full;
+    const std::size_t limit = map_limit(reserve);
+    if (!short_of_reserve && map_size < limit) return resize_map(allocated != 0 ? limit : std::min(limit, map_size * 2));
+    const std::uint64_t ceiling = reserve ? opts.max_map_size : append_ceiling();
+    const bool file_bound = allocated != 0 && (short_of_reserve || limit < ceiling);
+    if (!file_bound || !extend_file()) return errc::storage_full;
+    const std::size_t wider = map_limit(reserve);
+    return wider > map_size ? resize_map(wider) : std::error_code{};
   }
 
-  // Runs `body` in a write transaction and commits; when the map is full,
-  // grows it and runs `body` again in a fresh transaction.
-  // `ceiling` is the largest map this write may grow to.
+  // Allocates more of the data file on disk (writer thread): a step of an
+  // eighth of what is allocated (1..64 MiB) or, if the disk refuses that,
+  // 64 KiB; never past max_map_size. False if nothing was allocated (not
+  // preallocating, at the maximum, the disk or quota full, an error).
+  bool extend_file() {
+    const std::uint64_t max = opts.max_map_size / page * page;
+    if (allocated == 0 || allocated >= max) return false;
+    const std::uint64_t step = std::clamp(allocated / 8, min_prealloc_step, max_prealloc_step);
+    for (const std::uint64_t want : {step, last_prealloc_step}) {
+      const std::uint64_t target = std::min(max, (allocated + want + page - 1) / page * page);
+      const int e = allocate(fd, allocated, target - allocated);
+      if (e == 0) {
+        allocated = target;
+        return true;
+      }
+      if (!no_space(e)) return false;
+    }
+    return false;
+  }
+
+  // At open, after mdb_env_open: the page size, the reserve sizes and the
+  // data file's descriptor. Changes nothing on disk.
+  std::error_code prepare_space() {
+    MDB_stat st{};
+    if (auto ec = from_lmdb(mdb_env_stat(env, &st))) return ec;
+    page = st.ms_psize;
+    pool_pages = std::max(min_trim_pool_pages, std::min(trim_pool_bytes, opts.max_map_size / 8) / page);
+    const std::size_t record_pages =
+        (record_header + opts.max_record_bytes + max_subject_bytes + 16 + lmdb_page_header) / page + 1;
+    tail_pages = ((record_pages + 64) * 8 + lmdb_page_header) / page + 1 + 4;
+    mdb_filehandle_t h{};
+    if (auto ec = from_lmdb(mdb_env_get_fd(env, &h))) return ec;
+    fd = h;
+    return {};
+  }
+
+  // At the end of open, once the log is known to be ours (its format
+  // checked): preallocating, the file allocated on disk over the data
+  // (holes LMDB never wrote included), the disk reserve and one step
+  // ahead, then the map kept within the appends' limit. Best effort on a
+  // full disk: the log opens with what is allocated (trims still have the
+  // reserve earlier appends left). A filesystem without fallocate turns
+  // preallocation off. The lock file's pages are allocated too, so that a
+  // reader slot never faults on a full tmpfs.
+  std::error_code preallocate() {
+    if (!opts.preallocate) return {};
+    struct stat file {};
+    if (::fstat(fd, &file) != 0) return errc::io_error;
+    const std::uint64_t size = static_cast<std::uint64_t>(file.st_size);
+    const std::uint64_t have = (std::max<std::uint64_t>(size, used_bytes()) + page - 1) / page * page;
+    const std::uint64_t max = std::max<std::uint64_t>(have, opts.max_map_size / page * page);
+    const std::uint64_t want = std::min(max, have + std::uint64_t{disk_reserve_pages()} * page + min_prealloc_step);
+    if (const int e = allocate(fd, 0, want); e == 0) {
+      allocated = want;
+    } else if (!no_space(e)) {
+      allocated = 0;  // EOPNOTSUPP and the like: the file grows as LMDB writes it
+      return {};
+    } else if (allocate(fd, 0, have) == 0) {
+      allocated = have;
+    } else {
+      allocated = std::max<std::uint64_t>(size / page * page, page);  // pages past it may be holes
+    }
+    const auto lock_path = opts.dir / "lock.mdb";
+    if (const int lfd = ::open(lock_path.c_str(), O_RDWR | O_CLOEXEC); lfd >= 0) {
+      struct stat lock_file {};
+      if (::fstat(lfd, &lock_file) == 0 && lock_file.st_size > 0)
+        (void)allocate(lfd, 0, static_cast<std::uint64_t>(lock_file.st_size));
+      ::close(lfd);
+    }
+    // The map starts at initial_map_size (as set before mdb_env_open) or
+    // the appends' limit, whichever is smaller, and grows on demand.
+    const std::size_t fit = std::max(std::min(map_size, map_limit(false)), used_bytes());
+    return fit != map_size ? resize_map(fit) : std::error_code{};
+  }
+
+  // Pages of every B-tree (LMDB's free list and main tree, and ours) and
+  // each one's depth, as transaction `t` sees them.
+  struct tree_pages {
+    std::size_t total = 0;
+    std::size_t depth_free = 0, depth_main = 0, depth_streams = 0, depth_records = 0, depth_meta = 0;
+  };
+  std::expected<tree_pages, std::error_code> count_pages(MDB_txn* t) const {
+    tree_pages out;
+    std::size_t* depth[] = {&out.depth_free, &out.depth_main, &out.depth_streams, &out.depth_records,
+                            &out.depth_meta, nullptr};
+    const MDB_dbi dbis[] = {lmdb_free_dbi, lmdb_main_dbi, streams, records, metadata, own_retention};
+    for (std::size_t i = 0; i < std::size(dbis); ++i) {
+      MDB_stat st{};
+      if (const int rc = mdb_stat(t, dbis[i], &st); rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
+      out.total += st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages;
+      if (depth[i]) *depth[i] = st.ms_depth;
+    }
+    return out;
+  }
+
+  // An append's disk reserve check, in its transaction `t` just before the
+  // commit: storage_full (short_of_reserve set) unless the file keeps
+  // disk_reserve_pages() free for the next transaction. Of the pages the
+  // file can hold (map_limit(true); LMDB never uses a map's last page), in
+  // use or unusable after this commit are: the metas, every tree as it
+  // will be, the pages this commit frees (LMDB reuses a freed page only
+  // from the commit after next, so a trim right after could not) and the
+  // free-list entry that lists them. The freed pages are bounded from
+  // above: the old copies of the pages changed (per stream touched, the
+  // paths to its last record and its metadata; per trimmed stream, the
+  // path to its first record; the metadata and main trees' paths) and,
+  // twice over, the pages retention emptied (`removed`, counted). Every
+  // tree must be in count_pages, or this undercounts.
+  std::error_code check_disk_reserve(MDB_txn* t, std::size_t streams_touched, std::size_t streams_trimmed,
+                                     std::size_t removed) {
+    auto now = count_pages(t);
+    if (!now) return now.error();
+    const std::size_t freed = streams_touched * (now->depth_records + now->depth_streams) +
+                              streams_trimmed * now->depth_records + now->depth_meta + now->depth_main +
+                              2 * removed + 8;
+    const std::size_t list_bytes = 8 * (freed + 1);
+    const std::size_t node_max = ((page - lmdb_page_header) / 2 & ~std::size_t{1}) - 2;
+    const std::size_t list_pages =
+        now->depth_free + 2 + (list_bytes + 8 + lmdb_node_header > node_max ? (list_bytes + lmdb_page_header) / page + 1 : 0);
+    const std::size_t capacity = map_limit(true) / page;
+    const std::size_t needed = lmdb_metas + now->total + freed + list_pages + disk_reserve_pages() + 1;
+    if (needed <= capacity) return {};
+    short_of_reserve = true;
+    return errc::storage_full;
+  }
+
+  // A commit's error as callers see it: LMDB 0.9 reports a short write as
+  // EIO, which on a nearly full filesystem is the disk filling up. Sets
+  // disk_refused when the filesystem had no room.
+  std::error_code commit_error(int rc) {
+    if (no_space(rc)) disk_refused = true;  // storage_full; MDB_MAP_FULL (the free list's save) is not
+    if (rc != EIO || fd < 0) return from_lmdb(rc);
+    struct statvfs vfs {};
+    if (::fstatvfs(fd, &vfs) != 0) return from_lmdb(rc);
+    const std::uint64_t free = static_cast<std::uint64_t>(::geteuid() == 0 ? vfs.f_bfree : vfs.f_bavail) * vfs.f_frsize;
+    if (free >= short_write_free_bytes) return from_lmdb(rc);
+    disk_refused = true;
+    return errc::storage_full;
+  }
+
+  // Runs `body` in a write transaction and commits; when the map is full
+  // (or an append's reserve check fails), grows the map or the allocated
+  // file and runs `body` again in a fresh transaction. `reserve`: this
+  // write may use the reserves (trims, retention changes). A commit the
+  // filesystem refuses (no space) is not retried: LMDB aborted it, the
+  // environment stays usable and nothing committed before is touched.
   template <class Body>
-  std::error_code write(Body body, std::size_t ceiling) {
+  std::error_code write(Body body, bool reserve) {
     for (;;) {
       std::error_code ec;
+      short_of_reserve = false;
+      disk_refused = false;
       {
         std::shared_lock lock(resize);
         txn t;
         if ((ec = t.begin(env, 0))) return ec;
         ec = body(t.get());
-        if (!ec) ec = t.commit();
+        if (!ec) ec = commit_error(t.commit_rc());
       }
       if (ec != errc::storage_full) return ec;
-      if (auto grown = grow(ceiling)) return grown;
+      if (auto grown = grow(reserve)) return grown;
     }
   }
 
@@ -287,46 +541,64 @@ struct sequence_log::impl {
     return from_lmdb(mdb_put(t, metadata, &k, &nv, 0));
   }
 
+  // Deletes records from the front of the stream `m` describes (its
+  // metadata, updated here, not stored) in transaction `t` while `more(m,
+  // seq, timestamp)` says so, at most `max`. Returns how many went.
+  template <class More>
+  std::expected<std::size_t, std::error_code> trim_in(MDB_txn* t, meta& m, std::size_t max, More&& more) {
+    std::size_t removed = 0;
+    cursor c(t, records);
+    if (c.status() != MDB_SUCCESS) return std::unexpected(from_lmdb(c.status()));
+    record_key start(m.id, m.first);
+    MDB_val k = start.val(), v{};
+    int rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+    while (rc == MDB_SUCCESS && removed < max) {
+      const auto* kb = static_cast<const std::byte*>(k.mv_data);
+      if (k.mv_size != 16 || get_be64(kb) != m.id) break;
+      const std::uint64_t seq = get_be64(kb + 8);
+      if (v.mv_size < record_header) return std::unexpected(make_error_code(errc::corrupted));
+      const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
+      if (!more(m, seq, ts)) break;
+      const std::size_t stored = v.mv_size - record_header;  // subject + payload, as counted in bytes
+      if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
+      m.first = seq + 1;
+      m.records -= 1;
+      m.bytes -= std::min<std::uint64_t>(m.bytes, stored);
+      ++removed;
+      // Re-seek rather than rely on the cursor's position after a delete.
+      record_key next(m.id, seq + 1);
+      k = next.val();
+      rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+    }
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return std::unexpected(from_lmdb(rc));
+    if (removed > 0 && m.records == 0) m.first = m.last + 1;
+    return removed;
+  }
+
   // Deletes records from the front of a stream while `more(meta, seq,
-  // timestamp)` says so, at most `max`.
+  // timestamp)` says so, at most `max`, in a write that may use the
+  // reserves. On storage_full it tries again with half as many, down to
+  // one record: a smaller step needs fewer fresh pages.
   template <class More>
   std::expected<std::size_t, std::error_code> trim_front(std::string_view name, std::size_t max, More more) {
     std::size_t removed = 0;
-    const auto ec = write([&](MDB_txn* t) -> std::error_code {
-      removed = 0;
-      auto m = load(t, name);
-      if (!m) return m.error();
-      cursor c(t, records);
-      if (c.status() != MDB_SUCCESS) return from_lmdb(c.status());
-      record_key start(m->id, m->first);
-      MDB_val k = start.val(), v{};
-      int rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
-      while (rc == MDB_SUCCESS && removed < max) {
-        const auto* kb = static_cast<const std::byte*>(k.mv_data);
-        if (k.mv_size != 16 || get_be64(kb) != m->id) break;
-        const std::uint64_t seq = get_be64(kb + 8);
-        if (v.mv_size < record_header) return errc::corrupted;
-        const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
-        if (!more(*m, seq, ts)) break;
-        const std::size_t stored = v.mv_size - record_header;  // subject + payload, as counted in bytes
-        if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return from_lmdb(rc);
-        m->first = seq + 1;
-        m->records -= 1;
-        m->bytes -= std::min<std::uint64_t>(m->bytes, stored);
-        ++removed;
-        // Re-seek rather than rely on the cursor's position after a delete.
-        record_key next(m->id, seq + 1);
-        k = next.val();
-        rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
-      }
-      if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return from_lmdb(rc);
-      if (removed == 0) return {};  // nothing written: LMDB commits nothing, no fsync
-      if (m->records == 0) m->first = m->last + 1;
-      return store(t, name, *m);
-    }, opts.max_map_size);
-    // A trim may have dipped into the reserve: give appends back only the
-    // ceiling again (LMDB keeps whatever the data now occupies), so they
-    // reuse the pages the trim freed and the reserve stays for trims.
+    std::error_code ec;
+    for (std::size_t step = std::max<std::size_t>(max, 1);; step /= 2) {
+      ec = write([&](MDB_txn* t) -> std::error_code {
+        removed = 0;
+        auto m = load(t, name);
+        if (!m) return m.error();
+        auto n = trim_in(t, *m, std::min(step, max), more);
+        if (!n) return n.error();
+        removed = *n;
+        if (removed == 0) return {};  // nothing written: LMDB commits nothing, no fsync
+        return store(t, name, *m);
+      }, true);
+      if (ec != errc::storage_full || step <= 1) break;
+    }
+    // A trim may have dipped into the reserves: give appends back only
+    // their limit again, so they reuse the pages the trim freed and the
+    // reserve stays for trims.
     if (auto shrink = keep_reserve()) return std::unexpected(shrink);
     if (ec) return std::unexpected(ec);
     return removed;
@@ -366,6 +638,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   MDB_envinfo info{};
   mdb_env_info(p->env, &info);
   p->map_size = info.me_mapsize;  // at least what the data in an existing log occupies
+  if (auto ec = p->prepare_space()) return std::unexpected(ec);
 
   txn t;
   if (auto ec = t.begin(p->env, 0)) return std::unexpected(ec);
@@ -380,11 +653,13 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   if (rc == MDB_SUCCESS && v.mv_size == 8) p->last_stream_id = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data));
   else if (rc != MDB_NOTFOUND) return std::unexpected(rc == MDB_SUCCESS ? make_error_code(errc::corrupted) : from_lmdb(rc));
   if (auto ec = t.commit()) return std::unexpected(ec);
+  if (auto ec = p->preallocate()) return std::unexpected(ec);
   return std::unique_ptr<sequence_log>(new sequence_log(std::move(p)));
 }
 
 std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(std::span<const append_item> items,
-                                                                             std::vector<std::uint64_t>* epochs) {
+                                                                             std::vector<std::uint64_t>* epochs,
+                                                                             append_retention* retain) {
   auto& p = *impl_;
   for (const auto& item : items)
     if (auto ec = check(item.stream, item.payload.size(), item.subject.size())) return std::unexpected(ec);
@@ -394,7 +669,12 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
     seqs.clear();
     if (epochs) epochs->clear();
     last_id = p.last_stream_id;  // a retry starts from what is committed
-    std::unordered_map<std::string_view, meta> touched;
+    if (retain) retain->trimmed = 0;
+    struct touched_stream {
+      meta m;
+      std::size_t appended = 0;
+    };
+    std::unordered_map<std::string_view, touched_stream> touched;
     const std::uint64_t now = p.now_ms();
     for (const auto& item : items) {
       auto it = touched.find(item.stream);
@@ -402,9 +682,10 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
         auto m = p.load(t, item.stream);
         if (!m && m.error() != errc::not_found) return m.error();
         if (!m) m = p.new_stream(last_id, now);
-        it = touched.emplace(item.stream, *m).first;
+        it = touched.emplace(item.stream, touched_stream{*m}).first;
       }
-      meta& m = it->second;
+      ++it->second.appended;
+      meta& m = it->second.m;
       const std::uint64_t seq = ++m.last;
       record_key key(m.id, seq);
       const std::size_t subject = item.subject.size();
@@ -429,16 +710,38 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       seqs.push_back(seq);
       if (epochs) epochs->push_back(m.epoch);
     }
-    for (const auto& [name, m] : touched)
-      if (auto e = p.store(t, name, m)) return e;
+    // Retention in the same commit: each stream over its limits loses at
+    // most what this append added to it plus the slack.
+    std::size_t trimmed = 0, streams_trimmed = 0, removed_pages = 0;
+    if (retain) {
+      auto before = p.count_pages(t);
+      if (!before) return before.error();
+      for (auto& [name, ts] : touched) {
+        auto own = p.load_retention(t, name);
+        if (!own) return own.error();
+        const retention& limits = *own ? **own : retain->defaults;
+        if (!has_limits(limits)) continue;
+        auto n = p.trim_in(t, ts.m, ts.appended + retain->slack, over_limits(limits, now));
+        if (!n) return n.error();
+        trimmed += *n;
+        streams_trimmed += *n > 0 ? 1 : 0;
+      }
+      auto after = p.count_pages(t);
+      if (!after) return after.error();
+      removed_pages = before->total > after->total ? before->total - after->total : 0;
+    }
+    for (const auto& [name, ts] : touched)
+      if (auto e = p.store(t, name, ts.m)) return e;
     if (last_id != p.last_stream_id) {
       std::byte buf[8];
       put_le<std::uint64_t>(buf, last_id);
       MDB_val k = view(last_stream_key), v{sizeof buf, buf};
       if (const int rc = mdb_put(t, p.metadata, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
     }
+    if (auto e = p.check_disk_reserve(t, touched.size(), streams_trimmed, removed_pages)) return e;
+    if (retain) retain->trimmed = trimmed;
     return {};
-  }, p.append_ceiling());
+  }, false);
   if (ec) return std::unexpected(ec);
   p.last_stream_id = last_id;
   return seqs;
@@ -564,7 +867,7 @@ std::expected<stream_info, std::error_code> sequence_log::set_retention(std::str
     out = m->info(stream);
     out.own_retention = limits;
     return {};
-  }, p.opts.max_map_size);
+  }, true);
   const auto shrink = p.keep_reserve();
   if (ec) return std::unexpected(ec);
   if (shrink) return std::unexpected(shrink);
@@ -584,7 +887,7 @@ std::expected<stream_info, std::error_code> sequence_log::clear_retention(std::s
       return from_lmdb(rc);
     out = m->info(stream);
     return {};
-  }, p.opts.max_map_size);
+  }, true);
   const auto shrink = p.keep_reserve();
   if (ec) return std::unexpected(ec);
   if (shrink) return std::unexpected(shrink);
@@ -599,13 +902,7 @@ std::expected<std::size_t, std::error_code> sequence_log::trim(std::string_view 
 
 std::expected<std::size_t, std::error_code> sequence_log::enforce(std::string_view stream, const retention& limits,
                                                                   std::size_t max_records) {
-  const std::uint64_t now = impl_->now_ms();
-  const auto age = static_cast<std::uint64_t>(limits.max_age.count());
-  const std::uint64_t cutoff = age > 0 && now > age ? now - age : 0;
-  return impl_->trim_front(stream, max_records, [&](const meta& m, std::uint64_t, std::uint64_t ts) {
-    return (limits.max_records > 0 && m.records > limits.max_records) ||
-           (limits.max_bytes > 0 && m.bytes > limits.max_bytes) || (cutoff > 0 && ts < cutoff);
-  });
+  return impl_->trim_front(stream, max_records, over_limits(limits, impl_->now_ms()));
 }
 
 std::error_code sequence_log::check(std::string_view stream, std::size_t payload_size,
@@ -625,5 +922,9 @@ std::size_t sequence_log::map_size() const noexcept {
 }
 
 durability sequence_log::mode() const noexcept { return impl_->opts.mode; }
+
+sequence_log::space_info sequence_log::space() const noexcept {
+  return {impl_->allocated, std::uint64_t{impl_->disk_reserve_pages()} * impl_->page};
+}
 
 }  // namespace switchyard::storage

@@ -33,12 +33,27 @@
 // calls (what was appended since the last one can be lost in a crash, the
 // log itself stays consistent); `none` never syncs by itself.
 //
-// The map grows (doubling) when full; appends may take it up to
-// max_map_size less a reserve (1/32 of it, at least 256 KiB, at most a
-// quarter) and then fail with storage_full, with everything already
-// committed readable. The reserve is for trims and retention, which need
-// fresh pages even to delete: a full log can always be trimmed, and appends
-// then reuse the space freed.
+// The map grows when full; appends may take it up to max_map_size less a
+// reserve (1/32 of it, at least 256 KiB, at most a quarter) and then fail
+// with storage_full, with everything already committed readable. The
+// reserve is for trims and retention, which need fresh pages even to
+// delete: a full log can always be trimmed, and appends then reuse the
+// space freed.
+//
+// The disk can be smaller than max_map_size. The data file is allocated on
+// disk ahead of the data (fallocate, in steps of an eighth of the file, 1 to
+// 64 MiB) and the map never reaches past what is allocated, so LMDB never
+// writes to space the filesystem has not given it: on a full disk appends
+// fail with storage_full before their commit, never with an I/O error.
+// Every append also leaves a disk reserve free inside the file (free pages
+// plus allocated slack, at least the trim pool and the tail reserve: see
+// disk_reserve_pages()), checked in its transaction before it commits, so a
+// trim (and retention) always finds the pages it needs, even when the
+// filesystem is full; the pages it frees are then reused by appends. Where
+// the filesystem cannot preallocate (or log_options::preallocate is off),
+// a commit the disk refuses fails with storage_full (ENOSPC, EDQUOT, or the
+// EIO that LMDB reports for a short write on a nearly full filesystem) and
+// the reserve is only the map's.
 //
 // Thread safety: any number of threads may read; appends, trims and
 // retention changes must come from one thread at a time (the group-commit writer). Not for use by
@@ -85,6 +100,10 @@ struct log_options {
   // only stored and used for age retention) and stream epochs (random).
   std::function<std::uint64_t()> wall_clock_ms;
   std::function<std::uint64_t()> random64;
+  // Allocate the data file on disk ahead of the data (fallocate) and keep
+  // the disk reserve in it (see above). Off: the file grows as LMDB writes
+  // it, and a full disk shows only as failed commits.
+  bool preallocate = true;
 };
 
 // Retention limits; 0 means no limit.
@@ -106,6 +125,14 @@ struct stream_info {
   // The stream's own retention limits (set_retention); nullopt: the
   // caller's default applies.
   std::optional<retention> own_retention;
+};
+
+// Retention applied inside an append's own transaction (see append()), so
+// a stream over its limits is trimmed by the commit that puts it over.
+struct append_retention {
+  retention defaults;     // for streams without limits of their own (all 0: keep everything)
+  std::size_t slack = 16;  // per stream and append: trims at most (its records in the append) + slack
+  std::size_t trimmed = 0;  // out: records trimmed by the last append() given this object
 };
 
 struct append_item {
@@ -142,11 +169,18 @@ class sequence_log {
   // Appends every item in one transaction, creating streams on first use;
   // returns each item's sequence, in order. All or nothing. Errors:
   // invalid_argument (empty or long name, oversized payload or subject),
-  // storage_full. Subject and payload are written straight into the
-  // record's LMDB value (MDB_RESERVE), not copied anywhere else.
+  // storage_full (the map or the disk is full, or the commit would leave
+  // less than the disk reserve). Subject and payload are written straight
+  // into the record's LMDB value (MDB_RESERVE), not copied anywhere else.
   // With `epochs` given, it receives each item's stream epoch too.
+  // With `retain` given, every stream the append touched is trimmed in the
+  // same transaction to its own limits (or retain->defaults), by count,
+  // bytes and age, at most its records in this append plus retain->slack;
+  // retain->trimmed receives how many went. The sequences returned are
+  // those appended even if retention removed some of them at once.
   std::expected<std::vector<std::uint64_t>, std::error_code> append(std::span<const append_item> items,
-                                                                    std::vector<std::uint64_t>* epochs = nullptr);
+                                                                    std::vector<std::uint64_t>* epochs = nullptr,
+                                                                    append_retention* retain = nullptr);
   std::expected<std::uint64_t, std::error_code> append(std::string_view stream, std::span<const std::byte> payload,
                                                        std::span<const std::byte> subject = {});
 
@@ -184,6 +218,8 @@ class sequence_log {
 
   // Removes up to `max_records` records from the front of the stream, all
   // below `before_seq`. Returns how many went. Sequences are not reused.
+  // Trims may use the reserves (map and disk); on a full log a trim retries
+  // with half the records, down to one, so it makes progress.
   std::expected<std::size_t, std::error_code> trim(std::string_view stream, std::uint64_t before_seq,
                                                    std::size_t max_records);
   // One bounded retention step: trims by count, bytes (payload + subject)
@@ -202,6 +238,15 @@ class sequence_log {
 
   std::size_t map_size() const noexcept;
   durability mode() const noexcept;
+
+  // Space of the data file in bytes, as the writer last saw it: allocated
+  // on disk (0 when not preallocating), and the disk reserve appends leave
+  // free (trim pool + tail). Writer thread (or while no write runs).
+  struct space_info {
+    std::uint64_t allocated = 0;
+    std::uint64_t reserve = 0;
+  };
+  space_info space() const noexcept;
 
   struct impl;
 

@@ -480,3 +480,99 @@ TEST_CASE("commit_queued commits bounded batches on the calling thread, in queue
   REQUIRE(all->records.size() == 10);
   for (std::size_t i = 0; i < all->records.size(); ++i) CHECK(str(all->records[i].payload) == std::string(i + 1, 'x'));
 }
+
+TEST_CASE("retention in each commit holds a stream to its record limit under back-to-back batches", "[storage]") {
+  // No background pass (an hour apart, and only while no append waits):
+  // only the commits themselves trim.
+  temp_log t(durability::none);
+  group_commit_options o;
+  o.default_retention.max_records = 100;
+  o.retention_interval = std::chrono::hours(1);
+  group_committer gc(*t.log, o);
+  std::atomic<std::uint64_t> acked{0}, failed{0};
+  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) {
+    for (const auto& x : r) ++(x.result ? acked : failed);
+  });
+  constexpr int batches = 200, per_batch = 50;
+  const auto payload = bytes(std::string(100, 'p'));
+  std::uint64_t token = 0, most = 0;
+  for (int b = 0; b < batches; ++b) {
+    for (int i = 0; i < per_batch; ++i) REQUIRE_FALSE(gc.append("busy", payload, {}, ++token));
+    for (int steps = 0; steps < 10 && gc.commit_queued(); ++steps) {
+    }
+    REQUIRE(wait_until([&] { return acked + failed == token; }));
+    auto info = t.log->info("busy");
+    REQUIRE(info);
+    most = std::max(most, info->records);
+    // Each commit trims what it put over the limit: never past it, let
+    // alone by more than a batch.
+    REQUIRE(info->records <= 100);
+  }
+  CHECK(failed == 0);
+  CHECK(most == 100);
+  auto info = t.log->info("busy");
+  CHECK(info->last_seq == batches * per_batch);
+  CHECK(info->first_seq == batches * per_batch - 99);
+  CHECK(gc.stats().trimmed_in_commits == batches * per_batch - 100);
+  CHECK(gc.stats().trimmed == gc.stats().trimmed_in_commits);
+  auto read = t.log->read("busy", info->first_seq, 1000, 1 << 20);
+  REQUIRE(read);
+  CHECK(read->records.size() == 100);
+}
+
+TEST_CASE("retention in a commit trims at most the batch's records plus the slack per stream", "[storage]") {
+  // A stream far over a limit it just got loses little per commit (bounded
+  // work in the append's transaction); background passes catch up.
+  temp_log t(durability::none);
+  const auto payload = bytes("x");
+  for (int i = 0; i < 10; ++i) {
+    std::vector<append_item> items(100, append_item{"over", payload});
+    REQUIRE(t.log->append(items));
+  }
+  REQUIRE(t.log->set_retention("over", {.max_records = 10}));
+  group_commit_options o;
+  o.retention_interval = std::chrono::hours(1);
+  o.commit_trim_slack = 16;
+  group_committer gc(*t.log, o);
+  std::atomic<int> done{0};
+  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) { done += static_cast<int>(r.size()); });
+  for (std::uint64_t i = 1; i <= 5; ++i) REQUIRE_FALSE(gc.append("over", payload, {}, i));
+  while (gc.commit_queued()) {
+  }
+  REQUIRE(wait_until([&] { return done == 5; }));
+  auto info = t.log->info("over");
+  REQUIRE(info);
+  CHECK(info->records == 1000 + 5 - (5 + 16));
+  CHECK(info->first_seq == 22);
+}
+
+TEST_CASE("a batch the full log refuses costs a logarithmic number of attempts, not one per append", "[storage]") {
+  temp_log t(durability::none, 1u << 20, 1u << 20);
+  // Fill the 1 MiB map until a single small append is refused.
+  const auto small = bytes(std::string(500, 's'));
+  for (int i = 0; i < 10'000; ++i)
+    if (!t.log->append("fill", small)) break;
+  REQUIRE_FALSE(t.log->append("fill", small));
+  group_committer gc(*t.log, {.max_batch_records = 1024});
+  // Let the writer thread settle into its wait first (tokened appends do
+  // not wake it), so that this thread commits the queue in one batch.
+  std::atomic<bool> settled{false};
+  gc.append("warmup", bytes("w"), [&](auto) { settled = true; });
+  REQUIRE(wait_until([&] { return settled.load(); }));
+  std::atomic<int> full{0}, other{0};
+  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) {
+    for (const auto& x : r) ++(!x.result && x.result.error() == errc::storage_full ? full : other);
+  });
+  for (std::uint64_t i = 1; i <= 1024; ++i) REQUIRE_FALSE(gc.append("s", small, {}, i));
+  while (gc.commit_queued()) {
+  }
+  REQUIRE(wait_until([&] { return full + other == 1024; }));
+  CHECK(full == 1024);
+  // Per batch (the writer thread may have taken some of the queue as a
+  // batch of its own): halving down the first halves (at most 10 levels),
+  // each second half tried once whole, 2 log2(n) + 1 attempts where
+  // splitting everything took 2n - 1.
+  const auto stats = gc.stats();
+  CHECK(stats.batches <= 3);
+  CHECK(stats.full_attempts <= stats.batches * (2 * 10 + 1));
+}

@@ -325,3 +325,32 @@ TEST_CASE("the committer refuses a bad retention change at once and a clear of a
   REQUIRE(all);
   CHECK(all->empty());
 }
+
+TEST_CASE("a stream's own byte limit holds in every commit under back-to-back batches", "[storage]") {
+  retention_env env;
+  group_commit_options o;
+  o.default_retention.max_records = 1'000'000;  // the default would keep far more
+  o.retention_interval = std::chrono::hours(1);  // no background pass: only commits trim
+  group_committer gc(*env.log, o);
+  REQUIRE(change(gc, "own", retention{.max_bytes = 4096}));
+  std::atomic<std::uint64_t> acked{0};
+  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) {
+    for (const auto& x : r) acked += x.result ? 1 : 0;
+  });
+  const std::string payload(100, 'b');
+  const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
+  std::uint64_t token = 0;
+  for (int batch = 0; batch < 100; ++batch) {
+    for (int i = 0; i < 30; ++i) {
+      REQUIRE_FALSE(gc.append("own", bytes, {}, ++token));
+      REQUIRE_FALSE(gc.append("other", bytes, {}, ++token));
+    }
+    for (int steps = 0; steps < 10 && gc.commit_queued(); ++steps) {
+    }
+    REQUIRE(wait_until([&] { return acked == token; }));
+    REQUIRE(env.info("own").bytes <= 4096);
+  }
+  CHECK(env.info("own").bytes == 4000);
+  CHECK(env.info("own").last_seq == 3000);
+  CHECK(env.info("other").records == 3000);  // under its (default) limit: untouched
+}
