@@ -93,6 +93,7 @@ asio::awaitable<void> server::impl::sweep_loop() {
     asio_error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (ec || core.stopping) co_return;
+    core.refusals.report_due(*core.log);
     for (;;) {
       const auto r = core.leases.sweep(on_expire);
       core.counters.leases_expired += r.expired;

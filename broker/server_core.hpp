@@ -6,6 +6,7 @@
 #include "broker/channel_table.hpp"
 #include "broker/frame_arena.hpp"
 #include "broker/lease_table.hpp"
+#include "broker/refusal_summary.hpp"
 #include "broker/routing_table.hpp"
 #include "broker/server_config.hpp"
 #include "broker/server_counters.hpp"
@@ -105,6 +106,7 @@ struct server_core {
   std::unordered_map<std::string_view, std::size_t> send_index;  // inbox -> send_targets slot
   std::unordered_set<std::shared_ptr<session>> sessions;
   server_counters counters;
+  refusal_summary refusals;  // refused appends, logged in summary lines
   std::shared_ptr<spdlog::logger> log;
   bool stopping = false;
   std::uint64_t next_session_id = 1;

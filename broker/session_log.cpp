@@ -169,76 +169,17 @@ void session::appends_committed(server_core& core) {
   core.acks_draining.clear();
 }
 
-namespace {
-
-// Refused appends in the log, summarised: at most one line per second per
-// kind of error, with the number refused since the last line of that kind
-// and the latest connection and stream. The first refusal of a burst is
-// logged at once; the rest of a burst is reported by a later refusal, or
-// by a later successful append, once a second has passed. finish_append
-// runs on the server's loop thread: one summary per loop thread.
-class refusal_summary {
- public:
-  using clock = std::chrono::steady_clock;
-  static constexpr auto interval = std::chrono::seconds(1);
-
-  void refused(spdlog::logger& log, std::uint64_t conn, const std::string& stream, const std::error_code& ec) {
-    kind* k = find(ec);
-    ++k->count;
-    k->conn = conn;
-    k->stream.assign(stream);
-    pending_ = true;
-    report(log, *k, clock::now());
-  }
-  // After a successful append: reports counts still waiting for their line.
-  void succeeded(spdlog::logger& log) {
-    if (!pending_) return;
-    const auto now = clock::now();
-    pending_ = false;
-    for (auto& k : kinds_) {
-      report(log, k, now);
-      pending_ |= k.count > 0;
-    }
-  }
-
- private:
-  struct kind {
-    std::error_code code;
-    clock::time_point last_line{};
-    std::uint64_t count = 0;  // refused since the last line
-    std::uint64_t conn = 0;   // the latest refusal's
-    std::string stream;
-  };
-  kind* find(const std::error_code& ec) {
-    for (auto& k : kinds_)
-      if (k.code == ec) return &k;
-    kinds_.push_back({ec, clock::time_point{}, 0, 0, {}});
-    return &kinds_.back();
-  }
-  static void report(spdlog::logger& log, kind& k, clock::time_point now) {
-    if (k.count == 0 || (k.last_line != clock::time_point{} && now - k.last_line < interval)) return;
-    log.error("{} append{} refused: {} (latest conn={} stream={}; at most one such line a second)", k.count,
-              k.count == 1 ? "" : "s", k.code.message(), k.conn, k.stream);
-    k.last_line = now;
-    k.count = 0;
-  }
-  std::vector<kind> kinds_;  // one per error kind seen: a handful
-  bool pending_ = false;     // some kind has a count waiting for its line
-};
-
-}  // namespace
 
 void session::finish_append(std::uint64_t rid, const std::string& stream,
                             const std::expected<storage::append_ack, std::error_code>& r) {
-  static thread_local refusal_summary refusals;
   if (!r) {
-    refusals.refused(*core_.log, id_, stream, r.error());
+    core_.refusals.refused(*core_.log, id_, stream, r.error());
     if (closed_) return;
     const bool full = r.error() == storage::errc::storage_full;
     send_error(rid, full ? errc::storage_full : errc::internal, r.error().message());
     return;
   }
-  refusals.succeeded(*core_.log);
+  core_.refusals.report_due(*core_.log);
   if (closed_) return;
   if (rid == 0) return;
   // A peer without "log" (a plain publish to a channel the server made

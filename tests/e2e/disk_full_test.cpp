@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -231,4 +232,42 @@ TEST_CASE("refused appends are logged as a summary of at most one line a second,
   CHECK(lines.front().find("stream=events") != std::string::npos);
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(elapsed).count();
   CHECK(static_cast<long>(lines.size()) <= 2 + seconds);
+}
+
+TEST_CASE("the refused appends of a burst are all counted in the log once the broker is idle a second",
+          "[e2e][disk-full]") {
+  tmpfs_mount disk(kDisk);
+  SKIP_UNLESS_MOUNTED(disk);
+  std::ostringstream captured;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  spdlog::drop("broker");
+  auto logger = std::make_shared<spdlog::logger>("broker", sink);
+  spdlog::register_logger(logger);
+  struct unregister {
+    ~unregister() { spdlog::drop("broker"); }
+  } restore;
+
+  auto cfg = test::test_server::default_config();
+  cfg.data_dir = (disk.path() / "data").string();
+  cfg.log_level = "info";
+  test::test_server server(cfg);
+  auto c = connect_to(server.port());
+  const std::uint64_t last = fill(*c, "events");
+  constexpr int refusals = 50;
+  for (int i = 0; i < refusals; ++i) REQUIRE_FALSE(c->append("events", record(last + 1)));
+  // Nothing else happens: the lease sweeper reports what waits.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  c.reset();
+  server.stop();
+  long counted = 0;
+  std::istringstream in(captured.str());
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find(" append");
+    if (line.find("refused") == std::string::npos || at == std::string::npos) continue;
+    const auto start = line.rfind(' ', at - 1);
+    counted += std::stol(line.substr(start + 1, at - start - 1));
+  }
+  INFO(captured.str());
+  // fill() itself met one refusal.
+  CHECK(counted == refusals + 1);
 }
