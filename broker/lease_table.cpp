@@ -15,7 +15,8 @@ lease_table::lease_table(lease_config config, clock_source clock)
   if (config_.max_expiries_per_sweep == 0) config_.max_expiries_per_sweep = 1;
   epoch_ = clock_();
   last_sweep_ = epoch_;
-  grace_from_ = epoch_ - config_.max_ttl;  // no stall yet: grants no grace
+  swept_at_ = epoch_;
+  grace_ = {epoch_ - config_.max_ttl, epoch_ - config_.max_ttl};  // no stall yet: grants no grace
   wheel_.assign(static_cast<std::size_t>(config_.max_ttl / config_.sweep_period) + 2, none);
 }
 
@@ -65,23 +66,26 @@ void lease_table::unlink(std::uint32_t slot) noexcept {
   l.prev = l.next = none;
 }
 
-mono_clock::time_point lease_table::grace_from() const {
+lease_table::stall_grace lease_table::current_grace() const {
   // A stall not absorbed yet (the sweeper is overdue past the threshold)
   // ends, as far as leases are concerned, at the frozen lease time now()
   // reports: the next sweep records exactly that point.
   const auto real = clock_();
-  if (real > last_sweep_ + config_.sweep_period + config_.stall_threshold) return now();
-  return grace_from_;
+  if (real > last_sweep_ + config_.sweep_period + config_.stall_threshold) return {now(), swept_at_};
+  return grace_;
 }
 
-mono_clock::time_point lease_table::deadline_of(const lease& l, mono_clock::time_point grace) const noexcept {
-  return std::max(l.deadline, grace + milliseconds(l.ttl_ms));
+mono_clock::time_point lease_table::deadline_of(const lease& l, const stall_grace& g) const noexcept {
+  // A lease already due at the sweep before the stall (left by the rate
+  // limit) is not revived.
+  if (l.deadline <= g.cutoff) return l.deadline;
+  return std::max(l.deadline, g.from + milliseconds(l.ttl_ms));
 }
 
 std::optional<lease_info> lease_table::info(std::uint32_t slot) const {
   const lease& l = slots_[slot];
   const auto t = now();
-  const auto deadline = deadline_of(l, grace_from());
+  const auto deadline = deadline_of(l, current_grace());
   if (deadline <= t) return std::nullopt;
   return lease_info{id_of(slot), milliseconds(l.ttl_ms), duration_cast<milliseconds>(deadline - t)};
 }
@@ -111,7 +115,7 @@ std::optional<lease_info> lease_table::keepalive(lease_id id) {
   if (slot == none) return std::nullopt;
   lease& l = slots_[slot];
   const auto t = now();
-  if (deadline_of(l, grace_from()) <= t) return std::nullopt;  // expired, not yet swept
+  if (deadline_of(l, current_grace()) <= t) return std::nullopt;  // expired, not yet swept
   unlink(slot);
   l.deadline = t + milliseconds(l.ttl_ms);
   link(slot);
@@ -123,7 +127,7 @@ bool lease_table::alive(lease_id id, mono_clock::time_point now) const {
   if (slot == none) return false;
   const lease& l = slots_[slot];
   // The common case decides without reading the clock again.
-  return l.deadline > now || deadline_of(l, grace_from()) > now;
+  return l.deadline > now || deadline_of(l, current_grace()) > now;
 }
 
 std::optional<lease_info> lease_table::time_to_live(lease_id id) const {
@@ -212,7 +216,8 @@ lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {
   // The owners could not reach us during the stall either: every lease gets
   // at least its full TTL from the stall's end (applied lazily, below and in
   // deadline_of, so a stall costs nothing per lease until it is due).
-  if (stalled) grace_from_ = t;
+  if (stalled) grace_ = {t, swept_at_};
+  swept_at_ = t;
   // Every tick whose time has come: epoch + tick * period <= t.
   const auto period = mono_clock::duration(config_.sweep_period);
   const std::uint64_t last_due = t < epoch_ ? 0 : static_cast<std::uint64_t>((t - epoch_) / period);
@@ -223,11 +228,11 @@ lease_table::sweep_result lease_table::sweep(const remove_fn& on_expire) {
       // A bucket may also hold leases of a later round (keepalives during a
       // rate-limited backlog): only those past their deadline go.
       lease& l = slots_[slot];
-      if (l.deadline <= t && deadline_of(l, grace_from_) > t) {
+      if (l.deadline <= t && deadline_of(l, grace_) > t) {
         // Due, but within its grace after a stall: moved to its new deadline
         // (a later tick than any swept here).
         unlink(slot);
-        l.deadline = deadline_of(l, grace_from_);
+        l.deadline = deadline_of(l, grace_);
         link(slot);
       } else if (l.deadline <= t) {
         if (result.expired == config_.max_expiries_per_sweep) {

@@ -145,11 +145,17 @@ class lease_table {
   void link(std::uint32_t slot);
   void unlink(std::uint32_t slot) noexcept;
   void erase(std::uint32_t slot, const remove_fn& fn);
-  // The end of the last stall in lease time (the time a stall still pending
-  // will end at, see now()): a lease lives at least its TTL past it.
-  mono_clock::time_point grace_from() const;
-  // A lease's effective deadline given the last stall's end `grace`.
-  mono_clock::time_point deadline_of(const lease& l, mono_clock::time_point grace) const noexcept;
+  // The last stall, in lease time: a lease still live at the sweep before
+  // it (deadline after `cutoff`) lives at least its TTL past its end `from`.
+  struct stall_grace {
+    mono_clock::time_point from;
+    mono_clock::time_point cutoff;
+  };
+  // The last stall's grace, or the one a stall still pending will give
+  // (it ends at the frozen lease time now() reports).
+  stall_grace current_grace() const;
+  // A lease's effective deadline under grace `g`.
+  mono_clock::time_point deadline_of(const lease& l, const stall_grace& g) const noexcept;
   std::optional<lease_info> info(std::uint32_t slot) const;
 
   lease_config config_;
@@ -157,7 +163,8 @@ class lease_table {
   mono_clock::time_point epoch_;         // tick 0, lease time
   mono_clock::duration stalled_{0};      // total stall absorbed
   mono_clock::time_point last_sweep_;    // real clock
-  mono_clock::time_point grace_from_;    // lease time at the end of the last stall (epoch_ before any)
+  mono_clock::time_point swept_at_;      // lease time of the last sweep
+  stall_grace grace_;                    // of the last stall absorbed
   std::uint64_t swept_tick_ = 0;         // every tick before this was swept
   std::vector<std::uint32_t> wheel_;     // first slot of each bucket
   std::vector<lease> slots_;

@@ -55,7 +55,6 @@ std::size_t outbound_queue::drop_pending() noexcept {
   for (std::size_t i = head_; i < pending_.size(); ++i) queued_bytes_ -= pending_[i].size();
   pending_.clear();
   head_ = 0;
-  dropped_total_ += n;
   return n;
 }
 

@@ -70,7 +70,7 @@ asio::awaitable<void> server::impl::accept_loop() {
     }
     auto s = std::make_shared<session>(core, std::move(socket), core.next_session_id++);
     std::error_code reject;
-    if (core.sessions.size() >= core.config.max_connections) {
+    if (core.sessions.size() - core.rejected_closing >= core.config.max_connections) {
       ++core.counters.connections_rejected;
       reject = make_error_code(protocol::errc::too_many_connections);
       core.log->warn("conn={} rejected: {} connections is the cap", s->id(), core.config.max_connections);
@@ -177,10 +177,10 @@ void server::start() {
   const auto address = asio::ip::make_address(listen_address(core.config.listen_host));
   const asio::ip::tcp::endpoint endpoint(address, core.config.listen_port);
   auto& acceptor = impl_->acceptor;
-  acceptor.open(endpoint.protocol());
-  acceptor.set_option(asio::socket_base::reuse_address(true));
   asio_error_code bind_ec;
-  acceptor.bind(endpoint, bind_ec);
+  acceptor.open(endpoint.protocol(), bind_ec);
+  if (!bind_ec) acceptor.set_option(asio::socket_base::reuse_address(true), bind_ec);
+  if (!bind_ec) acceptor.bind(endpoint, bind_ec);
   if (!bind_ec) acceptor.listen(asio::socket_base::max_listen_connections, bind_ec);
   if (bind_ec)
     throw std::runtime_error("cannot listen on " + core.config.listen_host + ":" +

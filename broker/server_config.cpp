@@ -13,7 +13,9 @@
 #include <stdexcept>
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 namespace switchyard::broker {
 
@@ -21,10 +23,17 @@ std::string listen_address(std::string_view host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host == "localhost") return "127.0.0.1";
   const std::string text(host);
-  in6_addr scratch{};
-  if (::inet_pton(AF_INET, text.c_str(), &scratch) == 1 || ::inet_pton(AF_INET6, text.c_str(), &scratch) == 1)
-    return text;
-  return {};
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) return text;  // dotted quad only ("127.0.0" is not)
+  if (text.find(':') == std::string::npos) return {};
+  // IPv6, numeric only (no DNS), scope ids included ("fe80::1%eth0").
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_family = AF_INET6;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(text.c_str(), nullptr, &hints, &found) != 0) return {};
+  ::freeaddrinfo(found);
+  return text;
 }
 
 void validate(const server_config& cfg) {
@@ -42,7 +51,8 @@ void validate(const server_config& cfg) {
   if (cfg.listen_host.empty()) bad("listen address needs a host");
   if (listen_address(cfg.listen_host).empty())
     bad("listen host \"" + cfg.listen_host + "\" is not an IPv4 or IPv6 address or localhost");
-  if (!cfg.port_file.empty() && std::filesystem::is_directory(cfg.port_file))
+  std::error_code fs_ec;
+  if (!cfg.port_file.empty() && std::filesystem::is_directory(cfg.port_file, fs_ec))
     bad("port-file \"" + cfg.port_file + "\" is a directory; name a file");
   if (cfg.lease_min_ttl.count() < 1) bad("lease-min-ttl-ms must be at least 1");
   if (cfg.lease_max_ttl < cfg.lease_min_ttl || cfg.lease_max_ttl > std::chrono::hours(24 * 7))
@@ -51,9 +61,10 @@ void validate(const server_config& cfg) {
     bad("sweep-ms must be between 1 and lease-min-ttl-ms");
   if (cfg.lease_max_ttl / cfg.sweep_period > 50'000'000) bad("lease-max-ttl-ms / sweep-ms is too large");
   if (cfg.max_expiries_per_sweep < 1) bad("max-expiries-per-sweep must be at least 1");
-  if (cfg.stall_threshold.count() >= 0 && cfg.stall_threshold + cfg.sweep_period > cfg.lease_min_ttl / 2)
-    bad("stall-threshold-ms plus sweep-ms must be at most half of lease-min-ttl-ms (a longer pause could expire "
-        "leases that were kept alive in time); leave it unset for the default");
+  if (cfg.stall_threshold.count() >= 0 &&
+      (cfg.stall_threshold < cfg.sweep_period || cfg.stall_threshold + cfg.sweep_period > cfg.lease_min_ttl / 2))
+    bad("stall-threshold-ms must be at least sweep-ms, and with sweep-ms at most half of lease-min-ttl-ms (a "
+        "longer pause could expire leases that were kept alive in time); leave it unset for the default");
   if (cfg.durability != "sync" && cfg.durability != "batch" && cfg.durability != "none")
     bad("durability must be sync, batch or none");
   if (cfg.sync_interval.count() < 1) bad("sync-interval-ms must be at least 1");

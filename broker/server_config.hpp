@@ -71,13 +71,15 @@ inline std::chrono::milliseconds heartbeat_deadline(std::chrono::milliseconds in
 }
 
 // The stall threshold in force: the configured one, or by default half the
-// shortest TTL less one sweep period (at least 1 ms). Then the lease time
-// that passes during a pause before it counts as a stall, threshold plus
-// period, is at most half the shortest TTL, so a lease kept alive at least
-// every TTL/2 never expires because the broker was paused.
+// shortest TTL less one sweep period, but at least one sweep period (a
+// sweep's own duration and a busy loop must not count as stalls). Then the
+// lease time that passes during a pause before it counts as a stall,
+// threshold plus period, is at most half the shortest TTL (when the sweep
+// period is at most a quarter of it, as with the defaults), so a lease kept
+// alive at least every TTL/2 never expires because the broker was paused.
 inline std::chrono::milliseconds stall_threshold_for(const server_config& c) {
   if (c.stall_threshold.count() >= 0) return c.stall_threshold;
-  return std::max(std::chrono::milliseconds(1), c.lease_min_ttl / 2 - c.sweep_period);
+  return std::max(c.sweep_period, c.lease_min_ttl / 2 - c.sweep_period);
 }
 
 // The address to bind for a --listen host: an IPv4 or IPv6 literal (an

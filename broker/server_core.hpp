@@ -81,9 +81,11 @@ struct server_core {
   // (session::read_frames): one buffer per loop instead of one per
   // connection. Loop thread.
   protocol::read_buffer read_scratch;
-  // Bytes held by the sessions' incomplete frames (their spill buffers);
-  // at most config.max_incomplete_bytes.
-  std::size_t incomplete_bytes = 0;  // a committer wake() is due at the end of this loop turn
+  // Bytes held by the sessions' incomplete frames (their spill buffers),
+  // and the part of them that counts against config.max_incomplete_bytes
+  // (beyond each connection's free 4 KiB; at most the limit).
+  std::size_t incomplete_bytes = 0;
+  std::size_t incomplete_charged = 0;  // a committer wake() is due at the end of this loop turn
   // Results travel from the committer's thread to the loop through this
   // mailbox: one post per batch.
   std::mutex acks_mu;
@@ -105,6 +107,7 @@ struct server_core {
   std::vector<send_target> send_targets;        // one per inbox (grows, never shrinks)
   std::unordered_map<std::string_view, std::size_t> send_index;  // inbox -> send_targets slot
   std::unordered_set<std::shared_ptr<session>> sessions;
+  std::size_t rejected_closing = 0;  // sessions over the cap, saying goodbye (not counted against it)
   server_counters counters;
   refusal_summary refusals;  // refused appends, logged in summary lines
   std::shared_ptr<spdlog::logger> log;

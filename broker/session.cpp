@@ -28,6 +28,8 @@ constexpr std::size_t initial_read_size = 64 * 1024;
 // An incomplete frame up to this size is moved in front of the next read
 // in the shared buffer; a larger one is read into its own buffer.
 constexpr std::size_t spill_in_place = 64 * 1024;
+// Spill bytes per connection that do not count against max_incomplete_bytes.
+constexpr std::size_t spill_allowance = 4 * 1024;
 // A connection with more than this queued counts as backlogged: no reader
 // that feeds it reads more than initial_read_size per turn.
 constexpr std::size_t backlog_bytes = 256 * 1024;
@@ -35,6 +37,9 @@ constexpr std::size_t backlog_bytes = 256 * 1024;
 // reader handle up to this many more reads before it writes.
 constexpr std::size_t coalesce_bytes = 64 * 1024;
 constexpr int coalesce_turns = 2;
+// Input a closing connection reads and throws away before it is closed
+// without waiting for the peer any longer.
+constexpr std::size_t max_discard = 1024 * 1024;
 // StreamDropped reports one connection may have outstanding between two
 // Dropped notices (session::report_dropped_position).
 constexpr std::size_t max_drop_reports = 10'000;
@@ -70,6 +75,8 @@ void session::start(std::error_code reject) {
   const auto ex = socket_.get_executor();
   asio::co_spawn(ex, writer(self), asio::detached);
   if (reject) {
+    // Not counted against max-connections while it says goodbye.
+    ++core_.rejected_closing;
     close_with_error(static_cast<errc>(reject.value()), reject.message());
     return;
   }
@@ -93,7 +100,8 @@ frame_ref session::store_own(protocol::bytes_view frame) {
 }
 
 void session::send(protocol::bytes_view frame) {
-  if (closed_) return;
+  // Nothing goes after the goodbye (a fatal Error is the last frame).
+  if (closed_ || goodbye_queued_) return;
   queue_.push(store_own(frame));
   kick();
 }
@@ -150,12 +158,14 @@ void session::report_dropped_position(protocol::bytes_view frame) {
   if (drops_reported_.contains(drop_key_)) return;
   // Other clients' publishes decide how many pairs there are: a consumer
   // that reads nothing must not make us hold (or queue reports for) them
-  // without end.
-  if (drops_reported_.size() >= max_drop_reports) {
-    close_with_error(errc::slow_consumer, "deliveries of more than " + std::to_string(max_drop_reports) +
-                                              " streams dropped while the connection read nothing");
+  // without end. Counted until the Dropped notice (the queue drained), not
+  // reset by a Subscribe.
+  if (drop_reports_queued_ >= max_drop_reports) {
+    close_slow_consumer("deliveries of more than " + std::to_string(max_drop_reports) +
+                        " streams dropped while the connection read nothing");
     return;
   }
+  ++drop_reports_queued_;
   drops_reported_.insert(drop_key_);
   // The views above point into `frame`, which may be the builder's own
   // buffer: encode from the key's copy.
@@ -175,13 +185,17 @@ void session::delivered(bool queued) {
   }
   core_.backlog_seen = true;
   ++core_.counters.dropped;
-  if (core_.config.slow_consumer == slow_consumer_policy::disconnect && !closing_) {
-    // The goodbye must not wait behind the backlog this peer does not read:
-    // drop what is not yet being written, so it follows the write in flight.
-    queue_.drop_pending();
-    lane_.reset();
-    close_with_error(errc::slow_consumer, "outbound queue passed max-pending-bytes");
-  }
+  if (core_.config.slow_consumer == slow_consumer_policy::disconnect && !closing_)
+    close_slow_consumer("outbound queue passed max-pending-bytes");
+}
+
+void session::close_slow_consumer(std::string_view why) {
+  if (closing_) return;
+  // The goodbye must not wait behind the backlog this peer does not read:
+  // drop what is not yet being written, so it follows the write in flight.
+  queue_.drop_pending();
+  lane_.reset();
+  close_with_error(errc::slow_consumer, why);
 }
 
 void session::close_with_error(errc code, std::string_view message) {
@@ -189,6 +203,7 @@ void session::close_with_error(errc code, std::string_view message) {
   closing_ = true;
   core_.log->info("conn={} closing: {} ({})", id_, protocol::errc_name(code), message);
   send(core_.builder.error(0, code, message, 0, true));
+  goodbye_queued_ = true;
   // A peer that does not read must not keep the session forever.
   asio::co_spawn(socket_.get_executor(), close_watchdog(shared_from_this()), asio::detached);
 }
@@ -197,6 +212,7 @@ void session::fail(asio_error_code ec, std::string_view what) {
   if (closed_) return;
   closed_ = true;
   closing_ = true;
+  if (!reading_) --core_.rejected_closing;
   if (is_normal_close(ec))
     core_.log->debug("conn={} closed ({}{}{})", id_, what, ec ? ": " : "", ec ? ec.message() : "");
   else
@@ -266,7 +282,8 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
         // close watchdog bounds the wait; a stopping server does not wait.
         asio_error_code ec;
         socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
-        if (ec || core_.stopping) fail(ec, "goodbye sent");
+        goodbye_sent_ = true;
+        if (ec || core_.stopping || peer_eof_) fail(ec, "goodbye sent");
         else if (!reading_) co_await discard_input();
         co_return;
       }
@@ -309,6 +326,7 @@ asio::awaitable<void> session::writer(std::shared_ptr<session> /*keep_alive*/) {
       core_.log->info("conn={} slow consumer: {} deliveries dropped", id_, n);
       send(core_.builder.dropped(n));
       drops_reported_.clear();  // the next drop of any stream is told again
+      drop_reports_queued_ = 0;
     }
   }
 }
@@ -321,11 +339,19 @@ asio::awaitable<void> session::reader(std::shared_ptr<session> /*keep_alive*/) {
 }
 
 asio::awaitable<void> session::discard_input() {
-  std::array<std::uint8_t, 1024> scratch;
+  std::array<std::uint8_t, 4096> scratch;
+  std::size_t discarded = 0;
   while (!closed_) {
     asio_error_code ec;
-    co_await socket_.async_read_some(asio::buffer(scratch), redirect_error(use_awaitable, ec));
-    if (ec) {
+    discarded += co_await socket_.async_read_some(asio::buffer(scratch), redirect_error(use_awaitable, ec));
+    if (closed_) co_return;
+    if (ec == asio::error::eof && !goodbye_sent_) {
+      // The peer has half-closed: the goodbye still goes out, then the
+      // writer closes (see writer).
+      peer_eof_ = true;
+      co_return;
+    }
+    if (ec || discarded > max_discard) {
       fail(ec, "closing");
       co_return;
     }
@@ -368,7 +394,8 @@ asio::awaitable<void> session::read_frames() {
     protocol::read_buffer& buf = own ? spill_ : core_.read_scratch;
     if (own) {
       const std::size_t arrived = std::max<std::size_t>(socket_.available(ec), 1);
-      if (!grow_spill(std::min(parser_.needed() - std::min(parser_.needed(), unread), arrived))) co_return;
+      if (!grow_spill(std::min(parser_.needed() - std::min(parser_.needed(), unread), arrived), parser_.needed()))
+        co_return;
     } else {
       if (buf.capacity < max_read_buffer + spill_in_place) buf.reserve(max_read_buffer + spill_in_place);
       if (unread > 0) std::memcpy(buf.data(), spill_.data() + spill_.begin, unread);
@@ -378,7 +405,9 @@ asio::awaitable<void> session::read_frames() {
     }
     const std::size_t space = own ? buf.space() : read_size_;
     const std::size_t n = socket_.read_some(asio::buffer(buf.tail(), space), ec);
-    more_waiting = !ec && n == space;
+    // A read into spill_ reads only what the frame needs: filling it says
+    // nothing about more input.
+    more_waiting = !ec && !own && n == space;
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       if (!own) spill_back(buf);
       ec = {};
@@ -391,7 +420,7 @@ asio::awaitable<void> session::read_frames() {
     last_rx_ = clock::now();
     buf.end += n;
     core_.backlog_seen = false;  // set by deliveries this read causes
-    core_.input_waiting = n == space;
+    core_.input_waiting = more_waiting;
     const std::size_t handled = handle_input(buf);
     if (closing_) co_return;
     if (!settle_input(buf, handled)) co_return;
@@ -473,10 +502,14 @@ bool session::settle_input(protocol::read_buffer& buf, std::size_t handled) {
   if (&buf != &spill_) {
     // The start of an incomplete frame moves from the shared buffer into
     // the connection's own, sized to what arrived.
-    if (!grow_spill(left)) return false;
+    if (!grow_spill(left, left)) return false;
     std::memcpy(spill_.tail(), buf.data() + buf.begin, left);
     spill_.end += left;
     buf.begin = buf.end;
+  } else if (spill_.capacity > spill_in_place && spill_.capacity > 2 * left) {
+    // After a large frame, what is left is the start of the next one: keep
+    // no more than twice that.
+    resize_spill(std::max<std::size_t>((left + 1023) / 1024 * 1024, 1024));
   }
   // A frame has frame_timeout to complete from its first byte.
   const auto now = clock::now();
@@ -484,25 +517,43 @@ bool session::settle_input(protocol::read_buffer& buf, std::size_t handled) {
   return check_partial_deadline(now);
 }
 
-bool session::grow_spill(std::size_t more) {
+namespace {
+// What a spill buffer of `capacity` bytes counts against
+// max_incomplete_bytes: the first spill_allowance bytes of each are free, so
+// that connections with an ordinary frame cut by a read are never closed
+// because others filled the budget.
+std::size_t charged(std::size_t capacity) noexcept { return capacity - std::min(capacity, spill_allowance); }
+}  // namespace
+
+bool session::grow_spill(std::size_t more, std::size_t limit) {
   if (spill_.space() >= more) return true;
   const std::size_t unread = spill_.end - spill_.begin;
-  const std::size_t fresh = std::max<std::size_t>((unread + more + 1023) / 1024 * 1024, 1024);
-  if (core_.incomplete_bytes - spill_.capacity + fresh > core_.config.max_incomplete_bytes) {
+  // Doubling (up to `limit`) keeps a large frame's copies linear; never
+  // more than twice what arrived.
+  const std::size_t want = std::max(unread + more, std::min(2 * spill_.capacity, limit));
+  const std::size_t fresh = std::max<std::size_t>((want + 1023) / 1024 * 1024, 1024);
+  if (core_.incomplete_charged - charged(spill_.capacity) + charged(fresh) > core_.config.max_incomplete_bytes) {
     ++core_.counters.protocol_errors;
     close_with_error(errc::limit_exceeded, "incomplete frames of all connections passed max-incomplete-bytes (" +
                                                std::to_string(core_.config.max_incomplete_bytes) + ")");
     return false;
   }
-  core_.incomplete_bytes -= spill_.capacity;
-  spill_.reserve(fresh);
-  core_.incomplete_bytes += spill_.capacity;
-  core_.counters.incomplete_bytes_peak = std::max<std::uint64_t>(core_.counters.incomplete_bytes_peak, core_.incomplete_bytes);
+  resize_spill(fresh);
   return true;
+}
+
+void session::resize_spill(std::size_t capacity) {
+  const std::size_t before = spill_.capacity;
+  if (capacity == 0) spill_ = {};
+  else spill_.reserve(capacity);
+  core_.incomplete_bytes = core_.incomplete_bytes - before + spill_.capacity;
+  core_.incomplete_charged = core_.incomplete_charged - charged(before) + charged(spill_.capacity);
+  core_.counters.incomplete_bytes_peak = std::max<std::uint64_t>(core_.counters.incomplete_bytes_peak, core_.incomplete_bytes);
 }
 
 void session::release_spill() noexcept {
   core_.incomplete_bytes -= spill_.capacity;
+  core_.incomplete_charged -= charged(spill_.capacity);
   spill_ = {};
   partial_since_ = {};
 }

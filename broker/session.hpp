@@ -82,7 +82,10 @@ class session : public std::enable_shared_from_this<session> {
   void spill_back(protocol::read_buffer& shared);
   // Makes room for `more` bytes in spill_, within the server's bound on
   // incomplete input (else closes with limit_exceeded and returns false).
-  bool grow_spill(std::size_t more);
+  // Room for at least `more` bytes; grows by doubling up to `limit`.
+  bool grow_spill(std::size_t more, std::size_t limit);
+  // Reallocates spill_ to `capacity` (keeping its bytes) and accounts for it.
+  void resize_spill(std::size_t capacity);
   void release_spill() noexcept;
   // Closes with limit_exceeded when the incomplete frame is older than
   // frame_timeout; false then.
@@ -155,6 +158,9 @@ class session : public std::enable_shared_from_this<session> {
   // Accounts for a delivery that was queued or, when `queued` is false,
   // dropped (slow consumer: maybe close, per policy).
   void delivered(bool queued);
+  // Closes with slow_consumer, dropping what is queued behind the write in
+  // flight so the goodbye comes next.
+  void close_slow_consumer(std::string_view why);
   // Capability "stream-drops": `frame` (a Deliver or InboxDelivery) was
   // just dropped. If it carried a log position and is the first drop of its
   // (stream, channel or inbox) since drops_reported_ was last cleared,
@@ -195,6 +201,9 @@ class session : public std::enable_shared_from_this<session> {
   bool closed_ = false;
   bool writer_waiting_ = false;
   bool reading_ = false;  // the reader runs (not for a rejected connection)
+  bool goodbye_queued_ = false;  // the fatal Error is queued: nothing more is
+  bool goodbye_sent_ = false;    // ... and written, with the socket half-closed
+  bool peer_eof_ = false;        // the peer half-closed while we were closing
   bool dropped_notice_ = false;  // capability granted
   bool publish_ack_ = false;     // capability granted
   bool routing_ = false;         // capability granted
@@ -205,6 +214,7 @@ class session : public std::enable_shared_from_this<session> {
   // view, which must hear of its first drop of every stream), and the
   // scratch key for looking them up. Empty unless deliveries are dropped.
   std::unordered_set<std::string> drops_reported_;
+  std::size_t drop_reports_queued_ = 0;  // StreamDropped frames since the last Dropped notice
   std::string drop_key_;
   std::vector<std::string> inbox_ids_;  // inboxes opened on this connection
   // Tickets first_open_ticket_ .. + open_tickets_.size() - 1 are taken;

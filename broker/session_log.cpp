@@ -159,7 +159,11 @@ void session::appends_committed(server_core& core) {
         ++core.counters.published;
         core.channels.publish(w.channel, payload, &position);
       }
-      if (auto s = w.target.lock()) {
+      auto s = w.target.lock();
+      // Logged (in summary) whether or not the appender is still there.
+      if (!result) core.refusals.refused(*core.log, s ? s->id_ : 0, w.stream, result.error());
+      else core.refusals.report_due(*core.log);
+      if (s) {
         s->finish_append(w.request_id, w.stream, result);
         s->close_ticket(w.ticket);
       }
@@ -173,13 +177,11 @@ void session::appends_committed(server_core& core) {
 void session::finish_append(std::uint64_t rid, const std::string& stream,
                             const std::expected<storage::append_ack, std::error_code>& r) {
   if (!r) {
-    core_.refusals.refused(*core_.log, id_, stream, r.error());
     if (closed_) return;
     const bool full = r.error() == storage::errc::storage_full;
     send_error(rid, full ? errc::storage_full : errc::internal, r.error().message());
     return;
   }
-  core_.refusals.report_due(*core_.log);
   if (closed_) return;
   if (rid == 0) return;
   // A peer without "log" (a plain publish to a channel the server made

@@ -2,7 +2,7 @@
 
 #include <toml++/toml.h>
 
-#include <sstream>
+#include <charconv>
 
 namespace switchyard::broker {
 
@@ -24,9 +24,9 @@ bool scalar_text(const toml::node& node, std::string& out) {
     return true;
   }
   if (const auto* f = node.as_floating_point()) {
-    std::ostringstream text;
-    text << f->get();
-    out = text.str();
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, f->get());
+    out.assign(buf, r.ptr);
     return true;
   }
   return false;

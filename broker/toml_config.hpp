@@ -16,7 +16,8 @@ namespace switchyard::broker {
 // dashes; a value is a string, an integer, a float, a boolean or an array of
 // those (a repeatable option). Tables (sections) and nested arrays are
 // refused. Errors are thrown as CLI::ConfigError (exit code and message
-// through CLI::App::exit), naming the line and column.
+// through CLI::App::exit), naming the line and column ("config file: ...";
+// CLI11 2.1 does not pass the file's name to its reader).
 class toml_config : public CLI::Config {
  public:
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;

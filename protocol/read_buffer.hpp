@@ -28,7 +28,7 @@ struct read_buffer {
   // Reallocates to `bytes` (rounded up to 8), keeping the unread bytes at
   // the front. Precondition: bytes >= end - begin.
   void reserve(std::size_t bytes) {
-    auto fresh = std::make_unique<std::uint64_t[]>((bytes + 7) / 8);
+    auto fresh = std::make_unique_for_overwrite<std::uint64_t[]>((bytes + 7) / 8);
     if (end > begin) std::memcpy(fresh.get(), data() + begin, end - begin);
     end -= begin;
     begin = 0;

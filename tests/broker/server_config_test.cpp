@@ -328,6 +328,7 @@ TEST_CASE("server config listen_address maps localhost to 127.0.0.1 and accepts 
   CHECK(listen_address("127.0.0.1") == "127.0.0.1");
   CHECK(listen_address("[::1]") == "::1");
   CHECK(listen_address("::1") == "::1");
+  CHECK(listen_address("fe80::1%lo") == "fe80::1%lo");
   CHECK(listen_address("0.0.0.0") == "0.0.0.0");
   CHECK(listen_address("256.1.1.1").empty());
   CHECK(listen_address("").empty());
@@ -369,7 +370,8 @@ TEST_CASE("server config refuses a port-file that names a directory", "[broker]"
 TEST_CASE("server config derives the stall threshold from the shortest TTL and the sweep period", "[broker]") {
   CHECK(stall_threshold_for(parse({})) == 400ms);
   CHECK(stall_threshold_for(parse({"--lease-min-ttl-ms", "3000", "--sweep-ms", "50"})) == 1450ms);
-  CHECK(stall_threshold_for(parse({"--lease-min-ttl-ms", "100", "--sweep-ms", "100"})) == 1ms);
+  CHECK(stall_threshold_for(parse({"--lease-min-ttl-ms", "100", "--sweep-ms", "100"})) == 100ms);
+  CHECK(stall_threshold_for(parse({"--lease-min-ttl-ms", "200", "--sweep-ms", "100"})) == 100ms);
   CHECK(stall_threshold_for(parse({"--stall-threshold-ms", "300"})) == 300ms);
 }
 
@@ -378,4 +380,8 @@ TEST_CASE("server config refuses a stall threshold that would let a pause expire
   CHECK_THROWS_AS(parse({"--stall-threshold-ms", "401"}), std::invalid_argument);
   CHECK_NOTHROW(parse({"--stall-threshold-ms", "400"}));
   CHECK_THROWS_AS(parse({"--stall-threshold-ms", "-5"}), std::invalid_argument);
+  // Below one sweep period every sweep would count as a stall, and no lease would expire.
+  CHECK_THROWS_AS(parse({"--stall-threshold-ms", "0"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--stall-threshold-ms", "99"}), std::invalid_argument);
+  CHECK_NOTHROW(parse({"--stall-threshold-ms", "100"}));
 }

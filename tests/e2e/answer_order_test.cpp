@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -127,4 +128,32 @@ TEST_CASE("a Ping with nothing waiting for the log is answered at once, before l
   const auto got = answers(c, 2);
   CHECK(got[0] == std::pair{std::uint64_t{7}, Message::Pong});
   CHECK(got[1] == std::pair{std::uint64_t{8}, Message::Appended});
+}
+
+TEST_CASE("nothing follows the fatal error, not even the answer to an append before the bad frame",
+          "[e2e][broker][log]") {
+  temp_dir dir;
+  auto cfg = with_log(dir);
+  cfg.durability = "none";  // committed on the loop, right behind the bad frame's handling
+  test::test_server server(cfg);
+  raw_connection c(server.port());
+  c.send_hello(caps);
+  raw_frame f;
+  REQUIRE(c.next_of(Message::Welcome, f) != nullptr);
+  protocol::frame_builder b;
+  auto bytes = copy(b.append(5, "orders", payload));
+  // A frame whose identifier is wrong: malformed, fatal.
+  std::vector<std::uint8_t> bad(24, 0);
+  bad[0] = 20;
+  bytes.insert(bytes.end(), bad.begin(), bad.end());
+  c.send(bytes);
+  std::vector<Message> seen;
+  for (int i = 0; i < 10; ++i) {
+    const auto* frame = c.next(f, std::chrono::seconds(3));
+    if (!frame) break;
+    seen.push_back(frame->message_type());
+  }
+  REQUIRE_FALSE(seen.empty());
+  CHECK(seen.back() == Message::Error);
+  CHECK(std::count(seen.begin(), seen.end(), Message::Error) == 1);
 }

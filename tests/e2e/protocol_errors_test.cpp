@@ -15,6 +15,7 @@
 #include <atomic>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace switchyard;
@@ -340,4 +341,22 @@ TEST_CASE("misaligned frames (lengths not a multiple of 8) are all handled, in o
   const auto* pong = odd.next_of(Message::Pong, f);
   REQUIRE(pong != nullptr);
   CHECK(pong->request_id() == 9);
+}
+
+TEST_CASE("a rejected connection saying goodbye does not count against the cap", "[e2e][broker]") {
+  auto cfg = test_server::default_config();
+  cfg.max_connections = 1;
+  cfg.shutdown_grace = std::chrono::seconds(10);
+  test_server server(cfg);
+  auto first = connect_to(server, "first");
+  // Over the cap: rejected, and it neither reads nor closes.
+  raw_connection lingering(server.port());
+  lingering.send_hello();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  first.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The one place is free again, although the rejected one is still open.
+  auto second = connect_to(server, "second");
+  CHECK_FALSE(second->flush());
+  CHECK(second->connected());
 }

@@ -205,3 +205,31 @@ TEST_CASE("with slow-consumer=disconnect a subscriber that reads slowly finds th
   CHECK(frame->message_as_Error()->fatal());
   CHECK(slow.closed_by_peer());
 }
+
+TEST_CASE("a slow consumer that half-closes while a write is stuck still gets its slow_consumer error",
+          "[e2e][broker][slow]") {
+  auto cfg = test_server::default_config();
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = 1u << 20;
+  cfg.slow_consumer = broker::slow_consumer_policy::disconnect;
+  cfg.shutdown_grace = std::chrono::seconds(5);
+  test_server server(cfg);
+  raw_connection slow(server.port(), 64 * 1024);
+  raw_subscribe(slow, "feed.prices");
+  auto pub = connect_to(server, "pub");
+  std::vector<std::byte> payload(payload_size);
+  for (std::uint64_t i = 0; i < 10'000; ++i) {
+    std::memcpy(payload.data(), &i, sizeof i);
+    REQUIRE_FALSE(pub->publish("feed.prices", payload));
+  }
+  REQUIRE_FALSE(pub->flush());
+  // The broker has decided to close it, with a write stuck in flight; the
+  // peer now says it sends nothing more, then reads everything.
+  slow.shutdown_write();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  raw_frame f;
+  const auto* e = slow.next_of(Message::Error, f, std::chrono::seconds(10));
+  REQUIRE(e != nullptr);
+  CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::slow_consumer));
+  CHECK(slow.closed_by_peer());
+}

@@ -129,6 +129,8 @@ const protocol::wire::Frame* raw_connection::next_of(protocol::wire::Message typ
   return nullptr;
 }
 
+void raw_connection::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
 bool raw_connection::closed_by_peer(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

@@ -51,6 +51,9 @@ class raw_connection {
   const protocol::wire::Frame* next_of(protocol::wire::Message type, raw_frame& storage,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
+  // Half-closes: the peer reads EOF, and this side can still read.
+  void shutdown_write();
+
   // True once the peer closed the connection (reads EOF within `timeout`,
   // discarding frames before it).
   bool closed_by_peer(std::chrono::milliseconds timeout = std::chrono::seconds(5));
