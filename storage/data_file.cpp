@@ -21,6 +21,7 @@ namespace L = lmdb_layout;
 constexpr std::size_t meta_magic = 16, meta_version = 20;
 constexpr std::size_t meta_free_db = 40;                       // mm_dbs[FREE_DBI]; its md_pad is the page size
 constexpr std::size_t meta_free_root = meta_free_db + 40;      // md_root
+constexpr std::size_t meta_main_root = meta_free_db + 48 + 40;  // mm_dbs[MAIN_DBI].md_root
 constexpr std::size_t meta_last_page = 136, meta_txn_id = 144;
 constexpr std::size_t meta_bytes = 152;
 constexpr std::uint64_t no_page = ~std::uint64_t{0};  // P_INVALID: an empty tree
@@ -165,6 +166,7 @@ std::error_code data_file::read_meta(int fd, data_file_meta& out, std::string* d
   }
   unsigned char buf[meta_bytes];
   std::uint64_t page_size = 0;
+  std::uint64_t txn_ids[2] = {0, 0};
   bool have = false;
   for (int i = 0; i < 2; ++i) {
     const std::string which = "meta page " + std::to_string(i);
@@ -192,19 +194,34 @@ std::error_code data_file::read_meta(int fd, data_file_meta& out, std::string* d
     }
     // LMDB uses the meta with the higher transaction id (mdb_env_read_header).
     const std::uint64_t txn = le(buf + meta_txn_id, 8);
+    txn_ids[i] = txn;
     if (!have || txn > out.txn_id) {
       out.txn_id = txn;
       out.last_page = le(buf + meta_last_page, 8);
       out.free_root = le(buf + meta_free_root, 8);
+      out.main_root = le(buf + meta_main_root, 8);
       have = true;
     }
   }
   out.page_size = page_size;
   out.file_bytes = file_bytes;
+  // Transaction N writes meta page N % 2, so the two are one apart (both 0
+  // in a new file): anything else is a damaged transaction id.
+  if ((txn_ids[0] > txn_ids[1] ? txn_ids[0] - txn_ids[1] : txn_ids[1] - txn_ids[0]) > 1) {
+    say(detail, "the meta pages disagree (transaction ids " + std::to_string(txn_ids[0]) + " and " +
+                    std::to_string(txn_ids[1]) + ")");
+    return errc::corrupted;
+  }
   if (out.last_page < 1 || out.last_page > (std::uint64_t{1} << 48) / page_size) {
     say(detail, "the current meta page is damaged (last page " + std::to_string(out.last_page) + ")");
     return errc::corrupted;
   }
+  for (const std::uint64_t root : {out.free_root, out.main_root})
+    if (root != no_page && (root < 2 || root > out.last_page)) {
+      say(detail, "the current meta page is damaged (a root page " + std::to_string(root) + " beyond its last page " +
+                      std::to_string(out.last_page) + ")");
+      return errc::corrupted;
+    }
   return {};
 }
 
@@ -227,7 +244,20 @@ std::error_code data_file::check(const std::filesystem::path& file, std::string*
   data_file_meta m;
   if (auto ec = read_meta(fd, m, detail)) return ec;
   const std::uint64_t need = (m.last_page + 1) * m.page_size;
-  if (m.file_bytes >= need) return {};
+  if (m.file_bytes >= need) {
+    // The two trees the meta page names start at a branch or leaf page
+    // that knows its own number.
+    for (const std::uint64_t root : {m.free_root, m.main_root}) {
+      if (root == no_page) continue;
+      unsigned char header[L::page_header];
+      if (int err = read_at(fd, header, sizeof header, root * m.page_size)) return io_failed(detail, err < 0 ? EIO : err);
+      if (le(header, 8) != root || !(le(header + L::flags_offset, 2) & (L::p_branch | L::p_leaf))) {
+        say(detail, "the root page " + std::to_string(root) + " the current meta page names is damaged");
+        return errc::corrupted;
+      }
+    }
+    return {};
+  }
   // Short: fine only if every page past the end is on the free list.
   const std::uint64_t first_missing = m.file_bytes / m.page_size;
   std::uint64_t free = 0;

@@ -47,14 +47,17 @@ struct data_file_meta {
   std::uint64_t last_page = 0;   // mm_last_pg
   std::uint64_t txn_id = 0;      // mm_txnid
   std::uint64_t free_root = 0;   // root page of LMDB's free list (~0: empty)
+  std::uint64_t main_root = 0;   // root page of the main database, which names the others (~0: empty)
   std::uint64_t file_bytes = 0;  // the file's size when it was read
 };
 
 class data_file {
  public:
   // Checks the data file `file` (<log dir>/data.mdb) before LMDB maps it:
-  // both meta pages readable and valid, and the file long enough for the
-  // current one (see above). A missing file is fine (a new log). Errors:
+  // both meta pages readable and valid (magic, version, page size,
+  // transaction ids one apart, root pages within the file), the file long
+  // enough for the current one (see above), and the root pages it names
+  // headed as branch or leaf pages of that number. A missing file is fine (a new log). Errors:
   // corrupted, with `*detail` (if given) saying what is wrong in one line,
   // e.g. "file shorter than 8192 bytes (data.mdb is 4096 bytes)";
   // io_error (the file cannot be read). Reads the metas and, only when the

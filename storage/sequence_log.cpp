@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csetjmp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -137,6 +138,51 @@ class cursor {
 };
 
 MDB_val view(std::string_view s) { return {s.size(), const_cast<char*>(s.data())}; }
+
+// LMDB 0.9 asserts, and aborts the process, on some damage it meets in its
+// own pages (a cursor stepping onto a page that is not a leaf, a branch
+// page with a single key, ...). Reads run under a guard instead: the
+// assertion callback (mdb_env_set_assert, installed by open) jumps back out
+// of LMDB to the guarded call, which returns MDB_CORRUPTED; the caller
+// then ends the transaction. Only read calls are guarded (LMDB holds no
+// lock during them and changes nothing but the cursor); an assertion in a
+// write still aborts. The jump skips only LMDB's C frames: the guarded
+// functions hold nothing with a destructor.
+thread_local std::jmp_buf* assert_guard = nullptr;
+
+void on_lmdb_assert(MDB_env*, const char*) {
+  if (std::jmp_buf* const guard = assert_guard) {
+    assert_guard = nullptr;
+    std::longjmp(*guard, 1);
+  }
+  // No guard: LMDB prints the message and aborts.
+}
+
+int guarded_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op) {
+  std::jmp_buf guard;
+  std::jmp_buf* const outer = assert_guard;
+  if (setjmp(guard) != 0) {
+    assert_guard = outer;
+    return MDB_CORRUPTED;
+  }
+  assert_guard = &guard;
+  const int rc = mdb_cursor_get(c, k, v, op);
+  assert_guard = outer;
+  return rc;
+}
+
+int guarded_get(MDB_txn* t, MDB_dbi dbi, MDB_val* k, MDB_val* v) {
+  std::jmp_buf guard;
+  std::jmp_buf* const outer = assert_guard;
+  if (setjmp(guard) != 0) {
+    assert_guard = outer;
+    return MDB_CORRUPTED;
+  }
+  assert_guard = &guard;
+  const int rc = mdb_get(t, dbi, k, v);
+  assert_guard = outer;
+  return rc;
+}
 
 constexpr std::size_t record_key_size = 16;
 
@@ -342,12 +388,87 @@ struct sequence_log::impl {
     return nullptr;
   }
 
+  // LMDB 0.9: whether page `pgno` is a records leaf whose every node LMDB
+  // can move, merge and delete by what it stores: nodes inside the page
+  // with 16-byte keys, values inside it or on overflow pages whose header
+  // agrees with their length. A trim checks the pages it deletes from and
+  // their neighbours (which a delete may merge with) first. Reads only the
+  // page and overflow headers; nullptr when fine or when the layout or the
+  // map is unknown.
+  const char* check_leaf(std::uint64_t pgno) const {
+    namespace L = lmdb_layout;
+    const std::uintptr_t base = map_base.load(std::memory_order_acquire);
+    if (!know_layout || base == 0) return nullptr;
+    if (pgno > (map_size / page_size) || !readable(reinterpret_cast<const void*>(base + pgno * page_size), page_size))
+      return "a leaf page lies outside the data file";
+    const auto* pg = reinterpret_cast<const std::byte*>(base + pgno * page_size);
+    if (get_le<std::uint64_t>(pg) != pgno || !(get_le<std::uint16_t>(pg + L::flags_offset) & L::p_leaf))
+      return "a leaf page's header is damaged";
+    const std::size_t lower = get_le<std::uint16_t>(pg + 12), upper = get_le<std::uint16_t>(pg + 14);
+    if (lower < L::page_header || lower > upper || upper > page_size) return "a leaf page's node area is damaged";
+    for (std::size_t i = 0; i < (lower - L::page_header) / 2; ++i) {
+      const std::size_t at = get_le<std::uint16_t>(pg + L::page_header + 2 * i);
+      if (at < upper || at + L::node_header + record_key_size > page_size) return "a node lies outside its page";
+      const auto* node = pg + at;
+      const std::uint64_t size = get_le<std::uint16_t>(node) | std::uint64_t{get_le<std::uint16_t>(node + 2)} << 16;
+      if (get_le<std::uint16_t>(node + 6) != record_key_size) return "a node's key has the wrong size";
+      const std::size_t data_at = at + L::node_header + record_key_size;
+      if (!(get_le<std::uint16_t>(node + 4) & L::f_bigdata)) {
+        if (data_at + size > page_size) return "a node's value runs past its page";
+        continue;
+      }
+      if (data_at + 8 > page_size) return "a node lies outside its page";
+      const auto ov = get_le<std::uint64_t>(pg + data_at);
+      const std::uint64_t pages = L::overflow_pages(size, page_size);
+      if (ov < 2 || ov > map_size / page_size || pages > map_size / page_size - ov ||
+          !readable(reinterpret_cast<const void*>(base + ov * page_size), pages * page_size))
+        return "a node's overflow pages lie outside the data file";
+      const auto* op = reinterpret_cast<const std::byte*>(base + ov * page_size);
+      if (!(get_le<std::uint16_t>(op + L::flags_offset) & L::p_overflow) || get_le<std::uint32_t>(op + L::pages_offset) != pages)
+        return "a node's overflow pages disagree with its length";
+    }
+    return nullptr;
+  }
+
+  // The page of a pointer into the map (map_base known).
+  std::uint64_t page_of(const void* p) const {
+    return (reinterpret_cast<std::uintptr_t>(p) - map_base.load(std::memory_order_acquire)) / page_size;
+  }
+
+  // Before a trim deletes from the leaf holding `key` (read in `t`, a read
+  // transaction): that leaf and the leaves before and after it in key
+  // order (the siblings LMDB may merge it with) pass check_leaf. Returns
+  // what is wrong, or nullptr.
+  const char* check_trim_pages(MDB_txn* t, const MDB_val& key) const {
+    namespace L = lmdb_layout;
+    if (!know_layout || !in_map(key.mv_data)) return nullptr;
+    const std::uint64_t here = page_of(key.mv_data);
+    if (const char* why = check_leaf(here)) return why;
+    const auto* pg = reinterpret_cast<const std::byte*>(map_base.load(std::memory_order_acquire) + here * page_size);
+    const std::size_t nodes = (get_le<std::uint16_t>(pg + 12) - L::page_header) / 2;
+    if (nodes == 0) return nullptr;
+    cursor c(t, records);
+    if (c.status() != MDB_SUCCESS) return "LMDB cannot open a cursor";
+    for (const auto& [index, step] : {std::pair{std::size_t{0}, MDB_PREV}, {nodes - 1, MDB_NEXT}}) {
+      // The first (last) key of the page, then the one before (after) it.
+      MDB_val k{record_key_size, const_cast<std::byte*>(pg + get_le<std::uint16_t>(pg + L::page_header + 2 * index) +
+                                                         L::node_header)},
+          v{};
+      int rc = guarded_cursor_get(c.get(), &k, &v, MDB_SET_KEY);
+      if (rc == MDB_SUCCESS) rc = guarded_cursor_get(c.get(), &k, &v, step);
+      if (rc == MDB_NOTFOUND) continue;
+      if (rc != MDB_SUCCESS || !in_map(k.mv_data)) return "LMDB cannot step to a neighbouring page";
+      if (const char* why = check_leaf(page_of(k.mv_data))) return why;
+    }
+    return nullptr;
+  }
+
   // A stream's metadata, checked: inside the file, of the right size, and
   // consistent (sequences first..last hold `records` records). Errors:
   // not_found, corrupted (`diag` says what).
   std::expected<meta, std::error_code> load(MDB_txn* t, std::string_view name, diagnostics* diag = nullptr) const {
     MDB_val k = view(name), v{};
-    const int rc = mdb_get(t, streams, &k, &v);
+    const int rc = guarded_get(t, streams, &k, &v);
     if (rc != MDB_SUCCESS) {
       const auto ec = from_lmdb(rc);
       if (ec == errc::corrupted) report(diag, name, 0, where(name) + ": LMDB reports " + mdb_strerror(rc));
@@ -389,7 +510,7 @@ struct sequence_log::impl {
                                                                           diagnostics* diag = nullptr) const {
     if (!has_retention_db) return std::optional<retention>{};
     MDB_val k = view(name), v{};
-    const int rc = mdb_get(t, own_retention, &k, &v);
+    const int rc = guarded_get(t, own_retention, &k, &v);
     if (rc == MDB_NOTFOUND) return std::optional<retention>{};
     if (rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
     if (!readable(v.mv_data, v.mv_size)) {
@@ -498,7 +619,7 @@ struct sequence_log::impl {
   // is unsupported_format.
   std::error_code check_format(MDB_txn* t) {
     MDB_val k = view(format_key), v{};
-    int rc = mdb_get(t, metadata, &k, &v);
+    int rc = guarded_get(t, metadata, &k, &v);
     if (rc == MDB_SUCCESS) {
       if (v.mv_size != 8 || !readable(v.mv_data, v.mv_size)) return errc::corrupted;
       return get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data)) == log_format_version ? std::error_code{}
@@ -542,7 +663,8 @@ struct sequence_log::impl {
       cursor bc(before.get(), records);
       if (bc.status() != MDB_SUCCESS) return from_lmdb(bc.status());
       MDB_val bk = start.val(), bv{};
-      int brc = mdb_cursor_get(bc.get(), &bk, &bv, MDB_SET_RANGE);
+      int brc = guarded_cursor_get(bc.get(), &bk, &bv, MDB_SET_RANGE);
+      std::uint64_t checked_page = 0;  // its records and neighbours passed check_trim_pages (0: none yet)
       while (rc == MDB_SUCCESS && removed < max) {
         if (brc != MDB_SUCCESS) return brc == MDB_NOTFOUND ? make_error_code(errc::corrupted) : from_lmdb(brc);
         const auto* kb = static_cast<const std::byte*>(bk.mv_data);
@@ -550,14 +672,21 @@ struct sequence_log::impl {
             std::memcmp(k.mv_data, kb, record_key_size) != 0)
           return errc::corrupted;
         if (get_be64(kb) != m->id) break;
-        if (check_record(bk, bv)) return errc::corrupted;
+        // A damaged record (or page) stops the trim: what went before it
+        // is trimmed, the next trim starts at it and fails.
+        const bool new_page = in_map(bk.mv_data) && page_of(bk.mv_data) != checked_page;
+        if (check_record(bk, bv) || (new_page && check_trim_pages(before.get(), bk))) {
+          if (removed == 0) return errc::corrupted;
+          break;
+        }
+        if (new_page) checked_page = page_of(bk.mv_data);
         v = bv;  // the same record, as read from the map
         const std::uint64_t seq = get_be64(kb + 8);
         if (v.mv_size < record_header) return errc::corrupted;
         const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
         if (!more(*m, seq, ts)) break;
         const std::size_t stored = v.mv_size - record_header;  // subject + payload, as counted in bytes
-        brc = mdb_cursor_get(bc.get(), &bk, &bv, MDB_NEXT);
+        brc = guarded_cursor_get(bc.get(), &bk, &bv, MDB_NEXT);
         if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return from_lmdb(rc);
         m->first = seq + 1;
         m->records -= 1;
@@ -625,6 +754,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   }
   if (auto ec = from_lmdb(mdb_env_create(&p->env))) return fail(ec, "cannot create an LMDB environment");
   mdb_env_set_maxdbs(p->env, 8);  // four in use; room for more without a format change
+  mdb_env_set_assert(p->env, on_lmdb_assert);
   std::size_t map = std::min(o.initial_map_size, p->append_ceiling());
   if (o.read_only) {
     // Room for what a writer next door adds while we read.
@@ -676,7 +806,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   else if (rc != MDB_SUCCESS)
     return fail(from_lmdb(rc), std::string("cannot open the \"retention\" database: ") + mdb_strerror(rc));
   MDB_val k = view(last_stream_key), v{};
-  const int rc = mdb_get(t.get(), p->metadata, &k, &v);
+  const int rc = guarded_get(t.get(), p->metadata, &k, &v);
   if (rc == MDB_SUCCESS && v.mv_size == 8 && p->readable(v.mv_data, 8))
     p->last_stream_id = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data));
   else if (rc == MDB_SUCCESS)
@@ -788,7 +918,7 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     report(diag, stream, expect, where(stream, expect) + ": " + std::string(what));
     return std::unexpected(make_error_code(errc::corrupted));
   };
-  int rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+  int rc = guarded_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
   // Sequences first..last are all there (the metadata says so, checked in
   // load): the stream's records are read by position, never by searching.
   for (; expect <= m->last && out.records.size() < max_count; ++expect) {
@@ -815,7 +945,9 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     out.records.push_back({expect, ts, std::vector<std::byte>(body + subject, body + size),
                            std::vector<std::byte>(body, body + subject)});
     bytes += size;
-    rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+    // Step on only for a record that will be read: the cursor touches no
+    // page beyond the answer (a damaged neighbour stays unread).
+    if (expect < m->last && out.records.size() < max_count) rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT);
   }
   return out;
 }
@@ -847,8 +979,8 @@ std::expected<std::vector<stream_info>, std::error_code> sequence_log::list(std:
   std::vector<stream_info> out;
   // Names sort bytewise: those with the prefix are one range from it on.
   MDB_val k = view(prefix), v{};
-  int rc = mdb_cursor_get(c.get(), &k, &v, prefix.empty() ? MDB_FIRST : MDB_SET_RANGE);
-  for (; rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+  int rc = guarded_cursor_get(c.get(), &k, &v, prefix.empty() ? MDB_FIRST : MDB_SET_RANGE);
+  for (; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
     if (!p.readable(k.mv_data, k.mv_size)) {
       const std::string after = out.empty() ? std::string("the first stream") : "stream '" + out.back().name + "'";
       report(diag, {}, 0, "the name of the stream after " + after + " lies outside the data file");
@@ -984,8 +1116,8 @@ verify_report sequence_log::verify(std::size_t max_problems,
   {
     cursor c(t.get(), p.streams);
     MDB_val k{}, v{};
-    int rc = c.status() == MDB_SUCCESS ? mdb_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
-    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+    int rc = c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
+    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
       if (++step > max_steps) {
         problem({}, 0, "the streams database does not end (a loop in a damaged B-tree)");
         break;
@@ -1018,8 +1150,8 @@ verify_report sequence_log::verify(std::size_t max_problems,
   if (p.has_retention_db) {
     cursor c(t.get(), p.own_retention);
     MDB_val k{}, v{};
-    int rc = c.status() == MDB_SUCCESS ? mdb_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
-    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+    int rc = c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
+    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
       if (++step > max_steps) {
         problem({}, 0, "the retention database does not end (a loop in a damaged B-tree)");
         break;
@@ -1037,7 +1169,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
   // The format stamp and the last stream id.
   {
     MDB_val k = view(format_key), v{};
-    const int rc = mdb_get(t.get(), p.metadata, &k, &v);
+    const int rc = guarded_get(t.get(), p.metadata, &k, &v);
     if (rc == MDB_SUCCESS) {
       if (v.mv_size != 8 || !p.readable(v.mv_data, 8))
         problem({}, 0, "the format stamp is damaged");
@@ -1048,7 +1180,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
       problem({}, 0, rc == MDB_NOTFOUND ? std::string("the format stamp is missing") : lmdb_says("reading the format stamp", rc));
     }
     k = view(last_stream_key);
-    const int rc2 = mdb_get(t.get(), p.metadata, &k, &v);
+    const int rc2 = guarded_get(t.get(), p.metadata, &k, &v);
     if (rc2 == MDB_SUCCESS && (v.mv_size != 8 || !p.readable(v.mv_data, 8)))
       problem({}, 0, "the last stream id is damaged");
     else if (rc2 == MDB_SUCCESS && get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data)) < max_id)
@@ -1060,13 +1192,14 @@ verify_report sequence_log::verify(std::size_t max_problems,
   }
 
   // Every record, in key order: stream by stream, sequence by sequence.
+  std::optional<std::uint64_t> walk_stopped_at;  // the stream id where LMDB gave up, if it did
   {
     cursor c(t.get(), p.records);
     MDB_val k{}, v{};
-    int rc = c.status() == MDB_SUCCESS ? mdb_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
+    int rc = c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
     std::uint64_t prev_id = 0, prev_seq = 0;
     std::unordered_set<std::uint64_t> orphans;
-    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
       if (++step > max_steps) {
         problem({}, 0, "the records database does not end (a loop in a damaged B-tree)");
         break;
@@ -1124,13 +1257,19 @@ verify_report sequence_log::verify(std::size_t max_problems,
       if (get_le<std::uint32_t>(vb + 16) > size || get_le<std::uint32_t>(vb + 20) != 0)
         problem(st.name, seq, where(st.name, seq) + ": its subject length is damaged");
     }
-    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) {
+      // LMDB cannot go on (and ends the transaction): what lies beyond is
+      // unchecked, not missing.
+      walk_stopped_at = prev_id;
       problem(prev_id != 0 && by_id.contains(prev_id) ? by_id.at(prev_id).name : std::string{}, 0,
               lmdb_says("walking the records after stream id " + std::to_string(prev_id) + ", sequence " +
                             std::to_string(prev_seq),
-                        rc));
+                        rc) +
+                  "; the records after it were not checked");
+    }
   }
   for (auto& [id, st] : by_id) {
+    if (walk_stopped_at && id >= *walk_stopped_at) continue;
     if (st.next <= st.m.last) {
       problem(st.name, st.next,
               where(st.name, st.next) + ": missing" +
@@ -1152,7 +1291,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
   // the free list (LMDB's own invariant, its mdb_audit). Checked against
   // the current meta page, so only if no writer committed since the
   // snapshot was taken.
-  if (same_snapshot) {
+  if (same_snapshot && !walk_stopped_at) {
     std::uint64_t used = 0, free = 0;
     bool counted = true;
     const auto add = [&](MDB_dbi dbi) {
@@ -1167,8 +1306,8 @@ verify_report sequence_log::verify(std::size_t max_problems,
     {
       cursor c(t.get(), main_db);
       MDB_val k{}, v{};
-      int rc = counted && c.status() == MDB_SUCCESS ? mdb_cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
-      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+      int rc = counted && c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
         MDB_dbi dbi = 0;
         if (++step > max_steps || !p.readable(k.mv_data, k.mv_size)) {
           counted = false;
@@ -1182,8 +1321,8 @@ verify_report sequence_log::verify(std::size_t max_problems,
     {
       cursor c(t.get(), 0);  // LMDB's free list: txn id -> count, then page numbers
       MDB_val k{}, v{};
-      int rc = counted && c.status() == MDB_SUCCESS ? mdb_cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
-      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = mdb_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+      int rc = counted && c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
         if (++step > max_steps || v.mv_size < 8 || !p.readable(v.mv_data, v.mv_size)) {
           problem({}, 0, "LMDB's free list is damaged");
           counted = false;
