@@ -835,8 +835,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   }
   if (auto ec = p->check_format(t.get())) {  // aborts: nothing written
     return fail(ec, ec == errc::unsupported_format
-                        ? "the log is in another on-disk format (this build reads format " +
-                              std::to_string(log_format_version) + ")"
+                        ? "this build reads format " + std::to_string(log_format_version)
                         : "the log's format stamp is damaged");
   }
   if (const int rc = mdb_dbi_open(t.get(), "retention", create, &p->own_retention); rc == MDB_NOTFOUND && o.read_only)
@@ -1021,8 +1020,10 @@ std::expected<std::vector<stream_info>, std::error_code> sequence_log::list(std:
   int rc = guarded_cursor_get(c.get(), &k, &v, prefix.empty() ? MDB_FIRST : MDB_SET_RANGE);
   for (; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
     if (!p.readable(k.mv_data, k.mv_size)) {
-      const std::string after = out.empty() ? std::string("the first stream") : "stream '" + out.back().name + "'";
-      report(diag, {}, 0, "the name of the stream after " + after + " lies outside the data file");
+      report(diag, {}, 0,
+             (out.empty() ? std::string("the name of the first stream listed")
+                          : "the name of the stream after '" + out.back().name + "'") +
+                 " lies outside the data file");
       return std::unexpected(make_error_code(errc::corrupted));
     }
     const std::string_view name{static_cast<const char*>(k.mv_data), k.mv_size};
