@@ -153,10 +153,11 @@ MDB_val view(std::string_view s) { return {s.size(), const_cast<char*>(s.data())
 // page with a single key, ...). Reads run under a guard instead: the
 // assertion callback (mdb_env_set_assert, installed by open) jumps back out
 // of LMDB to the guarded call, which returns MDB_CORRUPTED; the caller
-// then ends the transaction. Only read calls are guarded (LMDB holds no
-// lock during them and changes nothing but the cursor); an assertion in a
-// write still aborts. The jump skips only LMDB's C frames: the guarded
-// functions hold nothing with a destructor.
+// then ends the transaction (a write transaction is aborted). Only lookups
+// and cursor steps are guarded (they change nothing but the cursor); an
+// assertion in a put or delete still aborts the process. The jump skips
+// only LMDB's C frames: the guarded functions hold nothing with a
+// destructor.
 thread_local std::jmp_buf* assert_guard = nullptr;
 
 void on_lmdb_assert(MDB_env*, const char*) {
@@ -328,6 +329,19 @@ struct sequence_log::impl {
     if (base == 0) return located::elsewhere;
     map_base.store(base, std::memory_order_release);
     return located::map;
+  }
+
+  // Looks the map up at once, from a value read in a read transaction (so
+  // from the map, not from a write transaction's heap copies): after open
+  // and after the map moved. Without a value to go by (an empty log), the
+  // first pointer a read hands out does it. Caller holds `resize`
+  // exclusively, or is open().
+  void locate_map_now() {
+    txn t;
+    if (t.begin(env, MDB_RDONLY)) return;
+    MDB_val k = view(format_key), v{};
+    std::uintptr_t base = 0;
+    if (guarded_get(t.get(), metadata, &k, &v) == MDB_SUCCESS) locate_map(reinterpret_cast<std::uintptr_t>(v.mv_data), base);
   }
 
   // data.mdb's size now (fstat), kept in file_bytes.
@@ -622,6 +636,7 @@ struct sequence_log::impl {
     mdb_env_info(env, &info);
     map_size = info.me_mapsize;
     map_base.store(0, std::memory_order_release);  // the map may have moved: look it up again
+    locate_map_now();
     return {};
   }
 
@@ -851,6 +866,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   else if (rc != MDB_NOTFOUND)
     return fail(from_lmdb(rc), std::string("cannot read the last stream id: ") + mdb_strerror(rc));
   if (auto ec = t.commit()) return fail(ec, std::string("cannot commit: ") + ec.message());
+  p->locate_map_now();
   return std::unique_ptr<sequence_log>(new sequence_log(std::move(p)));
 }
 

@@ -268,6 +268,10 @@ class sequence_log {
 
   // Removes up to `max_records` records from the front of the stream, all
   // below `before_seq`. Returns how many went. Sequences are not reused.
+  // Never deletes by a damaged length: before deleting from a leaf page it
+  // checks that page and its neighbours (LMDB may merge them), and it
+  // stops before a damaged record or page; a trim that cannot remove
+  // anything for that reason fails with corrupted (so does enforce).
   std::expected<std::size_t, std::error_code> trim(std::string_view stream, std::uint64_t before_seq,
                                                    std::size_t max_records);
   // One bounded retention step: trims by count, bytes (payload + subject)
@@ -298,7 +302,8 @@ class sequence_log {
   // thread every 65,536 records. Damage LMDB itself trips on can still
   // fault here: run it in another process (verify_log,
   // storage/log_verifier.hpp) unless a crash is acceptable. Reads only;
-  // any thread.
+  // any thread, but not two verify() calls on one log at once (it opens
+  // LMDB database handles, which LMDB allows one transaction at a time).
   verify_report verify(std::size_t max_problems = 100,
                        const std::function<void(const verify_progress&)>& progress = {}) const;
 
