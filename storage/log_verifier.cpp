@@ -265,7 +265,7 @@ std::expected<verify_report, std::error_code> verify_log(const verify_options& o
     report.problems.push_back(
         {{}, 0,
          std::string("the check died of ") + signal_name(report.signal) + " after " + std::to_string(report.records) +
-             " records: LMDB's own pages are damaged in a way it cannot report"});
+             " records: the log is damaged in a way the check could not report"});
     return report;
   }
   if (failed) {

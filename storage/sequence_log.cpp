@@ -1,6 +1,7 @@
 #include "storage/sequence_log.hpp"
 
 #include "storage/data_file.hpp"
+#include "storage/lmdb_guard.hpp"
 
 #include <lmdb.h>
 #include <xxhash.h>
@@ -14,7 +15,6 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
-#include <csetjmp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -147,52 +147,6 @@ class cursor {
 };
 
 MDB_val view(std::string_view s) { return {s.size(), const_cast<char*>(s.data())}; }
-
-// LMDB 0.9 asserts, and aborts the process, on some damage it meets in its
-// own pages (a cursor stepping onto a page that is not a leaf, a branch
-// page with a single key, ...). Reads run under a guard instead: the
-// assertion callback (mdb_env_set_assert, installed by open) jumps back out
-// of LMDB to the guarded call, which returns MDB_CORRUPTED; the caller
-// then ends the transaction (a write transaction is aborted). Only lookups
-// and cursor steps are guarded (they change nothing but the cursor); an
-// assertion in a put or delete still aborts the process. The jump skips
-// only LMDB's C frames: the guarded functions hold nothing with a
-// destructor.
-thread_local std::jmp_buf* assert_guard = nullptr;
-
-void on_lmdb_assert(MDB_env*, const char*) {
-  if (std::jmp_buf* const guard = assert_guard) {
-    assert_guard = nullptr;
-    std::longjmp(*guard, 1);
-  }
-  // No guard: LMDB prints the message and aborts.
-}
-
-int guarded_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op) {
-  std::jmp_buf guard;
-  std::jmp_buf* const outer = assert_guard;
-  if (setjmp(guard) != 0) {
-    assert_guard = outer;
-    return MDB_CORRUPTED;
-  }
-  assert_guard = &guard;
-  const int rc = mdb_cursor_get(c, k, v, op);
-  assert_guard = outer;
-  return rc;
-}
-
-int guarded_get(MDB_txn* t, MDB_dbi dbi, MDB_val* k, MDB_val* v) {
-  std::jmp_buf guard;
-  std::jmp_buf* const outer = assert_guard;
-  if (setjmp(guard) != 0) {
-    assert_guard = outer;
-    return MDB_CORRUPTED;
-  }
-  assert_guard = &guard;
-  const int rc = mdb_get(t, dbi, k, v);
-  assert_guard = outer;
-  return rc;
-}
 
 constexpr std::size_t record_key_size = 16;
 
@@ -341,7 +295,7 @@ struct sequence_log::impl {
     if (t.begin(env, MDB_RDONLY)) return;
     MDB_val k = view(format_key), v{};
     std::uintptr_t base = 0;
-    if (guarded_get(t.get(), metadata, &k, &v) == MDB_SUCCESS) locate_map(reinterpret_cast<std::uintptr_t>(v.mv_data), base);
+    if (lmdb_guard::get(t.get(), metadata, &k, &v) == MDB_SUCCESS) locate_map(reinterpret_cast<std::uintptr_t>(v.mv_data), base);
   }
 
   // data.mdb's size now (fstat), kept in file_bytes.
@@ -423,22 +377,6 @@ struct sequence_log::impl {
     return nullptr;
   }
 
-  // Whether a cursor on the key `k` (from the map, checked) may leave its
-  // page on MDB_NEXT: LMDB 0.9 asserts only when a step lands on another
-  // page, so steps inside a page need no assertion guard (a setjmp costs
-  // more than the rest of a record's checks). True when it cannot tell.
-  bool at_page_end(const MDB_val& k) const {
-    namespace L = lmdb_layout;
-    const std::uintptr_t base = map_base.load(std::memory_order_relaxed);
-    const auto kp = reinterpret_cast<std::uintptr_t>(k.mv_data);
-    if (!know_layout || base == 0 || kp < base + L::node_header || kp - base >= map_size) return true;
-    const std::uint64_t node = kp - L::node_header - base;
-    const auto* page = reinterpret_cast<const std::byte*>(base + (node >> page_shift << page_shift));
-    const std::size_t lower = get_le<std::uint16_t>(page + 12);
-    if (lower <= L::page_header || lower > page_size) return true;
-    return get_le<std::uint16_t>(page + lower - 2) == (node & (page_size - 1));  // the last node pointer
-  }
-
   // LMDB 0.9: whether page `pgno` is a records leaf whose every node LMDB
   // can move, merge and delete by what it stores: nodes inside the page
   // with 16-byte keys, values inside it or on overflow pages whose header
@@ -505,8 +443,8 @@ struct sequence_log::impl {
       MDB_val k{record_key_size, const_cast<std::byte*>(pg + get_le<std::uint16_t>(pg + L::page_header + 2 * index) +
                                                          L::node_header)},
           v{};
-      int rc = guarded_cursor_get(c.get(), &k, &v, MDB_SET_KEY);
-      if (rc == MDB_SUCCESS) rc = guarded_cursor_get(c.get(), &k, &v, step);
+      int rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_SET_KEY);
+      if (rc == MDB_SUCCESS) rc = lmdb_guard::cursor_get(c.get(), &k, &v, step);
       if (rc == MDB_NOTFOUND) continue;
       if (rc != MDB_SUCCESS || !in_map(k.mv_data)) return "LMDB cannot step to a neighbouring page";
       if (const char* why = check_leaf(page_of(k.mv_data))) return why;
@@ -519,7 +457,7 @@ struct sequence_log::impl {
   // not_found, corrupted (`diag` says what).
   std::expected<meta, std::error_code> load(MDB_txn* t, std::string_view name, diagnostics* diag = nullptr) const {
     MDB_val k = view(name), v{};
-    const int rc = guarded_get(t, streams, &k, &v);
+    const int rc = lmdb_guard::get(t, streams, &k, &v);
     if (rc != MDB_SUCCESS) {
       const auto ec = from_lmdb(rc);
       if (ec == errc::corrupted) report(diag, name, 0, where(name) + ": LMDB reports " + mdb_strerror(rc));
@@ -561,7 +499,7 @@ struct sequence_log::impl {
                                                                           diagnostics* diag = nullptr) const {
     if (!has_retention_db) return std::optional<retention>{};
     MDB_val k = view(name), v{};
-    const int rc = guarded_get(t, own_retention, &k, &v);
+    const int rc = lmdb_guard::get(t, own_retention, &k, &v);
     if (rc == MDB_NOTFOUND) return std::optional<retention>{};
     if (rc != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
     if (!readable(v.mv_data, v.mv_size)) {
@@ -671,7 +609,7 @@ struct sequence_log::impl {
   // is unsupported_format.
   std::error_code check_format(MDB_txn* t) {
     MDB_val k = view(format_key), v{};
-    int rc = guarded_get(t, metadata, &k, &v);
+    int rc = lmdb_guard::get(t, metadata, &k, &v);
     if (rc == MDB_SUCCESS) {
       if (v.mv_size != 8 || !readable(v.mv_data, v.mv_size)) return errc::corrupted;
       return get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data)) == log_format_version ? std::error_code{}
@@ -703,7 +641,7 @@ struct sequence_log::impl {
       if (c.status() != MDB_SUCCESS) return from_lmdb(c.status());
       record_key start(m->id, m->first);
       MDB_val k = start.val(), v{};
-      int rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+      int rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
       // Nothing of a record is read, nor is it deleted, before its bounds
       // are checked (a delete moves and frees bytes by the stored length).
       // The checks need pointers into the map, and this transaction's own
@@ -715,7 +653,7 @@ struct sequence_log::impl {
       cursor bc(before.get(), records);
       if (bc.status() != MDB_SUCCESS) return from_lmdb(bc.status());
       MDB_val bk = start.val(), bv{};
-      int brc = guarded_cursor_get(bc.get(), &bk, &bv, MDB_SET_RANGE);
+      int brc = lmdb_guard::cursor_get(bc.get(), &bk, &bv, MDB_SET_RANGE);
       std::uint64_t checked_page = 0;  // its records and neighbours passed check_trim_pages (0: none yet)
       while (rc == MDB_SUCCESS && removed < max) {
         if (brc != MDB_SUCCESS) return brc == MDB_NOTFOUND ? make_error_code(errc::corrupted) : from_lmdb(brc);
@@ -738,7 +676,7 @@ struct sequence_log::impl {
         const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
         if (!more(*m, seq, ts)) break;
         const std::size_t stored = v.mv_size - record_header;  // subject + payload, as counted in bytes
-        brc = guarded_cursor_get(bc.get(), &bk, &bv, MDB_NEXT);
+        brc = lmdb_guard::cursor_get(bc.get(), &bk, &bv, MDB_NEXT);
         if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return from_lmdb(rc);
         m->first = seq + 1;
         m->records -= 1;
@@ -747,7 +685,7 @@ struct sequence_log::impl {
         // Re-seek rather than rely on the cursor's position after a delete.
         record_key next(m->id, seq + 1);
         k = next.val();
-        rc = mdb_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+        rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
       }
       if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) return from_lmdb(rc);
       if (removed == 0) return {};  // nothing written: LMDB commits nothing, no fsync
@@ -806,7 +744,8 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   }
   if (auto ec = from_lmdb(mdb_env_create(&p->env))) return fail(ec, "cannot create an LMDB environment");
   mdb_env_set_maxdbs(p->env, 8);  // four in use; room for more without a format change
-  mdb_env_set_assert(p->env, on_lmdb_assert);
+  // LMDB's assertions and faults in lookups become MDB_CORRUPTED (lmdb_guard.hpp).
+  mdb_env_set_assert(p->env, lmdb_guard::install());
   std::size_t map = std::min(o.initial_map_size, p->append_ceiling());
   if (o.read_only) {
     // Room for what a writer next door adds while we read.
@@ -843,7 +782,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
     return fail(ec, std::string("cannot begin a transaction: ") + ec.message());
   const unsigned create = o.read_only ? 0 : MDB_CREATE;
   for (const auto& [name, dbi] : {std::pair{"streams", &p->streams}, {"records", &p->records}, {"meta", &p->metadata}}) {
-    const int rc = mdb_dbi_open(t.get(), name, create, dbi);
+    const int rc = lmdb_guard::dbi_open(t.get(), name, create, dbi);
     if (rc == MDB_NOTFOUND) return fail(errc::not_found, "no sequence log in " + o.dir.string());
     if (rc != MDB_SUCCESS)
       return fail(from_lmdb(rc), std::string("cannot open the \"") + name + "\" database: " + mdb_strerror(rc));
@@ -853,12 +792,13 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
                         ? "this build reads format " + std::to_string(log_format_version)
                         : "the log's format stamp is damaged");
   }
-  if (const int rc = mdb_dbi_open(t.get(), "retention", create, &p->own_retention); rc == MDB_NOTFOUND && o.read_only)
+  if (const int rc = lmdb_guard::dbi_open(t.get(), "retention", create, &p->own_retention);
+      rc == MDB_NOTFOUND && o.read_only)
     p->has_retention_db = false;
   else if (rc != MDB_SUCCESS)
     return fail(from_lmdb(rc), std::string("cannot open the \"retention\" database: ") + mdb_strerror(rc));
   MDB_val k = view(last_stream_key), v{};
-  const int rc = guarded_get(t.get(), p->metadata, &k, &v);
+  const int rc = lmdb_guard::get(t.get(), p->metadata, &k, &v);
   if (rc == MDB_SUCCESS && v.mv_size == 8 && p->readable(v.mv_data, 8))
     p->last_stream_id = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data));
   else if (rc == MDB_SUCCESS)
@@ -971,7 +911,7 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     report(diag, stream, expect, where(stream, expect) + ": " + std::string(what));
     return std::unexpected(make_error_code(errc::corrupted));
   };
-  int rc = guarded_cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
+  int rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_SET_RANGE);
   // Sequences first..last are all there (the metadata says so, checked in
   // load): the stream's records are read by position, never by searching.
   for (; expect <= m->last && out.records.size() < max_count; ++expect) {
@@ -1001,7 +941,7 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     // Step on only for a record that will be read: the cursor touches no
     // page beyond the answer (a damaged neighbour stays unread).
     if (expect < m->last && out.records.size() < max_count)
-      rc = p.at_page_end(k) ? guarded_cursor_get(c.get(), &k, &v, MDB_NEXT) : mdb_cursor_get(c.get(), &k, &v, MDB_NEXT);
+      rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT);
   }
   return out;
 }
@@ -1033,8 +973,8 @@ std::expected<std::vector<stream_info>, std::error_code> sequence_log::list(std:
   std::vector<stream_info> out;
   // Names sort bytewise: those with the prefix are one range from it on.
   MDB_val k = view(prefix), v{};
-  int rc = guarded_cursor_get(c.get(), &k, &v, prefix.empty() ? MDB_FIRST : MDB_SET_RANGE);
-  for (; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+  int rc = lmdb_guard::cursor_get(c.get(), &k, &v, prefix.empty() ? MDB_FIRST : MDB_SET_RANGE);
+  for (; rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
     if (!p.readable(k.mv_data, k.mv_size)) {
       report(diag, {}, 0,
              (out.empty() ? std::string("the name of the first stream listed")
@@ -1172,8 +1112,8 @@ verify_report sequence_log::verify(std::size_t max_problems,
   {
     cursor c(t.get(), p.streams);
     MDB_val k{}, v{};
-    int rc = c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
-    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+    int rc = c.status() == MDB_SUCCESS ? lmdb_guard::cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
+    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
       if (++step > max_steps) {
         problem({}, 0, "the streams database does not end (a loop in a damaged B-tree)");
         break;
@@ -1206,8 +1146,8 @@ verify_report sequence_log::verify(std::size_t max_problems,
   if (p.has_retention_db) {
     cursor c(t.get(), p.own_retention);
     MDB_val k{}, v{};
-    int rc = c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
-    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+    int rc = c.status() == MDB_SUCCESS ? lmdb_guard::cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
+    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
       if (++step > max_steps) {
         problem({}, 0, "the retention database does not end (a loop in a damaged B-tree)");
         break;
@@ -1225,7 +1165,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
   // The format stamp and the last stream id.
   {
     MDB_val k = view(format_key), v{};
-    const int rc = guarded_get(t.get(), p.metadata, &k, &v);
+    const int rc = lmdb_guard::get(t.get(), p.metadata, &k, &v);
     if (rc == MDB_SUCCESS) {
       if (v.mv_size != 8 || !p.readable(v.mv_data, 8))
         problem({}, 0, "the format stamp is damaged");
@@ -1236,7 +1176,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
       problem({}, 0, rc == MDB_NOTFOUND ? std::string("the format stamp is missing") : lmdb_says("reading the format stamp", rc));
     }
     k = view(last_stream_key);
-    const int rc2 = guarded_get(t.get(), p.metadata, &k, &v);
+    const int rc2 = lmdb_guard::get(t.get(), p.metadata, &k, &v);
     if (rc2 == MDB_SUCCESS && (v.mv_size != 8 || !p.readable(v.mv_data, 8)))
       problem({}, 0, "the last stream id is damaged");
     else if (rc2 == MDB_SUCCESS && get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data)) < max_id)
@@ -1252,16 +1192,10 @@ verify_report sequence_log::verify(std::size_t max_problems,
   {
     cursor c(t.get(), p.records);
     MDB_val k{}, v{};
-    int rc = c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
+    int rc = c.status() == MDB_SUCCESS ? lmdb_guard::cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
     std::uint64_t prev_id = 0, prev_seq = 0;
     std::unordered_set<std::uint64_t> orphans;
-    // Within a page a step cannot trip LMDB's assertions: guard only the
-    // steps that may leave one (see at_page_end).
-    const auto next = [&](MDB_val& key, MDB_val& val) {
-      return p.at_page_end(key) ? guarded_cursor_get(c.get(), &key, &val, MDB_NEXT)
-                                : mdb_cursor_get(c.get(), &key, &val, MDB_NEXT);
-    };
-    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = next(k, v)) {
+    for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
       if (++step > max_steps) {
         problem({}, 0, "the records database does not end (a loop in a damaged B-tree)");
         break;
@@ -1324,8 +1258,9 @@ verify_report sequence_log::verify(std::size_t max_problems,
       // unchecked, not missing.
       walk_stopped_at = prev_id;
       problem(prev_id != 0 && by_id.contains(prev_id) ? by_id.at(prev_id).name : std::string{}, 0,
-              lmdb_says("walking the records after stream id " + std::to_string(prev_id) + ", sequence " +
-                            std::to_string(prev_seq),
+              lmdb_says(prev_id == 0 ? std::string("walking the records from the first")
+                                     : "walking the records after stream id " + std::to_string(prev_id) +
+                                           ", sequence " + std::to_string(prev_seq),
                         rc) +
                   "; the records after it were not checked");
     }
@@ -1363,28 +1298,28 @@ verify_report sequence_log::verify(std::size_t max_problems,
       return true;
     };
     MDB_dbi main_db = 0;
-    counted = add(0) && mdb_dbi_open(t.get(), nullptr, 0, &main_db) == MDB_SUCCESS && add(main_db);
+    counted = add(0) && lmdb_guard::dbi_open(t.get(), nullptr, 0, &main_db) == MDB_SUCCESS && add(main_db);
     // Every named database: the keys of the main one.
     {
       cursor c(t.get(), main_db);
       MDB_val k{}, v{};
-      int rc = counted && c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
-      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+      int rc = counted && c.status() == MDB_SUCCESS ? lmdb_guard::cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
         MDB_dbi dbi = 0;
         if (++step > max_steps || !p.readable(k.mv_data, k.mv_size)) {
           counted = false;
           break;
         }
         const std::string name(static_cast<const char*>(k.mv_data), k.mv_size);
-        counted = mdb_dbi_open(t.get(), name.c_str(), 0, &dbi) == MDB_SUCCESS && add(dbi);
+        counted = lmdb_guard::dbi_open(t.get(), name.c_str(), 0, &dbi) == MDB_SUCCESS && add(dbi);
       }
       if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) counted = false;
     }
     {
       cursor c(t.get(), 0);  // LMDB's free list: txn id -> count, then page numbers
       MDB_val k{}, v{};
-      int rc = counted && c.status() == MDB_SUCCESS ? guarded_cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
-      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = guarded_cursor_get(c.get(), &k, &v, MDB_NEXT)) {
+      int rc = counted && c.status() == MDB_SUCCESS ? lmdb_guard::cursor_get(c.get(), &k, &v, MDB_FIRST) : MDB_NOTFOUND;
+      for (std::uint64_t step = 0; counted && rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
         if (++step > max_steps || v.mv_size < 8 || !p.readable(v.mv_data, v.mv_size)) {
           problem({}, 0, "LMDB's free list is damaged");
           counted = false;

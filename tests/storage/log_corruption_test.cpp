@@ -574,13 +574,12 @@ TEST_CASE("random bytes over overflow pages fail only the record stored there, w
   }
 }
 
-TEST_CASE("random bytes over a records leaf page never return wrong data and spare the other pages' records",
+TEST_CASE("random bytes over a records leaf page never fault or return wrong data, and spare the other pages' records",
           "[storage][corruption]") {
   const auto& log = pristine();
   std::mt19937_64 rng(11);
   const auto leaves = log.pages_of(page_kind::records_leaf);
   REQUIRE(leaves.size() >= 3);
-  int faults = 0;
   for (int i = 0; i < 16; ++i) {
     const auto page = leaves[rng() % leaves.size()];
     const std::size_t at = page * log.page_size + rng() % (log.page_size - 256);
@@ -593,24 +592,26 @@ TEST_CASE("random bytes over a records leaf page never return wrong data and spa
     check_common(r, v);
     INFO(r.summary());
     CHECK(r.opened);
-    faults += r.signal != 0;
+    // LMDB asserts or faults on about half of these pages (a node whose
+    // flags say "duplicates" sends it through a null pointer): the guard
+    // turns that into corrupted (storage/lmdb_guard.hpp).
+    CHECK(r.signal == 0);
+    CHECK(r.faulted.empty());
+    CHECK(r.streams_read);
     // Records on other pages are reached without touching this one.
     for (const auto& [id, o] : r.reads)
       if (log.leaf_of.at(id) != page) {
         INFO(id.first << "/" << id.second);
         CHECK(o == outcome::ok);
       }
-    for (const auto& id : r.faulted) CHECK(log.leaf_of.at(id) == page);
   }
-  // How many probes LMDB itself faulted on (inside its own page parsing).
-  WARN(faults << " of 16 probes faulted inside LMDB");
 }
 
-TEST_CASE("random bytes anywhere in data.mdb never return wrong data, and verify notices what reads notice",
+TEST_CASE("random bytes anywhere in data.mdb never fault or return wrong data, and verify notices what reads notice",
           "[storage][corruption]") {
   const auto& log = pristine();
   std::mt19937_64 rng(23);
-  int refused = 0, faults = 0;
+  int refused = 0;
   for (int i = 0; i < 40; ++i) {
     const std::size_t at = rng() % (log.file.size() - 256);
     INFO("bytes at " << at << " (page " << at / log.page_size << ")");
@@ -620,10 +621,13 @@ TEST_CASE("random bytes anywhere in data.mdb never return wrong data, and verify
     const auto r = probe(copy.log_dir());
     const auto v = verify(copy.log_dir());
     check_common(r, v);
+    INFO(r.summary());
+    CHECK(r.signal == 0);
+    CHECK(r.faulted.empty());
+    CHECK(v.signal == 0);
     refused += !r.opened;
-    faults += r.signal != 0;
   }
-  WARN(refused << " of 40 probes refused at open, " << faults << " faulted inside LMDB");
+  WARN(refused << " of 40 probes refused at open");
 }
 
 TEST_CASE("a zeroed page is reported as damage and never faults", "[storage][corruption]") {

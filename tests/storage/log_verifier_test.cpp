@@ -24,6 +24,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -235,7 +236,7 @@ TEST_CASE("verify_log reports LMDB page counts that do not add up", "[storage][v
   CHECK(r.problems[0].what.find("LMDB's pages do not add up") == 0);
 }
 
-TEST_CASE("verify_log reports damage LMDB itself faults on as a child killed by a signal", "[storage][verify]") {
+TEST_CASE("verify_log reports a page LMDB faults on as damage and finishes its report", "[storage][verify]") {
   log_dir d;
   {
     auto log = d.open();
@@ -246,7 +247,7 @@ TEST_CASE("verify_log reports damage LMDB itself faults on as a child killed by 
   // A small file (every page is within 64 KiB of its end): point the first
   // node of the records leaf 65,000 bytes into the page, past the end of
   // the file but inside LMDB's map, so LMDB reads the node from there and
-  // faults.
+  // faults (SIGBUS); the walk's guard turns that into an error.
   auto file = d.path() / "data.mdb";
   std::vector<unsigned char> data;
   {
@@ -282,10 +283,47 @@ TEST_CASE("verify_log reports damage LMDB itself faults on as a child killed by 
   const auto r = verify_ok(d.path());
   INFO(all_problems(r));
   CHECK_FALSE(r.intact());
-  CHECK(r.signal == SIGBUS);
-  REQUIRE_FALSE(r.problems.empty());
-  CHECK(r.problems.back().what.find("the check died of SIGBUS") == 0);
+  CHECK(r.signal == 0);
+  REQUIRE(r.problem_count == 1);
+  CHECK(r.problems[0].what ==
+        "walking the records from the first: LMDB reports MDB_CORRUPTED: Located page was wrong type; "
+        "the records after it were not checked");
 }
+
+TEST_CASE("verify_log reports a check that dies of a signal as damage", "[storage][verify]") {
+  // A FIFO where data.mdb should be holds the check in open(); the signal
+  // it then gets stands for a fault outside LMDB's guarded calls.
+  temp_dir d{"switchyard-verify"};
+  std::filesystem::create_directories(d.path() / "log");
+  REQUIRE(::mkfifo((d.path() / "log" / "data.mdb").c_str(), 0644) == 0);
+  sy::verify_options o;
+  o.dir = d.path() / "log";
+  o.timeout = std::chrono::seconds(30);
+  std::expected<sy::verify_report, std::error_code> r;
+  std::thread check([&] { r = sy::verify_log(o); });
+  // The child: the process whose parent is this one (bounded wait).
+  pid_t child = 0;
+  for (int i = 0; i < 500 && child == 0; ++i) {
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream stat(e.path() / "stat");
+      std::string pid, comm, state;
+      pid_t ppid = 0;
+      if (stat >> pid >> comm >> state >> ppid && ppid == ::getpid()) child = static_cast<pid_t>(std::stol(pid));
+    }
+    if (child == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(child != 0);
+  REQUIRE(::kill(child, SIGBUS) == 0);
+  check.join();
+  REQUIRE(r);
+  CHECK_FALSE(r->intact());
+  CHECK(r->signal == SIGBUS);
+  REQUIRE(r->problems.size() == 1);
+  CHECK(r->problems[0].what ==
+        "the check died of SIGBUS after 0 records: the log is damaged in a way the check could not report");
+}
+
+
 
 TEST_CASE("verify_log kills a check that does not finish in time and says so", "[storage][verify]") {
   temp_dir d{"switchyard-verify"};
