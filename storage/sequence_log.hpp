@@ -56,8 +56,10 @@
 // that, its checksum or the sequence order is reported as `corrupted`,
 // naming stream and sequence (diagnostics), and the records around it
 // still read. LMDB 0.9 has no page checksums: damage to its own B-tree
-// pages may go unseen or fault inside LMDB; verify() (best run in another
-// process: storage/log_verifier.hpp) walks everything.
+// pages may go unseen; where LMDB would assert or fault on it during a
+// lookup or cursor step, the guard of storage/lmdb_guard.hpp makes that
+// `corrupted` too (puts and deletes are not guarded). verify() (best run
+// in another process: storage/log_verifier.hpp) walks everything.
 
 #include "storage/errc.hpp"
 

@@ -633,7 +633,7 @@ TEST_CASE("random bytes anywhere in data.mdb never fault or return wrong data, a
 TEST_CASE("a zeroed page is reported as damage and never faults", "[storage][corruption]") {
   const auto& log = pristine();
   std::vector<std::uint64_t> pages;
-  for (std::size_t p = 2; p < log.pages(); p += std::max<std::size_t>(1, log.pages() / 40)) pages.push_back(p);
+  for (std::size_t p = 2; p < log.pages(); p += std::max<std::size_t>(1, log.pages() / 20)) pages.push_back(p);
   for (const auto k : {page_kind::records_branch, page_kind::records_leaf, page_kind::overflow, page_kind::other})
     pages.push_back(log.pages_of(k).front());
   for (const auto page : pages) {
