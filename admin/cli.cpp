@@ -142,6 +142,9 @@ class cli {
       message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
     else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
     else if (ec == errc::internal) message += " (is the broker running without a data dir?)";
+    else if (ec == errc::corrupted)
+      message = what + ": the broker's sequence log is damaged (corrupted); check it with switchyard-server "
+                       "--verify-log --data-dir <its data dir> on the broker's host";
     else if (ec == errc::bad_request)
       message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
     return fail(exit_code_of(ec), code_name(ec), message);
@@ -291,6 +294,21 @@ class cli {
 
   int streams_read() {
     auto r = client_->read(s_.stream, s_.from, s_.count);
+    if (!r && r.error() == errc::corrupted) {
+      // The broker answers the records before a damaged one, so a read
+      // fails only when its first record is damaged: that one (with --from
+      // 0, the stream's first retained record).
+      std::uint64_t bad = s_.from;
+      if (bad == 0)
+        if (auto st = client_->stream_info(s_.stream)) bad = st->first_seq;
+      const std::string at = bad != 0 ? "record " + std::to_string(bad) : "a record";
+      const std::string past = bad != 0 ? "; --from " + std::to_string(bad + 1) + " reads past it" : "";
+      return fail(exit_server_error, code_name(r.error()),
+                  "streams read " + s_.stream + ": " + at +
+                      " is damaged in the broker's sequence log (corrupted)" + past +
+                      "; check the whole log with switchyard-server --verify-log --data-dir <its data dir> on the "
+                      "broker's host");
+    }
     if (!r) {
       if (r.error() != errc::trimmed) return fail(r.error(), "streams read " + s_.stream);
       // Say where the stream starts now (the broker's error carries it, the

@@ -3,6 +3,7 @@
 #include "broker/server_core.hpp"
 #include "broker/session.hpp"
 #include "common/asio.hpp"
+#include "storage/log_verifier.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -13,6 +14,46 @@
 namespace switchyard::broker {
 
 namespace {
+// Why the log would not open, for the operator: what is wrong and what to do.
+std::string open_failure(const std::string& data_dir, const std::filesystem::path& dir, std::error_code ec,
+                         const storage::diagnostics& diag) {
+  std::string out = "cannot open the sequence log in " + dir.string() + ": ";
+  if (ec == storage::errc::locked)
+    return out + "the data folder " + data_dir + " is in use by another switchyard-server (" +
+           (diag.pid != 0 ? "pid " + std::to_string(diag.pid) : std::string("pid unknown")) +
+           "); stop it, or give this one another --data-dir";
+  if (ec == storage::errc::corrupted)
+    return out + "log corrupted: " + (diag.message.empty() ? ec.message() : diag.message) +
+           "; check it with switchyard-server --verify-log --data-dir " + data_dir +
+           ", then restore the folder from a backup or move it away (docs/storage.md, \"Damage\")";
+  return out + ec.message() + (diag.message.empty() ? std::string{} : " (" + diag.message + ")");
+}
+
+// --verify-on-start: the whole log checked in a child process before it is
+// opened; throws (the server does not start) when it is damaged or cannot
+// be checked. A folder without a log yet passes.
+void verify_log_or_throw(server_core& core, const std::filesystem::path& dir) {
+  core.log->info("verifying the sequence log in {} before opening it", dir.string());
+  storage::verify_options o;
+  o.dir = dir;
+  std::string detail;
+  const auto r = storage::verify_log(o, &detail);
+  if (!r && r.error() == storage::errc::not_found) {
+    core.log->info("no sequence log in {} yet: nothing to verify", dir.string());
+    return;
+  }
+  if (!r) throw std::runtime_error("cannot verify the sequence log in " + dir.string() + ": " + detail);
+  if (!r->intact()) {
+    std::string what;
+    for (std::size_t i = 0; i < r->problems.size() && i < 3; ++i) what += "; " + r->problems[i].what;
+    throw std::runtime_error("log corrupted: the sequence log in " + dir.string() + " failed its check (" +
+                             std::to_string(r->problem_count) + " problems" + what +
+                             "); see switchyard-server --verify-log --data-dir " + core.config.data_dir);
+  }
+  core.log->info("sequence log verified: {} streams, {} records, {} bytes in {} ms", r->streams, r->records, r->bytes,
+                 r->elapsed.count());
+}
+
 lease_config lease_settings(const server_config& c) {
   lease_config l;
   l.min_ttl = c.lease_min_ttl;
@@ -163,9 +204,10 @@ void server::start() {
                                                 : storage::durability::sync;
     o.max_map_size = core.config.log_max_bytes;
     o.initial_map_size = std::min<std::size_t>(o.initial_map_size, o.max_map_size);
-    auto opened = storage::sequence_log::open(o);
-    if (!opened)
-      throw std::runtime_error("cannot open the sequence log in " + o.dir.string() + ": " + opened.error().message());
+    if (core.config.verify_on_start) verify_log_or_throw(core, o.dir);
+    storage::diagnostics diag;
+    auto opened = storage::sequence_log::open(o, &diag);
+    if (!opened) throw std::runtime_error(open_failure(core.config.data_dir, o.dir, opened.error(), diag));
     core.stream_log = std::move(*opened);
     storage::group_commit_options gc;
     gc.sync_interval = core.config.sync_interval;

@@ -74,6 +74,9 @@ void validate(const server_config& cfg) {
     if (!protocol::is_valid_pattern(pattern)) bad("durable-channel \"" + pattern + "\" is not a valid channel pattern");
   if (!cfg.durable_channels.empty() && cfg.data_dir.empty())
     bad("durable-channel needs the sequence log: set --data-dir");
+  if ((cfg.verify_log || cfg.verify_on_start) && cfg.data_dir.empty())
+    bad("verify-log and verify-on-start check the sequence log: set --data-dir");
+  if (cfg.verify_json && !cfg.verify_log) bad("json is an output of --verify-log");
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {
@@ -159,6 +162,13 @@ server_config parse_server_args(int argc, const char* const* argv) {
 
   app.add_option("--durable-channel", cfg.durable_channels,
                  "channel pattern whose publishes go through the log (stream = channel name); repeatable");
+
+  app.add_flag("--verify-on-start", cfg.verify_on_start,
+               "check the whole sequence log (in a child process) before opening it; refuse to start if damaged");
+  app.add_flag("--verify-log", cfg.verify_log,
+               "check the sequence log in --data-dir and exit: 0 intact, 1 damaged, 3 cannot check (safe next to a "
+               "running broker)");
+  app.add_flag("--json", cfg.verify_json, "with --verify-log: print the report as one JSON object on stdout");
 
   try {
     app.parse(argc, argv);

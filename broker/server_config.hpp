@@ -62,6 +62,12 @@ struct server_config {
   std::vector<std::string> durable_channels;
 
   std::string log_level = "info";
+
+  // Damage checks of the sequence log (docs/storage.md, "Damage"), each a
+  // full walk in a child process that opens the log read-only.
+  bool verify_on_start = false;  // before opening the log; refuse to start (exit 1) if it is damaged
+  bool verify_log = false;       // check the log in data_dir and exit (0 intact, 1 damaged, 3 cannot check)
+  bool verify_json = false;      // --json: the verify report as one JSON object on stdout
 };
 
 // Silence allowed past the last frame received before a connection is

@@ -42,7 +42,16 @@ errc to_wire(std::error_code ec) {
   if (ec == storage::errc::not_found) return errc::not_found;
   if (ec == storage::errc::invalid_argument) return errc::bad_request;
   if (ec == storage::errc::storage_full) return errc::storage_full;
+  if (ec == storage::errc::corrupted) return errc::corrupted;
   return errc::internal;
+}
+
+// The error message of a failed StreamInfo/StreamList: what the log found
+// damaged, if that was it.
+std::string describe(std::error_code ec, const storage::diagnostics& diag) {
+  if (ec == storage::errc::not_found) return "no such stream";
+  if (ec == storage::errc::corrupted) return "log corrupted: " + (diag.message.empty() ? ec.message() : diag.message);
+  return ec.message();
 }
 
 }  // namespace
@@ -57,12 +66,12 @@ void session::handle_stream_admin(const wire::Frame& frame) {
     case wire::Message::StreamInfo: {
       const std::string_view name = frame.message_as_StreamInfo()->stream()->string_view();
       if (log.check(name, 0)) return send_error(rid, errc::bad_request, bad_name);
-      auto info = log.info(name);
+      storage::diagnostics diag;
+      auto info = log.info(name, &diag);
       if (!info) {
         if (info.error() != storage::errc::not_found)
-          core_.log->error("conn={} stream={} info failed: {}", id_, name, info.error().message());
-        return send_error(rid, to_wire(info.error()),
-                          info.error() == storage::errc::not_found ? "no such stream" : info.error().message());
+          core_.log->error("conn={} stream={} info failed: {}", id_, name, describe(info.error(), diag));
+        return send_error(rid, to_wire(info.error()), describe(info.error(), diag));
       }
       return send(core_.builder.stream_info_result(rid, fields(*info, server_default)));
     }
@@ -74,10 +83,11 @@ void session::handle_stream_admin(const wire::Frame& frame) {
       const std::uint32_t limit =
           m.limit() == 0 ? protocol::default_list_limit : std::min(m.limit(), protocol::max_list_limit);
       bool more = false;
-      auto list = log.list(prefix, limit, &more);
+      storage::diagnostics diag;
+      auto list = log.list(prefix, limit, &more, &diag);
       if (!list) {
-        core_.log->error("conn={} stream list failed: {}", id_, list.error().message());
-        return send_error(rid, errc::internal, list.error().message());
+        core_.log->error("conn={} stream list failed: {}", id_, describe(list.error(), diag));
+        return send_error(rid, to_wire(list.error()), describe(list.error(), diag));
       }
       // Keep the answer well inside one frame: cut the list and say so.
       std::vector<protocol::stream_info_fields> out;

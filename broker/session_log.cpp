@@ -205,9 +205,20 @@ void session::handle_read(std::uint64_t rid, const wire::Read& m) {
     if (!info) return send_error(rid, errc::not_found, "no such stream");
     from = info->first_seq;
   }
-  auto r = core_.stream_log->read(stream, from, max_count, max_bytes);
+  storage::diagnostics diag;
+  auto r = core_.stream_log->read(stream, from, max_count, max_bytes, &diag);
   if (!r) {
     if (r.error() == storage::errc::not_found) return send_error(rid, errc::not_found, "no such stream");
+    if (r.error() == storage::errc::corrupted) {
+      // The record at `from` (or the stream's metadata) is damaged: say
+      // which, and how to go on past it. A read that runs into damage
+      // later answers the records before it (Records), so this names the
+      // first damaged one a reader meets.
+      core_.log->error("conn={} stream={} seq={} log corrupted: {}", id_, stream, from, diag.message);
+      std::string message = "log corrupted: " + (diag.message.empty() ? r.error().message() : diag.message);
+      if (diag.seq != 0) message += "; read from " + std::to_string(diag.seq + 1) + " to go on past it";
+      return send_error(rid, errc::corrupted, message);
+    }
     if (r.error() == storage::errc::trimmed) {
       auto info = core_.stream_log->info(stream);
       const std::uint64_t first = info ? info->first_seq : 0;

@@ -21,6 +21,7 @@ class category final : public std::error_category {
       case errc::io_error: return "storage I/O error";
       case errc::internal: return "unexpected storage condition";
       case errc::unsupported_format: return "the log on disk is in an unsupported format version";
+      case errc::locked: return "the log is in use by another process";
     }
     return "storage error " + std::to_string(value);
   }

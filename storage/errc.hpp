@@ -15,6 +15,7 @@ enum class errc {
   io_error,            // the operating system failed a read, write or sync
   internal,            // an LMDB condition this code does not expect
   unsupported_format,  // the log on disk is in another format version (log_format_version)
+  locked,              // another process has the log open (its lock file is held)
 };
 
 const std::error_category& storage_category() noexcept;

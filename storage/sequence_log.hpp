@@ -57,7 +57,24 @@
 //
 // Thread safety: any number of threads may read; appends, trims and
 // retention changes must come from one thread at a time (the group-commit writer). Not for use by
-// several processes at once.
+// several processes at once: open() takes an exclusive lock (flock) on
+// <dir>/switchyard.lock, holding the owner's pid, for the log's lifetime;
+// a second open fails with `locked`. Read-only opens (log_options::
+// read_only, for verification) take no lock and may run next to the owner.
+//
+// Damage (docs/storage.md, "Damage"): LMDB maps data.mdb and a page past
+// the end of the file raises SIGBUS when touched, so open() first checks,
+// with pread, that the file holds every page LMDB's meta page claims (a
+// short file is refused with `corrupted`). Every key and value LMDB hands
+// out is checked against the map and the file's current size (and against
+// LMDB 0.9's page layout) before a byte of it is read; a record failing
+// that, its checksum or the sequence order is reported as `corrupted`,
+// naming stream and sequence (diagnostics), and the records around it
+// still read. LMDB 0.9 has no page checksums: damage to its own B-tree
+// pages may go unseen; where LMDB would assert or fault on it during a
+// lookup or cursor step, the guard of storage/lmdb_guard.hpp makes that
+// `corrupted` too (puts and deletes are not guarded). verify() (best run
+// in another process: storage/log_verifier.hpp) walks everything.
 
 #include "storage/errc.hpp"
 
@@ -104,6 +121,25 @@ struct log_options {
   // the disk reserve in it (see above). Off: the file grows as LMDB writes
   // it, and a full disk shows only as failed commits.
   bool preallocate = true;
+  // Opens an existing log without writing anything: no folder or file is
+  // created, no format stamp, no lock (so it may run next to the process
+  // that owns the log). Writes fail (io_error or a system error). For
+  // verification and inspection; a missing log is not_found.
+  bool read_only = false;
+};
+
+// The lock file open() holds in the log folder: flock(LOCK_EX), the
+// holder's pid in decimal.
+inline constexpr std::string_view lock_file_name = "switchyard.lock";
+
+// Why a call failed, in words an operator can act on. Filled (when the
+// caller passes one) by a call that fails with corrupted or locked, and by
+// open() on any failure it can explain.
+struct diagnostics {
+  std::string stream;     // the stream concerned; empty if none
+  std::uint64_t seq = 0;  // the damaged record; 0 if not about one record
+  std::uint64_t pid = 0;  // locked: the process holding the log (0 if unknown)
+  std::string message;    // one line, e.g. "file shorter than 8192 bytes (data.mdb is 4096 bytes)"
 };
 
 // Retention limits; 0 means no limit.
@@ -153,15 +189,56 @@ struct read_result {
   std::uint64_t first_seq = 0;  // of the stream at the time of the read
   std::uint64_t last_seq = 0;
   std::vector<record> records;
+  // Non-zero: the read stopped before this record because it is damaged
+  // (the records before it are in `records`); a read from it fails with
+  // corrupted, a read from the next one goes on past it.
+  std::uint64_t damaged_seq = 0;
+};
+
+// verify(): one thing found wrong.
+struct verify_problem {
+  std::string stream;     // empty: not about one stream
+  std::uint64_t seq = 0;  // 0: not about one record
+  std::string what;
+};
+
+// verify(): how far the walk is.
+struct verify_progress {
+  std::uint64_t streams = 0;  // streams in the log
+  std::uint64_t records = 0;  // records checked so far
+  std::uint64_t bytes = 0;    // bytes of record values checked so far
+};
+
+struct verify_report {
+  std::uint64_t streams = 0;  // checked
+  std::uint64_t records = 0;
+  std::uint64_t bytes = 0;          // of record values (headers included)
+  std::uint64_t problem_count = 0;  // everything found wrong
+  std::vector<verify_problem> problems;  // the first ones found (at most the limit asked for)
+  // Set by verify_log (storage/log_verifier.hpp), which walks in a child
+  // process: the walk died of this signal (damage LMDB itself tripped on),
+  // or did not finish in time; the log counts as damaged either way.
+  int signal = 0;
+  bool timed_out = false;
+  // LMDB's page counts plus its free list were checked against the file's
+  // last page (skipped when a writer committed during the walk).
+  bool pages_checked = false;
+  std::chrono::milliseconds elapsed{0};
+  bool intact() const noexcept { return problem_count == 0 && signal == 0 && !timed_out; }
 };
 
 class sequence_log {
  public:
   // Opens (or creates) the log in options.dir; a new log is stamped with
-  // log_format_version. Errors: io_error, corrupted, storage_full,
-  // invalid_argument, unsupported_format (the log was written in another
-  // on-disk format; it is left untouched).
-  static std::expected<std::unique_ptr<sequence_log>, std::error_code> open(log_options options);
+  // log_format_version. Errors: io_error, corrupted (data.mdb is shorter
+  // than LMDB's meta page claims, empty, or its meta pages or the log's
+  // own metadata are damaged), locked (another process has the log open:
+  // diag->pid), storage_full, invalid_argument, unsupported_format (the
+  // log was written in another on-disk format; it is left untouched),
+  // not_found (read_only and there is no log). `diag`, if given, gets a
+  // one-line explanation of a failure.
+  static std::expected<std::unique_ptr<sequence_log>, std::error_code> open(log_options options,
+                                                                            diagnostics* diag = nullptr);
   ~sequence_log();
   sequence_log(const sequence_log&) = delete;
   sequence_log& operator=(const sequence_log&) = delete;
@@ -186,20 +263,29 @@ class sequence_log {
 
   // Records from sequence `from` on, at most `max_count` and about
   // `max_bytes` of payload plus subject (the first record always, if there
-  // is one).
+  // is one). A damaged record (failed checksum, key or value outside the
+  // file, a missing sequence) ends the result: the records before it are
+  // returned with read_result::damaged_seq naming it.
   // Errors: not_found (no such stream), trimmed (from < first retained: see
-  // info().first_seq), corrupted (a record in the range failed its checksum;
-  // records before it are not returned either: read them with a smaller
-  // range).
+  // info().first_seq), corrupted (the record at `from` is damaged, or the
+  // stream's metadata is: `diag` gets stream, sequence and what is wrong;
+  // read from seq + 1 to go on past it).
+  // Costs no system call unless the file grew since the last check.
   std::expected<read_result, std::error_code> read(std::string_view stream, std::uint64_t from,
-                                                   std::size_t max_count, std::size_t max_bytes);
+                                                   std::size_t max_count, std::size_t max_bytes,
+                                                   diagnostics* diag = nullptr);
 
-  std::expected<stream_info, std::error_code> info(std::string_view stream) const;
+  // Errors: not_found, corrupted (the stream's metadata or retention entry
+  // is damaged; `diag` says which).
+  std::expected<stream_info, std::error_code> info(std::string_view stream, diagnostics* diag = nullptr) const;
   std::expected<std::vector<stream_info>, std::error_code> list() const;
   // Streams whose name starts with `prefix`, in name order (bytewise), at
   // most `max_count`; `*more` (if given) tells whether any were left out.
+  // Errors: corrupted (a stream's name, metadata or retention entry is
+  // damaged; `diag` says which).
   std::expected<std::vector<stream_info>, std::error_code> list(std::string_view prefix, std::size_t max_count,
-                                                                bool* more = nullptr) const;
+                                                                bool* more = nullptr,
+                                                                diagnostics* diag = nullptr) const;
 
   // Per-stream retention, kept in the "retention" database, so it survives
   // a restart. Writer thread (like append and trim); nothing is trimmed
@@ -220,6 +306,10 @@ class sequence_log {
   // below `before_seq`. Returns how many went. Sequences are not reused.
   // Trims may use the reserves (map and disk); on a full log a trim retries
   // with half the records, down to one, so it makes progress.
+  // Never deletes by a damaged length: before deleting from a leaf page it
+  // checks that page and its neighbours (LMDB may merge them), and it
+  // stops before a damaged record or page; a trim that cannot remove
+  // anything for that reason fails with corrupted (so does enforce).
   std::expected<std::size_t, std::error_code> trim(std::string_view stream, std::uint64_t before_seq,
                                                    std::size_t max_records);
   // One bounded retention step: trims by count, bytes (payload + subject)
@@ -247,6 +337,21 @@ class sequence_log {
     std::uint64_t reserve = 0;
   };
   space_info space() const noexcept;
+  // Walks the whole log in one read transaction and checks everything it
+  // can: every record's key, bounds, checksum and subject length; per
+  // stream, contiguous sequences from first to last and the record and
+  // byte counts of its metadata; records of unknown streams; retention
+  // entries; the format stamp and the last stream id; and that LMDB's page
+  // counts plus its free list account for every page of the file (when no
+  // writer committed during the walk). Records at most `max_problems`
+  // problems (all are counted). `progress`, if set, is called on this
+  // thread every 65,536 records. Damage LMDB itself trips on can still
+  // fault here: run it in another process (verify_log,
+  // storage/log_verifier.hpp) unless a crash is acceptable. Reads only;
+  // any thread, but not two verify() calls on one log at once (it opens
+  // LMDB database handles, which LMDB allows one transaction at a time).
+  verify_report verify(std::size_t max_problems = 100,
+                       const std::function<void(const verify_progress&)>& progress = {}) const;
 
   struct impl;
 

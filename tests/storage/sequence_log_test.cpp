@@ -920,12 +920,21 @@ void flip_in_value(log_env& env, std::uint64_t bad, std::size_t offset, std::byt
 }
 
 // Reads ranges around the damaged record `bad` of the `n` written by
-// write_distinctive_records: ranges including it fail with corrupted,
-// ranges before and after it read the right payloads.
+// write_distinctive_records: a read from it fails with corrupted naming
+// stream and sequence, a range running into it stops before it and names
+// it, and ranges before and after it read the right payloads.
 void check_damage_is_contained(sy::sequence_log& log, std::uint64_t bad, std::uint64_t n) {
-  REQUIRE_ERROR(log.read("s", 1, 100, 1 << 20), sy::errc::corrupted);
-  REQUIRE_ERROR(log.read("s", bad, 1, 1 << 20), sy::errc::corrupted);
-  REQUIRE_ERROR(log.read("s", bad - 1, 2, 1 << 20), sy::errc::corrupted);
+  sy::diagnostics diag;
+  REQUIRE_ERROR(log.read("s", bad, 1, 1 << 20, &diag), sy::errc::corrupted);
+  CHECK(diag.stream == "s");
+  CHECK(diag.seq == bad);
+  CHECK(diag.message.find("stream 's', record " + std::to_string(bad)) != std::string::npos);
+  const auto up_to = read_ok(log, "s", 1, 100, 1 << 20);
+  CHECK(seqs_of(up_to) == iota_seqs(1, bad - 1));
+  CHECK(up_to.damaged_seq == bad);
+  const auto one_before = read_ok(log, "s", bad - 1, 2, 1 << 20);
+  CHECK(seqs_of(one_before) == iota_seqs(bad - 1, bad - 1));
+  CHECK(one_before.damaged_seq == bad);
 
   const auto before = read_ok(log, "s", 1, bad - 1);
   REQUIRE(seqs_of(before) == iota_seqs(1, bad - 1));
@@ -936,6 +945,7 @@ void check_damage_is_contained(sy::sequence_log& log, std::uint64_t bad, std::ui
   }
   const auto after = read_ok(log, "s", bad + 1);
   REQUIRE(seqs_of(after) == iota_seqs(bad + 1, n));
+  CHECK(after.damaged_seq == 0);
   for (const auto& rec : after.records) {
     CHECK(rec.payload == pattern(64, 5000 + rec.seq));
     CHECK(rec.subject == subject_of(rec.seq));
@@ -1389,7 +1399,7 @@ TEST_CASE("from_lmdb translates LMDB and errno codes into storage errors", "[sto
 TEST_CASE("storage error messages are non-empty and distinct", "[storage]") {
   const sy::errc all[] = {sy::errc::not_found,        sy::errc::trimmed,  sy::errc::storage_full,
                           sy::errc::corrupted,        sy::errc::invalid_argument, sy::errc::io_error,
-                          sy::errc::internal,         sy::errc::unsupported_format};
+                          sy::errc::internal,         sy::errc::unsupported_format, sy::errc::locked};
   std::set<std::string> messages;
   for (const auto e : all) {
     const std::error_code ec = e;

@@ -1,0 +1,111 @@
+#include "storage/lmdb_guard.hpp"
+
+#include <signal.h>
+
+#include <mutex>
+
+namespace switchyard::storage {
+
+namespace {
+
+// The guarded call running on this thread, if any.
+thread_local std::jmp_buf* active = nullptr;
+
+std::mutex install_mutex;
+// What handled SIGSEGV and SIGBUS before install() (index 0 and 1).
+struct sigaction previous[2];
+
+void on_assert(MDB_env*, const char*) {
+  if (std::jmp_buf* const guard = active) {
+    active = nullptr;
+    std::longjmp(*guard, 1);
+  }
+  // No guard: LMDB prints its message and aborts.
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+  if (std::jmp_buf* const guard = active) {
+    active = nullptr;
+    std::longjmp(*guard, 1);  // SA_NODEFER: the signal is not blocked, no mask to restore
+  }
+  // Not a guarded call: hand it to whoever had the signal before.
+  const struct sigaction& prev = previous[sig == SIGBUS ? 1 : 0];
+  if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction != nullptr) {
+    prev.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+    return;
+  }
+  // The default action: put it back. A fault re-runs the faulting
+  // instruction on return and ends the process; a signal sent by kill() is
+  // raised again.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  if (info == nullptr || info->si_code <= 0) ::raise(sig);
+}
+
+}  // namespace
+
+MDB_assert_func* lmdb_guard::install() {
+  std::lock_guard lock(install_mutex);
+  const int signals[2] = {SIGSEGV, SIGBUS};
+  for (int i = 0; i < 2; ++i) {
+    struct sigaction current {};
+    if (::sigaction(signals[i], nullptr, &current) != 0) continue;
+    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_fault) continue;  // ours already
+    struct sigaction mine {};
+    mine.sa_sigaction = on_fault;
+    mine.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&mine.sa_mask);
+    previous[i] = current;
+    ::sigaction(signals[i], &mine, nullptr);
+  }
+  return on_assert;
+}
+
+// Each guarded call: set the jump point, run the LMDB call, clear it. After
+// a jump only `outer` (set before setjmp, never changed) is read.
+int lmdb_guard::get(MDB_txn* t, MDB_dbi dbi, MDB_val* k, MDB_val* v) {
+  std::jmp_buf guard;
+  std::jmp_buf* const outer = active;
+  if (setjmp(guard) != 0) {
+    active = outer;
+    return MDB_CORRUPTED;
+  }
+  active = &guard;
+  const int rc = mdb_get(t, dbi, k, v);
+  active = outer;
+  return rc;
+}
+
+int lmdb_guard::cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op) {
+  std::jmp_buf guard;
+  std::jmp_buf* const outer = active;
+  if (setjmp(guard) != 0) {
+    active = outer;
+    return MDB_CORRUPTED;
+  }
+  active = &guard;
+  const int rc = mdb_cursor_get(c, k, v, op);
+  active = outer;
+  return rc;
+}
+
+int lmdb_guard::dbi_open(MDB_txn* t, const char* name, unsigned flags, MDB_dbi* dbi) {
+  std::jmp_buf guard;
+  std::jmp_buf* const outer = active;
+  if (setjmp(guard) != 0) {
+    active = outer;
+    return MDB_CORRUPTED;
+  }
+  active = &guard;
+  const int rc = mdb_dbi_open(t, name, flags, dbi);
+  active = outer;
+  return rc;
+}
+
+}  // namespace switchyard::storage
