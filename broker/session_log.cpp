@@ -202,8 +202,9 @@ void session::handle_read(std::uint64_t rid, const wire::Read& m) {
   std::uint64_t from = m.from_seq();
   if (from == 0) {  // 0: from the first retained record
     auto info = core_.stream_log->info(stream);
-    if (!info) return send_error(rid, errc::not_found, "no such stream");
-    from = info->first_seq;
+    if (!info && info.error() == storage::errc::not_found) return send_error(rid, errc::not_found, "no such stream");
+    // Damaged metadata: the read below reports it.
+    from = info ? info->first_seq : 1;
   }
   storage::diagnostics diag;
   auto r = core_.stream_log->read(stream, from, max_count, max_bytes, &diag);
@@ -248,7 +249,10 @@ void session::handle_read(std::uint64_t rid, const wire::Read& m) {
     auto subject = decode_log_subject(rec.subject, keys);
     if (!subject) {
       core_.log->error("conn={} stream={} seq={} has a malformed subject", id_, stream, rec.seq);
-      return send_error(rid, errc::internal, "record " + std::to_string(rec.seq) + " has a malformed subject");
+      return send_error(rid, errc::corrupted,
+                        "log corrupted: stream '" + std::string(stream) + "', record " + std::to_string(rec.seq) +
+                            ": its delivery subject is malformed; read from " + std::to_string(rec.seq + 1) +
+                            " to go on past it");
     }
     std::size_t size = rec.payload.size() + record_overhead + subject->channel.size() + string_overhead;
     for (std::size_t i = 0; i < subject->key_count; ++i) size += keys[subject->first_key + i].size() + string_overhead;

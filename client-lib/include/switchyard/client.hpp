@@ -385,7 +385,10 @@ class client {
   // Records from `from_seq` (0 = the first retained) on, at most max_count
   // (0 = server default) and about max_bytes (0 = server default). Errors:
   // not_found (no such stream), trimmed (from_seq was trimmed: read from 0
-  // to learn where the stream starts now).
+  // to learn where the stream starts now), corrupted (the record at
+  // from_seq is damaged; the broker's message names it, and a read from the
+  // next sequence goes on past it; a read that meets damage later returns
+  // the records before it), bad_request (stream name not 1..255 bytes).
   std::expected<stream_read, std::error_code> read(std::string_view stream, std::uint64_t from_seq = 0,
                                                    std::size_t max_count = 0, std::size_t max_bytes = 0);
 
