@@ -95,6 +95,20 @@ bench::server_process start_on(const tmpfs_mount& disk) {
   return std::move(*s);
 }
 
+// Captures what the broker logs through its "broker" logger while it
+// lives (the server picks the registered logger up when it starts).
+struct broker_log_capture {
+  std::ostringstream text;
+  broker_log_capture() {
+    spdlog::drop("broker");
+    spdlog::register_logger(
+        std::make_shared<spdlog::logger>("broker", std::make_shared<spdlog::sinks::ostream_sink_mt>(text)));
+  }
+  ~broker_log_capture() { spdlog::drop("broker"); }
+  broker_log_capture(const broker_log_capture&) = delete;
+  broker_log_capture& operator=(const broker_log_capture&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("a broker on a full filesystem answers storage_full and takes appends again once space is freed there",
@@ -193,16 +207,7 @@ TEST_CASE("refused appends are logged as a summary of at most one line a second,
           "[e2e][disk-full]") {
   tmpfs_mount disk(kDisk);
   SKIP_UNLESS_MOUNTED(disk);
-  // The broker logs through the "broker" logger: capture it.
-  std::ostringstream captured;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
-  spdlog::drop("broker");
-  auto logger = std::make_shared<spdlog::logger>("broker", sink);
-  spdlog::register_logger(logger);
-  struct unregister {
-    ~unregister() { spdlog::drop("broker"); }
-  } restore;
-
+  broker_log_capture captured;
   auto cfg = test::test_server::default_config();
   cfg.data_dir = (disk.path() / "data").string();
   cfg.log_level = "info";
@@ -221,10 +226,10 @@ TEST_CASE("refused appends are logged as a summary of at most one line a second,
   server.stop();
 
   std::vector<std::string> lines;
-  std::istringstream in(captured.str());
+  std::istringstream in(captured.text.str());
   for (std::string line; std::getline(in, line);)
     if (line.find("refused") != std::string::npos) lines.push_back(line);
-  INFO(captured.str());
+  INFO(captured.text.str());
   // The first refusal is logged at once; then at most one line a second
   // for this one kind (storage full), whatever the number refused.
   REQUIRE_FALSE(lines.empty());
@@ -238,15 +243,7 @@ TEST_CASE("the refused appends of a burst are all counted in the log once the br
           "[e2e][disk-full]") {
   tmpfs_mount disk(kDisk);
   SKIP_UNLESS_MOUNTED(disk);
-  std::ostringstream captured;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
-  spdlog::drop("broker");
-  auto logger = std::make_shared<spdlog::logger>("broker", sink);
-  spdlog::register_logger(logger);
-  struct unregister {
-    ~unregister() { spdlog::drop("broker"); }
-  } restore;
-
+  broker_log_capture captured;
   auto cfg = test::test_server::default_config();
   cfg.data_dir = (disk.path() / "data").string();
   cfg.log_level = "info";
@@ -260,14 +257,14 @@ TEST_CASE("the refused appends of a burst are all counted in the log once the br
   c.reset();
   server.stop();
   long counted = 0;
-  std::istringstream in(captured.str());
+  std::istringstream in(captured.text.str());
   for (std::string line; std::getline(in, line);) {
     const auto at = line.find(" append");
     if (line.find("refused") == std::string::npos || at == std::string::npos) continue;
     const auto start = line.rfind(' ', at - 1);
     counted += std::stol(line.substr(start + 1, at - start - 1));
   }
-  INFO(captured.str());
+  INFO(captured.text.str());
   // fill() itself met one refusal.
   CHECK(counted == refusals + 1);
 }
