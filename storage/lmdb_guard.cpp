@@ -67,9 +67,14 @@ MDB_assert_func* lmdb_guard::install() {
   return on_assert;
 }
 
-// Each guarded call: set the jump point, run the LMDB call, clear it. After
-// a jump only `outer` (set before setjmp, never changed) is read.
-int lmdb_guard::get(MDB_txn* t, MDB_dbi dbi, MDB_val* k, MDB_val* v) {
+namespace {
+
+// Runs `call` (an LMDB read) with a jump point set: LMDB's result, or
+// MDB_CORRUPTED when it asserted or faulted inside. setjmp is in this frame,
+// which stays live while `call` runs; after a jump only `outer` (set before
+// setjmp, never changed) is read. `call` holds nothing with a destructor.
+template <class Call>
+int guarded(Call call) {
   std::jmp_buf guard;
   std::jmp_buf* const outer = active;
   if (setjmp(guard) != 0) {
@@ -77,35 +82,23 @@ int lmdb_guard::get(MDB_txn* t, MDB_dbi dbi, MDB_val* k, MDB_val* v) {
     return MDB_CORRUPTED;
   }
   active = &guard;
-  const int rc = mdb_get(t, dbi, k, v);
+  const int rc = call();
   active = outer;
   return rc;
+}
+
+}  // namespace
+
+int lmdb_guard::get(MDB_txn* t, MDB_dbi dbi, MDB_val* k, MDB_val* v) {
+  return guarded([=] { return mdb_get(t, dbi, k, v); });
 }
 
 int lmdb_guard::cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op) {
-  std::jmp_buf guard;
-  std::jmp_buf* const outer = active;
-  if (setjmp(guard) != 0) {
-    active = outer;
-    return MDB_CORRUPTED;
-  }
-  active = &guard;
-  const int rc = mdb_cursor_get(c, k, v, op);
-  active = outer;
-  return rc;
+  return guarded([=] { return mdb_cursor_get(c, k, v, op); });
 }
 
 int lmdb_guard::dbi_open(MDB_txn* t, const char* name, unsigned flags, MDB_dbi* dbi) {
-  std::jmp_buf guard;
-  std::jmp_buf* const outer = active;
-  if (setjmp(guard) != 0) {
-    active = outer;
-    return MDB_CORRUPTED;
-  }
-  active = &guard;
-  const int rc = mdb_dbi_open(t, name, flags, dbi);
-  active = outer;
-  return rc;
+  return guarded([=] { return mdb_dbi_open(t, name, flags, dbi); });
 }
 
 }  // namespace switchyard::storage
