@@ -33,6 +33,17 @@ broker::server_config small_queue_config() {
   return cfg;
 }
 
+// --slow-consumer=disconnect with a queue of `pending` bytes and a close
+// watchdog of `grace`.
+broker::server_config disconnect_config(std::size_t pending, std::chrono::milliseconds grace) {
+  auto cfg = test_server::default_config();
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = pending;
+  cfg.slow_consumer = broker::slow_consumer_policy::disconnect;
+  cfg.shutdown_grace = grace;
+  return cfg;
+}
+
 // Counts in-order sequence numbers from the first 8 payload bytes.
 struct counting_sub {
   std::atomic<std::uint64_t> received{0};
@@ -170,12 +181,8 @@ TEST_CASE("with slow-consumer=disconnect the slow subscriber is closed with slow
 
 TEST_CASE("with slow-consumer=disconnect a subscriber that reads slowly finds the slow_consumer error, not a reset",
           "[e2e][broker][slow]") {
-  auto cfg = test_server::default_config();
-  cfg.max_frame = 64 * 1024;
-  cfg.max_pending_bytes = 16u << 20;  // far more than the reader gets through before the close watchdog
-  cfg.slow_consumer = broker::slow_consumer_policy::disconnect;
-  cfg.shutdown_grace = std::chrono::seconds(2);
-  test_server server(cfg);
+  // 16 MiB queued: far more than the reader gets through before the close watchdog.
+  test_server server(disconnect_config(16u << 20, std::chrono::seconds(2)));
   raw_connection slow(server.port(), 64 * 1024);
   raw_subscribe(slow, "feed.prices");
   auto pub = connect_to(server, "pub");
@@ -208,12 +215,7 @@ TEST_CASE("with slow-consumer=disconnect a subscriber that reads slowly finds th
 
 TEST_CASE("a slow consumer that half-closes while a write is stuck still gets its slow_consumer error",
           "[e2e][broker][slow]") {
-  auto cfg = test_server::default_config();
-  cfg.max_frame = 64 * 1024;
-  cfg.max_pending_bytes = 1u << 20;
-  cfg.slow_consumer = broker::slow_consumer_policy::disconnect;
-  cfg.shutdown_grace = std::chrono::seconds(5);
-  test_server server(cfg);
+  test_server server(disconnect_config(1u << 20, std::chrono::seconds(5)));
   raw_connection slow(server.port(), 64 * 1024);
   raw_subscribe(slow, "feed.prices");
   auto pub = connect_to(server, "pub");
