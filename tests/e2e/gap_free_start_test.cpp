@@ -31,6 +31,7 @@ using test::collector;
 using test::connect_to;
 using test::temp_dir;
 using test::test_server;
+using test::stall;
 using test::wait_until;
 
 namespace {
@@ -50,25 +51,6 @@ broker::server_config tiny_queue_config(const temp_dir& dir) {
   cfg.max_pending_bytes = 128 * 1024;
   return cfg;
 }
-
-// Holds the client's loop thread inside a handler until released (at most
-// 30 s), so that the broker's queue for that connection overflows.
-struct stall {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool released = false;
-  void wait() {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(30), [&] { return released; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mu);
-      released = true;
-    }
-    cv.notify_all();
-  }
-};
 
 // Per stream: the sequences a durable handler got, in order, and whether
 // each came from the log. The loop thread writes, the test thread reads.

@@ -24,6 +24,7 @@ using test::collector;
 using test::connect_to;
 using test::temp_dir;
 using test::test_server;
+using test::stall;
 using test::wait_until;
 
 namespace {
@@ -58,25 +59,6 @@ broker::server_config slow_consumer_config(const temp_dir& dir) {
   cfg.max_pending_bytes = 128 * 1024;
   return cfg;
 }
-
-// Holds the client's loop thread inside a handler until released (at most
-// 30 s), so that the broker's queue for that connection overflows.
-struct stall {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool released = false;
-  void wait() {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(30), [&] { return released; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mu);
-      released = true;
-    }
-    cv.notify_all();
-  }
-};
 
 std::vector<std::uint64_t> range(std::uint64_t from, std::uint64_t to) {
   std::vector<std::uint64_t> v;

@@ -6,6 +6,7 @@
 #include "storage/errc.hpp"
 #include "storage/group_committer.hpp"
 #include "storage/sequence_log.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/tmpfs.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/wait.hpp"
@@ -33,19 +34,7 @@ using switchyard::test::wait_until;
 
 constexpr std::size_t kDisk = std::size_t{16} << 20;
 
-// `size` bytes determined by `seed` (xorshift64).
-bytes pattern(std::size_t size, std::uint64_t seed) {
-  bytes out(size);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  if (x == 0) x = 1;
-  for (auto& b : out) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return out;
-}
+using switchyard::test::pattern;
 
 std::string describe(const std::error_code& ec) { return ec ? ec.category().name() + (": " + ec.message()) : "ok"; }
 

@@ -18,6 +18,7 @@
 #include "storage/errc.hpp"
 #include "storage/log_verifier.hpp"
 #include "storage/sequence_log.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -56,19 +57,7 @@ using record_id = std::pair<std::string, std::uint64_t>;  // stream, sequence
 
 constexpr std::uint64_t kStartMs = 1'712'345'678'901;
 
-// `size` pseudo-random bytes determined by `seed` (xorshift64).
-bytes pattern(std::size_t size, std::uint64_t seed) {
-  bytes out(size);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  if (x == 0) x = 1;
-  for (auto& b : out) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return out;
-}
+using switchyard::test::pattern;
 
 bytes read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -5,6 +5,7 @@
 
 #include "storage/errc.hpp"
 #include "storage/sequence_log.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -47,20 +48,7 @@ bytes to_bytes(std::string_view s) {
   return out;
 }
 
-// `size` pseudo-random bytes determined by `seed` (xorshift64): distinct
-// seeds give payloads that differ almost everywhere.
-bytes pattern(std::size_t size, std::uint64_t seed) {
-  bytes out(size);
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-  if (x == 0) x = 1;
-  for (auto& b : out) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return out;
-}
+using switchyard::test::pattern;
 
 template <class T>
 std::string describe(const std::expected<T, std::error_code>& r) {

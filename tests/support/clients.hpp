@@ -8,6 +8,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,6 +37,25 @@ template <class Server>
 std::unique_ptr<client> connect_to(const Server& s, std::string name = "test") {
   return connect_to(s.port(), std::move(name));
 }
+
+// Holds the client's loop thread inside a handler until released (at most
+// 30 s), so that the broker's queue for that connection overflows.
+struct stall {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  void wait() {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return released; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+  }
+};
 
 // Records on_disconnect from the loop thread.
 struct disconnect_probe {
