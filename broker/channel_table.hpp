@@ -1,48 +1,35 @@
 #pragma once
-// Channels: the subscription index plus at-most-once fan-out.
+// Channel subscriptions: which delivery targets a channel's messages go to.
+// Storage only; broker/fanout.hpp encodes and delivers.
 
-#include "broker/frame_arena.hpp"
+#include "broker/delivery_target.hpp"
 #include "broker/subscription_index.hpp"
-#include "protocol/frame_builder.hpp"
 
 #include <cstddef>
-#include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace switchyard::broker {
 
-class session;
-
-// Owned by server_core; used on the loop thread only. Holds raw session
-// pointers: a session removes all of its patterns before it is destroyed.
+// Loop thread only. Holds raw target pointers: a target removes all of its
+// patterns before it is destroyed.
 class channel_table {
  public:
-  channel_table(frame_arena& arena, protocol::frame_builder& builder)
-      : arena_(arena), builder_(builder) {}
-
   // Preconditions: protocol::is_valid_pattern(pattern). Return false when the
   // pair was already present / absent.
-  bool subscribe(std::string_view pattern, session* s) { return index_.add(pattern, s); }
-  bool unsubscribe(std::string_view pattern, session* s) { return index_.remove(pattern, s); }
+  bool subscribe(std::string_view pattern, delivery_target* t) { return index_.add(pattern, t); }
+  bool unsubscribe(std::string_view pattern, delivery_target* t) { return index_.remove(pattern, t); }
 
-  // A published message's place in the sequence log.
-  struct log_position {
-    std::string_view stream;
-    std::uint64_t seq = 0;
-    std::uint64_t epoch = 0;
-  };
+  // The targets subscribed to `channel`, each once. The vector is the
+  // index's cache: valid until the next subscribe or unsubscribe.
+  // Precondition: protocol::is_valid_channel(channel).
+  const std::vector<delivery_target*>& match(std::string_view channel) { return index_.match(channel); }
 
-  // Encodes one Deliver frame (once, whatever the subscriber count) and
-  // hands it to every matching session. With a log position, sessions that
-  // were granted "log" get a second encoding that carries it (a field is
-  // only sent to peers that declared it). Returns the number of sessions
-  // that matched. Precondition: protocol::is_valid_channel(channel).
-  std::size_t publish(std::string_view channel, protocol::bytes_view payload, const log_position* position = nullptr);
+  // Subscriptions (pattern, target pairs).
+  std::size_t size() const noexcept { return index_.size(); }
 
  private:
-  frame_arena& arena_;
-  protocol::frame_builder& builder_;
-  subscription_index<session*> index_;
+  subscription_index<delivery_target*> index_;
 };
 
 }  // namespace switchyard::broker

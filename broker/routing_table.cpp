@@ -96,7 +96,7 @@ std::vector<registry_view> routing_table::list(std::string_view prefix, std::siz
   return out;
 }
 
-std::error_code routing_table::open_inbox(std::string_view id, lease_id lease, session* owner) {
+std::error_code routing_table::open_inbox(std::string_view id, lease_id lease, delivery_target* owner) {
   if (!leases_.alive(lease)) return errc::not_found;
   auto it = inboxes_.find(id);
   if (it != inboxes_.end()) {
@@ -114,7 +114,7 @@ std::error_code routing_table::open_inbox(std::string_view id, lease_id lease, s
   return {};
 }
 
-bool routing_table::close_inbox(std::string_view id, session* owner) {
+bool routing_table::close_inbox(std::string_view id, delivery_target* owner) {
   auto it = inboxes_.find(id);
   if (it == inboxes_.end() || it->second.owner != owner) return false;
   leases_.detach(it->second);
@@ -144,13 +144,13 @@ routing_table::route_target routing_table::route(std::string_view key) {
   return {entry->value, box->owner};
 }
 
-session* routing_table::inbox_owner(std::string_view id) const {
+delivery_target* routing_table::inbox_owner(std::string_view id) const {
   auto it = inboxes_.find(id);
   if (it == inboxes_.end() || !live(it->second)) return nullptr;
   return it->second.owner;
 }
 
-void routing_table::disconnect(session* owner, const std::vector<std::string>& inbox_ids) {
+void routing_table::disconnect(delivery_target* owner, const std::vector<std::string>& inbox_ids) {
   for (const auto& id : inbox_ids) {
     auto it = inboxes_.find(id);
     if (it != inboxes_.end() && it->second.owner == owner) it->second.owner = nullptr;

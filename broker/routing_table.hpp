@@ -22,7 +22,7 @@
 
 namespace switchyard::broker {
 
-class session;
+class delivery_target;
 
 enum class attachment_kind : std::uint8_t { registry_entry = 1, inbox = 2 };
 
@@ -48,7 +48,7 @@ struct registry_entry : lease_attachment {
 
 struct inbox : lease_attachment {
   std::string id;
-  session* owner = nullptr;  // null while its gateway is disconnected
+  delivery_target* owner = nullptr;  // null while its gateway is disconnected
 };
 
 struct registry_view {
@@ -80,19 +80,19 @@ class routing_table {
 
   // Opens `id` for `owner` under `lease`. Errors: not_found (lease),
   // inbox_taken (open on another live connection).
-  std::error_code open_inbox(std::string_view id, lease_id lease, session* owner);
+  std::error_code open_inbox(std::string_view id, lease_id lease, delivery_target* owner);
   // Closes `id` if `owner` holds it; false otherwise.
-  bool close_inbox(std::string_view id, session* owner);
-  // The session holding inbox `id`, or null (unknown, expired or disconnected).
-  session* inbox_owner(std::string_view id) const;
+  bool close_inbox(std::string_view id, delivery_target* owner);
+  // The target holding inbox `id`, or null (unknown, expired or disconnected).
+  delivery_target* inbox_owner(std::string_view id) const;
   // Where a send to `key` goes: the inbox its live entry names and the
-  // session holding that inbox (owner null when there is none: no live
+  // target holding that inbox (owner null when there is none: no live
   // entry, or an unknown, expired or disconnected inbox). The hot path of
   // send-to-user: one clock reading, no TTL arithmetic. The view is valid
   // until the next change.
   struct route_target {
     std::string_view inbox;
-    session* owner = nullptr;
+    delivery_target* owner = nullptr;
   };
   route_target route(std::string_view key);
   // Cache hints for a caller that knows its next route() keys (a run of
@@ -102,7 +102,7 @@ class routing_table {
   void prefetch_entry(std::string_view key) const noexcept { registry_.prefetch_node(key); }
   // Forget `owner` (its connection closed): its inboxes stay bound to their
   // leases, so a gateway reconnecting within the TTL can reopen them.
-  void disconnect(session* owner, const std::vector<std::string>& inbox_ids);
+  void disconnect(delivery_target* owner, const std::vector<std::string>& inbox_ids);
 
   // Removes everything attached to a lease (the lease table's remove
   // callback for revoke and expiry).

@@ -1,7 +1,21 @@
 #include "broker/server.hpp"
 
-#include "broker/server_core.hpp"
-#include "broker/session.hpp"
+#include "broker/channel_table.hpp"
+#include "broker/connection.hpp"
+#include "broker/connection_registry.hpp"
+#include "broker/dispatcher.hpp"
+#include "broker/durable_pipeline.hpp"
+#include "broker/fanout.hpp"
+#include "broker/frame_arena.hpp"
+#include "broker/input_memory.hpp"
+#include "broker/lease_table.hpp"
+#include "broker/log_handler.hpp"
+#include "broker/loop_pressure.hpp"
+#include "broker/pubsub_handler.hpp"
+#include "broker/routing_handler.hpp"
+#include "broker/routing_table.hpp"
+#include "broker/stream_admin_handler.hpp"
+#include "broker/tcp_stream.hpp"
 #include "common/asio.hpp"
 #include "storage/log_verifier.hpp"
 
@@ -32,14 +46,14 @@ std::string open_failure(const std::string& data_dir, const std::filesystem::pat
 // --verify-on-start: the whole log checked in a child process before it is
 // opened; throws (the server does not start) when it is damaged or cannot
 // be checked. A folder without a log yet passes.
-void verify_log_or_throw(server_core& core, const std::filesystem::path& dir) {
-  core.log->info("verifying the sequence log in {} before opening it", dir.string());
+void verify_log_or_throw(spdlog::logger& log, const server_config& config, const std::filesystem::path& dir) {
+  log.info("verifying the sequence log in {} before opening it", dir.string());
   storage::verify_options o;
   o.dir = dir;
   std::string detail;
   const auto r = storage::verify_log(o, &detail);
   if (!r && r.error() == storage::errc::not_found) {
-    core.log->info("no sequence log in {} yet: nothing to verify", dir.string());
+    log.info("no sequence log in {} yet: nothing to verify", dir.string());
     return;
   }
   if (!r) throw std::runtime_error("cannot verify the sequence log in " + dir.string() + ": " + detail);
@@ -48,9 +62,9 @@ void verify_log_or_throw(server_core& core, const std::filesystem::path& dir) {
     for (std::size_t i = 0; i < r->problems.size() && i < 3; ++i) what += "; " + r->problems[i].what;
     throw std::runtime_error("log corrupted: the sequence log in " + dir.string() + " failed its check (" +
                              std::to_string(r->problem_count) + " problems" + what +
-                             "); see switchyard-server --verify-log --data-dir " + core.config.data_dir);
+                             "); see switchyard-server --verify-log --data-dir " + config.data_dir);
   }
-  core.log->info("sequence log verified: {} streams, {} records, {} bytes in {} ms", r->streams, r->records, r->bytes,
+  log.info("sequence log verified: {} streams, {} records, {} bytes in {} ms", r->streams, r->records, r->bytes,
                  r->elapsed.count());
 }
 
@@ -65,82 +79,136 @@ lease_config lease_settings(const server_config& c) {
 }
 }  // namespace
 
-server_core::server_core(server_config c, clock_source clock)
-    : config(std::move(c)),
-      channels(arena, builder),
-      leases(lease_settings(config), std::move(clock)),
-      routing(leases) {
-  log = spdlog::get("broker");
-  if (!log) log = spdlog::stderr_color_mt("broker");
-  log->set_level(spdlog::level::from_str(config.log_level));
-}
-
-server_core::~server_core() = default;
 
 struct server::impl {
   explicit impl(server_config cfg)
-      : core(std::move(cfg), [] { return std::chrono::steady_clock::now(); }), acceptor(io), signals(io) {}
+      : config(std::move(cfg)),
+        logger(make_logger(config.log_level)),
+        leases(lease_settings(config), [] { return std::chrono::steady_clock::now(); }),
+        routing(leases),
+        fan(channels, routing, arena, builder, counters),
+        input(config.max_incomplete_bytes) {}
 
-  // Declared first: destroyed last, after the io_context has destroyed every
-  // coroutine (and so every session) that points into it.
-  server_core core;
+  static std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
+    auto log = spdlog::get("broker");
+    if (!log) log = spdlog::stderr_color_mt("broker");
+    log->set_level(spdlog::level::from_str(level));
+    return log;
+  }
+
+  // Everything a connection borrows is declared before the io_context, so
+  // it is destroyed after it: the io_context destroys every coroutine (and
+  // so every connection) first. The arena outlives everything that holds
+  // frame_refs.
+  server_config config;
+  std::shared_ptr<spdlog::logger> logger;
+  frame_arena arena;
+  protocol::frame_builder builder;  // the loop's scratch encoder
+  server_counters counters;
+  channel_table channels;
+  lease_table leases;
+  routing_table routing;
+  fanout fan;
+  loop_pressure pressure;
+  input_memory input;
+  connection_registry registry;
+  // Created by start(): they depend on whether there is a sequence log.
+  std::unique_ptr<durable_pipeline> durable;
+  std::unique_ptr<pubsub_handler> pubsub;
+  std::unique_ptr<routing_handler> routing_requests;
+  std::unique_ptr<log_handler> log_requests;
+  std::unique_ptr<stream_admin_handler> stream_admin;
+  std::unique_ptr<dispatcher> dispatch;
+  std::unique_ptr<connection_context> context;
+
   asio::io_context io{1};
-  asio::ip::tcp::acceptor acceptor;
-  asio::signal_set signals;
+  asio::ip::tcp::acceptor acceptor{io};
+  asio::signal_set signals{io};
   std::uint16_t port = 0;
-  bool stop_requested = false;
 
+  void open_log();
+  void wire_handlers();
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> sweep_loop();
   void begin_stop();
-  void maybe_finish_stop();
+  metrics_snapshot metrics() const;
 };
+
+void server::impl::open_log() {
+  std::filesystem::create_directories(config.data_dir);
+  storage::log_options o;
+  o.dir = std::filesystem::path(config.data_dir) / "log";
+  o.mode = config.durability;
+  o.max_map_size = config.log_max_bytes;
+  o.initial_map_size = std::min<std::size_t>(o.initial_map_size, o.max_map_size);
+  if (config.verify_on_start) verify_log_or_throw(*logger, config, o.dir);
+  storage::diagnostics diag;
+  auto opened = storage::sequence_log::open(o, &diag);
+  if (!opened) throw std::runtime_error(open_failure(config.data_dir, o.dir, opened.error(), diag));
+  storage::group_commit_options gc;
+  gc.sync_interval = config.sync_interval;
+  gc.default_retention = {config.retention_max_records, config.retention_max_age, config.retention_max_bytes};
+  durable = std::make_unique<durable_pipeline>(std::move(*opened), gc, io.get_executor(), fan, builder, logger);
+}
+
+void server::impl::wire_handlers() {
+  pubsub = std::make_unique<pubsub_handler>(config, channels, fan, durable.get(), builder, logger);
+  routing_requests = std::make_unique<routing_handler>(config, leases, routing, fan, durable.get(), builder, logger);
+  if (durable) {
+    log_requests = std::make_unique<log_handler>(config, *durable, builder, logger);
+    stream_admin = std::make_unique<stream_admin_handler>(config, *durable, io.get_executor(), builder, logger);
+  }
+  dispatch = std::make_unique<dispatcher>(
+      dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get()}, counters, logger);
+  context = std::unique_ptr<connection_context>(new connection_context{
+      config, arena, builder, *dispatch, pressure, input, registry, counters, logger, durable != nullptr});
+}
 
 asio::awaitable<void> server::impl::accept_loop() {
   for (;;) {
     asio_error_code ec;
-    asio::ip::tcp::socket socket =
-        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    asio::ip::tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
-      if (ec == asio::error::operation_aborted || core.stopping) co_return;
-      core.log->warn("accept failed: {}", ec.message());
+      if (ec == asio::error::operation_aborted || registry.stopping()) co_return;
+      logger->warn("accept failed: {}", ec.message());
       // Out of descriptors and similar: back off briefly instead of spinning.
       asio::steady_timer pause(io, std::chrono::milliseconds(50));
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    auto s = std::make_shared<session>(core, std::move(socket), core.next_session_id++);
-    std::error_code reject;
-    if (core.sessions.size() - core.rejected_closing >= core.config.max_connections) {
-      ++core.counters.connections_rejected;
-      reject = make_error_code(protocol::errc::too_many_connections);
-      core.log->warn("conn={} rejected: {} connections is the cap", s->id(), core.config.max_connections);
+    auto c = std::make_shared<connection>(*context, std::make_unique<tcp_stream>(std::move(socket)),
+                                          registry.next_id());
+    std::optional<protocol::errc> reject;
+    if (registry.counted() >= config.max_connections) {
+      ++counters.connections_rejected;
+      reject = protocol::errc::too_many_connections;
+      logger->warn("conn={} rejected: {} connections is the cap", c->id(), config.max_connections);
     } else {
-      ++core.counters.connections_accepted;
+      ++counters.connections_accepted;
     }
-    core.sessions.insert(s);
-    s->start(reject);
+    registry.add(c);
+    c->start(reject);
   }
 }
 
 asio::awaitable<void> server::impl::sweep_loop() {
   asio::steady_timer timer(io);
   const auto on_expire = [this](lease_id id, lease_attachment* first) {
-    core.log->debug("lease={} expired", id);
-    core.routing.remove_lease(id, first);
+    logger->debug("lease={} expired", id);
+    routing.remove_lease(id, first);
   };
-  while (!core.stopping) {
-    timer.expires_after(core.config.sweep_period);
+  while (!registry.stopping()) {
+    timer.expires_after(config.sweep_period);
     asio_error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || core.stopping) co_return;
-    core.refusals.report_due(*core.log);
+    if (ec || registry.stopping()) co_return;
+    if (durable) durable->report_refusals_due();
     for (;;) {
-      const auto r = core.leases.sweep(on_expire);
-      core.counters.leases_expired += r.expired;
+      const auto r = leases.sweep(on_expire);
+      counters.leases_expired += r.expired;
       if (r.stall_absorbed.count() > 0)
-        core.log->warn("lease sweeper stalled: {} ms absorbed, every lease gets its full TTL from now",
-                       r.stall_absorbed.count());
+        logger->warn("lease sweeper stalled: {} ms absorbed, every lease gets its full TTL from now",
+                     r.stall_absorbed.count());
       if (!r.more_due) break;
       // Rate limit reached: let the loop serve connections before the next batch.
       co_await asio::post(io, asio::use_awaitable);
@@ -149,21 +217,18 @@ asio::awaitable<void> server::impl::sweep_loop() {
 }
 
 void server::impl::begin_stop() {
-  if (core.stopping) return;
-  core.stopping = true;
-  core.log->info("stopping: closing {} sessions", core.sessions.size());
+  if (registry.stopping()) return;
+  logger->info("stopping: closing {} connections", registry.size());
   asio_error_code ignored;
   acceptor.close(ignored);
   signals.cancel(ignored);
-  // Copy: close_with_error may complete synchronously for idle sessions.
-  const auto sessions = core.sessions;
-  for (const auto& s : sessions) s->close_with_error(protocol::errc::shutting_down, "server stopping");
+  registry.close_all(protocol::errc::shutting_down, "server stopping");
   asio::co_spawn(io, [this]() -> asio::awaitable<void> {
-    // Poll until every session is gone; bounded by the shutdown grace plus
-    // a margin, after which the loop stops regardless.
-    const auto give_up = std::chrono::steady_clock::now() + core.config.shutdown_grace + std::chrono::milliseconds(500);
+    // Poll until every connection is gone; bounded by the shutdown grace
+    // plus a margin, after which the loop stops regardless.
+    const auto give_up = std::chrono::steady_clock::now() + config.shutdown_grace + std::chrono::milliseconds(500);
     asio::steady_timer t(io);
-    while (!core.sessions.empty() && std::chrono::steady_clock::now() < give_up) {
+    while (registry.size() > 0 && std::chrono::steady_clock::now() < give_up) {
       t.expires_after(std::chrono::milliseconds(10));
       asio_error_code ec;
       co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
@@ -172,84 +237,89 @@ void server::impl::begin_stop() {
   }, asio::detached);
 }
 
+metrics_snapshot server::impl::metrics() const {
+  metrics_snapshot m;
+  m.counters = counters;
+  m.connections = registry.size();
+  m.connections_rejecting = registry.size() - registry.counted();
+  registry.for_each([&m](const connection& c) {
+    m.queued_bytes += c.queued_bytes();
+    m.queued_bytes_max = std::max(m.queued_bytes_max, c.queued_bytes());
+  });
+  m.subscriptions = channels.size();
+  m.leases = leases.size();
+  m.registry_entries = routing.entries();
+  m.inboxes = routing.inboxes();
+  m.incomplete_bytes = input.held();
+  m.incomplete_bytes_peak = input.peak();
+  m.arena_chunks = arena.chunks_allocated();
+  if (durable) {
+    m.log_enabled = true;
+    m.appends_waiting = durable->waiting();
+    m.group_commit = durable->stats();
+  }
+  return m;
+}
+
 server::server(server_config config) : impl_(std::make_unique<impl>((validate(config), std::move(config)))) {}
 
 server::~server() {
-  const auto& n = impl_->core.counters;
-  impl_->core.log->info("traffic: {} published, {} delivered, {} dropped, {} sends routed, {} unrouted, {} write waits",
-                        n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted, n.write_waits);
+  const auto& n = impl_->counters;
+  impl_->logger->info("traffic: {} published, {} delivered, {} dropped, {} sends routed, {} unrouted, {} write waits",
+                      n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted, n.write_waits);
   // The committer's last completions post to the io_context: stop it while
   // the context still exists (those handlers are destroyed with it).
-  if (auto& c = impl_->core.committer) {
-    const auto st = c->stats();
-    impl_->core.log->info("group commit: {} records in {} batches (largest {}), {} syncs, {} trimmed", st.records,
-                          st.batches, st.largest_batch, st.syncs, st.trimmed);
-    c.reset();
+  if (auto& d = impl_->durable) {
+    const auto st = d->stats();
+    impl_->logger->info("group commit: {} records in {} batches (largest {}), {} syncs, {} trimmed", st.records,
+                        st.batches, st.largest_batch, st.syncs, st.trimmed);
+    d->stop();
   }
-  // Sessions hold sockets on the io_context: drop the registry's references
-  // first, so that only coroutine frames own sessions.
-  // The io_context, destroyed next, destroys the rest with their coroutine
+  // Connections hold streams on the io_context: drop the registry's
+  // references first, so that only coroutine frames own connections. The
+  // io_context, destroyed next, destroys the rest with their coroutine
   // frames while its services still exist.
-  impl_->core.sessions.clear();
+  impl_->registry.clear();
 }
 
 void server::start() {
-  auto& core = impl_->core;
-  if (!core.config.data_dir.empty()) {
-    std::filesystem::create_directories(core.config.data_dir);
-    storage::log_options o;
-    o.dir = std::filesystem::path(core.config.data_dir) / "log";
-    o.mode = core.config.durability == "batch" ? storage::durability::batch
-             : core.config.durability == "none" ? storage::durability::none
-                                                : storage::durability::sync;
-    o.max_map_size = core.config.log_max_bytes;
-    o.initial_map_size = std::min<std::size_t>(o.initial_map_size, o.max_map_size);
-    if (core.config.verify_on_start) verify_log_or_throw(core, o.dir);
-    storage::diagnostics diag;
-    auto opened = storage::sequence_log::open(o, &diag);
-    if (!opened) throw std::runtime_error(open_failure(core.config.data_dir, o.dir, opened.error(), diag));
-    core.stream_log = std::move(*opened);
-    storage::group_commit_options gc;
-    gc.sync_interval = core.config.sync_interval;
-    gc.default_retention = {core.config.retention_max_records, core.config.retention_max_age,
-                            core.config.retention_max_bytes};
-    core.committer = std::make_unique<storage::group_committer>(*core.stream_log, gc);
-    session::install_append_handler(core, impl_->io.get_executor());
-  }
-  const auto address = asio::ip::make_address(listen_address(core.config.listen_host));
-  const asio::ip::tcp::endpoint endpoint(address, core.config.listen_port);
-  auto& acceptor = impl_->acceptor;
+  auto& d = *impl_;
+  if (!d.config.data_dir.empty()) d.open_log();
+  d.wire_handlers();
+  const auto address = asio::ip::make_address(listen_address(d.config.listen_host));
+  const asio::ip::tcp::endpoint endpoint(address, d.config.listen_port);
+  auto& acceptor = d.acceptor;
   asio_error_code bind_ec;
   acceptor.open(endpoint.protocol(), bind_ec);
   if (!bind_ec) acceptor.set_option(asio::socket_base::reuse_address(true), bind_ec);
   if (!bind_ec) acceptor.bind(endpoint, bind_ec);
   if (!bind_ec) acceptor.listen(asio::socket_base::max_listen_connections, bind_ec);
   if (bind_ec)
-    throw std::runtime_error("cannot listen on " + core.config.listen_host + ":" +
-                             std::to_string(core.config.listen_port) + ": " + bind_ec.message());
-  impl_->port = acceptor.local_endpoint().port();
-  if (!core.config.port_file.empty()) {
+    throw std::runtime_error("cannot listen on " + d.config.listen_host + ":" + std::to_string(d.config.listen_port) +
+                             ": " + bind_ec.message());
+  d.port = acceptor.local_endpoint().port();
+  if (!d.config.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written port.
-    const std::string tmp = core.config.port_file + ".tmp";
+    const std::string tmp = d.config.port_file + ".tmp";
     bool written = false;
     {
       std::ofstream out(tmp);
-      out << impl_->port << "\n";
+      out << d.port << "\n";
       out.close();
       written = static_cast<bool>(out);
     }
     std::error_code ec;
-    if (written) std::filesystem::rename(tmp, core.config.port_file, ec);
+    if (written) std::filesystem::rename(tmp, d.config.port_file, ec);
     if (!written || ec) {
       const std::string why = written ? ec.message() : "cannot create " + tmp;
       std::filesystem::remove(tmp, ec);  // never leave the temporary behind
-      throw std::runtime_error("cannot write the port file " + core.config.port_file + ": " + why);
+      throw std::runtime_error("cannot write the port file " + d.config.port_file + ": " + why);
     }
   }
-  core.log->info("listening on {}:{} data-dir={} durability={}", core.config.listen_host, impl_->port,
-                 core.config.data_dir, core.stream_log ? core.config.durability : "off");
-  asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
-  asio::co_spawn(impl_->io, impl_->sweep_loop(), asio::detached);
+  d.logger->info("listening on {}:{} data-dir={} durability={}", d.config.listen_host, d.port, d.config.data_dir,
+                 d.durable ? std::string(storage::durability_name(d.config.durability)) : std::string("off"));
+  asio::co_spawn(d.io, d.accept_loop(), asio::detached);
+  asio::co_spawn(d.io, d.sweep_loop(), asio::detached);
 }
 
 std::uint16_t server::port() const noexcept { return impl_->port; }
@@ -259,7 +329,7 @@ void server::handle_signals() {
   impl_->signals.add(SIGTERM);
   impl_->signals.async_wait([this](const std::error_code& ec, int sig) {
     if (ec) return;
-    impl_->core.log->info("signal {}: shutting down", sig);
+    impl_->logger->info("signal {}: shutting down", sig);
     impl_->begin_stop();
   });
 }
@@ -270,6 +340,12 @@ void server::stop() {
   asio::post(impl_->io, [this] { impl_->begin_stop(); });
 }
 
-const server_counters& server::counters() const noexcept { return impl_->core.counters; }
+const server_counters& server::counters() const noexcept { return impl_->counters; }
+
+metrics_snapshot server::metrics() const { return impl_->metrics(); }
+
+void server::post_metrics(std::function<void(const metrics_snapshot&)> done) {
+  asio::post(impl_->io, [this, done = std::move(done)] { done(impl_->metrics()); });
+}
 
 }  // namespace switchyard::broker

@@ -1,11 +1,13 @@
 #pragma once
-// switchyard-server as a library: the listener, the session registry and the
-// event loop. main.cpp and the end-to-end tests both use it.
+// switchyard-server as a library: the listener, the connection registry and
+// the event loop. main.cpp and the end-to-end tests both use it.
 
+#include "broker/metrics_snapshot.hpp"
 #include "broker/server_config.hpp"
 #include "broker/server_counters.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 namespace switchyard::broker {
@@ -39,6 +41,12 @@ class server {
 
   // Counters, read on the loop thread (or after run() returned).
   const server_counters& counters() const noexcept;
+  // Every counter and gauge (connections, tables, memory, the log's group
+  // commit) in one copy. Loop thread, or after run() returned.
+  metrics_snapshot metrics() const;
+  // Thread-safe: gathers the snapshot on the loop thread while it runs and
+  // calls `done` with it there (never, if the loop stops first).
+  void post_metrics(std::function<void(const metrics_snapshot&)> done);
 
  private:
   struct impl;

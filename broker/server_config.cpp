@@ -65,8 +65,6 @@ void validate(const server_config& cfg) {
       (cfg.stall_threshold < cfg.sweep_period || cfg.stall_threshold + cfg.sweep_period > cfg.lease_min_ttl / 2))
     bad("stall-threshold-ms must be at least sweep-ms, and with sweep-ms at most half of lease-min-ttl-ms (a "
         "longer pause could expire leases that were kept alive in time); leave it unset for the default");
-  if (cfg.durability != "sync" && cfg.durability != "batch" && cfg.durability != "none")
-    bad("durability must be sync, batch or none");
   if (cfg.sync_interval.count() < 1) bad("sync-interval-ms must be at least 1");
   if (cfg.log_max_bytes < (std::size_t{4} << 20)) bad("log-max-bytes must be at least 4 MiB");
   if (cfg.retention_max_age.count() < 0) bad("retention-max-age-ms must not be negative");
@@ -146,7 +144,8 @@ server_config parse_server_args(int argc, const char* const* argv) {
                  "a sweeper this late was stalled: every lease then gets its full TTL from the stall's end "
                  "(default: lease-min-ttl-ms / 2 - sweep-ms)");
 
-  app.add_option("--durability", cfg.durability,
+  std::string durability_text(storage::durability_name(cfg.durability));
+  app.add_option("--durability", durability_text,
                  "sequence log: sync (acknowledged = fsynced), batch (fsync every --sync-interval-ms) or none")
       ->check(CLI::IsMember({"sync", "batch", "none"}))
       ->capture_default_str();
@@ -196,6 +195,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   if (stall_ms < 0 && app.count("--stall-threshold-ms") > 0) throw std::invalid_argument("stall-threshold-ms must not be negative");
   cfg.stall_threshold = std::chrono::milliseconds(stall_ms);
   cfg.sync_interval = std::chrono::milliseconds(sync_ms);
+  cfg.durability = storage::parse_durability(durability_text).value_or(storage::durability::sync);  // checked above
   cfg.retention_max_age = std::chrono::milliseconds(retention_age_ms);
   cfg.frame_timeout = std::chrono::milliseconds(frame_timeout_ms);
   validate(cfg);

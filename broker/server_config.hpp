@@ -2,6 +2,8 @@
 // Configuration of switchyard-server: defaults, command-line flags and the
 // optional TOML config file.
 
+#include "storage/durability.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -48,7 +50,7 @@ struct server_config {
   std::chrono::milliseconds stall_threshold{-1};
 
   // The sequence log, in <data_dir>/log (off when data_dir is empty).
-  std::string durability = "sync";           // sync | batch | none
+  storage::durability durability = storage::durability::sync;
   std::chrono::milliseconds sync_interval{10};  // batch mode: fsync at most this often
   std::size_t log_max_bytes = std::size_t{8} << 30;
   // Default retention for every stream without limits of its own

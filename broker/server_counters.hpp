@@ -1,5 +1,6 @@
 #pragma once
-// Event counters of one server, maintained on its loop thread.
+// Event counters of one server, maintained on its loop thread. Gauges and
+// the rest are in metrics_snapshot (server::metrics()).
 
 #include <cstdint>
 
@@ -15,8 +16,7 @@ struct server_counters {
   std::uint64_t leases_expired = 0;        // by the sweeper (revokes not counted)
   std::uint64_t sends_routed = 0;          // route keys delivered into an inbox
   std::uint64_t sends_unrouted = 0;        // route keys with no route
-  std::uint64_t write_waits = 0;           // turns a small write waited for more input (session::writer)
-  std::uint64_t incomplete_bytes_peak = 0; // most bytes incomplete frames held at once (all connections)
+  std::uint64_t write_waits = 0;           // turns a small write waited for more input (connection::writer)
 };
 
 }  // namespace switchyard::broker

@@ -42,6 +42,17 @@ inline constexpr std::uint32_t verifier_max_tables = max_list_items + 16;
 inline constexpr std::uint32_t default_list_limit = 1000;
 inline constexpr std::uint32_t max_list_limit = max_list_items;
 
+// How the server fits a list answer into one frame (protocol::answer_budget):
+// estimated wire bytes of the answer's fixed part and of each item besides
+// its strings, rounded up. A list answer fills at most half of max_frame; a
+// Records answer at most max_frame, with its payload bytes at most half.
+inline constexpr std::size_t answer_overhead = 1024;
+inline constexpr std::size_t lease_item_bytes = 40;        // LeaseInfo: three scalars, table, offset
+inline constexpr std::size_t registry_item_overhead = 64;  // RegistryEntry besides key and value
+inline constexpr std::size_t stream_item_overhead = 160;   // StreamInfo besides its name (11 scalars)
+inline constexpr std::size_t record_overhead = 80;         // Record besides payload and strings
+inline constexpr std::size_t string_overhead = 12;         // a string: length, terminator, offset, padding
+
 // Largest value of each retention limit in SetRetention (records, age in
 // ms, bytes): 2^53 - 1, so that a limit survives a round trip through JSON
 // numbers (doubles) in admin scripts and an age fits signed 64-bit ms.

@@ -76,6 +76,7 @@
 // `corrupted` too (puts and deletes are not guarded). verify() (best run
 // in another process: storage/log_verifier.hpp) walks everything.
 
+#include "storage/durability.hpp"
 #include "storage/errc.hpp"
 
 #include <chrono>
@@ -103,8 +104,6 @@ inline constexpr std::uint64_t log_format_version = 2;
 // The largest subject a record may carry: appends with a larger one fail
 // with invalid_argument. 64 KiB.
 inline constexpr std::size_t max_subject_bytes = std::size_t{64} << 10;
-
-enum class durability { sync, batch, none };
 
 struct log_options {
   std::filesystem::path dir;                   // created if missing

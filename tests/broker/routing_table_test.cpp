@@ -1,10 +1,11 @@
 // Unit tests for broker::routing_table: the routing registry and the gateway
 // inboxes on top of a real lease_table. Time never passes by itself: the
-// lease table's clock is a time_point the tests move by hand. Sessions are
-// fake pointers (routing_table only compares them, never dereferences them).
+// lease table's clock is a time_point the tests move by hand. Connections are
+// recording targets (the table only stores and compares them).
 
 #include "broker/lease_table.hpp"
 #include "broker/routing_table.hpp"
+#include "tests/support/recording_target.hpp"
 #include "protocol/errc.hpp"
 #include "tests/support/fake_clock.hpp"
 
@@ -45,12 +46,12 @@ struct fixture : fake_clock {
   lease_id grant(milliseconds ttl) { return leases.grant(ttl).id; }
 };
 
-// Distinct fake sessions: addresses of objects, never dereferenced.
-struct fake_sessions {
-  int a_ = 0, b_ = 0, c_ = 0;
-  session* a() { return reinterpret_cast<session*>(&a_); }
-  session* b() { return reinterpret_cast<session*>(&b_); }
-  session* c() { return reinterpret_cast<session*>(&c_); }
+// Three distinct delivery targets (the table only stores and compares them).
+struct fake_targets {
+  switchyard::test::recording_target a_, b_, c_;
+  delivery_target* a() { return &a_; }
+  delivery_target* b() { return &b_; }
+  delivery_target* c() { return &c_; }
 };
 
 std::vector<std::string> keys_of(const std::vector<registry_view>& list) {
@@ -284,7 +285,7 @@ TEST_CASE("routing list returns live entries with the prefix in key order, cut b
 
 TEST_CASE("routing revoke removes every entry and inbox attached to the lease in one step", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id gw1 = f.grant(10s);
   const lease_id gw2 = f.grant(10s);
   REQUIRE(f.routing.put("user:alice", "gw-1", gw1, 0ms));
@@ -306,7 +307,7 @@ TEST_CASE("routing revoke removes every entry and inbox attached to the lease in
 
 TEST_CASE("routing lease expiry removes every entry and inbox attached in the same sweep", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id dying = f.grant(200ms);
   const lease_id living = f.grant(10s);
   for (int i = 0; i < 50; ++i) REQUIRE(f.routing.put("user:" + std::to_string(i), "gw-1", dying, 0ms));
@@ -330,7 +331,7 @@ TEST_CASE("routing lease expiry removes every entry and inbox attached in the sa
 
 TEST_CASE("routing open_inbox by a second session answers inbox_taken while the owner is live", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id la = f.grant(10s);
   const lease_id lb = f.grant(10s);
   REQUIRE_FALSE(f.routing.open_inbox("gw-7", la, s.a()));
@@ -346,7 +347,7 @@ TEST_CASE("routing open_inbox by a second session answers inbox_taken while the 
 
 TEST_CASE("routing open_inbox under an unknown or expired lease answers not_found", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   CHECK(f.routing.open_inbox("gw-7", 99, s.a()) == errc::not_found);
   const lease_id l = f.grant(100ms);
   f.advance(100ms);
@@ -356,7 +357,7 @@ TEST_CASE("routing open_inbox under an unknown or expired lease answers not_foun
 
 TEST_CASE("routing inbox can be opened by another session after its owner disconnected", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id l = f.grant(10s);
   REQUIRE_FALSE(f.routing.open_inbox("gw-7", l, s.a()));
   REQUIRE_FALSE(f.routing.open_inbox("gw-8", l, s.a()));
@@ -379,7 +380,7 @@ TEST_CASE("routing inbox can be opened by another session after its owner discon
 
 TEST_CASE("routing inbox can be opened by another session once its lease expired", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id old_lease = f.grant(200ms);
   const lease_id new_lease = f.grant(10s);
   REQUIRE_FALSE(f.routing.open_inbox("gw-7", old_lease, s.a()));
@@ -404,7 +405,7 @@ TEST_CASE("routing inbox can be opened by another session once its lease expired
 
 TEST_CASE("routing close_inbox only works for the owning session", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id l = f.grant(10s);
   REQUIRE_FALSE(f.routing.open_inbox("gw-7", l, s.a()));
   CHECK_FALSE(f.routing.close_inbox("gw-7", s.b()));
@@ -421,7 +422,7 @@ TEST_CASE("routing close_inbox only works for the owning session", "[broker][rou
 
 TEST_CASE("routing inbox_owner returns null once the inbox lease expired", "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id l = f.grant(300ms);
   REQUIRE_FALSE(f.routing.open_inbox("gw-7", l, s.c()));
   f.advance(299ms);
@@ -439,7 +440,7 @@ TEST_CASE("routing inbox_owner returns null once the inbox lease expired", "[bro
 TEST_CASE("routing erasing a private-TTL entry also removes what others attached to its lease",
           "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   REQUIRE(f.routing.put("user:alice", "gw-1", 0, 10s));
   const auto live = f.leases.list(10);
   REQUIRE(live.size() == 1);
@@ -465,7 +466,7 @@ TEST_CASE("routing erasing a private-TTL entry also removes what others attached
 TEST_CASE("routing route resolves a key to its inbox and owner, and to nothing once either side is gone",
           "[broker][routing]") {
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id gw = f.grant(10s);
   const lease_id user = f.grant(2s);
   REQUIRE_FALSE(f.routing.open_inbox("gw-1", gw, s.a()));
@@ -493,7 +494,7 @@ TEST_CASE("routing route follows an inbox closed, reopened by another owner, or 
   // once, so that it likely takes the erased inbox's memory: a stale memory
   // would then route to it.
   fixture f;
-  fake_sessions s;
+  fake_targets s;
   const lease_id gw = f.grant(10s);
   const lease_id other = f.grant(10s);
   REQUIRE_FALSE(f.routing.open_inbox("gw-1", gw, s.a()));

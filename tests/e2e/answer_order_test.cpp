@@ -134,7 +134,7 @@ TEST_CASE("nothing follows the fatal error, not even the answer to an append bef
           "[e2e][broker][log]") {
   temp_dir dir;
   auto cfg = with_log(dir);
-  cfg.durability = "none";  // committed on the loop, right behind the bad frame's handling
+  cfg.durability = storage::durability::none;  // committed on the loop, right behind the bad frame's handling
   test::test_server server(cfg);
   raw_connection c(server.port());
   c.send_hello(caps);

@@ -127,7 +127,7 @@ TEST_CASE("incomplete frames past max-incomplete-bytes close the connection whos
     CHECK(ok->request_id() == 10 + i);
   }
   server.stop();
-  CHECK(server.counters().incomplete_bytes_peak <= cfg.max_incomplete_bytes);
+  CHECK(server.metrics().incomplete_bytes_peak <= cfg.max_incomplete_bytes);
 }
 
 TEST_CASE("incomplete frames declaring 1 MiB hold what arrived, not what they declare", "[e2e][broker][limits]") {
@@ -146,9 +146,9 @@ TEST_CASE("incomplete frames declaring 1 MiB hold what arrived, not what they de
   for (auto& c : conns) c->send({start + 16, 1});  // one more byte each, in a read of its own
   std::this_thread::sleep_for(300ms);
   server.stop();
-  INFO("peak " << server.counters().incomplete_bytes_peak);
-  CHECK(server.counters().incomplete_bytes_peak > 0);
-  CHECK(server.counters().incomplete_bytes_peak <= std::uint64_t{n} * 2048);
+  INFO("peak " << server.metrics().incomplete_bytes_peak);
+  CHECK(server.metrics().incomplete_bytes_peak > 0);
+  CHECK(server.metrics().incomplete_bytes_peak <= std::uint64_t{n} * 2048);
 }
 
 TEST_CASE("subscriptions past max-subscriptions answer limit_exceeded and the connection stays usable", "[e2e][broker][limits]") {

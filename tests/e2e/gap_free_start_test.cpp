@@ -46,7 +46,7 @@ constexpr std::size_t filler_count = 3000;
 constexpr std::size_t filler_bytes = 4096;
 broker::server_config tiny_queue_config(const temp_dir& dir) {
   auto cfg = test::with_data(dir);
-  cfg.durability = "none";  // delivery is under test here, not fsync
+  cfg.durability = storage::durability::none;  // delivery is under test here, not fsync
   cfg.max_frame = 64 * 1024;
   cfg.max_pending_bytes = 128 * 1024;
   return cfg;

@@ -202,7 +202,7 @@ TEST_CASE("pipelined appends from several threads are all acknowledged exactly o
   INFO("durability " << mode);
   temp_dir dir;
   auto cfg = with_data(dir);
-  cfg.durability = mode;
+  cfg.durability = *storage::parse_durability(mode);
   test_server server(cfg);
   auto c = connect_to(server.port());
   std::mutex mu;

@@ -31,7 +31,7 @@ namespace {
 
 broker::server_config log_config(const temp_dir& dir) {
   auto cfg = test::with_data(dir);
-  cfg.durability = "none";  // delivery is under test here, not fsync
+  cfg.durability = storage::durability::none;  // delivery is under test here, not fsync
   return cfg;
 }
 

@@ -118,7 +118,7 @@ TEST_CASE("stream_list answers at most the default limit of 1000 streams and at 
           "[e2e][broker]") {
   temp_dir dir;
   auto cfg = with_data(dir);
-  cfg.durability = "none";       // 10,001 streams: the limits are under test, not fsync
+  cfg.durability = storage::durability::none;       // 10,001 streams: the limits are under test, not fsync
   cfg.max_frame = 16u << 20;      // room for 10,000 items: the count limit, not the frame, cuts
   test_server server(cfg);
   auto c = connect_to(server.port());

@@ -1,6 +1,11 @@
 #include "tests/support/test_server.hpp"
 
+#include <catch2/catch.hpp>
+
+#include <chrono>
 #include <cstdlib>
+#include <future>
+#include <memory>
 
 namespace switchyard::test {
 
@@ -27,6 +32,14 @@ void test_server::stop() {
   if (!thread_.joinable()) return;
   server_->stop();
   thread_.join();
+}
+
+broker::metrics_snapshot test_server::live_metrics() {
+  auto answer = std::make_shared<std::promise<broker::metrics_snapshot>>();
+  auto got = answer->get_future();
+  server_->post_metrics([answer](const broker::metrics_snapshot& m) { answer->set_value(m); });
+  REQUIRE(got.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  return got.get();
 }
 
 }  // namespace switchyard::test

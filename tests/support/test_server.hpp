@@ -21,6 +21,11 @@ class test_server {
   void stop();
   // Counters, valid after stop().
   const broker::server_counters& counters() const noexcept { return server_->counters(); }
+  // Every counter and gauge, valid after stop().
+  broker::metrics_snapshot metrics() const { return server_->metrics(); }
+  // The same while the server runs, gathered on its loop thread (waits at
+  // most 10 s; REQUIREs an answer).
+  broker::metrics_snapshot live_metrics();
 
   // Loopback, port 0, no data folder, quiet logs, short hello timeout.
   static broker::server_config default_config();

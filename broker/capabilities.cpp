@@ -1,0 +1,38 @@
+#include "broker/capabilities.hpp"
+
+#include <algorithm>
+
+namespace switchyard::broker {
+
+negotiated_capabilities negotiate(const protocol::wire::Hello& hello, bool log_available) noexcept {
+  namespace cap = protocol::capability;
+  negotiated_capabilities out;
+  if (const auto* asked = hello.capabilities()) {
+    for (const auto* name : *asked) {
+      const std::string_view c = name->string_view();
+      const auto it = std::find(protocol::supported_capabilities.begin(), protocol::supported_capabilities.end(), c);
+      if (it == protocol::supported_capabilities.end()) continue;
+      if (!log_available && (c == cap::log || c == cap::stream_drops)) continue;
+      if (std::find(out.names.begin(), out.names.begin() + out.count, c) != out.names.begin() + out.count) continue;
+      out.names[out.count++] = *it;
+    }
+  }
+  for (std::size_t i = 0; i < out.count; ++i) {
+    out.set.dropped_notice |= out.names[i] == cap::dropped_notice;
+    out.set.publish_ack |= out.names[i] == cap::publish_ack;
+    out.set.routing |= out.names[i] == cap::routing;
+    out.set.sequence_log |= out.names[i] == cap::log;
+    out.set.stream_drops |= out.names[i] == cap::stream_drops;
+  }
+  // StreamDropped carries a log position ("log") and is reset by the
+  // Dropped notice ("dropped-notice").
+  out.set.stream_drops = out.set.stream_drops && out.set.sequence_log && out.set.dropped_notice;
+  return out;
+}
+
+std::string_view no_log_message(bool log_available) noexcept {
+  return log_available ? std::string_view("this needs the \"log\" capability in the hello")
+                       : std::string_view("the sequence log is off (the server has no data dir)");
+}
+
+}  // namespace switchyard::broker

@@ -1,0 +1,46 @@
+#pragma once
+// Where fan-out delivers: anything that can take a Deliver or
+// InboxDelivery frame. A connection is one (broker/connection.hpp); a remote
+// node or a test recorder can be another. The tables (channel_table,
+// routing_table) store delivery_target pointers and know nothing else
+// about what is behind them.
+//
+// Loop thread only. A target must remove itself from every table before
+// it is destroyed (a connection does so when it closes).
+
+#include "broker/frame_arena.hpp"
+#include "protocol/frame_builder.hpp"
+
+#include <cstdint>
+#include <string_view>
+
+namespace switchyard::broker {
+
+// A durable message's place in the sequence log, carried by the frames of
+// targets that asked for log positions.
+struct log_position {
+  std::string_view stream;
+  std::uint64_t seq = 0;
+  std::uint64_t epoch = 0;
+};
+
+class delivery_target {
+ public:
+  // Queues a frame that other targets share (a channel's Deliver, encoded
+  // once per publish): the target keeps a reference, not a copy.
+  // Never blocks and never closes the target synchronously: the caller may
+  // be iterating a table that holds it. A target over its queue limit
+  // drops the frame (at most once delivery) and counts it.
+  virtual void deliver(const frame_ref& frame) = 0;
+  // The same for a frame only this target gets (an inbox delivery): the
+  // bytes are borrowed for the call only and copied if queued.
+  virtual void deliver(protocol::bytes_view frame) = 0;
+  // Whether frames for this target carry a log position (the "log"
+  // capability: a field is only sent to a peer that declared it).
+  virtual bool wants_log_positions() const noexcept = 0;
+
+ protected:
+  ~delivery_target() = default;
+};
+
+}  // namespace switchyard::broker

@@ -1,0 +1,143 @@
+#include "broker/dispatcher.hpp"
+
+#include "broker/log_handler.hpp"
+#include "broker/pubsub_handler.hpp"
+#include "broker/routing_handler.hpp"
+#include "broker/stream_admin_handler.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+namespace switchyard::broker {
+
+namespace wire = protocol::wire;
+using protocol::errc;
+
+namespace {
+
+// The handler class and message type of a handler member function
+// `void H::f(peer&, std::uint64_t request_id, const M&)`.
+template <auto Method>
+struct method_traits;
+template <class H, class M, void (H::*Method)(peer&, std::uint64_t, const M&)>
+struct method_traits<Method> {
+  using handler = H;
+  using message = M;
+};
+
+template <auto Method>
+void invoke(void* handler, peer& from, const wire::Frame& frame) {
+  using traits = method_traits<Method>;
+  (static_cast<typename traits::handler*>(handler)->*Method)(
+      from, frame.request_id(), *frame.template message_as<typename traits::message>());
+}
+
+}  // namespace
+
+void dispatcher::session_messages::ping(peer& from, std::uint64_t rid, const wire::Ping&) { from.ping(rid); }
+void dispatcher::session_messages::pong(peer&, std::uint64_t, const wire::Pong&) {}
+void dispatcher::session_messages::error(peer& from, std::uint64_t, const wire::Error& m) {
+  // A client's notice: logged only.
+  if (m.message()) logger->debug("conn={} client error: {}", from.id(), m.message()->string_view());
+}
+void dispatcher::session_messages::hello(peer& from, std::uint64_t rid, const wire::Hello&) {
+  from.send_error(rid, errc::bad_request, "hello already received");
+}
+
+template <auto Method, class Handler>
+void dispatcher::bind(wire::Message type, Handler* handler, requirement needs) {
+  static_assert(std::is_same_v<typename method_traits<Method>::handler, Handler>);
+  table_[static_cast<std::size_t>(type)] = {true, needs, handler, &invoke<Method>};
+}
+
+dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<spdlog::logger> logger)
+    : handlers_(h), session_{logger}, counters_(counters), logger_(std::move(logger)) {
+  using M = wire::Message;
+  using R = requirement;
+  auto* s = &session_;
+  bind<&session_messages::ping>(M::Ping, s, R::none);
+  bind<&session_messages::pong>(M::Pong, s, R::none);
+  bind<&session_messages::error>(M::Error, s, R::none);
+  bind<&session_messages::hello>(M::Hello, s, R::none);
+
+  auto* pubsub = &h.pubsub;
+  bind<&pubsub_handler::publish>(M::Publish, pubsub, R::none);
+  bind<&pubsub_handler::subscribe>(M::Subscribe, pubsub, R::none);
+  bind<&pubsub_handler::unsubscribe>(M::Unsubscribe, pubsub, R::none);
+
+  auto* routing = &h.routing;
+  bind<&routing_handler::lease_grant>(M::LeaseGrant, routing, R::routing);
+  bind<&routing_handler::lease_keepalive>(M::LeaseKeepAlive, routing, R::routing);
+  bind<&routing_handler::lease_revoke>(M::LeaseRevoke, routing, R::routing);
+  bind<&routing_handler::lease_time_to_live>(M::LeaseTimeToLive, routing, R::routing);
+  bind<&routing_handler::lease_list>(M::LeaseList, routing, R::routing);
+  bind<&routing_handler::registry_put>(M::RegistryPut, routing, R::routing);
+  bind<&routing_handler::registry_get>(M::RegistryGet, routing, R::routing);
+  bind<&routing_handler::registry_delete>(M::RegistryDelete, routing, R::routing);
+  bind<&routing_handler::registry_list>(M::RegistryList, routing, R::routing);
+  bind<&routing_handler::inbox_open>(M::InboxOpen, routing, R::routing);
+  bind<&routing_handler::inbox_close>(M::InboxClose, routing, R::routing);
+  bind<&routing_handler::send>(M::Send, routing, R::routing);
+
+  // Without a log these stay bound to nothing but still need "log", which
+  // such a server never grants: the capability check answers them.
+  for (M type : {M::Append, M::Read, M::StreamInfo, M::StreamList, M::SetRetention})
+    table_[static_cast<std::size_t>(type)] = {true, R::sequence_log, nullptr, nullptr};
+  if (h.log) {
+    bind<&log_handler::append>(M::Append, h.log, R::sequence_log);
+    bind<&log_handler::read>(M::Read, h.log, R::sequence_log);
+  }
+  if (h.stream_admin) {
+    bind<&stream_admin_handler::stream_info>(M::StreamInfo, h.stream_admin, R::sequence_log);
+    bind<&stream_admin_handler::stream_list>(M::StreamList, h.stream_admin, R::sequence_log);
+    bind<&stream_admin_handler::set_retention>(M::SetRetention, h.stream_admin, R::sequence_log);
+  }
+}
+
+void dispatcher::refuse(peer& from, std::uint64_t rid, requirement missing) {
+  if (missing == requirement::routing)
+    return from.send_error(rid, errc::unsupported_message, "this needs the \"routing\" capability in the hello");
+  from.send_error(rid, errc::unsupported_message, no_log_message(handlers_.log != nullptr));
+}
+
+bool dispatcher::dispatch(peer& from, const wire::Frame& frame) {
+  const auto type = frame.message_type();
+  const route& r = table_[static_cast<std::size_t>(type)];
+  if (!r.from_clients) {
+    ++counters_.protocol_errors;
+    from.close_with_error(errc::unsupported_message,
+                          std::string("message type ") + wire::EnumNameMessage(type) + " is not accepted from clients");
+    return false;
+  }
+  const capability_set& granted = from.granted();
+  const bool allowed = r.needs == requirement::none || (r.needs == requirement::routing && granted.routing) ||
+                       (r.needs == requirement::sequence_log && granted.sequence_log);
+  if (!allowed || !r.fn) {
+    refuse(from, frame.request_id(), r.needs);
+    return true;
+  }
+  r.fn(r.handler, from, frame);
+  return true;
+}
+
+void dispatcher::look_ahead(const peer& from, std::span<const protocol::frame_view> frames,
+                            std::size_t i) const noexcept {
+  // Only sends warm anything.
+  if (from.granted().routing) handlers_.routing.look_ahead(frames, i);
+}
+
+void dispatcher::disconnected(peer& p) {
+  handlers_.pubsub.disconnected(p);
+  handlers_.routing.disconnected(p);
+}
+
+dispatcher::requirement dispatcher::needs(wire::Message type) const noexcept {
+  return table_[static_cast<std::size_t>(type)].needs;
+}
+
+bool dispatcher::accepts(wire::Message type) const noexcept {
+  return table_[static_cast<std::size_t>(type)].from_clients;
+}
+
+}  // namespace switchyard::broker

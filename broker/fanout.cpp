@@ -1,0 +1,73 @@
+#include "broker/fanout.hpp"
+
+namespace switchyard::broker {
+
+std::size_t fanout::publish(std::string_view channel, protocol::bytes_view payload, const log_position* position) {
+  ++counters_.published;
+  // delivery_target::deliver never closes a target synchronously, so `subs`
+  // (owned by the index's cache) stays valid through the loop.
+  const auto& subs = channels_.match(channel);
+  if (subs.empty()) return 0;
+  frame_ref plain, positioned;  // each encoded at most once, when first needed
+  for (delivery_target* t : subs) {
+    if (position && t->wants_log_positions()) {
+      if (!positioned)
+        positioned = arena_.store(builder_.deliver(channel, payload, position->stream, position->seq, position->epoch));
+      t->deliver(positioned);
+    } else {
+      if (!plain) plain = arena_.store(builder_.deliver(channel, payload));
+      t->deliver(plain);
+    }
+  }
+  return subs.size();
+}
+
+void fanout::deliver_to_inbox(delivery_target* owner, std::string_view inbox, std::span<const std::string_view> keys,
+                              protocol::bytes_view payload, const log_position* position) {
+  // A log position is a field only targets that asked for it get.
+  if (position && owner->wants_log_positions())
+    owner->deliver(builder_.inbox_delivery(inbox, keys, payload, position->stream, position->seq, position->epoch));
+  else
+    owner->deliver(builder_.inbox_delivery(inbox, keys, payload));
+}
+
+std::uint32_t fanout::send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                                    const log_position* position, std::vector<std::string_view>& gateways) {
+  gateways.assign(keys.size(), {});
+  std::uint32_t routed = 0;
+  if (keys.size() == 1) {
+    // Send to a user: nothing to group.
+    if (const auto to = routing_.route(keys[0]); to.owner) {
+      deliver_to_inbox(to.owner, to.inbox, keys, payload, position);
+      gateways[0] = to.inbox;
+      routed = 1;
+    }
+  } else {
+    // Resolve every key, then group by inbox: each inbox gets one delivery
+    // listing its keys, encoded once.
+    std::size_t used = 0;
+    group_index_.clear();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto to = routing_.route(keys[i]);
+      if (!to.owner) continue;
+      auto [it, fresh] = group_index_.try_emplace(to.inbox, used);
+      if (fresh) {
+        if (used == groups_.size()) groups_.emplace_back();
+        auto& g = groups_[used++];
+        g.inbox = to.inbox;
+        g.owner = to.owner;
+        g.keys.clear();
+      }
+      groups_[it->second].keys.push_back(keys[i]);
+      gateways[i] = to.inbox;
+      ++routed;
+    }
+    for (std::size_t g = 0; g < used; ++g)
+      deliver_to_inbox(groups_[g].owner, groups_[g].inbox, groups_[g].keys, payload, position);
+  }
+  counters_.sends_routed += routed;
+  counters_.sends_unrouted += keys.size() - routed;
+  return routed;
+}
+
+}  // namespace switchyard::broker

@@ -1,0 +1,84 @@
+#pragma once
+// Fan-out: encodes a message once and hands it to every delivery target it
+// goes to. Two paths:
+//
+//   publish(channel)      channel_table::match -> one shared Deliver frame
+//                         -> delivery_target::deliver(frame_ref) per subscriber
+//   send_to_users(keys)   routing_table::route per key -> keys grouped by
+//                         inbox -> one InboxDelivery per inbox, copied into
+//                         its target (delivery_target::deliver(bytes))
+//
+// Loop thread only. Never blocks; a target that cannot take a frame drops
+// it (its own slow-consumer policy). The steady state allocates nothing per
+// message: frames go to the arena, the per-send grouping reuses scratch
+// kept here.
+
+#include "broker/channel_table.hpp"
+#include "broker/delivery_target.hpp"
+#include "broker/frame_arena.hpp"
+#include "broker/routing_table.hpp"
+#include "broker/server_counters.hpp"
+#include "protocol/frame_builder.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace switchyard::broker {
+
+class fanout {
+ public:
+  // Borrows everything for its lifetime. `counters`: published, sends_routed
+  // and sends_unrouted are counted here.
+  fanout(channel_table& channels, routing_table& routing, frame_arena& arena, protocol::frame_builder& builder,
+         server_counters& counters)
+      : channels_(channels), routing_(routing), arena_(arena), builder_(builder), counters_(counters) {}
+
+  // Delivers `payload` to every subscriber of `channel`: one Deliver frame,
+  // encoded once whatever the subscriber count. With a log position,
+  // targets that want positions get a second encoding that carries it.
+  // Returns the number of targets. Precondition:
+  // protocol::is_valid_channel(channel). Counts one publish.
+  std::size_t publish(std::string_view channel, protocol::bytes_view payload, const log_position* position = nullptr);
+
+  // Resolves each route key and delivers the payload once into each inbox
+  // the keys lead to, listing that inbox's keys (with the log position for
+  // targets that want it). `gateways` is resized to keys.size(): the inbox
+  // key i went to, or empty (no route). The views in `gateways` point into
+  // the routing table: valid until its next change. Returns the number of
+  // keys routed.
+  std::uint32_t send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                              const log_position* position, std::vector<std::string_view>& gateways);
+
+  // Scratch a caller may fill with a send's keys before send_to_users (the
+  // keys of one send at a time; reused, so the steady state allocates
+  // nothing). Valid until the next call that uses it.
+  std::vector<std::string_view>& key_scratch() noexcept { return key_scratch_; }
+  std::vector<std::string_view>& gateway_scratch() noexcept { return gateway_scratch_; }
+
+ private:
+  void deliver_to_inbox(delivery_target* owner, std::string_view inbox, std::span<const std::string_view> keys,
+                        protocol::bytes_view payload, const log_position* position);
+
+  channel_table& channels_;
+  routing_table& routing_;
+  frame_arena& arena_;
+  protocol::frame_builder& builder_;
+  server_counters& counters_;
+  // Grouping of one send with several keys: one slot per inbox (grows,
+  // never shrinks) and the inbox -> slot index.
+  struct inbox_group {
+    std::string_view inbox;
+    delivery_target* owner = nullptr;
+    std::vector<std::string_view> keys;
+  };
+  std::vector<inbox_group> groups_;
+  std::unordered_map<std::string_view, std::size_t> group_index_;
+  std::vector<std::string_view> key_scratch_;
+  std::vector<std::string_view> gateway_scratch_;
+};
+
+}  // namespace switchyard::broker

@@ -1,0 +1,42 @@
+#pragma once
+// The sequence log: Append and Read (capability "log"; docs/protocol.md
+// §7). Appends go through the durable pipeline; reads run on the loop
+// thread against the log's read transaction.
+//
+// Loop thread only. Exists only on a server with a data folder.
+
+#include "broker/durable_pipeline.hpp"
+#include "broker/peer.hpp"
+#include "broker/server_config.hpp"
+#include "protocol/frame_builder.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace spdlog {
+class logger;
+}
+
+namespace switchyard::broker {
+
+class log_handler {
+ public:
+  // Borrows everything for its lifetime.
+  log_handler(const server_config& config, durable_pipeline& durable, protocol::frame_builder& builder,
+              std::shared_ptr<spdlog::logger> logger);
+
+  void append(peer& from, std::uint64_t request_id, const protocol::wire::Append& m);
+  // Answers Records: from `from_seq` (0: the first retained), at most the
+  // asked count and bytes and what fits in one frame (the first record
+  // always goes). Errors: not_found, trimmed (with the first retained
+  // sequence), corrupted (naming the record and where to read on).
+  void read(peer& from, std::uint64_t request_id, const protocol::wire::Read& m);
+
+ private:
+  const server_config& config_;
+  durable_pipeline& durable_;
+  protocol::frame_builder& builder_;
+  std::shared_ptr<spdlog::logger> logger_;
+};
+
+}  // namespace switchyard::broker

@@ -1,0 +1,42 @@
+#pragma once
+// Every counter and gauge of one server, gathered in one struct by
+// server::metrics(): what a stats request or a metrics endpoint reads.
+// A copy; nothing in it points into the server.
+
+#include "broker/server_counters.hpp"
+#include "storage/group_committer.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace switchyard::broker {
+
+struct metrics_snapshot {
+  // Events since the server started (connections, publishes, deliveries,
+  // drops, sends, expiries, protocol errors, write waits).
+  server_counters counters;
+
+  // Connections.
+  std::size_t connections = 0;           // open, including those closing
+  std::size_t connections_rejecting = 0; // over the cap, saying goodbye
+  std::size_t queued_bytes = 0;          // in all outbound queues
+  std::size_t queued_bytes_max = 0;      // in the fullest one
+
+  // Tables.
+  std::size_t subscriptions = 0;  // (pattern, connection) pairs
+  std::size_t leases = 0;         // live leases, private TTL leases included
+  std::size_t registry_entries = 0;
+  std::size_t inboxes = 0;
+
+  // Memory.
+  std::size_t incomplete_bytes = 0;          // held by incomplete frames now
+  std::uint64_t incomplete_bytes_peak = 0;   // the most they held at once
+  std::size_t arena_chunks = 0;              // frame arena chunks allocated (in use or pooled)
+
+  // The sequence log (all zero without one).
+  bool log_enabled = false;
+  std::size_t appends_waiting = 0;         // queued for the group committer, not yet answered
+  storage::group_commit_stats group_commit;
+};
+
+}  // namespace switchyard::broker
