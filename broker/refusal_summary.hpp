@@ -24,9 +24,9 @@ class refusal_summary {
   static constexpr auto interval = std::chrono::seconds(1);
 
   // An append to `stream` from connection `conn` was refused with `ec`.
-  void refused(spdlog::logger& log, std::uint64_t conn, const std::string& stream, const std::error_code& ec);
+  void refused(spdlog::logger& logger, std::uint64_t conn, const std::string& stream, const std::error_code& ec);
   // Logs the counts whose second has passed. Cheap when none waits.
-  void report_due(spdlog::logger& log);
+  void report_due(spdlog::logger& logger);
 
  private:
   struct kind {
@@ -37,7 +37,7 @@ class refusal_summary {
     std::string stream;
   };
   kind& find(const std::error_code& ec);
-  static void report(spdlog::logger& log, kind& k, clock::time_point now);
+  static void report(spdlog::logger& logger, kind& k, clock::time_point now);
 
   std::vector<kind> kinds_;  // one per error kind seen: a handful
   bool pending_ = false;     // some kind has a count waiting for its line

@@ -46,14 +46,14 @@ std::string open_failure(const std::string& data_dir, const std::filesystem::pat
 // --verify-on-start: the whole log checked in a child process before it is
 // opened; throws (the server does not start) when it is damaged or cannot
 // be checked. A folder without a log yet passes.
-void verify_log_or_throw(spdlog::logger& log, const server_config& config, const std::filesystem::path& dir) {
-  log.info("verifying the sequence log in {} before opening it", dir.string());
+void verify_log_or_throw(spdlog::logger& logger, const server_config& config, const std::filesystem::path& dir) {
+  logger.info("verifying the sequence log in {} before opening it", dir.string());
   storage::verify_options o;
   o.dir = dir;
   std::string detail;
   const auto r = storage::verify_log(o, &detail);
   if (!r && r.error() == storage::errc::not_found) {
-    log.info("no sequence log in {} yet: nothing to verify", dir.string());
+    logger.info("no sequence log in {} yet: nothing to verify", dir.string());
     return;
   }
   if (!r) throw std::runtime_error("cannot verify the sequence log in " + dir.string() + ": " + detail);
@@ -64,7 +64,7 @@ void verify_log_or_throw(spdlog::logger& log, const server_config& config, const
                              std::to_string(r->problem_count) + " problems" + what +
                              "); see switchyard-server --verify-log --data-dir " + config.data_dir);
   }
-  log.info("sequence log verified: {} streams, {} records, {} bytes in {} ms", r->streams, r->records, r->bytes,
+  logger.info("sequence log verified: {} streams, {} records, {} bytes in {} ms", r->streams, r->records, r->bytes,
                  r->elapsed.count());
 }
 
