@@ -52,6 +52,7 @@ void group_committer::sync_loop() {
     // everything committed before `committed` was read is flushed when it
     // returns.
     lock.unlock();
+    if (options_.test_hook) options_.test_hook(commit_point::sync);
     const auto ec = log_.sync();
     lock.lock();
     if (!ec) {
@@ -131,6 +132,7 @@ bool group_committer::retention_pass() {
     own |= st.own_retention.has_value();
     const retention& limits = st.own_retention ? *st.own_retention : options_.default_retention;
     if (!has_limits(limits)) continue;  // keeps everything: no write transaction
+    if (options_.test_hook) options_.test_hook(commit_point::retention_step);
     auto r = log_.enforce(st.name, limits, options_.retention_step);
     if (!r) continue;  // a full map or an I/O error: the next pass tries again
     removed += *r;
@@ -167,6 +169,7 @@ void group_committer::run() {
       auto due = clock::time_point::max();
       if (retention_active_) due = std::min(due, next_retention_);
       const auto ready = [&] { return !queue_.items.empty() || !changes_.empty() || stopping_; };
+      if (options_.test_hook) options_.test_hook(commit_point::idle);
       if (due == clock::time_point::max()) {
         wake_.wait(lock, ready);
         continue;
@@ -246,6 +249,7 @@ void group_committer::apply(std::vector<retention_change>& changes) {
     // Durable before anyone hears of it, whatever the mode (appends in the
     // batch mode are synced here too, early).
     if (log_.mode() != durability::sync) {
+      if (options_.test_hook) options_.test_hook(commit_point::sync);
       if (auto ec = log_.sync()) {
         for (auto& r : results)
           if (r) r = std::unexpected(ec);

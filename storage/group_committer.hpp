@@ -33,6 +33,13 @@
 
 namespace switchyard::storage {
 
+// Where group_commit_options::test_hook is called.
+enum class commit_point {
+  sync,            // right before an fsync of the log (writer or syncer thread)
+  retention_step,  // right before one background retention step, holding the log (writer thread)
+  idle,            // right before the writer waits for work, nothing queued (writer thread, queue lock held)
+};
+
 struct group_commit_options {
   std::size_t max_batch_records = 4096;
   std::size_t max_batch_bytes = 8u << 20;  // payload + subject
@@ -53,6 +60,11 @@ struct group_commit_options {
   std::chrono::milliseconds retention_interval{1000};
   std::size_t retention_step = 1000;
   std::size_t commit_trim_slack = 16;
+  // For tests: called at the points of commit_point, on the thread named
+  // there, so that a test can hold a sync or a retention step (block in
+  // it) or see the writer go idle. At `idle` the committer's queue lock is
+  // held: the hook must not call the committer. Empty in production.
+  std::function<void(commit_point)> test_hook;
 };
 
 struct group_commit_stats {
