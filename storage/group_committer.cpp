@@ -52,6 +52,7 @@ void group_committer::sync_loop() {
     // everything committed before `committed` was read is flushed when it
     // returns.
     lock.unlock();
+    if (options_.test_hook) options_.test_hook(commit_point::sync);
     const auto ec = log_.sync();
     lock.lock();
     if (!ec) {
@@ -122,21 +123,40 @@ group_commit_stats group_committer::stats() const {
 }
 
 bool group_committer::retention_pass() {
+  // The stream list is a read: no lock. Each stream's step is a write of
+  // its own under commit_mu_, and appends go first between steps: what
+  // queued meanwhile (a loop-thread commit that met a step leaves its
+  // appends here: commit_queued) is committed before the next step, so a
+  // pass delays an append by one step at most.
   auto streams = log_.list();
   if (!streams) return false;
   bool more = false;
   bool own = false;
+  bool stopped = false;
   std::uint64_t removed = 0;
   for (const auto& st : *streams) {
     own |= st.own_retention.has_value();
     const retention& limits = st.own_retention ? *st.own_retention : options_.default_retention;
     if (!has_limits(limits)) continue;  // keeps everything: no write transaction
+    bool queued = false;
+    {
+      std::lock_guard lock(mu_);
+      stopped = stopping_;  // the destructor commits what is queued; retention can wait
+      queued = !queue_.items.empty();
+    }
+    if (stopped) break;
+    std::lock_guard writing(commit_mu_);
+    if (queued) commit_batch(0);
+    if (options_.test_hook) options_.test_hook(commit_point::retention_step);
     auto r = log_.enforce(st.name, limits, options_.retention_step);
     if (!r) continue;  // a full map or an I/O error: the next pass tries again
     removed += *r;
     more |= *r == options_.retention_step;
   }
-  retention_active_ = own || has_limits(options_.default_retention);
+  if (!stopped) {
+    std::lock_guard writing(commit_mu_);
+    retention_active_ = own || has_limits(options_.default_retention);
+  }
   if (removed > 0) {
     std::lock_guard lock(mu_);
     stats_.trimmed += removed;
@@ -153,10 +173,7 @@ void group_committer::run() {
     if (!changes_.empty()) {
       changes.swap(changes_);
       lock.unlock();
-      {
-        std::lock_guard writing(commit_mu_);
-        apply(changes);
-      }
+      apply(changes);
       changes.clear();
       lock.lock();
       continue;
@@ -167,6 +184,7 @@ void group_committer::run() {
       auto due = clock::time_point::max();
       if (retention_active_) due = std::min(due, next_retention_);
       const auto ready = [&] { return !queue_.items.empty() || !changes_.empty() || stopping_; };
+      if (options_.test_hook) options_.test_hook(commit_point::idle);
       if (due == clock::time_point::max()) {
         wake_.wait(lock, ready);
         continue;
@@ -176,27 +194,47 @@ void group_committer::run() {
       const auto now = clock::now();
       if (retention_active_ && now >= next_retention_) {
         // Bounded steps; while records remain due, come back at once
-        // (appends still go first: this only runs on an empty queue).
-        bool more = false;
-        {
-          std::lock_guard writing(commit_mu_);
-          more = retention_pass();
-        }
+        // (appends still go first: a pass starts on an empty queue only,
+        // and commits what queued before each of its steps).
+        const bool more = retention_pass();
         next_retention_ = more ? clock::now() : clock::now() + options_.retention_interval;
       }
       lock.lock();
       continue;
     }
     lock.unlock();
-    commit_queued();
+    {
+      std::lock_guard writing(commit_mu_);
+      commit_batch(0);
+    }
     lock.lock();
   }
 }
 
 bool group_committer::commit_queued(std::size_t max_records) {
-  // Taking a batch and committing it is one step under commit_mu_, so
-  // batches are committed in queue order whichever thread commits them.
-  std::lock_guard writing(commit_mu_);
+  // Never waits for another thread's write (the writer's retention step or
+  // change, a batch, another caller's commit): the queue is then left to
+  // the writer thread. That is no lost wake-up: the writer looks at the
+  // queue (under mu_) after every write before it sleeps, and the
+  // notification wakes it should it sleep now (the other thread was not
+  // the writer).
+  std::unique_lock writing(commit_mu_, std::try_to_lock);
+  if (!writing.owns_lock()) {
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.items.empty()) return false;
+      ++stats_.handed_off;
+    }
+    wake_.notify_one();
+    return false;
+  }
+  return commit_batch(max_records);
+}
+
+bool group_committer::commit_batch(std::size_t max_records) {
+  // Taking a batch and committing it is one step under commit_mu_ (held by
+  // the caller), so batches are committed in queue order whichever thread
+  // commits them.
   bool more = false;
   {
     std::lock_guard lock(mu_);
@@ -238,25 +276,31 @@ void group_committer::apply(std::vector<retention_change>& changes) {
   std::vector<std::expected<stream_info, std::error_code>> results;
   results.reserve(changes.size());
   bool changed = false;
-  for (auto& c : changes) {
-    results.push_back(c.limits ? log_.set_retention(c.stream, *c.limits) : log_.clear_retention(c.stream));
-    changed |= results.back().has_value();
-  }
-  if (changed) {
-    // Durable before anyone hears of it, whatever the mode (appends in the
-    // batch mode are synced here too, early).
-    if (log_.mode() != durability::sync) {
-      if (auto ec = log_.sync()) {
-        for (auto& r : results)
-          if (r) r = std::unexpected(ec);
-      } else {
-        std::lock_guard lock(mu_);
-        ++stats_.syncs;
-      }
+  {
+    std::lock_guard writing(commit_mu_);
+    for (auto& c : changes) {
+      results.push_back(c.limits ? log_.set_retention(c.stream, *c.limits) : log_.clear_retention(c.stream));
+      changed |= results.back().has_value();
     }
-    // Apply new limits now rather than at the next interval.
-    retention_active_ = true;
-    next_retention_ = std::chrono::steady_clock::now();
+    if (changed) {
+      // Apply new limits now rather than at the next interval.
+      retention_active_ = true;
+      next_retention_ = std::chrono::steady_clock::now();
+    }
+  }
+  // Durable before anyone hears of it, whatever the mode (appends in the
+  // batch mode are synced here too, early). The sync runs outside
+  // commit_mu_, so that commits on other threads go on meanwhile; it
+  // flushes everything committed before it starts, the changes included.
+  if (changed && log_.mode() != durability::sync) {
+    if (options_.test_hook) options_.test_hook(commit_point::sync);
+    if (auto ec = log_.sync()) {
+      for (auto& r : results)
+        if (r) r = std::unexpected(ec);
+    } else {
+      std::lock_guard lock(mu_);
+      ++stats_.syncs;
+    }
   }
   for (std::size_t i = 0; i < changes.size(); ++i)
     if (changes[i].done) changes[i].done(std::move(results[i]));

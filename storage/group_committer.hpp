@@ -10,10 +10,45 @@
 // append(..., token) is the broker's: no object per append, results per
 // batch through one handler, and the caller decides when to commit (wake()
 // the writer, or commit_queued() on its own thread where a commit does not
-// wait for the disk). Every write to the log is serialized by one mutex,
-// so batches commit in queue order whichever thread commits them. In the
-// batch mode a syncer thread fsyncs every sync_interval, off the commit
-// path.
+// wait for the disk). Every write to the log is serialized by one mutex
+// (commit_mu_), so batches commit in queue order whichever thread commits
+// them. In the batch mode a syncer thread fsyncs every sync_interval, off
+// the commit path.
+//
+// Thread contract. Threads: the caller's (any number; the broker's loop),
+// the writer thread, and in the batch mode the syncer thread.
+//  - append(), wake(), set_retention(), stats(): any thread; they take
+//    only the queue's lock (mu_), which no thread holds across I/O, a
+//    commit or a completion (only the `idle` test hook runs under it).
+//  - commit_queued(): any thread (not from a completion or batch handler).
+//    It commits on the calling thread only when no other thread writes to
+//    the log; otherwise it returns at once and leaves the queue to the
+//    writer thread (stats().handed_off), which commits it as soon as its
+//    own write is done: it never waits for another thread's write,
+//    retention step or sync. Its results then arrive on the writer thread.
+//  - The log's lock (commit_mu_) is held for one write at a time: one
+//    batch's commit (with its completions and batch handler call), one
+//    background retention step (one stream, at most retention_step
+//    records), or one set of queued retention changes (small writes). No
+//    fsync runs under it except, in the sync mode, LMDB's own inside each
+//    write's commit (in that mode the broker leaves every commit to the
+//    writer thread). The batch mode's periodic sync
+//    and a retention change's sync (batch and none modes) run outside it:
+//    sequence_log::sync() may run while another thread writes, and
+//    flushes everything committed before it started.
+//  - A background retention pass runs on the writer thread when no append
+//    waits, one stream per step; before each step it commits what queued
+//    meanwhile, so appends wait for at most one step.
+//  - Completions, batch handler and info completions run on the thread
+//    that commits (or applies the change): the writer's, or
+//    commit_queued()'s caller. They must not block for long, nor call
+//    commit_queued().
+// Guarantees kept whichever thread commits: in the sync mode nothing is
+// acknowledged before its commit is fsynced; in the batch mode a sync runs
+// every sync_interval while anything was committed since the last; a
+// retention change is synced before its completion runs; each commit trims
+// the streams it appended to (commit_trim_slack); a full log fails only
+// the appends that do not fit (storage_full).
 
 #include "storage/sequence_log.hpp"
 
@@ -32,6 +67,13 @@
 #include <vector>
 
 namespace switchyard::storage {
+
+// Where group_commit_options::test_hook is called.
+enum class commit_point {
+  sync,            // right before an fsync of the log (writer or syncer thread)
+  retention_step,  // right before one background retention step, holding the log (writer thread)
+  idle,            // right before the writer waits for work, nothing queued (writer thread, queue lock held)
+};
 
 struct group_commit_options {
   std::size_t max_batch_records = 4096;
@@ -53,6 +95,11 @@ struct group_commit_options {
   std::chrono::milliseconds retention_interval{1000};
   std::size_t retention_step = 1000;
   std::size_t commit_trim_slack = 16;
+  // For tests: called at the points of commit_point, on the thread named
+  // there, so that a test can hold a sync or a retention step (block in
+  // it) or see the writer go idle. At `idle` the committer's queue lock is
+  // held: the hook must not call the committer. Empty in production.
+  std::function<void(commit_point)> test_hook;
 };
 
 struct group_commit_stats {
@@ -63,6 +110,7 @@ struct group_commit_stats {
   std::uint64_t trimmed = 0;  // records removed by retention, in commits and in the background
   std::uint64_t trimmed_in_commits = 0;  // of which by commits
   std::uint64_t full_attempts = 0;  // log appends (whole batches or parts) refused with storage_full
+  std::uint64_t handed_off = 0;  // commit_queued calls that found the log busy and left the queue to the writer
 };
 
 // What an append's completion gets on success.
@@ -116,19 +164,26 @@ class group_committer {
   // Commits one batch of what is queued on the calling thread instead of
   // the writer's, in queue order with the writer's commits: at most
   // max_records (0: max_batch_records); the rest stays queued for the next
-  // call (the writer is not woken for it). Returns true if appends remain.
-  // Meant for the batch and none modes, where a commit does not wait for
-  // the disk: it saves the hand-off to the writer thread and back. Results
-  // reach the batch handler (and completions run) on this thread.
-  // Thread-safe.
+  // call (the writer is not woken for it). Returns true if appends remain
+  // for the caller to commit. Meant for the batch and none modes, where a
+  // commit does not wait for the disk: it saves the hand-off to the writer
+  // thread and back. Results reach the batch handler (and completions
+  // run) on this thread.
+  // Never waits for another thread's write: when one is in progress (a
+  // commit, a retention step or change), it wakes the writer thread, which
+  // then commits the whole queue, and returns false at once (nothing left
+  // for the caller; those results arrive on the writer thread). Thread-safe;
+  // not from a completion or batch handler.
   bool commit_queued(std::size_t max_records = 0);
 
   struct token_result {
     std::uint64_t token;
     std::expected<append_ack, std::error_code> result;
   };
-  // Runs on the writer thread once per committed (or failed) batch with the
-  // results of its tokened appends, in queue order. Must not block for long.
+  // Runs on the committing thread (the writer's, or commit_queued()'s
+  // caller) once per committed (or failed) batch with the results of its
+  // tokened appends, in queue order, holding the log: must not block for
+  // long, nor call commit_queued().
   using batch_handler = std::function<void(std::span<const token_result>)>;
   // Set once, before the first tokened append.
   void set_batch_handler(batch_handler handler) { batch_handler_ = std::move(handler); }
@@ -191,9 +246,12 @@ class group_committer {
   void run();
   // The syncer thread (batch mode).
   void sync_loop();
-  // Applies queued retention changes, syncs, then runs their completions.
+  // Applies queued retention changes (under commit_mu_), syncs (outside
+  // it), then runs their completions. Writer thread.
   void apply(std::vector<retention_change>& changes);
-  // One bounded retention pass over every stream; true if more is due.
+  // One bounded retention pass over every stream, one step per stream
+  // under commit_mu_ with the queued appends committed before each; true
+  // if more is due. Writer thread.
   bool retention_pass();
   // Queues under mu_; with `notify`, wakes the writer on the first append
   // of an empty queue.
@@ -202,6 +260,10 @@ class group_committer {
   // Moves up to max_records queued appends (and max_batch_bytes) into
   // batch_; true if some stay queued. Holds mu_ and commit_mu_.
   bool take_batch(std::size_t max_records);
+  // Takes and commits one batch of at most max_records (0:
+  // max_batch_records); true if appends stay queued. The caller holds
+  // commit_mu_ (and not mu_).
+  bool commit_batch(std::size_t max_records);
   void commit(append_queue& batch);
   // Commits batch.items[begin, end), runs its completions and collects the
   // tokened results in results_; true if anything was committed. With
@@ -215,8 +277,10 @@ class group_committer {
   std::condition_variable wake_;
   append_queue queue_;          // guarded by mu_
   batch_handler batch_handler_;
-  // Every write to the log (commits, retention, retention changes) holds
-  // commit_mu_, taken before mu_; the scratch below is guarded by it.
+  // Every write to the log (a commit, a retention step, retention changes)
+  // holds commit_mu_, taken before mu_, for that one write and never for
+  // a sync outside the sync mode's commits; the scratch below is guarded
+  // by it. commit_queued() only tries it.
   std::mutex commit_mu_;
   append_queue batch_;                 // the batch being committed
   std::vector<token_result> results_;  // its tokened results

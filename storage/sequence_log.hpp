@@ -56,7 +56,9 @@
 // the reserve is only the map's.
 //
 // Thread safety: any number of threads may read; appends, trims and
-// retention changes must come from one thread at a time (the group-commit writer). Not for use by
+// retention changes must come from one thread at a time (the group
+// committer serializes them); sync() may run on any thread at any time,
+// also during a write. Not for use by
 // several processes at once: open() takes an exclusive lock (flock) on
 // <dir>/switchyard.lock, holding the owner's pid, for the log's lifetime;
 // a second open fails with `locked`. Read-only opens (log_options::
@@ -322,7 +324,14 @@ class sequence_log {
   std::error_code check(std::string_view stream, std::size_t payload_size,
                         std::size_t subject_size = 0) const noexcept;
 
-  // Flushes committed data to disk (the batch mode's periodic sync).
+  // Flushes committed data to disk (the batch mode's periodic sync): every
+  // transaction committed before the call is on disk when it returns
+  // without error. Any thread, also while another thread writes or grows
+  // the map: the log is opened without MDB_WRITEMAP, where LMDB 0.9's
+  // mdb_env_sync is an fdatasync of the data file that takes no lock and
+  // reads nothing of the map (lmdb.h puts no thread restriction on it).
+  // Errors: io_error, storage_full (ENOSPC, EDQUOT) or the system error
+  // of the flush.
   std::error_code sync();
 
   std::size_t map_size() const noexcept;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -342,12 +343,14 @@ struct batch_log {
   std::mutex mu;
   std::vector<std::size_t> sizes;  // results per handler call
   std::vector<group_committer::token_result> results;
+  std::vector<std::thread::id> threads;  // per result: the thread that committed it
   std::atomic<std::size_t> count{0};
   group_committer::batch_handler handler() {
     return [this](std::span<const group_committer::token_result> r) {
       std::lock_guard lock(mu);
       sizes.push_back(r.size());
       results.insert(results.end(), r.begin(), r.end());
+      threads.insert(threads.end(), r.size(), std::this_thread::get_id());
       count += r.size();
     };
   }
@@ -442,7 +445,11 @@ TEST_CASE("commit_queued commits bounded batches on the calling thread, in queue
   std::mutex mu;
   std::vector<std::pair<std::thread::id, std::size_t>> calls;  // thread, results
   std::vector<std::uint64_t> tokens;
-  group_committer gc(*t.log, {.max_batch_records = 4});
+  // The warmup append below is done; then the writer went idle.
+  std::atomic<bool> settled{false}, idle_after{false};
+  group_committer gc(*t.log, {.max_batch_records = 4, .test_hook = [&](commit_point p) {
+                                if (p == commit_point::idle && settled) idle_after = true;
+                              }});
   gc.set_batch_handler([&](std::span<const group_committer::token_result> r) {
     std::lock_guard lock(mu);
     calls.emplace_back(std::this_thread::get_id(), r.size());
@@ -450,10 +457,10 @@ TEST_CASE("commit_queued commits bounded batches on the calling thread, in queue
   });
   // Let the writer thread settle into its wait first: an append with a
   // completion wakes it, and it sleeps again after committing it (tokened
-  // appends do not wake it).
-  std::atomic<bool> settled{false};
+  // appends do not wake it). Asleep, it holds no lock, so commit_queued
+  // below does not leave the queue to it.
   gc.append("warmup", bytes("w"), [&](auto) { settled = true; });
-  REQUIRE(wait_until([&] { return settled.load(); }));
+  REQUIRE(wait_until([&] { return idle_after.load(); }));
   for (std::uint64_t i = 1; i <= 10; ++i) REQUIRE_FALSE(gc.append("s", bytes(std::string(i, 'x')), {}, i));
   // Should the writer still be between two looks at the queue, it takes
   // some too: both commit in queue order.
@@ -575,4 +582,251 @@ TEST_CASE("a batch the full log refuses costs a logarithmic number of attempts, 
   const auto stats = gc.stats();
   CHECK(stats.batches <= 3);
   CHECK(stats.full_attempts <= stats.batches * (2 * 10 + 1));
+}
+
+// The thread contract (group_committer.hpp): a commit on the caller's
+// thread (the broker's loop, batch and none modes) never waits for a sync
+// or a background retention step of the writer thread. Each test holds one
+// of them through group_commit_options::test_hook and commits from another
+// thread meanwhile, with a generous bound on the wait (never a speed
+// assertion).
+
+namespace {
+
+constexpr auto bounded = std::chrono::seconds(10);
+
+// A test hook that holds the first call at `at` (blocking the thread that
+// makes it until the gate opens) and counts the writer's idle waits.
+struct point_hold {
+  commit_point at;
+  gate g;
+  std::atomic<int> calls{0};  // at `at`
+  std::atomic<int> idles{0};
+  std::function<void()> observe;  // called at every `at`, before holding (set before the committer starts)
+  std::function<void(commit_point)> hook() {
+    return [this](commit_point p) {
+      if (p == commit_point::idle) ++idles;
+      if (p != at) return;
+      if (observe) observe();
+      if (calls++ == 0) g.wait();
+    };
+  }
+};
+
+// Opens the gate when the test ends, passed or failed, so that no thread
+// stays held after it.
+struct open_on_exit {
+  gate& g;
+  ~open_on_exit() { g.open(); }
+};
+
+struct commit_call {
+  bool queued = true;      // every append was queued
+  bool more = false;       // what commit_queued returned
+  std::thread::id thread;  // the thread that called it
+};
+
+// Queues tokened appends first..last to `stream`, then calls commit_queued,
+// on a thread of its own.
+std::future<commit_call> append_and_commit(group_committer& gc, std::string stream, std::uint64_t first,
+                                           std::uint64_t last) {
+  return std::async(std::launch::async, [&gc, stream = std::move(stream), first, last] {
+    commit_call call;
+    call.thread = std::this_thread::get_id();
+    for (std::uint64_t i = first; i <= last; ++i)
+      call.queued &= !gc.append(stream, bytes("r" + std::to_string(i)), {}, i);
+    call.more = gc.commit_queued();
+    return call;
+  });
+}
+
+// Whether `stream` holds the records append_and_commit wrote for first..last.
+bool holds(sequence_log& log, std::string_view stream, std::uint64_t first, std::uint64_t last) {
+  auto read = log.read(stream, first, 1000, 1 << 20);
+  if (!read || read->records.size() != last - first + 1) return false;
+  for (std::uint64_t i = first; i <= last; ++i)
+    if (str(read->records[i - first].payload) != "r" + std::to_string(i)) return false;
+  return true;
+}
+
+// Two streams (a, b) 50 records over a default limit of 5, and a stream s
+// that keeps everything (its own all-zero limits), in the batch mode; the
+// committer's first background retention step is held.
+struct held_retention {
+  temp_log t{durability::batch};
+  point_hold hold{commit_point::retention_step};
+  batch_log seen;
+  std::unique_ptr<group_committer> gc;
+  // `observe` gets, at every retention step, the appends acknowledged so far.
+  explicit held_retention(std::function<void(std::size_t)> observe = {}) {
+    if (observe) hold.observe = [this, observe = std::move(observe)] { observe(seen.count.load()); };
+    const auto payload = bytes("old");
+    for (const std::string_view name : {"a", "b"}) {
+      std::vector<append_item> items(55, append_item{name, payload});
+      REQUIRE(t.log->append(items));
+    }
+    REQUIRE(t.log->set_retention("s", {}));
+    group_commit_options o;
+    o.default_retention.max_records = 5;
+    o.retention_interval = std::chrono::milliseconds(1);
+    o.sync_interval = std::chrono::hours(1);
+    o.test_hook = hold.hook();
+    gc = std::make_unique<group_committer>(*t.log, o);
+    gc->set_batch_handler(seen.handler());
+  }
+  ~held_retention() {
+    hold.g.open();
+    gc.reset();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a commit on another thread goes on while the writer syncs a retention change", "[storage]") {
+  temp_log t(durability::batch);
+  point_hold hold{commit_point::sync};
+  batch_log seen;
+  std::promise<bool> changed;
+  auto change_done = changed.get_future();
+  group_commit_options o;
+  o.sync_interval = std::chrono::hours(1);  // no periodic sync: the change's is the one held
+  o.retention_interval = std::chrono::hours(1);
+  o.test_hook = hold.hook();
+  group_committer gc(*t.log, o);
+  gc.set_batch_handler(seen.handler());
+  gc.set_retention("cfg", retention{.max_records = 100}, [&](auto r) { changed.set_value(r.has_value()); });
+  REQUIRE(wait_until([&] { return hold.g.reached.load(); }));  // the writer is about to fsync the change
+  auto commit = append_and_commit(gc, "s", 1, 10);
+  open_on_exit release{hold.g};
+  REQUIRE(commit.wait_for(bounded) == std::future_status::ready);
+  const commit_call call = commit.get();
+  REQUIRE(call.queued);
+  CHECK_FALSE(call.more);
+  // Committed and acknowledged on the calling thread while the sync is
+  // still held; the change is not acknowledged before its sync.
+  REQUIRE(seen.count == 10);
+  CHECK(change_done.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  hold.g.open();
+  REQUIRE(change_done.wait_for(bounded) == std::future_status::ready);
+  CHECK(change_done.get());
+  CHECK(gc.stats().syncs == 1);
+  std::lock_guard lock(seen.mu);
+  for (std::uint64_t i = 1; i <= 10; ++i) {
+    REQUIRE(seen.results[i - 1].result);
+    CHECK(seen.results[i - 1].result->seq == i);
+    CHECK(seen.threads[i - 1] == call.thread);
+  }
+  CHECK(holds(*t.log, "s", 1, 10));
+}
+
+TEST_CASE("a commit on another thread leaves its appends to the writer while a retention step holds the log",
+          "[storage]") {
+  held_retention r;
+  REQUIRE(wait_until([&] { return r.hold.g.reached.load(); }));  // the writer is in its first step
+  auto commit = append_and_commit(*r.gc, "s", 1, 10);
+  open_on_exit release{r.hold.g};
+  REQUIRE(commit.wait_for(bounded) == std::future_status::ready);
+  const commit_call call = commit.get();
+  REQUIRE(call.queued);
+  CHECK_FALSE(call.more);  // nothing left for the caller: the writer has them
+  CHECK(r.seen.count == 0);  // the held step still holds the log
+  CHECK(r.gc->stats().handed_off == 1);
+  r.hold.g.open();
+  REQUIRE(wait_until([&] { return r.seen.count == 10; }));
+  {
+    std::lock_guard lock(r.seen.mu);
+    for (std::uint64_t i = 1; i <= 10; ++i) {
+      REQUIRE(r.seen.results[i - 1].result);
+      CHECK(r.seen.results[i - 1].token == i);
+      CHECK(r.seen.results[i - 1].result->seq == i);
+      CHECK(r.seen.threads[i - 1] != call.thread);  // the writer's
+    }
+  }
+  CHECK(holds(*r.t.log, "s", 1, 10));
+  // The pass still trims both streams to their limit.
+  CHECK(wait_until([&] { return r.t.log->info("a")->records == 5 && r.t.log->info("b")->records == 5; }));
+}
+
+TEST_CASE("appends left to the writer during a retention pass are committed before its next step", "[storage]") {
+  std::mutex mu;
+  std::vector<std::size_t> acked_at_step;  // acknowledgements seen at each retention step
+  held_retention r([&](std::size_t acked) {
+    std::lock_guard lock(mu);
+    acked_at_step.push_back(acked);
+  });
+  REQUIRE(wait_until([&] { return r.hold.g.reached.load(); }));
+  auto commit = append_and_commit(*r.gc, "s", 1, 10);
+  open_on_exit release{r.hold.g};
+  REQUIRE(commit.wait_for(bounded) == std::future_status::ready);
+  r.hold.g.open();
+  // The pass goes on with its second stream's step, after the appends.
+  REQUIRE(wait_until([&] {
+    std::lock_guard lock(mu);
+    return acked_at_step.size() >= 2;
+  }));
+  std::lock_guard lock(mu);
+  CHECK(acked_at_step[0] == 0);
+  CHECK(acked_at_step[1] == 10);
+}
+
+TEST_CASE("appends that commit_queued leaves to the writer while another thread commits are still committed",
+          "[storage]") {
+  temp_log t(durability::none);
+  point_hold hold{commit_point::sync};  // for its idle count; nothing syncs in the none mode
+  gate in_handler;
+  batch_log seen;
+  group_commit_options o;
+  o.retention_interval = std::chrono::hours(1);
+  o.test_hook = hold.hook();
+  group_committer gc(*t.log, o);
+  const auto record = seen.handler();
+  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) {
+    record(r);
+    if (r.front().token == 1) in_handler.wait();  // holds the log on the first committing thread
+  });
+  // The writer sleeps (tokened appends do not wake it): only the
+  // hand-off can get it to commit what the second thread leaves.
+  REQUIRE(wait_until([&] { return hold.idles.load() >= 1; }));
+  auto first = append_and_commit(gc, "s", 1, 1);
+  open_on_exit release_first{in_handler};
+  REQUIRE(wait_until([&] { return in_handler.reached.load(); }));
+  auto second = append_and_commit(gc, "s", 2, 11);
+  REQUIRE(second.wait_for(bounded) == std::future_status::ready);
+  const commit_call call = second.get();
+  REQUIRE(call.queued);
+  CHECK_FALSE(call.more);
+  in_handler.open();
+  REQUIRE(first.wait_for(bounded) == std::future_status::ready);
+  REQUIRE(wait_until([&] { return seen.count == 11; }));
+  std::lock_guard lock(seen.mu);
+  for (std::uint64_t i = 1; i <= 11; ++i) {
+    CHECK(seen.results[i - 1].token == i);
+    REQUIRE(seen.results[i - 1].result);
+    CHECK(seen.results[i - 1].result->seq == i);
+  }
+  CHECK(seen.threads[1] != call.thread);
+  CHECK(holds(*t.log, "s", 1, 11));
+}
+
+TEST_CASE("a commit on another thread goes on while the batch mode's periodic sync runs", "[storage]") {
+  temp_log t(durability::batch);
+  point_hold hold{commit_point::sync};
+  batch_log seen;
+  group_commit_options o;
+  o.sync_interval = std::chrono::milliseconds(1);
+  o.retention_interval = std::chrono::hours(1);
+  o.test_hook = hold.hook();
+  group_committer gc(*t.log, o);
+  gc.set_batch_handler(seen.handler());
+  // A commit for the syncer to sync; its sync is then held.
+  REQUIRE_FALSE(gc.append("s", bytes("r1"), {}, 1));
+  gc.commit_queued();
+  REQUIRE(wait_until([&] { return hold.g.reached.load(); }));
+  auto commit = append_and_commit(gc, "s", 2, 11);
+  open_on_exit release{hold.g};
+  REQUIRE(commit.wait_for(bounded) == std::future_status::ready);
+  CHECK(seen.count == 11);  // all committed, the sync still held
+  hold.g.open();
+  CHECK(wait_until([&] { return gc.stats().syncs >= 1; }));
+  CHECK(holds(*t.log, "s", 1, 11));
 }
