@@ -74,7 +74,7 @@ class durable_pipeline {
   static std::string_view check_message() noexcept;
 
   // Queues an append (precondition: check() passed) with its encoded
-  // destination (broker/log_subject.hpp; empty for a plain append), and
+  // destination (broker/record_destination.hpp; empty for a plain append), and
   // takes one of `from`'s tickets until it is answered. Once durable:
   //   - a publish (`channel` set) is delivered to the channel's
   //     subscribers, and `from` answered Appended (with "log") or Ok (with

@@ -1,6 +1,6 @@
 #include "broker/log_handler.hpp"
 
-#include "broker/log_subject.hpp"
+#include "broker/record_destination.hpp"
 #include "broker/wire_error.hpp"
 #include "protocol/answer_budget.hpp"
 #include "protocol/limits.hpp"
@@ -84,7 +84,7 @@ void log_handler::read(peer& from, std::uint64_t rid, const protocol::wire::Read
   // The route keys of every record share one vector; the records' spans
   // into it are taken once it is complete.
   std::vector<protocol::record_fields> records;
-  std::vector<log_subject_view> destinations;
+  std::vector<destination_view> destinations;
   std::vector<std::string_view> keys;
   records.reserve(r->records.size());
   destinations.reserve(r->records.size());
@@ -95,12 +95,12 @@ void log_handler::read(peer& from, std::uint64_t rid, const protocol::wire::Read
   auto budget = protocol::answer_budget::for_records(config_.max_frame);
   budget.reserve(stream.size());
   for (const auto& rec : r->records) {
-    auto dest = decode_log_subject(rec.subject, keys);
+    auto dest = decode_destination(rec.destination, keys);
     if (!dest) {
-      logger_->error("conn={} stream={} seq={} has a malformed subject", from.id(), stream, rec.seq);
+      logger_->error("conn={} stream={} seq={} has a malformed destination", from.id(), stream, rec.seq);
       return from.send_error(rid, errc::corrupted,
                              "log corrupted: stream '" + std::string(stream) + "', record " + std::to_string(rec.seq) +
-                                 ": its delivery subject is malformed; read from " + std::to_string(rec.seq + 1) +
+                                 ": its delivery destination is malformed; read from " + std::to_string(rec.seq + 1) +
                                  " to go on past it");
     }
     std::size_t size = rec.payload.size() + protocol::record_overhead + dest->channel.size() + protocol::string_overhead;

@@ -1,7 +1,7 @@
 #include "broker/pubsub_handler.hpp"
 
 #include "broker/durable_pipeline.hpp"
-#include "broker/log_subject.hpp"
+#include "broker/record_destination.hpp"
 #include "protocol/channel_name.hpp"
 
 #include <spdlog/spdlog.h>
@@ -72,10 +72,10 @@ void pubsub_handler::publish(peer& from, std::uint64_t rid, const protocol::wire
   if ((!from.granted().sequence_log && !by_policy) || !durable_)
     return from.send_error(rid, errc::unsupported_message, no_log_message(durable_ != nullptr));
   const auto bytes = std::as_bytes(payload);
-  if (durable_->check(stream, bytes.size(), channel_subject_size(channel)))
+  if (durable_->check(stream, bytes.size(), channel_destination_size(channel)))
     return from.send_error(rid, errc::bad_request, durable_pipeline::check_message());
   auto& destination = durable_->destination_scratch();
-  encode_channel_subject(channel, destination);
+  encode_channel_destination(channel, destination);
   durable_->append(from, rid, stream, bytes, destination, channel);
 }
 

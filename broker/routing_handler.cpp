@@ -1,7 +1,7 @@
 #include "broker/routing_handler.hpp"
 
 #include "broker/durable_pipeline.hpp"
-#include "broker/log_subject.hpp"
+#include "broker/record_destination.hpp"
 #include "broker/wire_error.hpp"
 #include "protocol/answer_budget.hpp"
 #include "protocol/limits.hpp"
@@ -170,16 +170,16 @@ void routing_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
 
   if (m.stream() && m.stream()->size() > 0) {
     // Durable send: append first, route and deliver once the log has it.
-    // The record stores every key, routed or not (log_subject.hpp).
+    // The record stores every key, routed or not (record_destination.hpp).
     const std::string_view stream = m.stream()->string_view();
     if (!from.granted().sequence_log || !durable_)
       return from.send_error(rid, errc::unsupported_message, no_log_message(durable_ != nullptr));
     const auto bytes = std::as_bytes(payload);
-    if (durable_->check(stream, bytes.size(), route_keys_subject_size(keys)))
+    if (durable_->check(stream, bytes.size(), route_keys_destination_size(keys)))
       return from.send_error(rid, errc::bad_request, durable_pipeline::check_message());
     if (keys.empty()) return from.send_error(rid, errc::bad_request, "a send needs at least one route key");
     auto& destination = durable_->destination_scratch();
-    encode_route_keys_subject(keys, destination);
+    encode_route_keys_destination(keys, destination);
     durable_->append(from, rid, stream, bytes, destination, {}, keys);
     return;
   }

@@ -156,7 +156,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.add_option("--retention-max-records", cfg.retention_max_records, "keep at most this many records per stream (0 = all)")
       ->capture_default_str();
   app.add_option("--retention-max-age-ms", retention_age_ms, "drop records older than this (0 = keep)")->capture_default_str();
-  app.add_option("--retention-max-bytes", cfg.retention_max_bytes, "keep at most this many record bytes (payload + delivery subject) per stream (0 = all)")
+  app.add_option("--retention-max-bytes", cfg.retention_max_bytes, "keep at most this many record bytes (payload + delivery destination) per stream (0 = all)")
       ->capture_default_str();
 
   app.add_option("--durable-channel", cfg.durable_channels,

@@ -11,7 +11,7 @@ enum class errc {
   trimmed,             // the position is below the first retained sequence
   storage_full,        // the map reached its configured maximum, or the disk is full
   corrupted,           // a record failed its checksum, or LMDB reports corruption
-  invalid_argument,    // empty stream name, oversized record or subject, ...
+  invalid_argument,    // empty stream name, oversized record or destination, ...
   io_error,            // the operating system failed a read, write or sync
   internal,            // an LMDB condition this code does not expect
   unsupported_format,  // the log on disk is in another format version (log_format_version)

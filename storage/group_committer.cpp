@@ -63,42 +63,42 @@ void group_committer::sync_loop() {
 }
 
 void group_committer::append(std::string_view stream, std::span<const std::byte> payload,
-                             std::span<const std::byte> subject, completion done) {
+                             std::span<const std::byte> destination, completion done) {
   // Checked here so that one bad append never fails the batch it would
   // have shared with good ones.
-  if (auto ec = log_.check(stream, payload.size(), subject.size())) {
+  if (auto ec = log_.check(stream, payload.size(), destination.size())) {
     if (done) done(std::unexpected(ec));
     return;
   }
-  enqueue(stream, subject, payload, 0, std::move(done), true);
+  enqueue(stream, destination, payload, 0, std::move(done), true);
 }
 
 std::error_code group_committer::append(std::string_view stream, std::span<const std::byte> payload,
-                                        std::span<const std::byte> subject, std::uint64_t token) {
-  if (auto ec = log_.check(stream, payload.size(), subject.size())) return ec;
-  enqueue(stream, subject, payload, token, nullptr, false);
+                                        std::span<const std::byte> destination, std::uint64_t token) {
+  if (auto ec = log_.check(stream, payload.size(), destination.size())) return ec;
+  enqueue(stream, destination, payload, token, nullptr, false);
   return {};
 }
 
-void group_committer::append_queue::push(std::string_view stream, std::span<const std::byte> subject,
+void group_committer::append_queue::push(std::string_view stream, std::span<const std::byte> destination,
                                          std::span<const std::byte> payload, std::uint64_t token, completion done) {
   const std::size_t offset = bytes.size();
   const auto name = std::as_bytes(std::span(stream.data(), stream.size()));
   bytes.insert(bytes.end(), name.begin(), name.end());
-  bytes.insert(bytes.end(), subject.begin(), subject.end());
+  bytes.insert(bytes.end(), destination.begin(), destination.end());
   bytes.insert(bytes.end(), payload.begin(), payload.end());
-  items.push_back({offset, static_cast<std::uint32_t>(stream.size()), static_cast<std::uint32_t>(subject.size()),
+  items.push_back({offset, static_cast<std::uint32_t>(stream.size()), static_cast<std::uint32_t>(destination.size()),
                    payload.size(), token, std::move(done)});
 }
 
-void group_committer::enqueue(std::string_view stream, std::span<const std::byte> subject,
+void group_committer::enqueue(std::string_view stream, std::span<const std::byte> destination,
                               std::span<const std::byte> payload, std::uint64_t token, completion done,
                               bool notify) {
   bool was_empty = false;
   {
     std::lock_guard lock(mu_);
     was_empty = queue_.items.empty();
-    queue_.push(stream, subject, payload, token, std::move(done));
+    queue_.push(stream, destination, payload, token, std::move(done));
   }
   // The writer only sleeps on an empty queue: wake it on the first append
   // only, not on every one (a futex call each).
@@ -250,7 +250,7 @@ bool group_committer::take_batch(std::size_t max_records) {
   auto& q = queue_.items;
   std::size_t n = 0, bytes = 0;
   while (n < q.size() && n < max_records) {
-    bytes += q[n].subject_size + q[n].payload_size;
+    bytes += q[n].destination_size + q[n].payload_size;
     ++n;
     if (bytes >= options_.max_batch_bytes) break;
   }
@@ -326,7 +326,7 @@ bool group_committer::commit_range(append_queue& batch, std::size_t begin, std::
   items_.clear();
   for (std::size_t i = begin; i < end; ++i) {
     const auto& p = batch.items[i];
-    items_.push_back({batch.stream(p), batch.payload(p), batch.subject(p)});
+    items_.push_back({batch.stream(p), batch.payload(p), batch.destination(p)});
   }
   // Retention in the same transaction, for the streams this range appends to.
   append_retention* retain = retention_active_ ? &retain_ : nullptr;

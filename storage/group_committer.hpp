@@ -77,7 +77,7 @@ enum class commit_point {
 
 struct group_commit_options {
   std::size_t max_batch_records = 4096;
-  std::size_t max_batch_bytes = 8u << 20;  // payload + subject
+  std::size_t max_batch_bytes = 8u << 20;  // payload + destination
   // durability::batch: a syncer thread fsyncs this often while appends
   // are committed (never on the commit path). Ignored in the other modes.
   std::chrono::milliseconds sync_interval{10};
@@ -136,14 +136,14 @@ class group_committer {
   group_committer(const group_committer&) = delete;
   group_committer& operator=(const group_committer&) = delete;
 
-  // Queues an append of `payload` with its opaque `subject` (see
-  // append_item); stream name, subject and payload are copied into the
+  // Queues an append of `payload` with its opaque `destination` (see
+  // append_item); stream name, destination and payload are copied into the
   // queue's shared buffer. Thread-safe, never blocks on I/O. An invalid
-  // append (empty or long stream name, oversized payload or subject)
+  // append (empty or long stream name, oversized payload or destination)
   // completes at once, on the calling thread, with invalid_argument.
-  void append(std::string_view stream, std::span<const std::byte> payload, std::span<const std::byte> subject,
+  void append(std::string_view stream, std::span<const std::byte> payload, std::span<const std::byte> destination,
               completion done);
-  // The same without a subject.
+  // The same without a destination.
   void append(std::string_view stream, std::span<const std::byte> payload, completion done) {
     append(stream, payload, {}, std::move(done));
   }
@@ -152,13 +152,13 @@ class group_committer {
   // reaches the batch handler (set_batch_handler) with `token`, together
   // with the other tokened appends of the same commit. An invalid append
   // is refused here (invalid_argument) and never reaches the handler.
-  // Thread-safe; queueing copies stream, subject and payload into one
+  // Thread-safe; queueing copies stream, destination and payload into one
   // buffer shared by the queue (no allocation per append).
   // It does not wake the writer: call wake() once after queueing what is
   // at hand (a loop turn's worth), so that it all goes into one batch
   // instead of a first batch of one and a second of the rest.
   std::error_code append(std::string_view stream, std::span<const std::byte> payload,
-                         std::span<const std::byte> subject, std::uint64_t token);
+                         std::span<const std::byte> destination, std::uint64_t token);
   // Wakes the writer for the tokened appends queued so far. Thread-safe.
   void wake() { wake_.notify_one(); }
   // Commits one batch of what is queued on the calling thread instead of
@@ -206,12 +206,12 @@ class group_committer {
   group_commit_stats stats() const;
 
  private:
-  // A queued append; its stream name, subject and payload sit one after the
+  // A queued append; its stream name, destination and payload sit one after the
   // other in the queue's byte buffer from `offset` on.
   struct pending {
     std::size_t offset = 0;
     std::uint32_t stream_size = 0;
-    std::uint32_t subject_size = 0;
+    std::uint32_t destination_size = 0;
     std::size_t payload_size = 0;
     std::uint64_t token = 0;
     completion done;  // empty for a tokened append
@@ -223,13 +223,13 @@ class group_committer {
     std::string_view stream(const pending& p) const {
       return {reinterpret_cast<const char*>(bytes.data() + p.offset), p.stream_size};
     }
-    std::span<const std::byte> subject(const pending& p) const {
-      return std::span(bytes).subspan(p.offset + p.stream_size, p.subject_size);
+    std::span<const std::byte> destination(const pending& p) const {
+      return std::span(bytes).subspan(p.offset + p.stream_size, p.destination_size);
     }
     std::span<const std::byte> payload(const pending& p) const {
-      return std::span(bytes).subspan(p.offset + p.stream_size + p.subject_size, p.payload_size);
+      return std::span(bytes).subspan(p.offset + p.stream_size + p.destination_size, p.payload_size);
     }
-    void push(std::string_view stream, std::span<const std::byte> subject, std::span<const std::byte> payload,
+    void push(std::string_view stream, std::span<const std::byte> destination, std::span<const std::byte> payload,
               std::uint64_t token, completion done);
     void clear() {
       items.clear();
@@ -255,7 +255,7 @@ class group_committer {
   bool retention_pass();
   // Queues under mu_; with `notify`, wakes the writer on the first append
   // of an empty queue.
-  void enqueue(std::string_view stream, std::span<const std::byte> subject, std::span<const std::byte> payload,
+  void enqueue(std::string_view stream, std::span<const std::byte> destination, std::span<const std::byte> payload,
                std::uint64_t token, completion done, bool notify);
   // Moves up to max_records queued appends (and max_batch_bytes) into
   // batch_; true if some stay queued. Holds mu_ and commit_mu_.

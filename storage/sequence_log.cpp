@@ -34,15 +34,15 @@ namespace switchyard::storage {
 
 namespace {
 
-// Record value: checksum (u64), timestamp (u64), subject length (u32),
-// reserved (u32, 0), subject, payload; all little-endian.
+// Record value: checksum (u64), timestamp (u64), destination length (u32),
+// reserved (u32, 0), destination, payload; all little-endian.
 constexpr std::size_t record_header = 24;
 constexpr std::size_t checksummed_from = 16;  // the checksum covers value[16, end)
 constexpr std::size_t meta_size = 7 * 8;
 constexpr std::string_view last_stream_key = "last_stream_id";
 constexpr std::string_view format_key = "format_version";
 
-static_assert(max_subject_bytes <= UINT32_MAX, "the subject length is a u32 on disk");
+static_assert(max_destination_bytes <= UINT32_MAX, "the destination length is a u32 on disk");
 constexpr std::size_t retention_size = 3 * 8;  // max records, max age (ms), max bytes
 
 // Disk space (docs/storage.md, "Space"). LMDB 0.9 facts these bounds rely
@@ -107,8 +107,8 @@ std::uint64_t get_be64(const std::byte* p) {
 }
 
 // The checksum of a record value of `size` bytes (at least record_header):
-// hashes everything from checksummed_from on (subject length, reserved,
-// subject, payload) and binds it to the sequence and timestamp through the
+// hashes everything from checksummed_from on (destination length, reserved,
+// destination, payload) and binds it to the sequence and timestamp through the
 // seed, so a flipped byte anywhere in the value fails the check.
 std::uint64_t checksum(std::uint64_t seq, std::uint64_t timestamp, const std::byte* value, std::size_t size) {
   return XXH3_64bits_withSeed(value + checksummed_from, size - checksummed_from,
@@ -719,7 +719,7 @@ struct sequence_log::impl {
     page = st.ms_psize;
     pool_pages = std::max(min_trim_pool_pages, std::min(trim_pool_bytes, opts.max_map_size / 8) / page);
     const std::size_t record_pages =
-        (record_header + opts.max_record_bytes + max_subject_bytes + 16 + lmdb_page_header) / page + 1;
+        (record_header + opts.max_record_bytes + max_destination_bytes + 16 + lmdb_page_header) / page + 1;
     tail_pages = ((record_pages + 64) * 8 + lmdb_page_header) / page + 1 + 4;
     mdb_filehandle_t h{};
     if (auto ec = from_lmdb(mdb_env_get_fd(env, &h))) return ec;
@@ -936,7 +936,7 @@ struct sequence_log::impl {
       if (v.mv_size < record_header) return std::unexpected(make_error_code(errc::corrupted));
       const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
       if (!more(m, seq, ts)) break;
-      const std::size_t stored = v.mv_size - record_header;  // subject + payload, as counted in bytes
+      const std::size_t stored = v.mv_size - record_header;  // destination + payload, as counted in bytes
       if (committed) brc = lmdb_guard::cursor_get(bc.get(), &bk, &bv, MDB_NEXT);
       if ((rc = mdb_cursor_del(c.get(), 0)) != MDB_SUCCESS) return std::unexpected(from_lmdb(rc));
       m.first = seq + 1;
@@ -1099,7 +1099,7 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
                                                                              append_retention* retain) {
   auto& p = *impl_;
   for (const auto& item : items)
-    if (auto ec = check(item.stream, item.payload.size(), item.subject.size())) return std::unexpected(ec);
+    if (auto ec = check(item.stream, item.payload.size(), item.destination.size())) return std::unexpected(ec);
   std::vector<std::uint64_t> seqs;
   std::uint64_t last_id = p.last_stream_id;
   const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
@@ -1125,8 +1125,8 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       meta& m = it->second.m;
       const std::uint64_t seq = ++m.last;
       record_key key(m.id, seq);
-      const std::size_t subject = item.subject.size();
-      const std::size_t stored = subject + item.payload.size();
+      const std::size_t destination = item.destination.size();
+      const std::size_t stored = destination + item.payload.size();
       MDB_val k = key.val(), v{record_header + stored, nullptr};
       // Keys of the newest stream sort after every other key: append at the
       // end of the B-tree without a search.
@@ -1136,10 +1136,10 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
       // what was written.
       auto* out = static_cast<std::byte*>(v.mv_data);
       put_le<std::uint64_t>(out + 8, now);
-      put_le<std::uint32_t>(out + 16, static_cast<std::uint32_t>(subject));
+      put_le<std::uint32_t>(out + 16, static_cast<std::uint32_t>(destination));
       put_le<std::uint32_t>(out + 20, 0);
-      if (subject != 0) std::memcpy(out + record_header, item.subject.data(), subject);
-      if (!item.payload.empty()) std::memcpy(out + record_header + subject, item.payload.data(), item.payload.size());
+      if (destination != 0) std::memcpy(out + record_header, item.destination.data(), destination);
+      if (!item.payload.empty()) std::memcpy(out + record_header + destination, item.payload.data(), item.payload.size());
       put_le<std::uint64_t>(out, checksum(seq, now, out, v.mv_size));
       if (m.records == 0) m.first = seq;
       m.records += 1;
@@ -1186,8 +1186,8 @@ std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(
 
 std::expected<std::uint64_t, std::error_code> sequence_log::append(std::string_view stream,
                                                                    std::span<const std::byte> payload,
-                                                                   std::span<const std::byte> subject) {
-  const append_item item{stream, payload, subject};
+                                                                   std::span<const std::byte> destination) {
+  const append_item item{stream, payload, destination};
   auto r = append(std::span(&item, 1));
   if (!r) return std::unexpected(r.error());
   return r->front();
@@ -1239,17 +1239,17 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     // A hole is damage, not a gap to skip.
     if (get_be64(kb) != m->id || get_be64(kb + 8) != expect) return damaged("missing (a hole in the sequence)");
     const auto* vb = static_cast<const std::byte*>(v.mv_data);
-    const std::size_t size = v.mv_size - record_header;  // subject + payload
+    const std::size_t size = v.mv_size - record_header;  // destination + payload
     if (!out.records.empty() && bytes + size > max_bytes) break;
     const std::uint64_t ts = get_le<std::uint64_t>(vb + 8);
     if (get_le<std::uint64_t>(vb) != checksum(expect, ts, vb, v.mv_size)) return damaged("checksum mismatch");
     // Checksummed, so only a writer bug could get these wrong; never read
     // past the value all the same.
-    const std::size_t subject = get_le<std::uint32_t>(vb + 16);
-    if (subject > size || get_le<std::uint32_t>(vb + 20) != 0) return damaged("its subject length is damaged");
+    const std::size_t destination = get_le<std::uint32_t>(vb + 16);
+    if (destination > size || get_le<std::uint32_t>(vb + 20) != 0) return damaged("its destination length is damaged");
     const auto* body = vb + record_header;
-    out.records.push_back({expect, ts, std::vector<std::byte>(body + subject, body + size),
-                           std::vector<std::byte>(body, body + subject)});
+    out.records.push_back({expect, ts, std::vector<std::byte>(body + destination, body + size),
+                           std::vector<std::byte>(body, body + destination)});
     bytes += size;
     // Step on only for a record that will be read: the cursor touches no
     // page beyond the answer (a damaged neighbour stays unread).
@@ -1410,7 +1410,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
     meta m;
     std::uint64_t next = 0;     // the sequence the walk expects next
     std::uint64_t present = 0;  // records found in first..last
-    std::uint64_t bytes = 0;    // their subject + payload bytes
+    std::uint64_t bytes = 0;    // their destination + payload bytes
     bool holes = false;         // a missing or damaged record was reported
   };
   std::unordered_map<std::uint64_t, stream_state> by_id;
@@ -1558,7 +1558,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
         continue;
       }
       if (get_le<std::uint32_t>(vb + 16) > size || get_le<std::uint32_t>(vb + 20) != 0)
-        problem(st.name, seq, where(st.name, seq) + ": its subject length is damaged");
+        problem(st.name, seq, where(st.name, seq) + ": its destination length is damaged");
     }
     if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) {
       // LMDB cannot go on (and ends the transaction): what lies beyond is
@@ -1660,10 +1660,10 @@ verify_report sequence_log::verify(std::size_t max_problems,
 }
 
 std::error_code sequence_log::check(std::string_view stream, std::size_t payload_size,
-                                    std::size_t subject_size) const noexcept {
+                                    std::size_t destination_size) const noexcept {
   const auto& o = impl_->opts;
   if (stream.empty() || stream.size() > o.max_stream_name || payload_size > o.max_record_bytes ||
-      subject_size > max_subject_bytes)
+      destination_size > max_destination_bytes)
     return errc::invalid_argument;
   return {};
 }

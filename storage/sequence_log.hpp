@@ -6,20 +6,20 @@
 //  - "streams": name -> stream metadata (id, epoch, first/last sequence,
 //    record count, bytes, created time);
 //  - "records": big-endian stream id + big-endian sequence -> a 24-byte
-//    header, then the subject, then the payload. The header is, all
-//    little-endian: checksum (u64), timestamp in ms (u64), subject length
+//    header, then the destination, then the payload. The header is, all
+//    little-endian: checksum (u64), timestamp in ms (u64), destination length
 //    (u32), reserved (u32, written 0). The checksum is xxHash3-64 of the
-//    value from byte 16 on (subject length, reserved, subject, payload),
+//    value from byte 16 on (destination length, reserved, destination, payload),
 //    seeded from the sequence and the timestamp, so a flipped byte anywhere
 //    in the value fails it. Fixed fields sit at 8-byte offsets of the value;
-//    subject and payload are unpadded (LMDB aligns a value to 2 bytes only,
+//    destination and payload are unpadded (LMDB aligns a value to 2 bytes only,
 //    so padding would buy nothing). Keys sort by stream, then
 //    sequence, so appends to the newest stream go to the end of the B-tree
 //    (MDB_APPEND), and a stream's records are one contiguous range;
 //  - "meta": the last stream id handed out, and the on-disk format version
 //    (log_format_version). A log of another format is refused at open.
 //
-// A record's subject is opaque bytes (at most max_subject_bytes) stored
+// A record's destination is opaque bytes (at most max_destination_bytes) stored
 // with it: the broker puts there how the record was delivered live.
 //  - "meta": the last stream id handed out;
 //  - "retention": name -> the stream's own retention limits (three
@@ -99,13 +99,13 @@ namespace switchyard::storage {
 
 // The on-disk format this code reads and writes, stored in "meta" under
 // "format_version" (u64, little-endian). Format 1 (no version key) had a
-// 16-byte record header and no subject. Any other version, or a log with
+// 16-byte record header and no destination. Any other version, or a log with
 // data but no version, is refused with errc::unsupported_format.
 inline constexpr std::uint64_t log_format_version = 2;
 
-// The largest subject a record may carry: appends with a larger one fail
+// The largest destination a record may carry: appends with a larger one fail
 // with invalid_argument. 64 KiB.
-inline constexpr std::size_t max_subject_bytes = std::size_t{64} << 10;
+inline constexpr std::size_t max_destination_bytes = std::size_t{64} << 10;
 
 struct log_options {
   std::filesystem::path dir;                   // created if missing
@@ -157,7 +157,7 @@ struct stream_info {
   std::uint64_t first_seq = 1;  // first retained; last_seq + 1 when empty
   std::uint64_t last_seq = 0;   // 0 before the first append
   std::uint64_t records = 0;
-  std::uint64_t bytes = 0;      // payload + subject bytes retained (what max_bytes retention counts)
+  std::uint64_t bytes = 0;      // payload + destination bytes retained (what max_bytes retention counts)
   std::uint64_t created_ms = 0;
   // The stream's own retention limits (set_retention); nullopt: the
   // caller's default applies.
@@ -175,14 +175,14 @@ struct append_retention {
 struct append_item {
   std::string_view stream;
   std::span<const std::byte> payload;
-  std::span<const std::byte> subject = {};  // opaque, at most max_subject_bytes; empty = none
+  std::span<const std::byte> destination = {};  // opaque, at most max_destination_bytes; empty = none
 };
 
 struct record {
   std::uint64_t seq = 0;
   std::uint64_t timestamp_ms = 0;
   std::vector<std::byte> payload;
-  std::vector<std::byte> subject;  // as appended; empty if none
+  std::vector<std::byte> destination;  // as appended; empty if none
 };
 
 struct read_result {
@@ -246,9 +246,9 @@ class sequence_log {
 
   // Appends every item in one transaction, creating streams on first use;
   // returns each item's sequence, in order. All or nothing. Errors:
-  // invalid_argument (empty or long name, oversized payload or subject),
+  // invalid_argument (empty or long name, oversized payload or destination),
   // storage_full (the map or the disk is full, or the commit would leave
-  // less than the disk reserve). Subject and payload are written straight
+  // less than the disk reserve). Destination and payload are written straight
   // into the record's LMDB value (MDB_RESERVE), not copied anywhere else.
   // With `epochs` given, it receives each item's stream epoch too.
   // With `retain` given, every stream the append touched is trimmed in the
@@ -260,10 +260,10 @@ class sequence_log {
                                                                     std::vector<std::uint64_t>* epochs = nullptr,
                                                                     append_retention* retain = nullptr);
   std::expected<std::uint64_t, std::error_code> append(std::string_view stream, std::span<const std::byte> payload,
-                                                       std::span<const std::byte> subject = {});
+                                                       std::span<const std::byte> destination = {});
 
   // Records from sequence `from` on, at most `max_count` and about
-  // `max_bytes` of payload plus subject (the first record always, if there
+  // `max_bytes` of payload plus destination (the first record always, if there
   // is one). A damaged record (failed checksum, key or value outside the
   // file, a missing sequence) ends the result: the records before it are
   // returned with read_result::damaged_seq naming it.
@@ -313,16 +313,16 @@ class sequence_log {
   // anything for that reason fails with corrupted (so does enforce).
   std::expected<std::size_t, std::error_code> trim(std::string_view stream, std::uint64_t before_seq,
                                                    std::size_t max_records);
-  // One bounded retention step: trims by count, bytes (payload + subject)
+  // One bounded retention step: trims by count, bytes (payload + destination)
   // and age (wall clock), at most `max_records` records. Returns how many
   // went.
   std::expected<std::size_t, std::error_code> enforce(std::string_view stream, const retention& limits,
                                                       std::size_t max_records);
 
   // invalid_argument if an append of this stream name, payload size and
-  // subject size would be refused; the same check append() makes.
+  // destination size would be refused; the same check append() makes.
   std::error_code check(std::string_view stream, std::size_t payload_size,
-                        std::size_t subject_size = 0) const noexcept;
+                        std::size_t destination_size = 0) const noexcept;
 
   // Flushes committed data to disk (the batch mode's periodic sync): every
   // transaction committed before the call is on disk when it returns
@@ -346,7 +346,7 @@ class sequence_log {
   };
   space_info space() const noexcept;
   // Walks the whole log in one read transaction and checks everything it
-  // can: every record's key, bounds, checksum and subject length; per
+  // can: every record's key, bounds, checksum and destination length; per
   // stream, contiguous sequences from first to last and the record and
   // byte counts of its metadata; records of unknown streams; retention
   // entries; the format stamp and the last stream id; and that LMDB's page

@@ -182,7 +182,7 @@ TEST_CASE("an invalid append fails at once without failing the others", "[storag
   CHECK(ok == 10);
 }
 
-TEST_CASE("the committer stores each append's subject with its payload, in one batch", "[storage]") {
+TEST_CASE("the committer stores each append's destination with its payload, in one batch", "[storage]") {
   temp_log t;
   gate g;
   std::atomic<int> done{0};
@@ -192,11 +192,11 @@ TEST_CASE("the committer stores each append's subject with its payload, in one b
     ++done;
   });
   REQUIRE(wait_until([&] { return g.reached.load(); }));
-  // These queue up behind the held commit and go in one batch: subjects of
-  // different sizes, none, and a subject with an empty payload.
+  // These queue up behind the held commit and go in one batch: destinations of
+  // different sizes, none, and a destination with an empty payload.
   for (int i = 0; i < 20; ++i) {
-    const std::string subject = i % 3 == 0 ? "" : "subject " + std::string(static_cast<std::size_t>(i), 'k');
-    gc.append("s", bytes("payload " + std::to_string(i)), bytes(subject), [&](auto r) { done += r ? 1 : 1000; });
+    const std::string destination = i % 3 == 0 ? "" : "destination " + std::string(static_cast<std::size_t>(i), 'k');
+    gc.append("s", bytes("payload " + std::to_string(i)), bytes(destination), [&](auto r) { done += r ? 1 : 1000; });
   }
   gc.append("s", {}, bytes("no payload"), [&](auto r) { done += r ? 1 : 1000; });
   g.open();
@@ -206,24 +206,24 @@ TEST_CASE("the committer stores each append's subject with its payload, in one b
   auto read = t.log->read("s", 1, 100, 1 << 20);
   REQUIRE(read);
   REQUIRE(read->records.size() == 22);
-  CHECK(read->records[0].subject == bytes("held"));
+  CHECK(read->records[0].destination == bytes("held"));
   CHECK(read->records[0].payload == bytes("first"));
   for (int i = 0; i < 20; ++i) {
     const auto& rec = read->records[static_cast<std::size_t>(i) + 1];
-    const std::string subject = i % 3 == 0 ? "" : "subject " + std::string(static_cast<std::size_t>(i), 'k');
-    CHECK(rec.subject == bytes(subject));
+    const std::string destination = i % 3 == 0 ? "" : "destination " + std::string(static_cast<std::size_t>(i), 'k');
+    CHECK(rec.destination == bytes(destination));
     CHECK(rec.payload == bytes("payload " + std::to_string(i)));
   }
-  CHECK(read->records[21].subject == bytes("no payload"));
+  CHECK(read->records[21].destination == bytes("no payload"));
   CHECK(read->records[21].payload.empty());
 }
 
-TEST_CASE("an append with an oversized subject fails at once with invalid_argument", "[storage]") {
+TEST_CASE("an append with an oversized destination fails at once with invalid_argument", "[storage]") {
   temp_log t;
   group_committer gc(*t.log);
   std::error_code bad;
   bool called_inline = false;
-  const std::vector<std::byte> too_large(max_subject_bytes + 1, std::byte{1});
+  const std::vector<std::byte> too_large(max_destination_bytes + 1, std::byte{1});
   gc.append("s", bytes("x"), too_large, [&](auto r) {
     called_inline = true;
     bad = r ? std::error_code{} : r.error();
@@ -231,7 +231,7 @@ TEST_CASE("an append with an oversized subject fails at once with invalid_argume
   CHECK(called_inline);
   CHECK(bad == errc::invalid_argument);
   std::atomic<std::uint64_t> seq{0};
-  const std::vector<std::byte> largest(max_subject_bytes, std::byte{2});
+  const std::vector<std::byte> largest(max_destination_bytes, std::byte{2});
   gc.append("s", bytes("x"), largest, [&](auto r) { seq = r ? r->seq : 999; });
   REQUIRE(wait_until([&] { return seq.load() != 0; }));
   CHECK(seq == 1);
@@ -391,7 +391,7 @@ TEST_CASE("tokened appends report to the batch handler once per batch, in queue 
   CHECK(str(rec->records[24].payload) == "p50");
 }
 
-TEST_CASE("a backlog longer than a batch keeps each append's own stream, subject and payload", "[storage]") {
+TEST_CASE("a backlog longer than a batch keeps each append's own stream, destination and payload", "[storage]") {
   temp_log t;
   gate g;
   batch_log seen;
@@ -399,7 +399,7 @@ TEST_CASE("a backlog longer than a batch keeps each append's own stream, subject
   gc.set_batch_handler(seen.handler());
   gc.append("hold", bytes("x"), [&](auto) { g.wait(); });
   REQUIRE(wait_until([&] { return g.reached.load(); }));
-  // Names, subjects and payloads of different lengths, so that any offset
+  // Names, destinations and payloads of different lengths, so that any offset
   // mistake when the rest of the queue is carried over shows.
   for (std::uint64_t i = 1; i <= 40; ++i) {
     const std::string stream = "stream-" + std::string(i % 5 + 1, 'n');
@@ -421,7 +421,7 @@ TEST_CASE("a backlog longer than a batch keeps each append's own stream, subject
     std::uint64_t i = k == 0 ? 5 : k;  // the first i with i % 5 == k
     for (const auto& r : rec->records) {
       CHECK(str(r.payload) == std::string(i, 'p'));
-      CHECK(str(r.subject) == std::string(i % 3, 's'));
+      CHECK(str(r.destination) == std::string(i % 3, 's'));
       i += 5;
     }
   }

@@ -1,5 +1,5 @@
 // Damage to data.mdb, in the manner of LevelDB's corruption tests: a real
-// log with several streams (small records, overflow records, subjects, a
+// log with several streams (small records, overflow records, destinations, a
 // stream with retention of its own, a trimmed one), compacted so that every
 // page of the file is live, then damaged on a copy (cut short, random bytes,
 // zeroed pages, damaged meta pages). Each damaged copy is opened and read,
@@ -88,7 +88,7 @@ std::uint64_t be64(const bytes& b, std::size_t at) {
 
 struct expected_record {
   bytes payload;
-  bytes subject;
+  bytes destination;
 };
 
 enum class page_kind { meta, records_branch, records_leaf, overflow, other };
@@ -131,8 +131,8 @@ void build(pristine_log& log) {
     REQUIRE(opened);
     auto& l = **opened;
     std::uint64_t seed = 1;
-    const auto add = [&](const std::string& stream, std::size_t size, std::size_t subject) {
-      const bytes payload = pattern(size, ++seed), subj = pattern(subject, ++seed + 1'000'000);
+    const auto add = [&](const std::string& stream, std::size_t size, std::size_t destination) {
+      const bytes payload = pattern(size, ++seed), subj = pattern(destination, ++seed + 1'000'000);
       auto seq = l.append(stream, payload, subj);
       REQUIRE(seq);
       log.records[{stream, *seq}] = {payload, subj};
@@ -296,7 +296,7 @@ struct probe_result {
     auto r = (*log)->read(id.first, id.second, 1, std::size_t{1} << 30);
     char c = 'e';
     if (r && r->records.size() == 1 && r->records[0].seq == id.second) {
-      c = r->records[0].payload == want.payload && r->records[0].subject == want.subject ? 'o' : 'w';
+      c = r->records[0].payload == want.payload && r->records[0].destination == want.destination ? 'o' : 'w';
     } else if (r) {
       c = r->damaged_seq == id.second ? 'c' : 'w';  // a record that is there, missing
     } else if (r.error() == sy::errc::corrupted) {
@@ -319,7 +319,7 @@ struct probe_result {
       if (!r && r.error() != sy::errc::corrupted) break;
       for (const auto& rec : r ? r->records : std::vector<sy::record>{}) {
         const auto it = pristine().records.find({s, rec.seq});
-        if (it == pristine().records.end() || it->second.payload != rec.payload || it->second.subject != rec.subject)
+        if (it == pristine().records.end() || it->second.payload != rec.payload || it->second.destination != rec.destination)
           say("W " + s + " " + std::to_string(rec.seq));
       }
       if (r && r->damaged_seq == 0) break;

@@ -102,8 +102,8 @@ struct log_env {
 };
 
 std::uint64_t append_ok(sy::sequence_log& log, std::string_view stream, const bytes& payload,
-                        const bytes& subject = {}) {
-  auto r = log.append(stream, payload, subject);
+                        const bytes& destination = {}) {
+  auto r = log.append(stream, payload, destination);
   REQUIRE_OK(r);
   return *r;
 }
@@ -290,50 +290,50 @@ TEST_CASE("single appends with an invalid name or payload fail with invalid_argu
   CHECK(all->empty());
 }
 
-// ---------------------------------------------------------------- subjects
+// ---------------------------------------------------------------- destinations
 
-TEST_CASE("a record's subject reads back byte for byte next to its payload, empty or not", "[storage]") {
+TEST_CASE("a record's destination reads back byte for byte next to its payload, empty or not", "[storage]") {
   log_env env;
   const bytes with_zeros = {std::byte{0}, std::byte{2}, std::byte{0}, std::byte{0xFF}, std::byte{0}};
-  const bytes largest = pattern(sy::max_subject_bytes, 11);
-  const bytes large_payload = pattern(70'000, 12);  // subject and payload over several overflow pages
+  const bytes largest = pattern(sy::max_destination_bytes, 11);
+  const bytes large_payload = pattern(70'000, 12);  // destination and payload over several overflow pages
   {
     auto log = env.open();
-    append_ok(*log, "s", to_bytes("no subject"));
-    REQUIRE(append_ok(*log, "s", to_bytes("zeros in the subject"), with_zeros) == 2);
+    append_ok(*log, "s", to_bytes("no destination"));
+    REQUIRE(append_ok(*log, "s", to_bytes("zeros in the destination"), with_zeros) == 2);
     REQUIRE(append_ok(*log, "s", bytes{}, to_bytes("empty payload")) == 3);
     REQUIRE(append_ok(*log, "s", large_payload, largest) == 4);
     REQUIRE(append_ok(*log, "s", bytes{}, bytes{}) == 5);
 
     const auto r = read_ok(*log, "s", 1);
     REQUIRE(seqs_of(r) == iota_seqs(1, 5));
-    CHECK(r.records[0].subject.empty());
-    CHECK(r.records[0].payload == to_bytes("no subject"));
-    CHECK(r.records[1].subject == with_zeros);
-    CHECK(r.records[1].payload == to_bytes("zeros in the subject"));
-    CHECK(r.records[2].subject == to_bytes("empty payload"));
+    CHECK(r.records[0].destination.empty());
+    CHECK(r.records[0].payload == to_bytes("no destination"));
+    CHECK(r.records[1].destination == with_zeros);
+    CHECK(r.records[1].payload == to_bytes("zeros in the destination"));
+    CHECK(r.records[2].destination == to_bytes("empty payload"));
     CHECK(r.records[2].payload.empty());
-    CHECK(r.records[3].subject == largest);
+    CHECK(r.records[3].destination == largest);
     CHECK(r.records[3].payload == large_payload);
-    CHECK(r.records[4].subject.empty());
+    CHECK(r.records[4].destination.empty());
     CHECK(r.records[4].payload.empty());
   }
   // The same after a reopen.
   auto log = env.open();
   const auto r = read_ok(*log, "s", 2, 3);
   REQUIRE(seqs_of(r) == iota_seqs(2, 4));
-  CHECK(r.records[0].subject == with_zeros);
-  CHECK(r.records[1].subject == to_bytes("empty payload"));
-  CHECK(r.records[2].subject == largest);
+  CHECK(r.records[0].destination == with_zeros);
+  CHECK(r.records[1].destination == to_bytes("empty payload"));
+  CHECK(r.records[2].destination == largest);
   CHECK(r.records[2].payload == large_payload);
 }
 
-TEST_CASE("a batch append stores each item's own subject, empty ones included", "[storage]") {
+TEST_CASE("a batch append stores each item's own destination, empty ones included", "[storage]") {
   log_env env;
   auto log = env.open();
   append_ok(*log, "old", to_bytes("o1"));
   const bytes p[] = {to_bytes("n1"), to_bytes("o2"), to_bytes("n2"), to_bytes("o3"), to_bytes("n3")};
-  const bytes subj[] = {to_bytes("subject of n1"), pattern(300, 21), to_bytes("x")};
+  const bytes subj[] = {to_bytes("destination of n1"), pattern(300, 21), to_bytes("x")};
   const std::vector<sy::append_item> items = {
       {"new", p[0], subj[0]}, {"old", p[1]}, {"new", p[2], subj[1]}, {"old", p[3], subj[2]}, {"new", p[4], {}},
   };
@@ -343,30 +343,30 @@ TEST_CASE("a batch append stores each item's own subject, empty ones included", 
 
   const auto n = read_ok(*log, "new", 1);
   REQUIRE(seqs_of(n) == iota_seqs(1, 3));
-  CHECK(n.records[0].subject == subj[0]);
+  CHECK(n.records[0].destination == subj[0]);
   CHECK(n.records[0].payload == p[0]);
-  CHECK(n.records[1].subject == subj[1]);
+  CHECK(n.records[1].destination == subj[1]);
   CHECK(n.records[1].payload == p[2]);
-  CHECK(n.records[2].subject.empty());
+  CHECK(n.records[2].destination.empty());
   CHECK(n.records[2].payload == p[4]);
   const auto o = read_ok(*log, "old", 1);
   REQUIRE(seqs_of(o) == iota_seqs(1, 3));
-  CHECK(o.records[0].subject.empty());
-  CHECK(o.records[1].subject.empty());
+  CHECK(o.records[0].destination.empty());
+  CHECK(o.records[1].destination.empty());
   CHECK(o.records[1].payload == p[1]);
-  CHECK(o.records[2].subject == subj[2]);
+  CHECK(o.records[2].destination == subj[2]);
   CHECK(o.records[2].payload == p[3]);
 }
 
-TEST_CASE("a subject of exactly max_subject_bytes is accepted and one byte more fails with invalid_argument",
+TEST_CASE("a destination of exactly max_destination_bytes is accepted and one byte more fails with invalid_argument",
           "[storage]") {
   log_env env;
   auto log = env.open();
-  CHECK(sy::max_subject_bytes == 64 * 1024);
-  const bytes largest(sy::max_subject_bytes, std::byte{0x5A});
-  const bytes too_large(sy::max_subject_bytes + 1, std::byte{0x5A});
-  CHECK_FALSE(log->check("s", 10, sy::max_subject_bytes));
-  CHECK(log->check("s", 10, sy::max_subject_bytes + 1) == sy::errc::invalid_argument);
+  CHECK(sy::max_destination_bytes == 64 * 1024);
+  const bytes largest(sy::max_destination_bytes, std::byte{0x5A});
+  const bytes too_large(sy::max_destination_bytes + 1, std::byte{0x5A});
+  CHECK_FALSE(log->check("s", 10, sy::max_destination_bytes));
+  CHECK(log->check("s", 10, sy::max_destination_bytes + 1) == sy::errc::invalid_argument);
 
   REQUIRE_ERROR(log->append("s", to_bytes("p"), too_large), sy::errc::invalid_argument);
   REQUIRE_ERROR(log->info("s"), sy::errc::not_found);
@@ -379,20 +379,20 @@ TEST_CASE("a subject of exactly max_subject_bytes is accepted and one byte more 
   CHECK(all->empty());
 
   CHECK(append_ok(*log, "s", to_bytes("p"), largest) == 1);
-  CHECK(read_ok(*log, "s", 1).records.at(0).subject == largest);
+  CHECK(read_ok(*log, "s", 1).records.at(0).destination == largest);
 }
 
-TEST_CASE("subject bytes count towards a stream's bytes, byte retention and read's max_bytes", "[storage]") {
+TEST_CASE("destination bytes count towards a stream's bytes, byte retention and read's max_bytes", "[storage]") {
   log_env env;
   auto log = env.open();
-  // Each record: 10 payload + 90 subject bytes = 100.
+  // Each record: 10 payload + 90 destination bytes = 100.
   for (std::uint64_t i = 1; i <= 6; ++i) REQUIRE(append_ok(*log, "s", pattern(10, i), pattern(90, 100 + i)) == i);
   CHECK(info_ok(*log, "s").bytes == 600);
 
   // max_bytes 250: two records (200), not three.
   const auto r = read_ok(*log, "s", 1, 100, 250);
   REQUIRE(seqs_of(r) == iota_seqs(1, 2));
-  CHECK(r.records[1].subject == pattern(90, 102));
+  CHECK(r.records[1].destination == pattern(90, 102));
 
   CHECK(*log->trim("s", 2, 100) == 1);
   CHECK(info_ok(*log, "s").bytes == 500);
@@ -859,16 +859,16 @@ TEST_CASE("enforce with no limits removes nothing", "[storage]") {
 
 namespace {
 
-// A record value on disk: checksum (u64 LE), timestamp (u64 LE), subject
-// length (u32 LE), reserved (u32), subject, payload.
+// A record value on disk: checksum (u64 LE), timestamp (u64 LE), destination
+// length (u32 LE), reserved (u32), destination, payload.
 constexpr std::size_t kValueHeader = 24;
-constexpr std::size_t kSubjectSize = 40;
+constexpr std::size_t kDestinationSize = 40;
 
-bytes subject_of(std::uint64_t seq) { return pattern(kSubjectSize, 7000 + seq); }
+bytes destination_of(std::uint64_t seq) { return pattern(kDestinationSize, 7000 + seq); }
 
 // Appends `n` records with distinctive 64-byte payloads and 40-byte
-// subjects to stream "s" of a fresh log in `env`, and closes it. Record i
-// (1-based) has payload pattern(64, 5000 + i), subject subject_of(i) and
+// destinations to stream "s" of a fresh log in `env`, and closes it. Record i
+// (1-based) has payload pattern(64, 5000 + i), destination destination_of(i) and
 // timestamp kStartMs + 1000 * i.
 void write_distinctive_records(log_env& env, int n) {
   auto log = env.open();
@@ -876,21 +876,21 @@ void write_distinctive_records(log_env& env, int n) {
   for (int i = 1; i <= n; ++i) {
     const auto seq = static_cast<std::uint64_t>(i);
     env.clock_ms = kStartMs + 1000 * seq;
-    REQUIRE(append_ok(*log, "s", pattern(64, 5000 + seq), subject_of(seq)) == seq);
+    REQUIRE(append_ok(*log, "s", pattern(64, 5000 + seq), destination_of(seq)) == seq);
   }
   append_ok(*log, "after", to_bytes("yet another stream"));
 }
 
 // Offsets of the start of every stored copy of record `seq`'s value in the
 // data file (LMDB copies pages on write, so older page versions may hold
-// it too), found through its subject and confirmed by its timestamp.
+// it too), found through its destination and confirmed by its timestamp.
 std::vector<std::size_t> value_offsets(const bytes& data, std::uint64_t seq) {
   std::vector<std::size_t> out;
-  for (const auto at : find_all(data, subject_of(seq))) {
+  for (const auto at : find_all(data, destination_of(seq))) {
     REQUIRE(at >= kValueHeader);
     const std::size_t start = at - kValueHeader;
     if (load_le64(data, start + 8) != kStartMs + 1000 * seq) continue;
-    CHECK(load_le64(data, start + 16) == kSubjectSize);  // length, then reserved 0
+    CHECK(load_le64(data, start + 16) == kDestinationSize);  // length, then reserved 0
     out.push_back(start);
   }
   return out;
@@ -928,7 +928,7 @@ void check_damage_is_contained(sy::sequence_log& log, std::uint64_t bad, std::ui
   REQUIRE(seqs_of(before) == iota_seqs(1, bad - 1));
   for (const auto& rec : before.records) {
     CHECK(rec.payload == pattern(64, 5000 + rec.seq));
-    CHECK(rec.subject == subject_of(rec.seq));
+    CHECK(rec.destination == destination_of(rec.seq));
     CHECK(rec.timestamp_ms == kStartMs + 1000 * rec.seq);
   }
   const auto after = read_ok(log, "s", bad + 1);
@@ -936,7 +936,7 @@ void check_damage_is_contained(sy::sequence_log& log, std::uint64_t bad, std::ui
   CHECK(after.damaged_seq == 0);
   for (const auto& rec : after.records) {
     CHECK(rec.payload == pattern(64, 5000 + rec.seq));
-    CHECK(rec.subject == subject_of(rec.seq));
+    CHECK(rec.destination == destination_of(rec.seq));
     CHECK(rec.timestamp_ms == kStartMs + 1000 * rec.seq);
   }
   // The other streams and the metadata are untouched.
@@ -995,28 +995,28 @@ TEST_CASE("a flipped byte of a record's stored checksum is reported as corrupted
   check_damage_is_contained(*log, bad, n);
 }
 
-TEST_CASE("a flipped byte of a record's stored subject is reported as corrupted", "[storage]") {
+TEST_CASE("a flipped byte of a record's stored destination is reported as corrupted", "[storage]") {
   log_env env;
   constexpr int n = 5;
   constexpr std::uint64_t bad = 3;
   write_distinctive_records(env, n);
   flip_in_value(env, bad, kValueHeader + 7, std::byte{0x04});
-  // Only that record's subject changed.
+  // Only that record's destination changed.
   const auto data = read_file(env.log_dir() / "data.mdb");
-  CHECK(find_all(data, subject_of(bad)).empty());
-  CHECK_FALSE(find_all(data, subject_of(bad - 1)).empty());
+  CHECK(find_all(data, destination_of(bad)).empty());
+  CHECK_FALSE(find_all(data, destination_of(bad - 1)).empty());
   CHECK_FALSE(find_all(data, pattern(64, 5000 + bad)).empty());
 
   auto log = env.open();
   check_damage_is_contained(*log, bad, n);
 }
 
-TEST_CASE("a damaged subject length or reserved field of a record is reported as corrupted", "[storage]") {
+TEST_CASE("a damaged destination length or reserved field of a record is reported as corrupted", "[storage]") {
   log_env env;
   constexpr int n = 5;
   constexpr std::uint64_t bad = 4;
   write_distinctive_records(env, n);
-  // 40 -> 41 moves the subject/payload boundary inside the value; 40 + 2^31
+  // 40 -> 41 moves the destination/payload boundary inside the value; 40 + 2^31
   // points far past its end; the reserved field must stay 0.
   SECTION("length off by one") { flip_in_value(env, bad, 16, std::byte{0x01}); }
   SECTION("length past the value") { flip_in_value(env, bad, 19, std::byte{0x80}); }
@@ -1344,7 +1344,7 @@ TEST_CASE("opening a log of another on-disk format fails with unsupported_format
   log_env env;
   {
     auto log = env.open();
-    REQUIRE(append_ok(*log, "s", to_bytes("kept"), to_bytes("subject")) == 1);
+    REQUIRE(append_ok(*log, "s", to_bytes("kept"), to_bytes("destination")) == 1);
   }
   std::optional<std::uint64_t> other;
   SECTION("a newer format") { other = sy::log_format_version + 1; }
@@ -1363,7 +1363,7 @@ TEST_CASE("opening a log of another on-disk format fails with unsupported_format
   const auto rec = read_ok(*log, "s", 1);
   REQUIRE(rec.records.size() == 1);
   CHECK(rec.records[0].payload == to_bytes("kept"));
-  CHECK(rec.records[0].subject == to_bytes("subject"));
+  CHECK(rec.records[0].destination == to_bytes("destination"));
 }
 
 // ---------------------------------------------------------------- errors

@@ -1,8 +1,8 @@
-// Unit tests of the delivery subject the broker stores with log records
-// (broker/log_subject.hpp): the exact encoding, round trips and the
+// Unit tests of the delivery destination the broker stores with log records
+// (broker/record_destination.hpp): the exact encoding, round trips and the
 // decoder's refusal of malformed bytes.
 
-#include "broker/log_subject.hpp"
+#include "broker/record_destination.hpp"
 #include "storage/sequence_log.hpp"
 
 #include <catch2/catch.hpp>
@@ -34,34 +34,34 @@ bytes operator+(bytes a, std::string_view s) {
 
 }  // namespace
 
-TEST_CASE("a channel subject is kind 1 then the channel, and decodes back", "[broker]") {
+TEST_CASE("a channel destination is kind 1 then the channel, and decodes back", "[broker]") {
   bytes out = raw({0xEE, 0xEE});  // replaced, not appended to
-  encode_channel_subject("chat.room1", out);
+  encode_channel_destination("chat.room1", out);
   CHECK(out == raw({1}) + "chat.room1");
-  CHECK(channel_subject_size("chat.room1") == out.size());
+  CHECK(channel_destination_size("chat.room1") == out.size());
 
   std::vector<std::string_view> keys;
-  const auto d = decode_log_subject(out, keys);
+  const auto d = decode_destination(out, keys);
   REQUIRE(d);
-  CHECK(d->kind == subject_kind::channel);
+  CHECK(d->kind == destination_kind::channel);
   CHECK(d->channel == "chat.room1");
   CHECK(d->key_count == 0);
   CHECK(keys.empty());
 }
 
-TEST_CASE("a route keys subject is kind 2, a u16 count and u16-length-prefixed keys, and decodes back in order",
+TEST_CASE("a route keys destination is kind 2, a u16 count and u16-length-prefixed keys, and decodes back in order",
           "[broker]") {
   const std::vector<std::string> keys = {"user:alice", "", "user:bob"};
   bytes out;
-  encode_route_keys_subject(views(keys), out);
+  encode_route_keys_destination(views(keys), out);
   CHECK(out == raw({2, 3, 0, 10, 0}) + "user:alice" + std::string_view("\0\0\x08\0", 4) + "user:bob");
-  CHECK(route_keys_subject_size(views(keys)) == out.size());
+  CHECK(route_keys_destination_size(views(keys)) == out.size());
 
   // Keys are appended after what the vector already holds.
   std::vector<std::string_view> decoded = {"earlier"};
-  const auto d = decode_log_subject(out, decoded);
+  const auto d = decode_destination(out, decoded);
   REQUIRE(d);
-  CHECK(d->kind == subject_kind::route_keys);
+  CHECK(d->kind == destination_kind::route_keys);
   CHECK(d->channel.empty());
   CHECK(d->first_key == 1);
   REQUIRE(d->key_count == 3);
@@ -71,43 +71,43 @@ TEST_CASE("a route keys subject is kind 2, a u16 count and u16-length-prefixed k
   CHECK(decoded[3] == "user:bob");
 }
 
-TEST_CASE("an empty subject and a lone kind byte 0 decode as none", "[broker]") {
+TEST_CASE("an empty destination and a lone kind byte 0 decode as none", "[broker]") {
   std::vector<std::string_view> keys;
-  for (const auto& subject : {bytes{}, raw({0})}) {
-    const auto d = decode_log_subject(subject, keys);
+  for (const auto& destination : {bytes{}, raw({0})}) {
+    const auto d = decode_destination(destination, keys);
     REQUIRE(d);
-    CHECK(d->kind == subject_kind::none);
+    CHECK(d->kind == destination_kind::none);
     CHECK(d->channel.empty());
     CHECK(d->key_count == 0);
   }
   CHECK(keys.empty());
 }
 
-TEST_CASE("route keys that do not fit in a log subject have a size over the storage limit", "[broker]") {
+TEST_CASE("route keys that do not fit in a log destination have a size over the storage limit", "[broker]") {
   // 1 kind + 2 count + per key 2 + length.
   std::vector<std::string> keys(254, std::string(255, 'k'));
-  CHECK(route_keys_subject_size(views(keys)) == 3 + 254 * 257);
-  CHECK(route_keys_subject_size(views(keys)) <= switchyard::storage::max_subject_bytes);
+  CHECK(route_keys_destination_size(views(keys)) == 3 + 254 * 257);
+  CHECK(route_keys_destination_size(views(keys)) <= switchyard::storage::max_destination_bytes);
   keys.resize(255, std::string(255, 'k'));  // 3 + 255 * 257 = 65,538
-  CHECK(route_keys_subject_size(views(keys)) > switchyard::storage::max_subject_bytes);
+  CHECK(route_keys_destination_size(views(keys)) > switchyard::storage::max_destination_bytes);
   const std::vector<std::string> one_huge = {std::string(70'000, 'h')};
-  CHECK(route_keys_subject_size(views(one_huge)) > switchyard::storage::max_subject_bytes);
+  CHECK(route_keys_destination_size(views(one_huge)) > switchyard::storage::max_destination_bytes);
   const std::vector<std::string> too_many(70'000);  // empty keys, but more than a u16 count
-  CHECK(route_keys_subject_size(views(too_many)) > switchyard::storage::max_subject_bytes);
+  CHECK(route_keys_destination_size(views(too_many)) > switchyard::storage::max_destination_bytes);
   // At the limit exactly: one key of max - 5 bytes.
-  const std::vector<std::string> exact = {std::string(switchyard::storage::max_subject_bytes - 5, 'e')};
-  CHECK(route_keys_subject_size(views(exact)) == switchyard::storage::max_subject_bytes);
+  const std::vector<std::string> exact = {std::string(switchyard::storage::max_destination_bytes - 5, 'e')};
+  CHECK(route_keys_destination_size(views(exact)) == switchyard::storage::max_destination_bytes);
   bytes out;
-  encode_route_keys_subject(views(exact), out);
-  CHECK(out.size() == switchyard::storage::max_subject_bytes);
+  encode_route_keys_destination(views(exact), out);
+  CHECK(out.size() == switchyard::storage::max_destination_bytes);
   std::vector<std::string_view> decoded;
-  const auto d = decode_log_subject(out, decoded);
+  const auto d = decode_destination(out, decoded);
   REQUIRE(d);
   REQUIRE(decoded.size() == 1);
   CHECK(decoded[0] == exact[0]);
 }
 
-TEST_CASE("malformed subjects fail to decode with bad_message and add no keys", "[broker]") {
+TEST_CASE("malformed destinations fail to decode with bad_message and add no keys", "[broker]") {
   const bytes cases[] = {
       raw({3}) + "unknown kind",
       raw({0, 0}),                       // none with trailing bytes
@@ -118,9 +118,9 @@ TEST_CASE("malformed subjects fail to decode with bad_message and add no keys", 
       raw({2, 2, 0, 1, 0}) + "a",        // the second key missing
       raw({2, 1, 0, 1, 0}) + "ab",       // trailing bytes
   };
-  for (const auto& subject : cases) {
+  for (const auto& destination : cases) {
     std::vector<std::string_view> keys = {"kept"};
-    const auto d = decode_log_subject(subject, keys);
+    const auto d = decode_destination(destination, keys);
     REQUIRE_FALSE(d);
     CHECK(d.error() == std::errc::bad_message);
     REQUIRE(keys.size() == 1);

@@ -1,5 +1,5 @@
 // End to end: records read back from the sequence log remember how they
-// were delivered live (their subject): the channel of a durable publish,
+// were delivered live (their destination): the channel of a durable publish,
 // every route key of a durable send, nothing for a plain append.
 
 #include "switchyard/client.hpp"
@@ -111,7 +111,7 @@ TEST_CASE("a record of a plain append reads back with no channel and no route ke
   CHECK(r->records[3].payload.empty());
 }
 
-TEST_CASE("record subjects survive a server restart", "[e2e][log]") {
+TEST_CASE("record destinations survive a server restart", "[e2e][log]") {
   temp_dir dir;
   {
     test_server server(with_data(dir));
@@ -129,7 +129,7 @@ TEST_CASE("record subjects survive a server restart", "[e2e][log]") {
   CHECK(r->records[1].route_keys == std::vector<std::string>{"user:a", "user:b"});
 }
 
-TEST_CASE("a durable send whose route keys exceed the 64 KiB subject limit is refused and not appended",
+TEST_CASE("a durable send whose route keys exceed the 64 KiB destination limit is refused and not appended",
           "[e2e][log]") {
   temp_dir dir;
   test_server server(with_data(dir));

@@ -1,4 +1,4 @@
-#include "broker/log_subject.hpp"
+#include "broker/record_destination.hpp"
 
 #include "storage/sequence_log.hpp"
 
@@ -28,29 +28,29 @@ std::unexpected<std::error_code> malformed() { return std::unexpected(std::make_
 
 }  // namespace
 
-std::size_t channel_subject_size(std::string_view channel) noexcept { return 1 + channel.size(); }
+std::size_t channel_destination_size(std::string_view channel) noexcept { return 1 + channel.size(); }
 
-std::size_t route_keys_subject_size(std::span<const std::string_view> keys) noexcept {
-  constexpr std::size_t too_large = storage::max_subject_bytes + 1;
+std::size_t route_keys_destination_size(std::span<const std::string_view> keys) noexcept {
+  constexpr std::size_t too_large = storage::max_destination_bytes + 1;
   if (keys.size() > u16_max) return too_large;
   std::size_t size = 1 + 2;
   for (const auto& k : keys) {
     if (k.size() > u16_max) return too_large;
     size += 2 + k.size();
-    if (size > storage::max_subject_bytes) return too_large;
+    if (size > storage::max_destination_bytes) return too_large;
   }
   return size;
 }
 
-void encode_channel_subject(std::string_view channel, std::vector<std::byte>& out) {
+void encode_channel_destination(std::string_view channel, std::vector<std::byte>& out) {
   out.clear();
-  out.push_back(static_cast<std::byte>(subject_kind::channel));
+  out.push_back(static_cast<std::byte>(destination_kind::channel));
   put_bytes(out, channel);
 }
 
-void encode_route_keys_subject(std::span<const std::string_view> keys, std::vector<std::byte>& out) {
+void encode_route_keys_destination(std::span<const std::string_view> keys, std::vector<std::byte>& out) {
   out.clear();
-  out.push_back(static_cast<std::byte>(subject_kind::route_keys));
+  out.push_back(static_cast<std::byte>(destination_kind::route_keys));
   put_u16(out, keys.size());
   for (const auto& k : keys) {
     put_u16(out, k.size());
@@ -58,21 +58,21 @@ void encode_route_keys_subject(std::span<const std::string_view> keys, std::vect
   }
 }
 
-std::expected<log_subject_view, std::error_code> decode_log_subject(std::span<const std::byte> subject,
+std::expected<destination_view, std::error_code> decode_destination(std::span<const std::byte> destination,
                                                                      std::vector<std::string_view>& route_keys) {
-  log_subject_view out;
-  if (subject.empty()) return out;
-  const auto kind = static_cast<subject_kind>(subject[0]);
-  auto rest = subject.subspan(1);
+  destination_view out;
+  if (destination.empty()) return out;
+  const auto kind = static_cast<destination_kind>(destination[0]);
+  auto rest = destination.subspan(1);
   switch (kind) {
-    case subject_kind::none:
+    case destination_kind::none:
       if (!rest.empty()) return malformed();
       return out;
-    case subject_kind::channel:
+    case destination_kind::channel:
       out.kind = kind;
       out.channel = as_chars(rest);
       return out;
-    case subject_kind::route_keys: {
+    case destination_kind::route_keys: {
       const auto u16 = [&](std::size_t& v) {
         if (rest.size() < 2) return false;
         v = static_cast<std::size_t>(rest[0]) | static_cast<std::size_t>(rest[1]) << 8;
