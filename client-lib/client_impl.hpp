@@ -5,6 +5,7 @@
 
 #include "switchyard/client.hpp"
 
+#include "byte_stream.hpp"
 #include "client_log.hpp"
 #include "stream_tracker.hpp"
 #include "common/asio.hpp"
@@ -13,8 +14,6 @@
 #include "protocol/frame_parser.hpp"
 #include "protocol/limits.hpp"
 #include "protocol/read_buffer.hpp"
-
-#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
@@ -134,7 +133,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   using completion = std::function<void(std::error_code, const wire::Frame*)>;
 
   impl(client_options o, event_loop::impl& l)
-      : opts(std::move(o)), loop(l), io(l.io), socket(io), heartbeat_timer(io),
+      : opts(std::move(o)), loop(l), io(l.io), stream(io), heartbeat_timer(io),
         parser(protocol::default_max_frame) {
     if (opts.client_id.empty()) opts.client_id = detail::random_client_id();
   }
@@ -145,7 +144,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // of this impl.
   event_loop::impl& loop;
   asio::io_context& io;
-  asio::ip::tcp::socket socket;
+  // The connection's bytes go through it only (TLS can replace it).
+  client_lib::byte_stream stream;
   asio::steady_timer heartbeat_timer;
   protocol::frame_parser parser;
 
@@ -314,12 +314,13 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (!ok) return errc::timeout;
     }
     if (opts.write_immediately && !write_active && out.empty()) {
-      // Nothing queued ahead of us: try the socket directly from this thread.
-      const ssize_t n = ::send(socket.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n == static_cast<ssize_t>(frame.size())) return {};
-      // A partial write, EAGAIN or an error: the loop writer sends the rest
-      // (and reports the error through the normal read/write path).
-      if (n > 0) frame = frame.subspan(static_cast<std::size_t>(n));
+      // Nothing queued ahead of us: write directly from this thread (mu
+      // held, no loop write in flight, fail() waits for mu to close).
+      const std::size_t n = stream.try_write(frame);
+      if (n == frame.size()) return {};
+      // A partial write, nothing written or an error: the loop writer sends
+      // the rest (and reports the error through the normal read/write path).
+      frame = frame.subspan(n);
     }
     out.insert(out.end(), frame.begin(), frame.end());
     if (!write_active) {
@@ -340,15 +341,15 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       writing.swap(out);
     }
     space_cv.notify_all();
-    asio::async_write(socket, asio::buffer(writing),
-                      [self = shared_from_this()](asio_error_code ec, std::size_t) {
-                        self->writing.clear();
-                        if (ec) {
-                          self->fail(ec, "write");
-                          return;
-                        }
-                        self->start_write();
-                      });
+    stream.async_write(asio::buffer(writing),
+                       [self = shared_from_this()](asio_error_code ec, std::size_t) {
+                         self->writing.clear();
+                         if (ec) {
+                           self->fail(ec, "write");
+                           return;
+                         }
+                         self->start_write();
+                       });
   }
 
   // ------------------------------------------------------------- requests
@@ -431,9 +432,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     }
     space_cv.notify_all();
     const bool was_open = open.exchange(false);
-    asio_error_code ignored;
-    socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    socket.close(ignored);
+    stream.close();
     heartbeat_timer.cancel();
     const std::error_code reason = server_goodbye ? server_goodbye : ec;
     for (auto& [id, done] : pending)
@@ -472,7 +471,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (*r) co_return **r;
       rbuf.make_room(parser.needed());
       asio_error_code ec;
-      const std::size_t n = co_await socket.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()),
+      const std::size_t n = co_await stream.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()),
                                                             redirect_error(use_awaitable, ec));
       if (ec) co_return std::unexpected(std::error_code(ec));
       last_rx = clock::now();
@@ -585,7 +584,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (!*r) {
         rbuf.make_room(parser.needed());
         asio_error_code ec;
-        const std::size_t n = co_await socket.async_read_some(
+        const std::size_t n = co_await stream.async_read_some(
             asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
         if (ec) {
           fail(ec, "read");
@@ -615,10 +614,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     asio::steady_timer guard(io, opts.connect_timeout);
     guard.async_wait([self](asio_error_code ec) {
       if (ec || self->open) return;
-      // Closing the socket makes the pending connect/read fail at once.
+      // Closing the stream makes the pending connect/read fail at once.
       self->connect_timed_out = true;
-      asio_error_code ignored;
-      self->socket.close(ignored);
+      self->stream.close();
     });
     auto finish = [&](std::error_code ec) {
       guard.cancel();
@@ -631,9 +629,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     const auto endpoints = co_await resolver.async_resolve(opts.host, std::to_string(opts.port),
                                                            redirect_error(use_awaitable, ec));
     if (ec) co_return finish(ec);
-    co_await asio::async_connect(socket, endpoints, redirect_error(use_awaitable, ec));
+    ec = co_await stream.connect(endpoints);
     if (ec) co_return finish(ec);
-    socket.set_option(asio::ip::tcp::no_delay(true), ec);
     rbuf.reserve(64 * 1024);
 
     static constexpr std::array<std::string_view, 5> wanted{
@@ -648,7 +645,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     h.credentials = opts.credentials;
     h.capabilities = wanted;
     const auto hello = local_builder().hello(0, h);
-    co_await asio::async_write(socket, asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
+    co_await stream.async_write(asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
     if (ec) co_return finish(ec);
 
     auto r = co_await read_frame();
