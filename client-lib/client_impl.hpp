@@ -5,6 +5,7 @@
 
 #include "switchyard/client.hpp"
 
+#include "access.hpp"
 #include "byte_stream.hpp"
 #include "client_log.hpp"
 #include "stream_tracker.hpp"
@@ -132,7 +133,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // A request's answer: an error, or the answer frame (valid during the call).
   using completion = std::function<void(std::error_code, const wire::Frame*)>;
 
-  impl(client_options o, event_loop::impl& l)
+  impl(client_options o, detail::loop_state& l)
       : opts(std::move(o)), loop(l), io(l.io), stream(io), heartbeat_timer(io),
         parser(protocol::default_max_frame) {
     if (opts.client_id.empty()) opts.client_id = detail::random_client_id();
@@ -142,7 +143,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // Borrowed: the client object owns the event_loop reference, so the loop
   // is never destroyed from its own thread when the last coroutine lets go
   // of this impl.
-  event_loop::impl& loop;
+  detail::loop_state& loop;
   asio::io_context& io;
   // The connection's bytes go through it only (TLS can replace it).
   client_lib::byte_stream stream;
@@ -680,7 +681,7 @@ namespace detail {
 // subscription is plain (a durable one always asks: its Subscribe is where
 // it starts). `done` runs on the loop thread, or at once on a local error
 // or a known pattern.
-void add_subscription(const std::shared_ptr<client::impl>& self, std::string_view pattern, message_handler handler,
+void add_subscription(const std::shared_ptr<client_state>& self, std::string_view pattern, message_handler handler,
                       std::shared_ptr<durable_state> durable,
                       std::function<void(std::expected<subscription_id, std::error_code>)> done);
 

@@ -134,7 +134,7 @@ namespace {
 
 // open_inbox and open_inbox_durable: installs the handler first (a delivery
 // may follow the Ok immediately), removes it again if the broker refuses.
-std::error_code open_inbox_entry(client::impl& p, std::string_view id, lease_id lease, inbox_handler handler,
+std::error_code open_inbox_entry(detail::client_state& p, std::string_view id, lease_id lease, inbox_handler handler,
                                  std::shared_ptr<durable_state> durable) {
   if (!p.routing) return errc::not_supported;
   auto entry = std::make_shared<const inbox_entry>(inbox_entry{std::string(id), std::move(handler), std::move(durable)});

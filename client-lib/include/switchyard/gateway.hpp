@@ -74,9 +74,8 @@ class gateway {
   // expire after the TTL, as if the process had died.
   void abandon();
 
-  struct impl;
-
  private:
+  struct impl;
   explicit gateway(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };
