@@ -100,6 +100,7 @@ struct inbox_entry {
   std::string id;
   inbox_handler handler;
   std::shared_ptr<durable_state> durable;  // null for a plain inbox
+  const void* owner = nullptr;             // who opened it (the gateway helper), to remove only its own
 };
 using inbox_list = std::vector<std::shared_ptr<const inbox_entry>>;
 
@@ -118,6 +119,10 @@ inline std::expected<send_result, std::error_code> parse_send_result(const wire:
 
 // Records -> stream_read (read(), and the recovery reads).
 std::expected<stream_read, std::error_code> parse_records(const wire::Frame& f);
+
+// LeaseInfo -> lease_info; RegistryEntry -> its version (client_routing.cpp).
+std::expected<lease_info, std::error_code> parse_lease(const wire::Frame& f);
+std::expected<std::uint64_t, std::error_code> parse_put_version(const wire::Frame& f);
 
 }  // namespace detail
 
@@ -384,6 +389,32 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (done) done(ec, answer);
   }
 
+  // request() with a deadline: `done` gets errc::timeout when the broker
+  // has not answered within opts.request_timeout (a late answer is then
+  // ignored). Any thread; `done` runs on the loop thread, or here at once
+  // on a send error. A timer per call: for occasional requests (the
+  // gateway helper's), not for the hot path.
+  template <class Encode>
+  void timed_request(Encode encode, completion done) {
+    auto timer = std::make_shared<asio::steady_timer>(io, opts.request_timeout);
+    auto id = std::make_shared<std::atomic<std::uint64_t>>(0);
+    // Armed before the request goes out: from then on only the completion
+    // below touches the timer.
+    timer->async_wait([weak = weak_from_this(), id](asio_error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->complete(id->load(), errc::timeout);
+    });
+    request(
+        [&](std::uint64_t r) {
+          id->store(r);
+          return encode(r);
+        },
+        [timer, done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
+          timer->cancel();
+          if (done) done(ec, answer);
+        });
+  }
+
   // Blocking request (not on the loop thread): waits up to request_timeout
   // and turns the answer frame into T with `parse`.
   template <class T, class Encode, class Parse>
@@ -405,12 +436,22 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // Non-blocking request: `done` gets the parsed answer on the loop thread.
   template <class T, class Encode, class Parse>
   void call_async(Encode encode, Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
-    request(encode, [parse, done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
+    request(encode, parsed<T>(std::move(parse), std::move(done)));
+  }
+  // The same with request_timeout (timed_request).
+  template <class T, class Encode, class Parse>
+  void call_timed(Encode encode, Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
+    timed_request(encode, parsed<T>(std::move(parse), std::move(done)));
+  }
+  // A completion that hands `done` the answer turned into T by `parse`.
+  template <class T, class Parse>
+  static completion parsed(Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
+    return [parse = std::move(parse), done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
       if (!done) return;
       if (ec) done(std::unexpected(ec));
       else if (!answer) done(std::unexpected(make_error_code(errc::protocol_violation)));
       else done(parse(*answer));
-    });
+    };
   }
 
   // A blocking request whose success answer carries nothing (Ok, Pong).
@@ -684,6 +725,21 @@ namespace detail {
 void add_subscription(const std::shared_ptr<client_state>& self, std::string_view pattern, message_handler handler,
                       std::shared_ptr<durable_state> durable,
                       std::function<void(std::expected<subscription_id, std::error_code>)> done);
+
+// open_inbox / open_inbox_durable (with `durable` set) without blocking,
+// for the gateway helper: the handler is installed at once (a delivery may
+// follow the Ok immediately) and removed again if the broker refuses.
+// `owner` tags the entry (see remove_inboxes_of). `done` runs on the loop
+// thread, or at once on a local error (not_supported, invalid_position,
+// not_connected); errc::timeout after request_timeout. Any thread.
+void open_inbox_async(const std::shared_ptr<client_state>& self, std::string_view id, lease_id lease,
+                      inbox_handler handler, std::optional<durable_options> durable, const void* owner,
+                      std::function<void(std::error_code)> done);
+
+// Removes, on this side only, the inboxes `owner` opened (the broker is not
+// told). Called on the loop thread, their handlers are not called again;
+// from another thread, a delivery being dispatched may still reach one.
+void remove_inboxes_of(client_state& p, const void* owner);
 
 }  // namespace detail
 
