@@ -74,10 +74,14 @@ class gateway {
   gateway(const gateway&) = delete;
   gateway& operator=(const gateway&) = delete;
 
-  // Registers route_key -> this gateway under the lease (blocking; after a
-  // lease renewal under way, never during one).
+  // Registers route_key -> this gateway under the lease. Blocking; a lease
+  // renewal under way finishes first (route changes and renewals never
+  // overlap). Errors: not_found (the lease was lost and not renewed yet:
+  // retry after on_lease_renewed), not_connected, timeout, would_deadlock.
   std::error_code add_route(std::string_view route_key);
-  std::error_code remove_route(std::string_view route_key);  // not_found: not a route of this gateway
+  // Removes a route added here. Errors as add_route; not_found also when
+  // route_key is not a route of this gateway.
+  std::error_code remove_route(std::string_view route_key);
   std::vector<std::string> routes() const;
 
   lease_id lease() const;
@@ -88,7 +92,8 @@ class gateway {
 
   // Stops the keepalive without revoking: the lease, inbox and routes then
   // expire after the TTL, as if the process had died. Deliveries still
-  // reach on_message until the gateway is destroyed.
+  // reach on_message until the gateway is destroyed; a lease renewal
+  // already under way still completes.
   void abandon();
 
  private:
