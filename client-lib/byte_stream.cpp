@@ -1,8 +1,5 @@
 #include "byte_stream.hpp"
 
-#include <sys/socket.h>
-#include <sys/types.h>
-
 namespace switchyard::client_lib {
 
 asio::awaitable<asio_error_code> byte_stream::connect(const asio::ip::tcp::resolver::results_type& endpoints) {
@@ -12,11 +9,6 @@ asio::awaitable<asio_error_code> byte_stream::connect(const asio::ip::tcp::resol
   asio_error_code ignored;  // without TCP_NODELAY the stream still works, only slower
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
   co_return ec;
-}
-
-std::size_t byte_stream::try_write(std::span<const std::uint8_t> data) noexcept {
-  const ssize_t n = ::send(socket_.native_handle(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  return n > 0 ? static_cast<std::size_t>(n) : 0;
 }
 
 void byte_stream::close() noexcept {

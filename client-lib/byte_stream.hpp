@@ -11,6 +11,9 @@
 
 #include "common/asio.hpp"
 
+#include <sys/socket.h>
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -47,8 +50,12 @@ class byte_stream {
   // (the caller's lock guarantees both): writes what the stream takes at
   // once, without blocking, and returns how many bytes. 0: it would block,
   // the stream failed (the loop's reader or writer reports that), or the
-  // transport cannot be written outside the loop thread.
-  std::size_t try_write(std::span<const std::uint8_t> data) noexcept;
+  // transport cannot be written outside the loop thread. Inline: it is the
+  // publish fast path (one system call, nothing else).
+  std::size_t try_write(std::span<const std::uint8_t> data) noexcept {
+    const ssize_t n = ::send(socket_.native_handle(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
 
   // Loop thread: shuts both directions down and closes; pending reads and
   // writes complete with an error. Idempotent.
