@@ -42,27 +42,6 @@ struct settings {
   bool clear = false;
 };
 
-// Stable names of the client library's error codes, for --json.
-std::string_view code_name(std::error_code ec) {
-  // Indexed by the code's value (1..99 are the broker's, docs/protocol.md §8).
-  static constexpr std::string_view server_codes[] = {
-      "none", "bad_request", "malformed_frame", "frame_too_large", "unsupported_version", "unsupported_message",
-      "hello_required", "hello_timeout", "heartbeat_timeout", "too_many_connections", "unauthorized",
-      "rate_limited", "draining", "shutting_down", "slow_consumer", "not_found", "no_route", "trimmed",
-      "storage_full", "internal", "inbox_taken", "corrupted", "limit_exceeded"};
-  if (ec.category() != client_category()) return "connection_failed";
-  const int v = ec.value();
-  if (v > 0 && static_cast<std::size_t>(v) < std::size(server_codes)) return server_codes[v];
-  switch (static_cast<errc>(v)) {
-    case errc::not_connected: return "not_connected";
-    case errc::timeout: return "timeout";
-    case errc::not_supported: return "not_supported";
-    case errc::protocol_violation: return "protocol_violation";
-    case errc::payload_too_large: return "payload_too_large";
-    default: return "error";
-  }
-}
-
 // Server-reported codes (and a missing capability) are the broker's answer;
 // everything else means the connection did not work out.
 int exit_code_of(std::error_code ec) {
@@ -105,7 +84,7 @@ class cli {
     o.connect_timeout = o.request_timeout = std::chrono::milliseconds(s_.timeout_ms);
     auto c = client::connect(o);
     if (!c)  // whatever the reason (refused, timeout, the broker's refusal): exit 2
-      return fail(exit_connection, code_name(c.error()),
+      return fail(exit_connection, error_code_name(c.error()),
                   "cannot connect to " + s_.address + ": " + c.error().message());
     client_ = std::move(*c);
     if (s_.command == "ping") return ping();
@@ -147,7 +126,7 @@ class cli {
                        "--verify-log --data-dir <its data dir> on the broker's host";
     else if (ec == errc::bad_request)
       message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
-    return fail(exit_code_of(ec), code_name(ec), message);
+    return fail(exit_code_of(ec), error_code_name(ec), message);
   }
 
   int ping() {
@@ -303,7 +282,7 @@ class cli {
         if (auto st = client_->stream_info(s_.stream)) bad = st->first_seq;
       const std::string at = bad != 0 ? "record " + std::to_string(bad) : "a record";
       const std::string past = bad != 0 ? "; --from " + std::to_string(bad + 1) + " reads past it" : "";
-      return fail(exit_server_error, code_name(r.error()),
+      return fail(exit_server_error, error_code_name(r.error()),
                   "streams read " + s_.stream + ": " + at +
                       " is damaged in the broker's sequence log (corrupted)" + past +
                       "; check the whole log with switchyard-server --verify-log --data-dir <its data dir> on the "

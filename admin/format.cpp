@@ -1,5 +1,7 @@
 #include "admin/format.hpp"
 
+#include <switchyard/error.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -212,6 +214,11 @@ std::string format_duration_ms(std::uint64_t ms) {
   for (const auto& u : units)
     if (ms >= u.ms && ms % u.ms == 0) return std::to_string(ms / u.ms) + u.name;
   return std::to_string(ms) + "ms";
+}
+
+std::string_view error_code_name(std::error_code ec) {
+  if (ec.category() != client_category()) return "connection_failed";
+  return error_name(static_cast<errc>(ec.value()));
 }
 
 }  // namespace switchyard::admin

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 namespace switchyard::admin {
@@ -58,6 +59,12 @@ std::string base64(std::string_view bytes);
 // right_aligned[i] is true (numbers), else left-aligned. Widths count
 // bytes.
 std::string format_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& right_aligned);
+
+// The name --json gives an error (its "code"): the client library's
+// error_name() for the library's codes (the broker's codes have the
+// protocol's names), "connection_failed" for the operating system's
+// (refused, reset, unreachable, ...).
+std::string_view error_code_name(std::error_code ec);
 
 // Milliseconds since the Unix epoch as UTC ISO 8601, e.g.
 // "2026-11-30T00:37:13.123Z".

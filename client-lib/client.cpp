@@ -26,7 +26,7 @@ client::~client() { close(); }
 void client::async_connect(client_options options, std::shared_ptr<event_loop> loop,
                            std::function<void(std::expected<std::unique_ptr<client>, std::error_code>)> done) {
   if (!loop) loop = std::make_shared<event_loop>();
-  auto p = std::make_shared<impl>(std::move(options), loop->get());
+  auto p = std::make_shared<impl>(std::move(options), detail::access::state(*loop));
   auto& io = p->io;
   asio::co_spawn(io, p->run(p, [p, loop, done = std::move(done)](std::error_code ec) {
     std::unique_ptr<client> c(new client(loop, p));
@@ -42,7 +42,7 @@ void client::async_connect(client_options options, std::shared_ptr<event_loop> l
 std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_options options,
                                                                         std::shared_ptr<event_loop> loop) {
   if (!loop) loop = std::make_shared<event_loop>();
-  if (loop->get().on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
+  if (detail::access::state(*loop).on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
   using result_type = std::expected<std::unique_ptr<client>, std::error_code>;
   auto promise = std::make_shared<std::promise<result_type>>();
   auto result = promise->get_future();
@@ -89,7 +89,7 @@ void client::async_subscribe(std::string_view pattern, message_handler handler,
   detail::add_subscription(impl_, pattern, std::move(handler), nullptr, std::move(done));
 }
 
-void detail::add_subscription(const std::shared_ptr<client::impl>& self, std::string_view pattern,
+void detail::add_subscription(const std::shared_ptr<client_state>& self, std::string_view pattern,
                               message_handler handler, std::shared_ptr<durable_state> durable,
                               std::function<void(std::expected<subscription_id, std::error_code>)> done) {
   auto& p = *self;
@@ -111,7 +111,7 @@ void detail::add_subscription(const std::shared_ptr<client::impl>& self, std::st
     if (entry->durable) {
       // Replayed records reach the handler if their channel is one it
       // subscribed to (a stream may carry several channels).
-      entry->durable->deliver = [weak_p = std::weak_ptr<client::impl>(self), weak_e = std::weak_ptr<const sub_entry>(entry)](
+      entry->durable->deliver = [weak_p = std::weak_ptr<client_state>(self), weak_e = std::weak_ptr<const sub_entry>(entry)](
                                     const std::string& stream, std::uint64_t epoch, const stream_record& rec) {
         const auto p = weak_p.lock();
         const auto e = weak_e.lock();
@@ -139,7 +139,7 @@ void detail::add_subscription(const std::shared_ptr<client::impl>& self, std::st
   // errc::timeout if the broker has not answered.
   auto timer = std::make_shared<asio::steady_timer>(p.io, p.opts.request_timeout);
   const std::string pat(pattern);
-  std::weak_ptr<client::impl> weak = self;
+  std::weak_ptr<client_state> weak = self;
   auto rid = std::make_shared<std::uint64_t>(0);
   p.request(
       [&](std::uint64_t r) {

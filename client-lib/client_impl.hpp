@@ -5,6 +5,8 @@
 
 #include "switchyard/client.hpp"
 
+#include "access.hpp"
+#include "byte_stream.hpp"
 #include "client_log.hpp"
 #include "stream_tracker.hpp"
 #include "common/asio.hpp"
@@ -13,8 +15,6 @@
 #include "protocol/frame_parser.hpp"
 #include "protocol/limits.hpp"
 #include "protocol/read_buffer.hpp"
-
-#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
@@ -100,6 +100,7 @@ struct inbox_entry {
   std::string id;
   inbox_handler handler;
   std::shared_ptr<durable_state> durable;  // null for a plain inbox
+  const void* owner = nullptr;             // who opened it (the gateway helper), to remove only its own
 };
 using inbox_list = std::vector<std::shared_ptr<const inbox_entry>>;
 
@@ -119,6 +120,10 @@ inline std::expected<send_result, std::error_code> parse_send_result(const wire:
 // Records -> stream_read (read(), and the recovery reads).
 std::expected<stream_read, std::error_code> parse_records(const wire::Frame& f);
 
+// LeaseInfo -> lease_info; RegistryEntry -> its version (client_routing.cpp).
+std::expected<lease_info, std::error_code> parse_lease(const wire::Frame& f);
+std::expected<std::uint64_t, std::error_code> parse_put_version(const wire::Frame& f);
+
 }  // namespace detail
 
 using detail::local_builder;
@@ -133,8 +138,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // A request's answer: an error, or the answer frame (valid during the call).
   using completion = std::function<void(std::error_code, const wire::Frame*)>;
 
-  impl(client_options o, event_loop::impl& l)
-      : opts(std::move(o)), loop(l), io(l.io), socket(io), heartbeat_timer(io),
+  impl(client_options o, detail::loop_state& l)
+      : opts(std::move(o)), loop(l), io(l.io), stream(io), heartbeat_timer(io),
         parser(protocol::default_max_frame) {
     if (opts.client_id.empty()) opts.client_id = detail::random_client_id();
   }
@@ -143,9 +148,10 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // Borrowed: the client object owns the event_loop reference, so the loop
   // is never destroyed from its own thread when the last coroutine lets go
   // of this impl.
-  event_loop::impl& loop;
+  detail::loop_state& loop;
   asio::io_context& io;
-  asio::ip::tcp::socket socket;
+  // The connection's bytes go through it only (TLS can replace it).
+  client_lib::byte_stream stream;
   asio::steady_timer heartbeat_timer;
   protocol::frame_parser parser;
 
@@ -314,12 +320,13 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (!ok) return errc::timeout;
     }
     if (opts.write_immediately && !write_active && out.empty()) {
-      // Nothing queued ahead of us: try the socket directly from this thread.
-      const ssize_t n = ::send(socket.native_handle(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n == static_cast<ssize_t>(frame.size())) return {};
-      // A partial write, EAGAIN or an error: the loop writer sends the rest
-      // (and reports the error through the normal read/write path).
-      if (n > 0) frame = frame.subspan(static_cast<std::size_t>(n));
+      // Nothing queued ahead of us: write directly from this thread (mu
+      // held, no loop write in flight, fail() waits for mu to close).
+      const std::size_t n = stream.try_write(frame);
+      if (n == frame.size()) return {};
+      // A partial write, nothing written or an error: the loop writer sends
+      // the rest (and reports the error through the normal read/write path).
+      frame = frame.subspan(n);
     }
     out.insert(out.end(), frame.begin(), frame.end());
     if (!write_active) {
@@ -340,15 +347,15 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       writing.swap(out);
     }
     space_cv.notify_all();
-    asio::async_write(socket, asio::buffer(writing),
-                      [self = shared_from_this()](asio_error_code ec, std::size_t) {
-                        self->writing.clear();
-                        if (ec) {
-                          self->fail(ec, "write");
-                          return;
-                        }
-                        self->start_write();
-                      });
+    stream.async_write(asio::buffer(writing),
+                       [self = shared_from_this()](asio_error_code ec, std::size_t) {
+                         self->writing.clear();
+                         if (ec) {
+                           self->fail(ec, "write");
+                           return;
+                         }
+                         self->start_write();
+                       });
   }
 
   // ------------------------------------------------------------- requests
@@ -382,6 +389,32 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (done) done(ec, answer);
   }
 
+  // request() with a deadline: `done` gets errc::timeout when the broker
+  // has not answered within opts.request_timeout (a late answer is then
+  // ignored). Any thread; `done` runs on the loop thread, or here at once
+  // on a send error. A timer per call: for occasional requests (the
+  // gateway helper's), not for the hot path.
+  template <class Encode>
+  void timed_request(Encode encode, completion done) {
+    auto timer = std::make_shared<asio::steady_timer>(io, opts.request_timeout);
+    auto id = std::make_shared<std::atomic<std::uint64_t>>(0);
+    // Armed before the request goes out: from then on only the completion
+    // below touches the timer.
+    timer->async_wait([weak = weak_from_this(), id](asio_error_code ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->complete(id->load(), errc::timeout);
+    });
+    request(
+        [&](std::uint64_t r) {
+          id->store(r);
+          return encode(r);
+        },
+        [timer, done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
+          timer->cancel();
+          if (done) done(ec, answer);
+        });
+  }
+
   // Blocking request (not on the loop thread): waits up to request_timeout
   // and turns the answer frame into T with `parse`.
   template <class T, class Encode, class Parse>
@@ -403,12 +436,22 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // Non-blocking request: `done` gets the parsed answer on the loop thread.
   template <class T, class Encode, class Parse>
   void call_async(Encode encode, Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
-    request(encode, [parse, done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
+    request(encode, parsed<T>(std::move(parse), std::move(done)));
+  }
+  // The same with request_timeout (timed_request).
+  template <class T, class Encode, class Parse>
+  void call_timed(Encode encode, Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
+    timed_request(encode, parsed<T>(std::move(parse), std::move(done)));
+  }
+  // A completion that hands `done` the answer turned into T by `parse`.
+  template <class T, class Parse>
+  static completion parsed(Parse parse, std::function<void(std::expected<T, std::error_code>)> done) {
+    return [parse = std::move(parse), done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
       if (!done) return;
       if (ec) done(std::unexpected(ec));
       else if (!answer) done(std::unexpected(make_error_code(errc::protocol_violation)));
       else done(parse(*answer));
-    });
+    };
   }
 
   // A blocking request whose success answer carries nothing (Ok, Pong).
@@ -431,9 +474,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     }
     space_cv.notify_all();
     const bool was_open = open.exchange(false);
-    asio_error_code ignored;
-    socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-    socket.close(ignored);
+    stream.close();
     heartbeat_timer.cancel();
     const std::error_code reason = server_goodbye ? server_goodbye : ec;
     for (auto& [id, done] : pending)
@@ -472,7 +513,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (*r) co_return **r;
       rbuf.make_room(parser.needed());
       asio_error_code ec;
-      const std::size_t n = co_await socket.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()),
+      const std::size_t n = co_await stream.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()),
                                                             redirect_error(use_awaitable, ec));
       if (ec) co_return std::unexpected(std::error_code(ec));
       last_rx = clock::now();
@@ -585,7 +626,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (!*r) {
         rbuf.make_room(parser.needed());
         asio_error_code ec;
-        const std::size_t n = co_await socket.async_read_some(
+        const std::size_t n = co_await stream.async_read_some(
             asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
         if (ec) {
           fail(ec, "read");
@@ -615,10 +656,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     asio::steady_timer guard(io, opts.connect_timeout);
     guard.async_wait([self](asio_error_code ec) {
       if (ec || self->open) return;
-      // Closing the socket makes the pending connect/read fail at once.
+      // Closing the stream makes the pending connect/read fail at once.
       self->connect_timed_out = true;
-      asio_error_code ignored;
-      self->socket.close(ignored);
+      self->stream.close();
     });
     auto finish = [&](std::error_code ec) {
       guard.cancel();
@@ -631,9 +671,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     const auto endpoints = co_await resolver.async_resolve(opts.host, std::to_string(opts.port),
                                                            redirect_error(use_awaitable, ec));
     if (ec) co_return finish(ec);
-    co_await asio::async_connect(socket, endpoints, redirect_error(use_awaitable, ec));
+    ec = co_await stream.connect(endpoints);
     if (ec) co_return finish(ec);
-    socket.set_option(asio::ip::tcp::no_delay(true), ec);
     rbuf.reserve(64 * 1024);
 
     static constexpr std::array<std::string_view, 5> wanted{
@@ -648,7 +687,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     h.credentials = opts.credentials;
     h.capabilities = wanted;
     const auto hello = local_builder().hello(0, h);
-    co_await asio::async_write(socket, asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
+    co_await stream.async_write(asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
     if (ec) co_return finish(ec);
 
     auto r = co_await read_frame();
@@ -683,9 +722,24 @@ namespace detail {
 // subscription is plain (a durable one always asks: its Subscribe is where
 // it starts). `done` runs on the loop thread, or at once on a local error
 // or a known pattern.
-void add_subscription(const std::shared_ptr<client::impl>& self, std::string_view pattern, message_handler handler,
+void add_subscription(const std::shared_ptr<client_state>& self, std::string_view pattern, message_handler handler,
                       std::shared_ptr<durable_state> durable,
                       std::function<void(std::expected<subscription_id, std::error_code>)> done);
+
+// open_inbox / open_inbox_durable (with `durable` set) without blocking,
+// for the gateway helper: the handler is installed at once (a delivery may
+// follow the Ok immediately) and removed again if the broker refuses.
+// `owner` tags the entry (see remove_inboxes_of). `done` runs on the loop
+// thread, or at once on a local error (not_supported, invalid_position,
+// not_connected); errc::timeout after request_timeout. Any thread.
+void open_inbox_async(const std::shared_ptr<client_state>& self, std::string_view id, lease_id lease,
+                      inbox_handler handler, std::optional<durable_options> durable, const void* owner,
+                      std::function<void(std::error_code)> done);
+
+// Removes, on this side only, the inboxes `owner` opened (the broker is not
+// told). Called on the loop thread, their handlers are not called again;
+// from another thread, a delivery being dispatched may still reach one.
+void remove_inboxes_of(client_state& p, const void* owner);
 
 }  // namespace detail
 

@@ -21,12 +21,6 @@ std::uint32_t ms32(milliseconds d) {
 
 std::error_code mismatch() { return make_error_code(errc::protocol_violation); }
 
-result<lease_info> parse_lease(const wire::Frame& f) {
-  const auto* l = f.message_as_LeaseInfo();
-  if (!l) return std::unexpected(mismatch());
-  return lease_info{l->lease_id(), milliseconds(l->ttl_ms()), milliseconds(l->remaining_ms())};
-}
-
 registry_entry to_entry(const wire::RegistryEntry& e) {
   return {e.key() ? e.key()->str() : std::string{}, e.value() ? e.value()->str() : std::string{}, e.version(),
           e.lease_id(), milliseconds(e.remaining_ms())};
@@ -39,6 +33,20 @@ result<registry_entry> parse_entry(const wire::Frame& f) {
 }
 
 }  // namespace
+
+result<lease_info> detail::parse_lease(const wire::Frame& f) {
+  const auto* l = f.message_as_LeaseInfo();
+  if (!l) return std::unexpected(mismatch());
+  return lease_info{l->lease_id(), milliseconds(l->ttl_ms()), milliseconds(l->remaining_ms())};
+}
+
+result<std::uint64_t> detail::parse_put_version(const wire::Frame& f) {
+  const auto* e = f.message_as_RegistryEntry();
+  if (!e) return std::unexpected(mismatch());
+  return e->version();
+}
+
+using detail::parse_lease;
 
 // Every routing call needs the capability; without it the server would
 // answer unsupported_message.
@@ -132,12 +140,12 @@ result<std::vector<registry_entry>> client::registry_list(std::string_view prefi
 
 namespace {
 
-// open_inbox and open_inbox_durable: installs the handler first (a delivery
-// may follow the Ok immediately), removes it again if the broker refuses.
-std::error_code open_inbox_entry(client::impl& p, std::string_view id, lease_id lease, inbox_handler handler,
-                                 std::shared_ptr<durable_state> durable) {
-  if (!p.routing) return errc::not_supported;
-  auto entry = std::make_shared<const inbox_entry>(inbox_entry{std::string(id), std::move(handler), std::move(durable)});
+// Installs the handler of inbox `id` (replacing one of the same id); a
+// delivery may follow the broker's Ok immediately.
+std::shared_ptr<const inbox_entry> install_inbox(detail::client_state& p, std::string_view id, inbox_handler handler,
+                                                 std::shared_ptr<durable_state> durable, const void* owner = nullptr) {
+  auto entry = std::make_shared<const inbox_entry>(
+      inbox_entry{std::string(id), std::move(handler), std::move(durable), owner});
   if (entry->durable) {
     // Replayed records carry every route key of the original send.
     entry->durable->deliver = [weak_p = p.weak_from_this(), weak_e = std::weak_ptr<const inbox_entry>(entry)](
@@ -150,19 +158,62 @@ std::error_code open_inbox_entry(client::impl& p, std::string_view id, lease_id 
       e->handler(inbox_message{e->id, keys, rec.payload, stream, rec.seq, epoch, true});
     };
   }
-  {
-    std::lock_guard lock(p.mu);
-    p.replace_inboxes_locked([&](const inbox_entry& e) { return e.id == id; }, entry);
-  }
+  std::lock_guard lock(p.mu);
+  p.replace_inboxes_locked([&](const inbox_entry& e) { return e.id == id; }, entry);
+  return entry;
+}
+
+// Removes `entry` again (the broker refused it).
+void uninstall_inbox(detail::client_state& p, const inbox_entry* entry) {
+  std::lock_guard lock(p.mu);
+  p.replace_inboxes_locked([&](const inbox_entry& e) { return &e == entry; });
+}
+
+// open_inbox and open_inbox_durable: installs the handler first, removes
+// it again if the broker refuses.
+std::error_code open_inbox_entry(detail::client_state& p, std::string_view id, lease_id lease, inbox_handler handler,
+                                 std::shared_ptr<durable_state> durable) {
+  if (!p.routing) return errc::not_supported;
+  const auto entry = install_inbox(p, id, std::move(handler), std::move(durable));
   const auto ec = p.request_sync([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); });
-  if (ec) {
-    std::lock_guard lock(p.mu);
-    p.replace_inboxes_locked([&](const inbox_entry& e) { return &e == entry.get(); });
-  }
+  if (ec) uninstall_inbox(p, entry.get());
   return ec;
 }
 
 }  // namespace
+
+void detail::open_inbox_async(const std::shared_ptr<client_state>& self, std::string_view id, lease_id lease,
+                              inbox_handler handler, std::optional<durable_options> options, const void* owner,
+                              std::function<void(std::error_code)> done) {
+  auto& p = *self;
+  // The checks of open_inbox_durable and open_inbox_entry, in their order.
+  std::shared_ptr<durable_state> durable;
+  if (options) {
+    if (!p.log_cap) return done(errc::not_supported);
+    auto made = p.make_durable(*options);
+    if (!made) return done(made.error());
+    durable = std::move(*made);
+  }
+  if (!p.routing) return done(errc::not_supported);
+  const bool resume = options && !options->resume_from.empty();
+  auto entry = install_inbox(p, id, std::move(handler), std::move(durable), owner);
+  p.timed_request([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); },
+                  [weak = std::weak_ptr<client_state>(self), entry, resume, done = std::move(done)](
+                      std::error_code ec, const wire::Frame*) {
+                    if (ec) {
+                      if (const auto s = weak.lock()) uninstall_inbox(*s, entry.get());
+                    } else if (resume && entry->durable->active) {
+                      // As open_inbox_durable: read what was missed since the positions.
+                      entry->durable->tracker->check_all();
+                    }
+                    done(ec);
+                  });
+}
+
+void detail::remove_inboxes_of(client_state& p, const void* owner) {
+  std::lock_guard lock(p.mu);
+  p.replace_inboxes_locked([&](const inbox_entry& e) { return e.owner == owner; });
+}
 
 std::error_code client::open_inbox(std::string_view id, lease_id lease, inbox_handler handler) {
   return open_inbox_entry(*impl_, id, lease, std::move(handler), nullptr);
@@ -244,12 +295,7 @@ void client::async_registry_put(std::string_view key, std::string_view value, le
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
   impl_->call_async<std::uint64_t>(
       [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); },
-      [](const wire::Frame& f) -> result<std::uint64_t> {
-        const auto* e = f.message_as_RegistryEntry();
-        if (!e) return std::unexpected(mismatch());
-        return e->version();
-      },
-      std::move(done));
+      detail::parse_put_version, std::move(done));
 }
 
 void client::async_send(std::string_view route_key, std::span<const std::byte> payload,

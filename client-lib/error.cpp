@@ -12,23 +12,40 @@ static_assert(static_cast<int>(errc::bad_request) == static_cast<int>(protocol::
 static_assert(static_cast<int>(protocol::last_known_errc) == static_cast<int>(errc::limit_exceeded),
               "a protocol error code was added: add it to switchyard::errc");
 
+// The library's own codes (from 100): the one table of their names and
+// messages. Codes 1..99 take both from the protocol.
+struct library_code {
+  errc code;
+  std::string_view name;
+  const char* message;
+};
+constexpr library_code library_codes[] = {
+    {errc::not_connected, "not_connected", "not connected"},
+    {errc::timeout, "timeout", "timed out waiting for the broker"},
+    {errc::invalid_channel, "invalid_channel", "invalid channel name"},
+    {errc::invalid_pattern, "invalid_pattern", "invalid subscription pattern"},
+    {errc::payload_too_large, "payload_too_large", "payload too large for the server's max frame"},
+    {errc::would_deadlock, "would_deadlock", "blocking call on the client's event-loop thread"},
+    {errc::protocol_violation, "protocol_violation", "the server violated the protocol"},
+    {errc::not_supported, "not_supported", "not supported by the server"},
+    {errc::invalid_position, "invalid_position", "a stream position has a sequence but no epoch"},
+};
+
+constexpr bool is_server_code(int value) noexcept { return value > 0 && value < 100; }
+
+const library_code* find_library_code(int value) noexcept {
+  for (const auto& c : library_codes)
+    if (static_cast<int>(c.code) == value) return &c;
+  return nullptr;
+}
+
 class category final : public std::error_category {
  public:
   const char* name() const noexcept override { return "switchyard"; }
   std::string message(int value) const override {
-    if (value > 0 && value < 100) return protocol::protocol_category().message(value);
-    switch (static_cast<errc>(value)) {
-      case errc::not_connected: return "not connected";
-      case errc::timeout: return "timed out waiting for the broker";
-      case errc::invalid_channel: return "invalid channel name";
-      case errc::invalid_pattern: return "invalid subscription pattern";
-      case errc::payload_too_large: return "payload too large for the server's max frame";
-      case errc::would_deadlock: return "blocking call on the client's event-loop thread";
-      case errc::protocol_violation: return "the server violated the protocol";
-      case errc::not_supported: return "not supported by the server";
-      case errc::invalid_position: return "a stream position has a sequence but no epoch";
-      default: return "switchyard error " + std::to_string(value);
-    }
+    if (is_server_code(value)) return protocol::protocol_category().message(value);
+    if (const auto* c = find_library_code(value)) return c->message;
+    return "switchyard error " + std::to_string(value);
   }
 };
 
@@ -37,6 +54,13 @@ class category final : public std::error_category {
 const std::error_category& client_category() noexcept {
   static const category instance;
   return instance;
+}
+
+std::string_view error_name(errc e) noexcept {
+  const int value = static_cast<int>(e);
+  if (is_server_code(value)) return protocol::errc_name(static_cast<protocol::errc>(value));
+  if (const auto* c = find_library_code(value)) return c->name;
+  return "unknown";
 }
 
 }  // namespace switchyard

@@ -1,56 +1,213 @@
 #include "switchyard/gateway.hpp"
 
-#include "client_log.hpp"
+#include "client_impl.hpp"
 
-#include <condition_variable>
-#include <mutex>
+#include <algorithm>
+#include <deque>
 #include <set>
-#include <thread>
 
 namespace switchyard {
 
-using client_lib::log;
+using detail::client_state;
 
-struct gateway::impl {
-  client& conn;
-  gateway_options opts;
+// The gateway's state. After start(), everything but the snapshots under
+// `mu` lives on the client's loop thread: the keepalive timer, the queue of
+// route changes and renewals, and every callback. Callbacks given to the
+// client hold weak references and do nothing once `stopped` is set.
+struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
+  using step = std::function<void()>;
+  // A route change or a renewal: runs on the loop thread and calls
+  // `finished` once done (then the next one starts).
+  using op = std::function<void(step finished)>;
+
+  impl(client& c, gateway_options o)
+      : conn(c), core(detail::access::state(c)), opts(std::move(o)), timer(core->io) {}
+
+  client& conn;                        // borrowed: outlives the gateway (start's contract)
+  std::shared_ptr<client_state> core;  // conn's state: its loop, its requests
+  gateway_options opts;                // lease_ttl as granted, once started
+
+  // Read by any thread (routes(), lease()); written on the loop thread
+  // (and by start() before the loop knows the gateway).
   mutable std::mutex mu;
-  // Held while the lease is being replaced and everything restored, so
-  // add_route / remove_route never race a renewal (taken before mu).
-  std::mutex renew_mu;
-  std::condition_variable wake;
   std::set<std::string, std::less<>> routes;  // guarded by mu
   lease_id lease = 0;                         // guarded by mu
-  bool stopping = false;                      // guarded by mu
-  bool revoke_on_stop = true;
-  std::thread keeper;
 
-  impl(client& c, gateway_options o) : conn(c), opts(std::move(o)) {}
+  // Loop thread only.
+  asio::steady_timer timer;         // the next keepalive
+  bool stopped = false;             // ~gateway: no callback of this gateway runs any more
+  bool keepalive_stopped = false;   // abandon()
+  bool revoke_on_stop = true;       // false after abandon(); read by ~gateway after it stopped the loop side
+  std::deque<op> ops;               // waiting behind the running one
+  bool op_running = false;
+  std::vector<std::string_view> mine;  // deliver(): the route keys of a replay held here
 
-  // Opens the inbox and puts every route under `id`. Keepalive thread or start().
-  std::error_code restore(lease_id id) {
-    if (auto ec = open_inbox(id)) return ec;
-    std::vector<std::string> keys;
-    {
-      std::lock_guard lock(mu);
-      keys.assign(routes.begin(), routes.end());
+  lease_id current_lease() const {
+    std::lock_guard lock(mu);
+    return lease;
+  }
+
+  // Runs `fn` on the loop thread and waits for it (directly when called
+  // there): from then on no callback of this gateway runs concurrently.
+  template <class F>
+  void on_loop(F fn) {
+    core->on_loop([&] { fn(); });
+  }
+
+  // ------------------------------------------------------------- ops queue
+
+  // Loop thread: runs `o` after every op submitted before it has finished,
+  // so that route changes and a renewal never interleave.
+  void submit(op o) {
+    ops.push_back(std::move(o));
+    if (!op_running) next_op();
+  }
+
+  void next_op() {
+    if (ops.empty()) {
+      op_running = false;
+      return;
     }
-    for (const auto& key : keys)
-      if (auto r = conn.registry_put(key, opts.inbox_id, id); !r) return r.error();
-    return {};
+    op_running = true;
+    auto o = std::move(ops.front());
+    ops.pop_front();
+    o([weak = weak_from_this()] {
+      if (const auto self = weak.lock()) self->next_op();
+    });
   }
 
-  std::error_code open_inbox(lease_id id) {
-    if (!opts.durable) return conn.open_inbox(opts.inbox_id, id, opts.on_message);
-    // Reopened under a new lease: go on from where the old inbox was.
-    auto o = *opts.durable;
-    for (auto& [stream, pos] : conn.inbox_stream_positions(opts.inbox_id)) o.resume_from[stream] = pos;
-    return conn.open_inbox_durable(opts.inbox_id, id, [this](const inbox_message& m) { deliver(m); }, std::move(o));
+  // Any thread but the loop's: runs `o` through the queue and waits for the
+  // error code it hands to its `result`.
+  std::error_code run_and_wait(std::function<void(std::function<void(std::error_code)> result, step finished)> o) {
+    auto result = std::make_shared<std::promise<std::error_code>>();
+    auto outcome = result->get_future();
+    asio::post(core->io, [self = shared_from_this(), result, o = std::move(o)]() mutable {
+      if (self->stopped) return result->set_value(make_error_code(errc::not_connected));
+      self->submit([result, o = std::move(o)](step finished) {
+        o([result](std::error_code ec) { result->set_value(ec); }, std::move(finished));
+      });
+    });
+    return outcome.get();
   }
+
+  // ------------------------------------------------------------ keepalive
+
+  void arm() {
+    if (stopped || keepalive_stopped) return;
+    timer.expires_after(opts.lease_ttl / 3);
+    timer.async_wait([weak = weak_from_this()](asio_error_code ec) {
+      const auto self = weak.lock();
+      if (!ec && self) self->tick();
+    });
+  }
+
+  // TTL/3 between keepalives, so two can fail before the lease is in
+  // danger. The next wait starts once the answer (or a renewal) is in.
+  void tick() {
+    if (stopped || keepalive_stopped) return;
+    const lease_id current = current_lease();
+    core->call_timed<lease_info>(
+        [current](std::uint64_t r) { return local_builder().lease_keepalive(r, current); }, detail::parse_lease,
+        [weak = weak_from_this(), current](std::expected<lease_info, std::error_code> r) {
+          const auto self = weak.lock();
+          if (!self || self->stopped || self->keepalive_stopped) return;
+          if (!r && r.error() == errc::not_found) {
+            // Lost anyway (a long stall, a server restart): start over.
+            self->submit([weak = self->weak_from_this(), current](step finished) {
+              if (const auto s = weak.lock(); s && !s->stopped) s->renew(current, std::move(finished));
+            });
+            return;
+          }
+          if (!r) self->report(r.error());
+          self->arm();
+        });
+  }
+
+  // Loop thread, as an op: grants a new lease, restores inbox and routes
+  // under it and calls on_lease_renewed; on failure reports and gives the
+  // new lease back. The keepalive goes on afterwards either way.
+  void renew(lease_id lost, step finished) {
+    core->call_timed<lease_info>(
+        [ttl = opts.lease_ttl](std::uint64_t r) {
+          return local_builder().lease_grant(r, static_cast<std::uint32_t>(std::clamp<std::int64_t>(ttl.count(), 0, UINT32_MAX)));
+        },
+        detail::parse_lease,
+        [weak = weak_from_this(), lost, finished](std::expected<lease_info, std::error_code> fresh) {
+          const auto self = weak.lock();
+          if (!self || self->stopped) return finished();
+          if (!fresh) {
+            self->report(fresh.error());
+            self->arm();
+            return finished();
+          }
+          self->restore(fresh->id, [weak, lost, id = fresh->id, finished](std::error_code ec) {
+            const auto self = weak.lock();
+            if (!self || self->stopped) return finished();
+            if (ec) {
+              self->report(ec);
+              self->revoke_nowait(id);
+            } else {
+              {
+                std::lock_guard lock(self->mu);
+                self->lease = id;
+              }
+              client_lib::log(log_level::info, "switchyard: gateway {}: lease {} lost, renewed as {}",
+                              self->opts.inbox_id, lost, id);
+              if (self->opts.on_lease_renewed) self->opts.on_lease_renewed(lost, id);
+            }
+            self->arm();
+            finished();
+          });
+        });
+  }
+
+  // Loop thread: opens the inbox under `id` and puts every route under it
+  // (pipelined). `done` gets the first error once every answer is in.
+  void restore(lease_id id, std::function<void(std::error_code)> done) {
+    std::optional<durable_options> durable = opts.durable;
+    if (durable) {
+      // Reopened under a new lease: go on from where the old inbox was.
+      for (auto& [stream, pos] : conn.inbox_stream_positions(opts.inbox_id)) durable->resume_from[stream] = pos;
+    }
+    auto handler = [weak = weak_from_this()](const inbox_message& m) {
+      const auto self = weak.lock();
+      if (self && !self->stopped) self->deliver(m);
+    };
+    detail::open_inbox_async(
+        core, opts.inbox_id, id, std::move(handler), std::move(durable), this,
+        [weak = weak_from_this(), id, done = std::move(done)](std::error_code ec) {
+          const auto self = weak.lock();
+          if (!self || self->stopped) return done(make_error_code(errc::not_connected));
+          if (ec) return done(ec);
+          std::vector<std::string> keys;
+          {
+            std::lock_guard lock(self->mu);
+            keys.assign(self->routes.begin(), self->routes.end());
+          }
+          if (keys.empty()) return done({});
+          struct progress {
+            std::size_t left;
+            std::error_code first;
+          };
+          auto state = std::make_shared<progress>(progress{keys.size(), {}});
+          for (const auto& key : keys)
+            self->core->call_timed<std::uint64_t>(
+                [&](std::uint64_t r) { return local_builder().registry_put(r, key, self->opts.inbox_id, id, 0); },
+                detail::parse_put_version, [state, done](std::expected<std::uint64_t, std::error_code> r) {
+                  if (!r && !state->first) state->first = r.error();
+                  if (--state->left == 0) done(state->first);
+                });
+        });
+  }
+
+  void revoke_nowait(lease_id id) {
+    core->request([id](std::uint64_t r) { return local_builder().lease_revoke(r, id); }, nullptr);
+  }
+
+  // ----------------------------------------------------------- deliveries
 
   // Loop thread. A replayed send lists every key it was sent to: keep the
   // ones routed here.
-  std::vector<std::string_view> mine;
   void deliver(const inbox_message& m) {
     if (!m.replayed) return opts.on_message(m);
     mine.clear();
@@ -66,51 +223,26 @@ struct gateway::impl {
   }
 
   void report(std::error_code ec) {
-    log(log_level::warn, "switchyard: gateway {}: {}", opts.inbox_id, ec.message());
+    client_lib::log(log_level::warn, "switchyard: gateway {}: {}", opts.inbox_id, ec.message());
     if (opts.on_error) opts.on_error(ec);
   }
 
-  // The keepalive thread: TTL/3 between keepalives, so two can fail before
-  // the lease is in danger.
-  void keep_alive() {
-    std::unique_lock lock(mu);
-    while (!stopping) {
-      wake.wait_for(lock, opts.lease_ttl / 3, [&] { return stopping; });
-      if (stopping) return;
-      const lease_id current = lease;
-      lock.unlock();
-      auto r = conn.lease_keepalive(current);
-      if (!r && r.error() == errc::not_found) {
-        // Lost anyway (a long stall, a server restart): start over.
-        std::lock_guard renewing(renew_mu);
-        auto fresh = conn.lease_grant(opts.lease_ttl);
-        if (!fresh) {
-          report(fresh.error());
-        } else if (auto ec = restore(fresh->id)) {
-          report(ec);
-          (void)conn.lease_revoke(fresh->id);
-        } else {
-          {
-            std::lock_guard relock(mu);
-            lease = fresh->id;
-          }
-          log(log_level::info, "switchyard: gateway {}: lease {} lost, renewed as {}", opts.inbox_id, current,
-              fresh->id);
-          if (opts.on_lease_renewed) opts.on_lease_renewed(current, fresh->id);
-        }
-      } else if (!r) {
-        report(r.error());
-      }
-      lock.lock();
-    }
+  // Loop thread: nothing of this gateway runs any more, and its inbox
+  // handler is gone from the client.
+  void stop() {
+    stopped = true;
+    timer.cancel();
+    ops.clear();
+    detail::remove_inboxes_of(*core, this);
   }
 };
 
-gateway::gateway(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+gateway::gateway(std::shared_ptr<impl> p) : impl_(std::move(p)) {}
 
 std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& conn, gateway_options options) {
   if (options.inbox_id.empty() || !options.on_message) return std::unexpected(make_error_code(errc::bad_request));
-  auto p = std::make_unique<impl>(conn, std::move(options));
+  auto p = std::make_shared<impl>(conn, std::move(options));
+  if (p->core->loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
   p->routes.insert(p->opts.routes.begin(), p->opts.routes.end());  // restore() registers them
   lease_id id = 0;
   if (p->opts.resume_lease != 0) {
@@ -125,43 +257,77 @@ std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& 
   } else if (auto ttl = conn.lease_time_to_live(id)) {
     p->opts.lease_ttl = ttl->ttl;
   }
-  if (auto ec = p->restore(id)) {
+  // On the loop thread: restore, then (on success) the first keepalive wait.
+  std::promise<std::error_code> restored;
+  auto outcome = restored.get_future();
+  asio::post(p->core->io, [p, id, &restored] {
+    p->restore(id, [p, id, &restored](std::error_code ec) {
+      if (ec) {
+        detail::remove_inboxes_of(*p->core, p.get());
+      } else {
+        {
+          std::lock_guard lock(p->mu);
+          p->lease = id;
+        }
+        p->arm();
+      }
+      restored.set_value(ec);
+    });
+  });
+  if (auto ec = outcome.get()) {
     if (p->opts.resume_lease != id) (void)conn.lease_revoke(id);
     return std::unexpected(ec);
   }
-  p->lease = id;
-  p->keeper = std::thread([raw = p.get()] { raw->keep_alive(); });
   return std::unique_ptr<gateway>(new gateway(std::move(p)));
 }
 
 gateway::~gateway() {
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->stopping = true;
-  }
-  impl_->wake.notify_all();
-  if (impl_->keeper.joinable()) impl_->keeper.join();
-  if (impl_->revoke_on_stop && impl_->conn.connected()) (void)impl_->conn.lease_revoke(lease());
+  auto& p = *impl_;
+  p.on_loop([&p] { p.stop(); });
+  if (!p.revoke_on_stop) return;
+  const lease_id id = p.current_lease();
+  if (p.core->loop.on_loop_thread()) p.revoke_nowait(id);
+  else if (p.conn.connected()) (void)p.conn.lease_revoke(id);
 }
 
 std::error_code gateway::add_route(std::string_view route_key) {
-  std::lock_guard renewing(impl_->renew_mu);
-  const lease_id id = lease();
-  if (auto r = impl_->conn.registry_put(route_key, impl_->opts.inbox_id, id); !r) return r.error();
-  std::lock_guard lock(impl_->mu);
-  impl_->routes.emplace(route_key);
-  return {};
+  auto& p = *impl_;
+  if (p.core->loop.on_loop_thread()) return errc::would_deadlock;
+  return p.run_and_wait([&p, key = std::string(route_key)](auto result, impl::step finished) {
+    const lease_id id = p.current_lease();
+    p.core->call_timed<std::uint64_t>(
+        [&](std::uint64_t r) { return local_builder().registry_put(r, key, p.opts.inbox_id, id, 0); },
+        detail::parse_put_version,
+        [&p, key, result, finished](std::expected<std::uint64_t, std::error_code> r) {
+          if (r) {
+            std::lock_guard lock(p.mu);
+            p.routes.insert(key);
+          }
+          result(r ? std::error_code{} : r.error());
+          finished();
+        });
+  });
 }
 
 std::error_code gateway::remove_route(std::string_view route_key) {
-  std::lock_guard renewing(impl_->renew_mu);
-  {
-    std::lock_guard lock(impl_->mu);
-    auto it = impl_->routes.find(route_key);
-    if (it == impl_->routes.end()) return errc::not_found;
-    impl_->routes.erase(it);
-  }
-  return impl_->conn.registry_delete(route_key);
+  auto& p = *impl_;
+  if (p.core->loop.on_loop_thread()) return errc::would_deadlock;
+  return p.run_and_wait([&p, key = std::string(route_key)](auto result, impl::step finished) {
+    {
+      std::lock_guard lock(p.mu);
+      auto it = p.routes.find(key);
+      if (it == p.routes.end()) {
+        result(errc::not_found);
+        return finished();
+      }
+      p.routes.erase(it);
+    }
+    p.core->timed_request([&](std::uint64_t r) { return local_builder().registry_delete(r, key); },
+                          [result, finished](std::error_code ec, const protocol::wire::Frame*) {
+                            result(ec);
+                            finished();
+                          });
+  });
 }
 
 std::vector<std::string> gateway::routes() const {
@@ -169,23 +335,19 @@ std::vector<std::string> gateway::routes() const {
   return {impl_->routes.begin(), impl_->routes.end()};
 }
 
-lease_id gateway::lease() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->lease;
-}
+lease_id gateway::lease() const { return impl_->current_lease(); }
 
 stream_positions gateway::positions() const { return impl_->conn.inbox_stream_positions(impl_->opts.inbox_id); }
 
 const std::string& gateway::inbox_id() const noexcept { return impl_->opts.inbox_id; }
 
 void gateway::abandon() {
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->stopping = true;
-    impl_->revoke_on_stop = false;
-  }
-  impl_->wake.notify_all();
-  if (impl_->keeper.joinable()) impl_->keeper.join();
+  auto& p = *impl_;
+  p.on_loop([&p] {
+    p.keepalive_stopped = true;
+    p.revoke_on_stop = false;
+    p.timer.cancel();
+  });
 }
 
 }  // namespace switchyard

@@ -1,7 +1,11 @@
 // Unit tests for switchyard-cli's output helpers (admin/format.hpp): JSON
-// writing and escaping, printable UTF-8, base64, columns and times.
+// writing and escaping, printable UTF-8, base64, columns, times and error
+// names.
 
 #include "admin/format.hpp"
+#include "protocol/errc.hpp"
+
+#include <switchyard/error.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -82,4 +86,23 @@ TEST_CASE("format_utc and format_duration_ms", "[admin]") {
   CHECK(format_duration_ms(3'600'000) == "1h");
   CHECK(format_duration_ms(120'000) == "2min");
   CHECK(format_duration_ms(7 * 86'400'000ull) == "7d");
+}
+
+TEST_CASE("every protocol error code has the protocol's name in the CLI's JSON", "[admin]") {
+  for (int v = 1; v <= static_cast<int>(switchyard::protocol::last_known_errc); ++v) {
+    INFO("code " << v);
+    CHECK(error_code_name({v, switchyard::client_category()}) ==
+          switchyard::protocol::errc_name(static_cast<switchyard::protocol::errc>(v)));
+  }
+}
+
+TEST_CASE("the CLI's JSON names the library's own errors by their enumerators and system errors connection_failed",
+          "[admin]") {
+  using switchyard::errc;
+  CHECK(error_code_name(errc::not_connected) == "not_connected");
+  CHECK(error_code_name(errc::timeout) == "timeout");
+  CHECK(error_code_name(errc::not_supported) == "not_supported");
+  CHECK(error_code_name(errc::protocol_violation) == "protocol_violation");
+  CHECK(error_code_name(errc::payload_too_large) == "payload_too_large");
+  CHECK(error_code_name(std::make_error_code(std::errc::connection_refused)) == "connection_failed");
 }

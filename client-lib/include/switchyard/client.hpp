@@ -33,6 +33,10 @@
 
 namespace switchyard {
 
+namespace detail {
+struct access;  // the library's own way in (not installed)
+}  // namespace detail
+
 // One thread running I/O for any number of clients. Destroying the last
 // reference stops the thread (after every client using it is gone).
 class event_loop {
@@ -42,10 +46,9 @@ class event_loop {
   event_loop(const event_loop&) = delete;
   event_loop& operator=(const event_loop&) = delete;
 
-  struct impl;
-  impl& get() noexcept { return *impl_; }
-
  private:
+  friend struct detail::access;
+  struct impl;
   std::unique_ptr<impl> impl_;
 };
 
@@ -435,9 +438,9 @@ class client {
   std::vector<std::string> capabilities() const;      // granted by the server
   std::uint64_t dropped_total() const noexcept;       // sum of dropped notices
 
-  struct impl;
-
  private:
+  friend struct detail::access;
+  struct impl;
   client(std::shared_ptr<event_loop> loop, std::shared_ptr<impl> p);
   std::shared_ptr<event_loop> loop_;  // declared first: released after impl_
   std::shared_ptr<impl> impl_;

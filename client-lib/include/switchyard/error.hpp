@@ -7,6 +7,7 @@
 // Connection failures from the operating system (refused, reset, ...) come
 // through as std::system_category / generic codes.
 
+#include <string_view>
 #include <system_error>
 
 namespace switchyard {
@@ -49,6 +50,12 @@ enum class errc {
 };
 
 const std::error_category& client_category() noexcept;
+
+// Short stable name of a code, for logs and JSON ("no_route", "timeout"):
+// a server-reported code (1..99) has the protocol's name for it
+// (docs/protocol.md), a library code the name of its enumerator. A value
+// this build does not know is "unknown".
+std::string_view error_name(errc e) noexcept;
 
 inline std::error_code make_error_code(errc e) noexcept {
   return {static_cast<int>(e), client_category()};

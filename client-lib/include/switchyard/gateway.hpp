@@ -7,6 +7,15 @@
 //   auto conn = switchyard::client::connect(options).value();
 //   auto gw = switchyard::gateway::start(*conn, {.inbox_id = "gw-7", .on_message = deliver_to_socket}).value();
 //   gw->add_route("user:alice");   // sends to user:alice now arrive in on_message
+//
+// Threads: the gateway has none of its own. Once started, everything it
+// does runs on its client's event-loop thread: the keepalive is a timer
+// there, and every callback (on_message, on_lease_renewed, on_error) is
+// called there, one at a time, like the client's own handlers. Callbacks
+// must not block for long, and the blocking members (start, add_route,
+// remove_route) return errc::would_deadlock when called there. The
+// members are thread-safe; the destructor and abandon() may run on any
+// thread, the loop thread included.
 
 #include "switchyard/client.hpp"
 
@@ -29,10 +38,10 @@ struct gateway_options {
   // Reuse a lease that may still be alive (a gateway reconnecting within
   // its TTL keeps its lease and routes). 0 = grant a new one.
   lease_id resume_lease = 0;
-  // Called on the keepalive thread after a lost lease was replaced and the
+  // Called on the loop thread after a lost lease was replaced and the
   // inbox and routes restored under the new one.
   std::function<void(lease_id old_lease, lease_id new_lease)> on_lease_renewed;
-  // Called on the keepalive thread when a keepalive or restore failed (the
+  // Called on the loop thread when a keepalive or restore failed (the
   // connection is down, a timeout); the next tick retries.
   std::function<void(std::error_code)> on_error;
   // Route keys registered by start() itself (more come with add_route).
@@ -48,19 +57,30 @@ struct gateway_options {
 
 class gateway {
  public:
-  // Grants (or resumes) the lease, opens the inbox and starts the keepalive
-  // thread. `conn` must outlive the gateway. Errors: inbox_taken, not_found,
-  // not_supported, not_connected, timeout.
+  // Grants (or resumes) the lease, opens the inbox, registers
+  // options.routes and starts the keepalive timer. Blocking. `conn` must
+  // outlive the gateway. Errors: inbox_taken, not_found, not_supported,
+  // not_connected, timeout, would_deadlock (on the loop thread), bad_request
+  // (no inbox_id or on_message).
   static std::expected<std::unique_ptr<gateway>, std::error_code> start(client& conn, gateway_options options);
 
-  // Stops the keepalive and revokes the lease, so its routes vanish at once
-  // (unless abandon() was called).
+  // Stops the keepalive, closes the inbox on this side (its handler is
+  // never called again once the destructor returns) and revokes the lease,
+  // so its inbox and routes vanish at once on the broker (unless abandon()
+  // was called: they then stay until the lease expires). Blocks until the
+  // loop thread has let go of the gateway; on the loop thread itself the
+  // revoke is sent without waiting for its answer.
   ~gateway();
   gateway(const gateway&) = delete;
   gateway& operator=(const gateway&) = delete;
 
-  // Registers route_key -> this gateway under the lease (blocking).
+  // Registers route_key -> this gateway under the lease. Blocking; a lease
+  // renewal under way finishes first (route changes and renewals never
+  // overlap). Errors: not_found (the lease was lost and not renewed yet:
+  // retry after on_lease_renewed), not_connected, timeout, would_deadlock.
   std::error_code add_route(std::string_view route_key);
+  // Removes a route added here. Errors as add_route; not_found also when
+  // route_key is not a route of this gateway.
   std::error_code remove_route(std::string_view route_key);
   std::vector<std::string> routes() const;
 
@@ -71,14 +91,15 @@ class gateway {
   const std::string& inbox_id() const noexcept;
 
   // Stops the keepalive without revoking: the lease, inbox and routes then
-  // expire after the TTL, as if the process had died.
+  // expire after the TTL, as if the process had died. Deliveries still
+  // reach on_message until the gateway is destroyed; a lease renewal
+  // already under way still completes.
   void abandon();
 
-  struct impl;
-
  private:
-  explicit gateway(std::unique_ptr<impl> p);
-  std::unique_ptr<impl> impl_;
+  struct impl;
+  explicit gateway(std::shared_ptr<impl> p);
+  std::shared_ptr<impl> impl_;  // shared: the loop's callbacks hold weak references
 };
 
 }  // namespace switchyard
