@@ -438,7 +438,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   auto* records = retention->add_option("--max-records", s.max_records, "keep at most this many records (0 = none)");
   auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)");
   auto* bytes = retention->add_option("--max-bytes", s.max_bytes,
-                                      "keep at most this many record bytes, payload plus delivery subject (0 = none)");
+                                      "keep at most this many record bytes, payload plus delivery destination (0 = none)");
   retention->add_flag("--clear", s.clear, "drop the stream's own limits: the broker's default applies again")
       ->excludes(records)
       ->excludes(age)

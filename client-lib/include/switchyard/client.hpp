@@ -201,7 +201,7 @@ struct durable_options {
 struct stream_retention {
   std::uint64_t max_records = 0;
   std::chrono::milliseconds max_age{0};  // by the records' wall-clock timestamps
-  std::uint64_t max_bytes = 0;           // payload plus subject bytes (docs/storage.md)
+  std::uint64_t max_bytes = 0;           // payload plus destination bytes (docs/storage.md)
 };
 
 // What the broker's log knows about a stream (stream_info, stream_list).
@@ -211,7 +211,7 @@ struct stream_summary {
   std::uint64_t first_seq = 0;   // first retained (last_seq + 1 when it holds no records)
   std::uint64_t last_seq = 0;    // last appended (0 = none yet)
   std::uint64_t records = 0;     // records retained
-  std::uint64_t bytes = 0;       // payload plus subject bytes retained
+  std::uint64_t bytes = 0;       // payload plus destination bytes retained
   std::uint64_t created_ms = 0;  // wall clock at creation, ms since the Unix epoch
   stream_retention retention;    // in force for this stream
   bool own_retention = false;    // true: the stream's own limits; false: the broker's default
