@@ -48,15 +48,15 @@ bool is_normal_close(const asio_error_code& ec) {
 
 }  // namespace
 
-connection::connection(connection_context& context, std::unique_ptr<byte_stream> stream, std::uint64_t id)
+connection::connection(connection_context& context, byte_stream stream, std::uint64_t id)
     : peer(id, context.builder),
       ctx_(context),
       stream_(std::move(stream)),
-      wake_(stream_->executor()),
-      hello_timer_(stream_->executor()),
-      heartbeat_timer_(stream_->executor()),
-      close_timer_(stream_->executor()),
-      peer_address_(stream_->remote_address()),
+      wake_(stream_.executor()),
+      hello_timer_(stream_.executor()),
+      heartbeat_timer_(stream_.executor()),
+      close_timer_(stream_.executor()),
+      peer_address_(stream_.remote_address()),
       queue_(context.config.max_pending_bytes),
       parser_(protocol::pre_hello_max_frame),
       read_size_(initial_read_size),
@@ -66,7 +66,7 @@ connection::~connection() = default;
 
 void connection::start(std::optional<protocol::errc> reject) {
   auto self = shared_from_this();
-  const auto ex = stream_->executor();
+  const auto ex = stream_.executor();
   asio::co_spawn(ex, writer(self), asio::detached);
   if (reject) {
     // Not counted against max-connections while it says goodbye.
@@ -195,7 +195,7 @@ void connection::close_with_error(errc code, std::string_view message) {
   send(ctx_.builder.error(0, code, message, 0, true));
   goodbye_queued_ = true;
   // A peer that does not read must not keep the session forever.
-  asio::co_spawn(stream_->executor(), close_watchdog(shared_from_this()), asio::detached);
+  asio::co_spawn(stream_.executor(), close_watchdog(shared_from_this()), asio::detached);
 }
 
 void connection::fail(asio_error_code ec, std::string_view what) {
@@ -211,7 +211,7 @@ void connection::fail(asio_error_code ec, std::string_view what) {
   // it from here on.
   ctx_.dispatch.disconnected(*this);
   release_spill();
-  stream_->close();
+  stream_.close();
   wake_.cancel();
   hello_timer_.cancel();
   heartbeat_timer_.cancel();
@@ -268,7 +268,7 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
         // throw away what it has not read yet, the goodbye among it. The
         // close watchdog bounds the wait; a stopping server does not wait.
         asio_error_code ec;
-        stream_->shutdown_send(ec);
+        stream_.shutdown_send(ec);
         goodbye_sent_ = true;
         if (ec || ctx_.registry.stopping() || peer_eof_) fail(ec, "goodbye sent");
         else if (!reading_) co_await discard_input();
@@ -291,14 +291,15 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
                        queue_.queued_bytes() < coalesce_bytes;
          ++turn) {
       ++ctx_.counters.write_waits;
-      co_await asio::post(stream_->executor(), use_awaitable);
+      co_await asio::post(stream_.executor(), use_awaitable);
       if (closed_) co_return;
     }
     spans.clear();
     buffers.clear();
     queue_.begin_write(spans);
     for (const auto& s : spans) buffers.emplace_back(s.data(), s.size());
-    const asio_error_code ec = co_await stream_->write(buffers);
+    asio_error_code ec;
+    co_await stream_.write(buffers, ec);
     if (closed_) co_return;
     queue_.end_write();
     // Drained: give the lane's chunk back, so an idle connection holds none.
@@ -328,9 +329,10 @@ asio::awaitable<void> connection::discard_input() {
   std::array<std::uint8_t, 4096> scratch;
   std::size_t discarded = 0;
   while (!closed_) {
-    asio_error_code ec = co_await stream_->wait_readable();
+    asio_error_code ec;
+    co_await stream_.wait_readable(ec);
     if (closed_) co_return;
-    if (!ec) discarded += stream_->read_some(asio::buffer(scratch), ec);
+    if (!ec) discarded += stream_.read_some(asio::buffer(scratch), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
     if (ec == asio::error::eof && !goodbye_sent_) {
       // The peer has half-closed: the goodbye still goes out, then the
@@ -361,8 +363,8 @@ asio::awaitable<void> connection::read_frames() {
     // reads. After a read that filled its space more input is waiting: the
     // next read only lets the loop's other work run first (as a
     // speculative read would), without waiting for readiness.
-    if (more_waiting) co_await asio::post(stream_->executor(), use_awaitable);
-    else ec = co_await stream_->wait_readable();
+    if (more_waiting) co_await asio::post(stream_.executor(), use_awaitable);
+    else co_await stream_.wait_readable(ec);
     if (ec) {
       fail(ec, "read");
       co_return;
@@ -375,7 +377,7 @@ asio::awaitable<void> connection::read_frames() {
     const bool own = unread > spill_in_place;
     protocol::read_buffer& buf = own ? spill_ : ctx_.input.read_scratch();
     if (own) {
-      const std::size_t arrived = std::max<std::size_t>(stream_->available(), 1);
+      const std::size_t arrived = std::max<std::size_t>(stream_.available(), 1);
       if (!grow_spill(std::min(parser_.needed() - std::min(parser_.needed(), unread), arrived), parser_.needed()))
         co_return;
     } else {
@@ -386,7 +388,7 @@ asio::awaitable<void> connection::read_frames() {
       buf.end = unread;
     }
     const std::size_t space = own ? buf.space() : read_size_;
-    const std::size_t n = stream_->read_some(asio::buffer(buf.tail(), space), ec);
+    const std::size_t n = stream_.read_some(asio::buffer(buf.tail(), space), ec);
     // A read into spill_ reads only what the frame needs: filling it says
     // nothing about more input.
     more_waiting = !ec && !own && n == space;
@@ -578,7 +580,7 @@ bool connection::handle_hello(const wire::Frame& frame) {
   parser_.set_max_frame(ctx_.config.max_frame);
   ctx_.logger->info("conn={} hello from {} name='{}' client_id='{}' version={}.{}", id(), peer_address_,
                     client_name_, client_id_, hello.protocol_major(), hello.protocol_minor());
-  asio::co_spawn(stream_->executor(), heartbeat(shared_from_this()), asio::detached);
+  asio::co_spawn(stream_.executor(), heartbeat(shared_from_this()), asio::detached);
   return true;
 }
 

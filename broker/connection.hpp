@@ -61,7 +61,7 @@ class connection final : public peer, public std::enable_shared_from_this<connec
  public:
   using clock = std::chrono::steady_clock;
 
-  connection(connection_context& context, std::unique_ptr<byte_stream> stream, std::uint64_t id);
+  connection(connection_context& context, byte_stream stream, std::uint64_t id);
   ~connection();
 
   // Starts the coroutines. With `reject` set, the connection only sends
@@ -139,7 +139,7 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   void fail(asio_error_code ec, std::string_view what);
 
   connection_context& ctx_;
-  std::unique_ptr<byte_stream> stream_;
+  byte_stream stream_;
   asio::steady_timer wake_;  // the writer waits on it; kick() cancels it
   asio::steady_timer hello_timer_;
   asio::steady_timer heartbeat_timer_;

@@ -15,7 +15,6 @@
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
 #include "broker/stream_admin_handler.hpp"
-#include "broker/tcp_stream.hpp"
 #include "common/asio.hpp"
 #include "storage/log_verifier.hpp"
 
@@ -176,7 +175,7 @@ asio::awaitable<void> server::impl::accept_loop() {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    auto c = std::make_shared<connection>(*context, std::make_unique<tcp_stream>(std::move(socket)),
+    auto c = std::make_shared<connection>(*context, byte_stream(std::move(socket)),
                                           registry.next_id());
     std::optional<protocol::errc> reject;
     if (registry.counted() >= config.max_connections) {

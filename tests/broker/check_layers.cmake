@@ -9,7 +9,7 @@ set(layer_1 fanout)
 set(layer_2 capabilities peer wire_error durable_pipeline)
 set(layer_3 pubsub_handler routing_handler log_handler stream_admin_handler)
 set(layer_4 dispatcher)
-set(layer_5 connection byte_stream tcp_stream loop_pressure input_memory connection_registry)
+set(layer_5 connection byte_stream loop_pressure input_memory connection_registry)
 set(layer_6 server metrics_snapshot main)
 
 set(all_layers 0 1 2 3 4 5 6)

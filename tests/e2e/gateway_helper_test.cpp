@@ -28,7 +28,7 @@ namespace {
 // test, not durability).
 broker::server_config gateway_config(const temp_dir& dir) {
   auto cfg = with_data(dir);
-  cfg.durability = "none";
+  cfg.durability = storage::durability::none;
   cfg.lease_min_ttl = 100ms;
   cfg.sweep_period = 20ms;
   return cfg;
