@@ -138,6 +138,8 @@ class cli {
       json_writer j;
       j.begin_object().string("address", s_.address).key("rtt_ms").decimal(rtt_ms, 3);
       j.number("session_id", client_->session_id()).number("max_frame", client_->server_max_frame());
+      // As a string, like lease ids: a JSON reader may keep only 53 bits of a number.
+      j.string("server_instance", std::to_string(client_->server_instance())).string("server_version", client_->server_version());
       j.key("capabilities").begin_array();
       for (const auto& cap : caps) j.string(cap);
       j.end_array().end_object();
@@ -151,6 +153,8 @@ class cli {
     out_ << format_table({{"address", s_.address},
                           {"round trip", rtt},
                           {"session", std::to_string(client_->session_id())},
+                          {"server instance", std::to_string(client_->server_instance())},
+                          {"server version", client_->server_version()},
                           {"max frame", std::to_string(client_->server_max_frame())},
                           {"capabilities", cap_list.empty() ? "(none)" : cap_list}},
                          {});

@@ -574,6 +574,7 @@ bool connection::handle_hello(const wire::Frame& frame) {
   w.heartbeat_ms = static_cast<std::uint32_t>(ctx_.config.heartbeat_interval.count());
   w.max_frame = ctx_.config.max_frame;
   w.capabilities = {caps.names.data(), caps.count};
+  w.server_instance = ctx_.config.instance_id;
   send(ctx_.builder.welcome(frame.request_id(), w));
   welcomed_ = true;
   hello_timer_.cancel();

@@ -39,6 +39,7 @@ std::uint64_t lease_table::tick_of(mono_clock::time_point t) const {
 }
 
 std::uint32_t lease_table::slot_of(lease_id id) const noexcept {
+  id ^= config_.id_key;
   const std::uint64_t low = id & 0xffff'ffffu;
   if (low == 0 || low > slots_.size()) return none;
   const auto slot = static_cast<std::uint32_t>(low - 1);
@@ -101,6 +102,7 @@ lease_info lease_table::grant(milliseconds ttl) {
     slots_.emplace_back();
   }
   lease& l = slots_[slot];
+  if (id_of(slot) == 0) ++l.generation;  // 0 means "no lease" on the wire
   l.live = true;
   l.attached = nullptr;
   l.ttl_ms = static_cast<std::uint32_t>(ttl.count());

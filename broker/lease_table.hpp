@@ -50,6 +50,13 @@ struct lease_config {
   std::size_t max_expiries_per_sweep = 10'000;
   // A sweep that comes this much later than its period counts as a stall.
   std::chrono::milliseconds stall_threshold{2000};
+  // Every id handed out is XORed with this key, so that two tables with
+  // independent random keys (two server processes) hand out unrelated ids:
+  // an id a client kept from a previous process finds nothing here, instead
+  // of another client's lease. 0 = ids as the slab makes them (1, 2, ...,
+  // then (generation << 32) | slot). The server derives it from its random
+  // instance id (server.cpp); the odds are in docs/protocol.md §12.2.
+  std::uint64_t id_key = 0;
 };
 
 struct lease_info {
@@ -76,7 +83,8 @@ class lease_table {
   lease_table& operator=(const lease_table&) = delete;
 
   // Grants a lease with `ttl` clamped to [min_ttl, max_ttl]. Ids are never
-  // 0 and never reused (the first is 1; they need not increase).
+  // 0 and never reused by this table (with id_key 0 the first is 1; they
+  // need not increase).
   lease_info grant(std::chrono::milliseconds ttl);
   // Resets the deadline to now + TTL. nullopt: unknown or expired.
   std::optional<lease_info> keepalive(lease_id id);
@@ -122,9 +130,10 @@ class lease_table {
  private:
   static constexpr std::uint32_t none = UINT32_MAX;
 
-  // Leases live in a slab indexed by slot; an id is (generation << 32) |
-  // (slot + 1), so a lookup is an index and a generation check, and a freed
-  // slot's next lease gets a different id. 40 bytes a lease, no per-lease
+  // Leases live in a slab indexed by slot; an id is ((generation << 32) |
+  // (slot + 1)) ^ id_key, so a lookup is an XOR, an index and a generation
+  // check, and a freed slot's next lease gets a different id. The one
+  // (slot, generation) whose id would be 0 is skipped at grant. 40 bytes a lease, no per-lease
   // allocation: the wheel links slots by index.
   struct lease {
     mono_clock::time_point deadline;    // lease time
@@ -140,7 +149,7 @@ class lease_table {
   std::uint64_t tick_of(mono_clock::time_point t) const;  // first tick at or after t
   std::uint32_t slot_of(lease_id id) const noexcept;       // `none` unless live
   lease_id id_of(std::uint32_t slot) const noexcept {
-    return static_cast<lease_id>(slots_[slot].generation) << 32 | (slot + 1);
+    return (static_cast<lease_id>(slots_[slot].generation) << 32 | (slot + 1)) ^ config_.id_key;
   }
   void link(std::uint32_t slot);
   void unlink(std::uint32_t slot) noexcept;

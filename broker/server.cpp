@@ -21,6 +21,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/random.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -67,8 +70,39 @@ void verify_log_or_throw(spdlog::logger& logger, const server_config& config, co
                  r->elapsed.count());
 }
 
+// 64 bits from the kernel's random source (getrandom), never 0. Throws
+// (a start-up error) if the kernel gives none.
+std::uint64_t random_instance_id() {
+  std::uint64_t id = 0;
+  for (int attempt = 0; attempt < 100 && id == 0; ++attempt) {
+    const ssize_t n = ::getrandom(&id, sizeof id, 0);
+    if (n == static_cast<ssize_t>(sizeof id)) continue;
+    id = 0;
+    if (n < 0 && errno != EINTR) break;
+  }
+  if (id == 0) throw std::runtime_error("cannot draw a random server instance id (getrandom failed)");
+  return id;
+}
+
+// The config with its instance id drawn when none was injected.
+server_config with_identity(server_config c) {
+  if (c.instance_id == 0) c.instance_id = random_instance_id();
+  return c;
+}
+
+// splitmix64's finalizer: a bijection that spreads every bit of the
+// instance id over the lease id key, so the key is not the id the welcome
+// shows (and two close injected ids still give unrelated keys).
+std::uint64_t lease_id_key(std::uint64_t instance) {
+  std::uint64_t z = instance + 0x9e37'79b9'7f4a'7c15;
+  z = (z ^ (z >> 30)) * 0xbf58'476d'1ce4'e5b9;
+  z = (z ^ (z >> 27)) * 0x94d0'49bb'1331'11eb;
+  return z ^ (z >> 31);
+}
+
 lease_config lease_settings(const server_config& c) {
   lease_config l;
+  l.id_key = lease_id_key(c.instance_id);
   l.min_ttl = c.lease_min_ttl;
   l.max_ttl = c.lease_max_ttl;
   l.sweep_period = c.sweep_period;
@@ -81,7 +115,7 @@ lease_config lease_settings(const server_config& c) {
 
 struct server::impl {
   explicit impl(server_config cfg)
-      : config(std::move(cfg)),
+      : config(with_identity(std::move(cfg))),
         logger(make_logger(config.log_level)),
         leases(lease_settings(config), [] { return std::chrono::steady_clock::now(); }),
         routing(leases),
@@ -322,6 +356,8 @@ void server::start() {
 }
 
 std::uint16_t server::port() const noexcept { return impl_->port; }
+
+std::uint64_t server::instance_id() const noexcept { return impl_->config.instance_id; }
 
 void server::handle_signals() {
   impl_->signals.add(SIGINT);

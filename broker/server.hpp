@@ -26,6 +26,9 @@ class server {
 
   // The bound port (after start()).
   std::uint16_t port() const noexcept;
+  // This process's instance id (server_config::instance_id, or the random
+  // one drawn at construction): the Welcome's server_instance.
+  std::uint64_t instance_id() const noexcept;
 
   // Stops on SIGINT/SIGTERM (call before run()).
   void handle_signals();

@@ -65,6 +65,12 @@ struct server_config {
 
   std::string log_level = "info";
 
+  // This process's identity, sent in every Welcome (server_instance). 0 =
+  // draw a random one at start (getrandom, 64 bits, never 0); tests inject
+  // one. Lease ids are XORed with a key derived from it, so that a new
+  // process does not hand out the ids of the one before (lease_table.hpp).
+  std::uint64_t instance_id = 0;
+
   // Damage checks of the sequence log (docs/storage.md, "Damage"), each a
   // full walk in a child process that opens the log read-only.
   bool verify_on_start = false;  // before opening the log; refuse to start (exit 1) if it is damaged

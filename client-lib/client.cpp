@@ -205,6 +205,8 @@ void client::close() {
 
 bool client::connected() const noexcept { return impl_->open; }
 std::uint64_t client::session_id() const noexcept { return impl_->session_id; }
+std::uint64_t client::server_instance() const noexcept { return impl_->server_instance; }
+const std::string& client::server_version() const noexcept { return impl_->server_version; }
 std::uint32_t client::server_max_frame() const noexcept { return impl_->max_frame; }
 std::vector<std::string> client::capabilities() const { return impl_->caps; }
 std::uint64_t client::dropped_total() const noexcept { return impl_->dropped; }

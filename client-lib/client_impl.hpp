@@ -157,6 +157,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
 
   // Welcome data: written once on the loop thread before connect() returns.
   std::uint64_t session_id = 0;
+  std::uint64_t server_instance = 0;  // 0: a server older than the field
+  std::string server_version;
   std::uint32_t max_frame = protocol::default_max_frame;
   std::chrono::milliseconds heartbeat{protocol::default_heartbeat_interval};
   std::vector<std::string> caps;
@@ -697,6 +699,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (f.message_type() != wire::Message::Welcome) co_return finish(errc::protocol_violation);
     const auto& w = *f.message_as_Welcome();
     session_id = w.session_id();
+    server_instance = w.server_instance();
+    if (w.server_version()) server_version = w.server_version()->str();
     if (w.max_frame() >= protocol::min_max_frame) max_frame = w.max_frame();
     if (w.heartbeat_ms() > 0) heartbeat = std::chrono::milliseconds(w.heartbeat_ms());
     if (w.capabilities())
@@ -709,7 +713,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     // Frames from the server may be as large as our own limit allows.
     parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));
     open = true;
-    log(log_level::info, "switchyard: connected to {}:{} session {}", opts.host, opts.port, session_id);
+    log(log_level::info, "switchyard: connected to {}:{} session {} server instance {:016x}", opts.host, opts.port,
+        session_id, server_instance);
     finish({});
     co_await read_loop(self);
   }

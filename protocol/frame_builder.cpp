@@ -79,6 +79,7 @@ bytes_view frame_builder::welcome(std::uint64_t request_id, const welcome_fields
   b.add_heartbeat_ms(f.heartbeat_ms);
   b.add_max_frame(f.max_frame);
   b.add_capabilities(caps);
+  b.add_server_instance(f.server_instance);
   return finish(request_id, static_cast<std::uint8_t>(wire::Message::Welcome), b.Finish().Union());
 }
 

@@ -32,6 +32,7 @@ struct welcome_fields {
   std::uint32_t heartbeat_ms = 0;
   std::uint32_t max_frame = 0;
   std::span<const std::string_view> capabilities;
+  std::uint64_t server_instance = 0;
 };
 
 struct lease_info_fields {

@@ -246,6 +246,18 @@ TEST_CASE("ping --json reports the round trip and the granted capabilities", "[a
   CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing"]})"));
 }
 
+TEST_CASE("ping --json reports the server's instance id as a string and its version", "[admin]") {
+  auto cfg = test_server::default_config();
+  cfg.instance_id = 18'446'744'073'709'551'557u;  // above 2^53: a JSON number would lose it
+  test_server server(cfg);
+  const auto [code, out] = cli(server.port(), "ping --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(contains(out, R"("server_instance":"18446744073709551557")"));
+  CHECK(contains(out, R"("server_version":")"));
+}
+
 TEST_CASE("human output of streams list is aligned columns", "[admin]") {
   temp_dir dir;
   test_server server(with_data(dir));

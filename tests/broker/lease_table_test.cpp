@@ -998,7 +998,7 @@ TEST_CASE("a million leases expire in waves by TTL and leave the table empty", "
   CHECK(table.size() == 0);
 }
 
-TEST_CASE("the lease granted after lease 1 expired has id 4294967297, as docs/protocol.md 12.6 shows", "[broker]") {
+TEST_CASE("without an id key, the lease granted after lease 1 expired reuses its slot with the next generation", "[broker]") {
   harness h(make_config(100ms));
   const lease_id first = h.table.grant(10s).id;
   CHECK(first == 1);
@@ -1046,4 +1046,82 @@ TEST_CASE("sweeps that run late by less than the threshold never count as stalls
     CHECK(h.sweep().stall_absorbed == 0ms);
   }
   CHECK(h.expired(l));
+}
+
+// Two server processes: the second table's key is independent of the first.
+constexpr std::uint64_t kKeyA = 0x9e37'79b9'7f4a'7c15;
+constexpr std::uint64_t kKeyB = 0xd1b5'4a32'd192'ed03;
+
+TEST_CASE("a table with another id key knows none of the ids the first one handed out", "[broker]") {
+  lease_config a_cfg = make_config(100ms);
+  a_cfg.id_key = kKeyA;
+  lease_config b_cfg = make_config(100ms);
+  b_cfg.id_key = kKeyB;
+  harness a(a_cfg);
+  harness b(b_cfg);
+  std::set<lease_id> from_a;
+  for (int i = 0; i < 1000; ++i) from_a.insert(a.table.grant(10s).id);
+  // Slots reused in the first table: new generations.
+  for (int i = 0; i < 10; ++i) {
+    const lease_id id = *from_a.begin();
+    REQUIRE(a.table.revoke(id, nullptr));
+    from_a.insert(a.table.grant(10s).id);
+    from_a.erase(from_a.begin());
+  }
+  std::set<lease_id> from_b;
+  for (int i = 0; i < 1000; ++i) from_b.insert(b.table.grant(10s).id);
+  REQUIRE(from_a.size() == 1000);
+  REQUIRE(from_b.size() == 1000);
+  for (const lease_id id : from_a) {
+    CHECK_FALSE(from_b.contains(id));
+    CHECK_FALSE(b.table.alive(id));
+    CHECK_FALSE(b.table.keepalive(id));
+    CHECK_FALSE(b.table.time_to_live(id));
+  }
+  CHECK(b.table.size() == 1000);
+}
+
+TEST_CASE("a lease id is never 0, even when the id key equals a slab id", "[broker]") {
+  lease_config cfg = make_config(100ms);
+  cfg.id_key = 1;  // the first slab id: the first lease would get id 0
+  harness h(cfg);
+  const lease_id first = h.table.grant(10s).id;
+  CHECK(first != 0);
+  CHECK(h.table.keepalive(first));
+  CHECK_FALSE(h.table.keepalive(0));
+  CHECK_FALSE(h.table.alive(0));
+  const lease_id second = h.table.grant(10s).id;
+  CHECK(second != 0);
+  CHECK(second != first);
+  CHECK(h.table.revoke(first, nullptr));
+  CHECK_FALSE(h.table.alive(first));
+  CHECK(h.table.alive(second));
+}
+
+TEST_CASE("keyed lease ids work for keepalive, attachments, revoke and expiry", "[broker]") {
+  lease_config cfg = make_config(100ms);
+  cfg.id_key = kKeyA;
+  harness h(cfg);
+  const lease_id kept = h.table.grant(1s).id;
+  const lease_id lost = h.table.grant(1s).id;
+  const lease_id revoked = h.table.grant(1s).id;
+  lease_attachment on_kept, on_lost;
+  REQUIRE(h.table.attach(kept, on_kept));
+  REQUIRE(h.table.attach(lost, on_lost));
+  CHECK(on_lost.lease == lost);
+  CHECK(h.table.revoke(revoked, nullptr));
+  h.run_until(kStart + 600ms);
+  REQUIRE(h.table.keepalive(kept));
+  h.run_until(kStart + 1200ms);
+  CHECK(h.expired(lost));
+  CHECK(h.expired_with[lost] == std::set<lease_attachment*>{&on_lost});
+  CHECK(unlinked(on_lost));
+  CHECK_FALSE(h.expired(kept));
+  CHECK(h.table.alive(kept));
+  CHECK(on_kept.lease == kept);
+  const auto listed = h.table.list(10);
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].id == kept);
+  h.table.detach(on_kept);
+  CHECK(unlinked(on_kept));
 }

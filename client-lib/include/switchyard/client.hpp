@@ -434,6 +434,12 @@ class client {
 
   bool connected() const noexcept;
   std::uint64_t session_id() const noexcept;          // from the welcome
+  // The server process's random instance id, from the welcome; 0 from a
+  // server older than the field. Another value after a reconnect means a
+  // new server process: the leases, inboxes and registry entries of the
+  // old one are gone (its lease ids answer not_found).
+  std::uint64_t server_instance() const noexcept;
+  const std::string& server_version() const noexcept;  // from the welcome, e.g. "0.1.0"
   std::uint32_t server_max_frame() const noexcept;    // from the welcome
   std::vector<std::string> capabilities() const;      // granted by the server
   std::uint64_t dropped_total() const noexcept;       // sum of dropped notices
