@@ -1064,9 +1064,9 @@ TEST_CASE("a table with another id key knows none of the ids the first one hande
   // Slots reused in the first table: new generations.
   for (int i = 0; i < 10; ++i) {
     const lease_id id = *from_a.begin();
+    from_a.erase(from_a.begin());
     REQUIRE(a.table.revoke(id, nullptr));
     from_a.insert(a.table.grant(10s).id);
-    from_a.erase(from_a.begin());
   }
   std::set<lease_id> from_b;
   for (int i = 0; i < 1000; ++i) from_b.insert(b.table.grant(10s).id);
