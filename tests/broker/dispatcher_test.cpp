@@ -12,6 +12,7 @@
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
 #include "protocol/frame_parser.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/fake_clock.hpp"
 #include "tests/support/recording_peer.hpp"
 
@@ -34,7 +35,7 @@ namespace protocol = switchyard::protocol;
 namespace wire = protocol::wire;
 using protocol::errc;
 
-protocol::bytes_view bytes(std::string_view s) { return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()}; }
+using switchyard::test::wire_bytes_of;
 
 // A server's request path without sockets and without a log.
 struct fixture : fake_clock {
@@ -105,7 +106,7 @@ TEST_CASE("a log request on a server without a log is answered that the log is o
   capability_set all = routing_caps();
   all.sequence_log = true;  // never granted without a log; refused all the same
   auto p = f.peer(all);
-  CHECK(f.from(*p, f.requests.append(3, "orders", bytes("x"))));
+  CHECK(f.from(*p, f.requests.append(3, "orders", wire_bytes_of("x"))));
   CHECK(f.from(*p, f.requests.stream_info(4, "orders")));
   REQUIRE(p->sent.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) {
@@ -120,7 +121,7 @@ TEST_CASE("a log request on a server without a log is answered that the log is o
 TEST_CASE("a message type clients may not send closes the connection as a protocol error", "[broker][dispatch]") {
   fixture f;
   auto p = f.peer();
-  CHECK_FALSE(f.from(*p, f.requests.deliver("orders.eu", bytes("x"))));
+  CHECK_FALSE(f.from(*p, f.requests.deliver("orders.eu", wire_bytes_of("x"))));
   REQUIRE(p->closed_with);
   CHECK(*p->closed_with == errc::unsupported_message);
   CHECK(p->close_reason.find("Deliver") != std::string::npos);
@@ -172,7 +173,7 @@ TEST_CASE("a publish dispatched from one peer is delivered to another's subscrip
   CHECK(f.from(*sub, f.requests.subscribe(1, "orders.*")));
   CHECK(sub->answer(0).message_type() == wire::Message::Ok);
   CHECK(sub->drop_report_restarts == 1);
-  CHECK(f.from(*pub, f.requests.publish(0, "orders.eu", bytes("hi"))));
+  CHECK(f.from(*pub, f.requests.publish(0, "orders.eu", wire_bytes_of("hi"))));
   REQUIRE(sub->delivered.size() == 1);
   const auto* d = wire::GetSizePrefixedFrame(sub->delivered[0].data())->message_as_Deliver();
   REQUIRE(d != nullptr);
@@ -190,15 +191,15 @@ TEST_CASE("a disconnected peer's subscriptions and inboxes are forgotten", "[bro
   CHECK(f.from(*gw, f.requests.inbox_open(3, "gw-1", lease)));
   CHECK(f.from(*gw, f.requests.registry_put(4, "user:1", "gw-1", lease, 0)));
   const std::vector<std::string_view> keys{"user:1"};
-  CHECK(f.from(*svc, f.requests.send(5, keys, bytes("one"))));
+  CHECK(f.from(*svc, f.requests.send(5, keys, wire_bytes_of("one"))));
   CHECK(gw->delivered.size() == 1);
 
   f.dispatch.disconnected(*gw);
   CHECK(gw->subscriptions().empty());
   CHECK(gw->inboxes().empty());
   CHECK(f.channels.size() == 0);
-  CHECK(f.from(*svc, f.requests.publish(0, "orders.eu", bytes("x"))));
-  CHECK(f.from(*svc, f.requests.send(6, keys, bytes("two"))));
+  CHECK(f.from(*svc, f.requests.publish(0, "orders.eu", wire_bytes_of("x"))));
+  CHECK(f.from(*svc, f.requests.send(6, keys, wire_bytes_of("two"))));
   CHECK(gw->delivered.size() == 1);
   // The send found the inbox without a connection: no route.
   const auto* e = svc->answer(svc->sent.size() - 1).message_as_Error();

@@ -7,6 +7,7 @@
 #include "broker/frame_arena.hpp"
 #include "broker/lease_table.hpp"
 #include "broker/routing_table.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/fake_clock.hpp"
 #include "tests/support/recording_target.hpp"
 
@@ -26,7 +27,7 @@ using switchyard::test::recording_target;
 namespace wire = switchyard::protocol::wire;
 using switchyard::protocol::bytes_view;
 
-bytes_view bytes(std::string_view s) { return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()}; }
+using switchyard::test::wire_bytes_of;
 
 std::string text(const flatbuffers::Vector<std::uint8_t>* v) {
   return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string{};
@@ -70,7 +71,7 @@ TEST_CASE("a publish is encoded once and shared by every subscriber", "[broker][
   f.channels.subscribe("orders.>", &c);
   f.channels.subscribe("billing.>", &other);
 
-  CHECK(f.fan.publish("orders.eu", bytes("hello")) == 3);
+  CHECK(f.fan.publish("orders.eu", wire_bytes_of("hello")) == 3);
   for (auto* t : {&a, &b, &c}) {
     REQUIRE(t->deliveries.size() == 1);
     const auto& d = t->deliveries[0];
@@ -94,7 +95,7 @@ TEST_CASE("a target subscribed by several matching patterns gets a publish once"
   f.channels.subscribe("orders.eu", &a);
   f.channels.subscribe("orders.*", &a);
   f.channels.subscribe(">", &a);
-  CHECK(f.fan.publish("orders.eu", bytes("x")) == 1);
+  CHECK(f.fan.publish("orders.eu", wire_bytes_of("x")) == 1);
   CHECK(a.deliveries.size() == 1);
 }
 
@@ -105,7 +106,7 @@ TEST_CASE("a publish with a log position carries it only to targets that want po
   f.channels.subscribe("orders.eu", &positioned);
   const log_position pos{"orders", 42, 7};
 
-  CHECK(f.fan.publish("orders.eu", bytes("p"), &pos) == 2);
+  CHECK(f.fan.publish("orders.eu", wire_bytes_of("p"), &pos) == 2);
   REQUIRE(plain.deliveries.size() == 1);
   REQUIRE(positioned.deliveries.size() == 1);
   const auto* without = plain.deliveries[0].frame().message_as_Deliver();
@@ -124,7 +125,7 @@ TEST_CASE("a publish to a channel without subscribers delivers nothing and is co
   recording_target a;
   f.channels.subscribe("orders.eu", &a);
   f.channels.unsubscribe("orders.eu", &a);
-  CHECK(f.fan.publish("orders.eu", bytes("x")) == 0);
+  CHECK(f.fan.publish("orders.eu", wire_bytes_of("x")) == 0);
   CHECK(a.deliveries.empty());
   CHECK(f.counters.published == 1);
 }
@@ -136,7 +137,7 @@ TEST_CASE("a send to one user goes to the inbox its route names", "[broker][fano
   f.route("user:2", "gw-2", gw2);
   const std::vector<std::string_view> keys{"user:1"};
 
-  CHECK(f.fan.send_to_users(keys, bytes("hi"), nullptr, f.gateways) == 1);
+  CHECK(f.fan.send_to_users(keys, wire_bytes_of("hi"), nullptr, f.gateways) == 1);
   REQUIRE(gw1.deliveries.size() == 1);
   CHECK_FALSE(gw1.deliveries[0].shared);
   const auto* m = gw1.deliveries[0].frame().message_as_InboxDelivery();
@@ -158,7 +159,7 @@ TEST_CASE("a send to several users delivers once per inbox, listing that inbox's
   f.route("user:3", "gw-1", gw1);
   const std::vector<std::string_view> keys{"user:1", "user:2", "nobody", "user:3"};
 
-  CHECK(f.fan.send_to_users(keys, bytes("all"), nullptr, f.gateways) == 3);
+  CHECK(f.fan.send_to_users(keys, wire_bytes_of("all"), nullptr, f.gateways) == 3);
   REQUIRE(gw1.deliveries.size() == 1);
   REQUIRE(gw2.deliveries.size() == 1);
   CHECK(strings(gw1.deliveries[0].frame().message_as_InboxDelivery()->route_keys()) ==
@@ -178,7 +179,7 @@ TEST_CASE("a send with a log position carries it only to inboxes whose owner wan
   const std::vector<std::string_view> keys{"user:1", "user:2"};
   const log_position pos{"sends", 9, 3};
 
-  CHECK(f.fan.send_to_users(keys, bytes("d"), &pos, f.gateways) == 2);
+  CHECK(f.fan.send_to_users(keys, wire_bytes_of("d"), &pos, f.gateways) == 2);
   CHECK(plain.deliveries.at(0).frame().message_as_InboxDelivery()->stream() == nullptr);
   const auto* with = positioned.deliveries.at(0).frame().message_as_InboxDelivery();
   REQUIRE(with->stream() != nullptr);
@@ -194,7 +195,7 @@ TEST_CASE("a send to a user whose gateway disconnected is not routed", "[broker]
   f.routing.disconnect(&gw1, {"gw-1"});
   const std::vector<std::string_view> keys{"user:1"};
 
-  CHECK(f.fan.send_to_users(keys, bytes("x"), nullptr, f.gateways) == 0);
+  CHECK(f.fan.send_to_users(keys, wire_bytes_of("x"), nullptr, f.gateways) == 0);
   CHECK(gw1.deliveries.empty());
   CHECK(f.gateways == std::vector<std::string_view>{""});
   CHECK(f.counters.sends_unrouted == 1);

@@ -6,6 +6,7 @@
 
 #include "switchyard/client.hpp"
 #include "switchyard/gateway.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/log_helpers.hpp"
 #include "tests/support/raw_connection.hpp"
@@ -36,7 +37,7 @@ using test::wait_until;
 
 namespace {
 
-std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
+using switchyard::test::bytes_of;
 
 // A queue limit of about 30 deliveries of filler_bytes: a subscriber that
 // stalls while filler_count of them are published (12 MB, more than the
@@ -120,7 +121,7 @@ TEST_CASE("a durable subscriber whose first deliveries of several streams were d
   for (std::uint64_t i = 1; i <= burst; ++i)
     for (int s = 0; s < stream_count; ++s) {
       const auto n = std::to_string(s);
-      auto ack = pub->publish_durable("conv." + n, "conv:" + n, bytes(payload));
+      auto ack = pub->publish_durable("conv." + n, "conv:" + n, bytes_of(payload));
       REQUIRE(ack);
       REQUIRE(ack->seq == i);
     }
@@ -130,7 +131,7 @@ TEST_CASE("a durable subscriber whose first deliveries of several streams were d
   for (std::uint64_t i = 1; i <= after; ++i)
     for (int s = 0; s + 1 < stream_count; ++s) {
       const auto n = std::to_string(s);
-      REQUIRE(pub->publish_durable("conv." + n, "conv:" + n, bytes("late")));
+      REQUIRE(pub->publish_durable("conv." + n, "conv:" + n, bytes_of("late")));
     }
 
   const std::size_t want = stream_count * burst + (stream_count - 1) * after;
@@ -171,19 +172,19 @@ TEST_CASE("a gateway whose first durable sends of several streams were dropped g
 
   auto svc = connect_to(server, "service");
   for (std::size_t i = 0; i < filler_count; ++i)
-    REQUIRE_FALSE(svc->send_nowait("user:alice", bytes(payload)));
+    REQUIRE_FALSE(svc->send_nowait("user:alice", bytes_of(payload)));
   REQUIRE_FALSE(svc->flush());
   const std::string_view alice[] = {"user:alice"};
   for (std::uint64_t i = 1; i <= burst; ++i)
     for (int s = 0; s < stream_count; ++s) {
-      auto r = svc->send_durable(alice, "conv:" + std::to_string(s), bytes(payload));
+      auto r = svc->send_durable(alice, "conv:" + std::to_string(s), bytes_of(payload));
       REQUIRE(r);
       REQUIRE(r->seq == i);
     }
   gate.release();
   for (std::uint64_t i = 1; i <= after; ++i)
     for (int s = 0; s + 1 < stream_count; ++s)
-      REQUIRE(svc->send_durable(alice, "conv:" + std::to_string(s), bytes("late")));
+      REQUIRE(svc->send_durable(alice, "conv:" + std::to_string(s), bytes_of("late")));
 
   const std::size_t want = stream_count * burst + (stream_count - 1) * after;
   CHECK(wait_until([&] { return got.total >= want; }, std::chrono::seconds(20)));
@@ -221,7 +222,7 @@ TEST_CASE("the broker reports the first dropped durable delivery of each stream 
   collector<std::string> synced;
   REQUIRE(pub->subscribe("sync.>", [&](const message& m) { synced.add(std::string(m.channel)); }));
   const auto durable = [&](std::string_view channel, std::string_view stream) {
-    REQUIRE(pub->publish_durable(channel, stream, bytes(payload)));
+    REQUIRE(pub->publish_durable(channel, stream, bytes_of(payload)));
   };
   // Fills the slow connection's socket buffers and queue (it does not read).
   const auto fill = [&] {
@@ -300,7 +301,7 @@ TEST_CASE("saved positions with a sequence but no epoch are refused, so a recrea
   temp_dir dir;
   test_server server(test::with_data(dir));
   auto pub = connect_to(server, "pub");
-  for (int i = 1; i <= 5; ++i) REQUIRE(pub->publish_durable("feed.x", "feed", bytes("new")));
+  for (int i = 1; i <= 5; ++i) REQUIRE(pub->publish_durable("feed.x", "feed", bytes_of("new")));
 
   // What a subscriber of the old incarnation saved, without its epoch.
   const stream_positions saved{{"feed", {3, 0}}};
@@ -339,7 +340,7 @@ TEST_CASE("a saved position of a stream recreated since is reported as epoch_cha
     test_server old_server(test::with_data(old_dir));
     auto pub = connect_to(old_server, "pub");
     for (int i = 1; i <= 3; ++i) {
-      auto ack = pub->publish_durable("feed.x", "feed", bytes("old"));
+      auto ack = pub->publish_durable("feed.x", "feed", bytes_of("old"));
       REQUIRE(ack);
       old_epoch = ack->epoch;
     }
@@ -349,7 +350,7 @@ TEST_CASE("a saved position of a stream recreated since is reported as epoch_cha
   auto pub = connect_to(server, "pub");
   std::uint64_t new_epoch = 0;
   for (int i = 1; i <= 5; ++i) {
-    auto ack = pub->publish_durable("feed.x", "feed", bytes("new"));
+    auto ack = pub->publish_durable("feed.x", "feed", bytes_of("new"));
     REQUIRE(ack);
     new_epoch = ack->epoch;
   }

@@ -3,6 +3,7 @@
 
 #include "switchyard/client.hpp"
 #include "switchyard/gateway.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/log_helpers.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -34,7 +35,7 @@ broker::server_config gateway_config(const temp_dir& dir) {
   return cfg;
 }
 
-std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
+using switchyard::test::bytes_of;
 
 // The id of the thread that runs `c`'s callbacks: its event loop's.
 std::thread::id loop_thread_of(client& c) {
@@ -111,14 +112,14 @@ TEST_CASE("a destroyed gateway's inbox handler is never called again, though the
   REQUIRE(gw);
   auto service = connect_to(server, "service");
   const std::string_view alice[] = {"user:alice"};
-  REQUIRE(service->send_durable(alice, "conv:1", bytes("before")));
+  REQUIRE(service->send_durable(alice, "conv:1", bytes_of("before")));
   REQUIRE(wait_until([&] { return delivered == 1; }, 5s));
 
   // Abandoned, the lease, inbox and route outlive the object on the broker
   // (until the TTL), and the connection stays open.
   (*gw)->abandon();
   gw->reset();
-  auto sent = service->send_durable(alice, "conv:1", bytes("after"));
+  auto sent = service->send_durable(alice, "conv:1", bytes_of("after"));
   REQUIRE(sent);
   REQUIRE(sent->routed == 1);
   // The delivery was queued to the gateway's connection before the answer

@@ -2,6 +2,7 @@
 // broker in one snapshot (connections, tables, queues, memory, the log).
 
 #include "switchyard/client.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/test_server.hpp"
@@ -18,7 +19,7 @@ using namespace switchyard::test;
 
 namespace {
 
-std::span<const std::byte> bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+using switchyard::test::bytes_of;
 
 }  // namespace
 
@@ -44,8 +45,8 @@ TEST_CASE("metrics count the connections, tables and log of a running server", "
   REQUIRE(service->send("user:1", std::string_view("hi")));
   REQUIRE_FALSE(service->send("user:9", std::string_view("nobody")));
   const std::string payload = "record";
-  REQUIRE(service->append("audit", bytes(payload)));
-  REQUIRE(service->append("audit", bytes(payload)));
+  REQUIRE(service->append("audit", bytes_of(payload)));
+  REQUIRE(service->append("audit", bytes_of(payload)));
   REQUIRE(service->publish("orders.eu", std::string_view("o")) == std::error_code{});
   REQUIRE_FALSE(service->flush());
 

@@ -5,6 +5,7 @@
 
 #include "switchyard/client.hpp"
 #include "switchyard/gateway.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/log_helpers.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -35,7 +36,7 @@ broker::server_config log_config(const temp_dir& dir) {
   return cfg;
 }
 
-std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
+using switchyard::test::bytes_of;
 
 // What a durable handler saw: sequence numbers in arrival order, and how
 // many of them came from the log.
@@ -87,7 +88,7 @@ TEST_CASE("a slow durable subscriber whose messages were dropped receives every 
 
   auto pub = connect_to(server, "pub");
   for (std::uint64_t i = 1; i <= slow_count; ++i) {
-    auto ack = pub->publish_durable("conv.42", "conv:42", bytes(payload));
+    auto ack = pub->publish_durable("conv.42", "conv:42", bytes_of(payload));
     REQUIRE(ack);
     REQUIRE(ack->seq == i);
   }
@@ -117,18 +118,18 @@ TEST_CASE("a durable subscriber that reconnects resumes from its positions with 
     auto sub = connect_to(server, "sub-1");
     auto id = sub->subscribe_durable("room.*", handler);
     REQUIRE(id);
-    for (int i = 1; i <= 5; ++i) REQUIRE(pub->publish_durable("room.a", "room:a", bytes("m")));
+    for (int i = 1; i <= 5; ++i) REQUIRE(pub->publish_durable("room.a", "room:a", bytes_of("m")));
     REQUIRE(wait_until([&] { return got.seqs.count == 5; }));
     sub->close();  // the network cut
     saved = sub->stream_positions_of(*id);
   }
   REQUIRE(saved.at("room:a").seq == 5);
-  for (int i = 6; i <= 9; ++i) REQUIRE(pub->publish_durable("room.a", "room:a", bytes("m")));
+  for (int i = 6; i <= 9; ++i) REQUIRE(pub->publish_durable("room.a", "room:a", bytes_of("m")));
 
   auto sub = connect_to(server, "sub-2");
   REQUIRE(sub->subscribe_durable("room.*", handler, {.resume_from = saved}));
   REQUIRE(wait_until([&] { return got.seqs.count == 9; }));
-  REQUIRE(pub->publish_durable("room.a", "room:a", bytes("live")));
+  REQUIRE(pub->publish_durable("room.a", "room:a", bytes_of("live")));
   REQUIRE(wait_until([&] { return got.seqs.count == 10; }));
   REQUIRE_FALSE(sub->flush());
   CHECK(got.seqs.snapshot() == range(1, 10));
@@ -146,14 +147,14 @@ TEST_CASE("records of a shared stream for channels the subscription does not mat
     auto sub = connect_to(server, "sub-1");
     auto id = sub->subscribe_durable("news.sport", [&](const message& m) { got.add(std::string(m.payload_text())); });
     REQUIRE(id);
-    REQUIRE(pub->publish_durable("news.sport", "news", bytes("s1")));
+    REQUIRE(pub->publish_durable("news.sport", "news", bytes_of("s1")));
     REQUIRE(wait_until([&] { return got.count == 1; }));
     sub->close();
     saved = sub->stream_positions_of(*id);
   }
-  REQUIRE(pub->publish_durable("news.weather", "news", bytes("w1")));
-  REQUIRE(pub->publish_durable("news.sport", "news", bytes("s2")));
-  REQUIRE(pub->append("news", bytes("plain append")));
+  REQUIRE(pub->publish_durable("news.weather", "news", bytes_of("w1")));
+  REQUIRE(pub->publish_durable("news.sport", "news", bytes_of("s2")));
+  REQUIRE(pub->append("news", bytes_of("plain append")));
   auto sub = connect_to(server, "sub-2");
   const auto id = sub->subscribe_durable(
       "news.sport", [&](const message& m) { got.add(std::string(m.payload_text())); }, {.resume_from = saved});
@@ -171,7 +172,7 @@ TEST_CASE("a position whose records were trimmed is reported as unrecoverable, n
   auto pub = connect_to(server, "pub");
   std::uint64_t epoch = 0;
   for (int i = 1; i <= 20; ++i) {
-    auto ack = pub->publish_durable("feed.x", "feed", bytes("m"));
+    auto ack = pub->publish_durable("feed.x", "feed", bytes_of("m"));
     REQUIRE(ack);
     epoch = ack->epoch;
   }
@@ -220,16 +221,16 @@ TEST_CASE("a durable inbox reopened on a new connection receives the sends it mi
   REQUIRE(lease);
   REQUIRE_FALSE(gw->open_inbox_durable("gw-1", lease->id, handler));
   REQUIRE(gw->registry_put("user:alice", "gw-1", lease->id));
-  REQUIRE(svc->send_durable(to_alice, "conv:7", bytes("hello")));
+  REQUIRE(svc->send_durable(to_alice, "conv:7", bytes_of("hello")));
   REQUIRE(wait_until([&] { return got.count == 1; }));
   const auto saved = gw->inbox_stream_positions("gw-1");
   gw->close();  // the lease, the inbox and the route outlive the connection
 
-  REQUIRE(svc->send_durable(to_both, "conv:7", bytes("missed")));
+  REQUIRE(svc->send_durable(to_both, "conv:7", bytes_of("missed")));
   auto gw2 = connect_to(server, "gw-again");
   REQUIRE_FALSE(gw2->open_inbox_durable("gw-1", lease->id, handler, {.resume_from = saved}));
   REQUIRE(wait_until([&] { return got.count == 2; }));
-  REQUIRE(svc->send_durable(to_alice, "conv:7", bytes("live")));
+  REQUIRE(svc->send_durable(to_alice, "conv:7", bytes_of("live")));
   REQUIRE(wait_until([&] { return got.count == 3; }));
   REQUIRE_FALSE(gw2->flush());
   CHECK(got.snapshot() == std::vector<std::string>{"1:user:alice,:hello", "2:user:alice,user:bob,:missed:log",
@@ -253,7 +254,7 @@ TEST_CASE("a gateway restarted with its saved positions gets the durable sends i
   auto gw = gateway::start(*conn, {.inbox_id = "gw-9", .on_message = on_message, .routes = {"user:alice"},
                                    .durable = durable_options{}});
   REQUIRE(gw);
-  REQUIRE(svc->send_durable(room, "conv:9", bytes("a")));
+  REQUIRE(svc->send_durable(room, "conv:9", bytes_of("a")));
   REQUIRE(wait_until([&] { return got.count == 1; }));
   const auto positions = (*gw)->positions();
   const auto lease = (*gw)->lease();
@@ -261,17 +262,17 @@ TEST_CASE("a gateway restarted with its saved positions gets the durable sends i
   gw->reset();
   conn->close();
 
-  REQUIRE(svc->send_durable(room, "conv:9", bytes("b")));  // routed to gw-9, which has no connection
+  REQUIRE(svc->send_durable(room, "conv:9", bytes_of("b")));  // routed to gw-9, which has no connection
   // A record for nobody this gateway holds: read back on resume, not delivered.
   const std::string_view carol_only[] = {"user:carol"};
-  REQUIRE(svc->send_durable(carol_only, "conv:9", bytes("for carol")));
+  REQUIRE(svc->send_durable(carol_only, "conv:9", bytes_of("for carol")));
   auto conn2 = connect_to(server, "gw-again");
   auto gw2 = gateway::start(*conn2, {.inbox_id = "gw-9", .on_message = on_message, .resume_lease = lease,
                                      .routes = {"user:alice"}, .durable = durable_options{.resume_from = positions}});
   REQUIRE(gw2);
   CHECK((*gw2)->lease() == lease);
   REQUIRE(wait_until([&] { return got.count == 2; }));
-  REQUIRE(svc->send_durable(room, "conv:9", bytes("c")));
+  REQUIRE(svc->send_durable(room, "conv:9", bytes_of("c")));
   REQUIRE(wait_until([&] { return got.count == 3; }));
   CHECK(got.snapshot() == std::vector<std::string>{"1:user:alice,", "2:user:alice,:log", "4:user:alice,"});
 }
@@ -299,7 +300,7 @@ TEST_CASE("a slow gateway whose inbox deliveries were dropped receives every dur
   auto svc = connect_to(server, "service");
   const std::string_view alice[] = {"user:alice"};
   for (std::uint64_t i = 1; i <= slow_count; ++i) {
-    auto r = svc->send_durable(alice, "conv:42", bytes(payload));
+    auto r = svc->send_durable(alice, "conv:42", bytes_of(payload));
     REQUIRE(r);
     REQUIRE(r->seq == i);
   }

@@ -1,8 +1,10 @@
 #pragma once
-// Deterministic test payloads.
+// Test payloads: deterministic patterns, and the bytes of a text.
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string_view>
 #include <vector>
 
 namespace switchyard::test {
@@ -20,6 +22,13 @@ inline std::vector<std::byte> pattern(std::size_t size, std::uint64_t seed) {
     b = static_cast<std::byte>(x >> 24);
   }
   return out;
+}
+
+// The bytes of `s`, borrowed (valid while `s` is): as the client library
+// takes payloads, and as the wire encoder does.
+inline std::span<const std::byte> bytes_of(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
+inline std::span<const std::uint8_t> wire_bytes_of(std::string_view s) {
+  return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
 }
 
 }  // namespace switchyard::test
