@@ -32,12 +32,24 @@ class server_process {
   // Sends `sig` and waits up to `timeout` for the exit. Returns the exit
   // code, -signal if it died of a signal, or nullopt if it is still running.
   std::optional<int> signal_and_wait(int sig, std::chrono::milliseconds timeout);
+  // Starts the same binary again, once the previous process is gone (after
+  // signal_and_wait), on the same port and data folder, with the arguments
+  // of start() (`extra_args` replace the earlier extra arguments when
+  // given). Waits up to `timeout` for the port; errors as start(), and
+  // "still running" if the previous process was not reaped.
+  std::expected<void, std::string> restart(std::chrono::milliseconds timeout,
+                                           const std::optional<std::vector<std::string>>& extra_args = std::nullopt);
 
  private:
   server_process() = default;
+  std::expected<void, std::string> spawn(const std::string& listen, std::chrono::milliseconds timeout);
+
   int pid_ = -1;
   std::uint16_t port_ = 0;
   std::string dir_;
+  std::string binary_;
+  std::vector<std::string> extra_args_;
+  std::string data_dir_;
 };
 
 // The server binary next to this executable's build tree

@@ -80,3 +80,23 @@ TEST_CASE("switchyard-server reports a config file syntax error with its line an
   CHECK(out.find("line 2") != std::string::npos);
   CHECK(out.find("max-connections must be") == std::string::npos);
 }
+
+TEST_CASE("a server killed with SIGKILL restarts on the same port with its log intact", "[e2e][broker]") {
+  auto server = start_server_process();
+  const auto port = server.port();
+  {
+    auto c = client::connect({.port = port});
+    REQUIRE(c);
+    REQUIRE((*c)->append("restart.check", std::as_bytes(std::span("kept", 4))));
+  }
+  REQUIRE(server.signal_and_wait(SIGKILL, std::chrono::seconds(10)) == -SIGKILL);
+  auto again = server.restart(std::chrono::seconds(10));
+  REQUIRE(again);
+  CHECK(server.port() == port);
+  auto c = client::connect({.port = port});
+  REQUIRE(c);
+  auto r = (*c)->read("restart.check");
+  REQUIRE(r);
+  REQUIRE(r->records.size() == 1);
+  CHECK(r->records[0].seq == 1);
+}
