@@ -5,7 +5,10 @@
 #include "switchyard/client.hpp"
 #include "switchyard/error.hpp"
 #include "switchyard/gateway.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/log_helpers.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
 
@@ -146,4 +149,53 @@ TEST_CASE("a gateway resuming its lease after a broker restart does not take ove
   CHECK(wait_until([&] { return to_alice.load() == 1; }, 5s));
   CHECK(error_of(service->send("user:bob", "hi")) == errc::no_route);
   CHECK(conn_a->lease_time_to_live((*gw_a)->lease()));
+}
+
+// Durable positions name a stream's epoch, random at the stream's creation:
+// a broker with another log (another data folder) never passes its own
+// sequences off as the ones a position was saved against.
+TEST_CASE("durable positions resumed against a broker with another log are reported as unrecoverable, not resumed",
+          "[e2e][client][log]") {
+  stream_positions saved;
+  std::uint16_t port = 0;
+  {
+    temp_dir first_dir;
+    test_server first(with_data(first_dir));
+    port = first.port();
+    auto sub = connect_to(first, "sub");
+    collector<std::uint64_t> got;
+    auto id = sub->subscribe_durable("feed.>", [&](const message& m) { got.add(m.seq); });
+    REQUIRE(id);
+    auto pub = connect_to(first, "pub");
+    for (int i = 0; i < 3; ++i) REQUIRE(pub->publish_durable("feed.x", "feed", bytes_of("first")));
+    REQUIRE(wait_until([&] { return got.count == 3; }));
+    saved = sub->stream_positions_of(*id);
+    REQUIRE(saved.at("feed").seq == 3);
+  }
+  temp_dir second_dir;
+  auto cfg = with_data(second_dir);
+  cfg.listen_port = port;
+  test_server second(cfg);
+
+  collector<unrecoverable_position> lost;
+  collector<std::uint64_t> got;
+  durable_options o;
+  o.resume_from = saved;
+  o.on_unrecoverable = [&](const unrecoverable_position& u) {
+    lost.add(u);
+    return resume_at::first_available;
+  };
+  auto sub = connect_to(second, "sub");
+  REQUIRE(sub->subscribe_durable("feed.>", [&](const message& m) { got.add(m.seq); }, o));
+  REQUIRE(wait_until([&] { return lost.count == 1; }));
+  CHECK(lost.snapshot().front().reason == position_lost::stream_gone);
+  CHECK(lost.snapshot().front().last_delivered.seq == 3);
+
+  // The second log's own stream of that name starts at 1 and is delivered
+  // from there, not taken for the first log's 4, 5, ...
+  auto pub = connect_to(second, "pub");
+  for (int i = 0; i < 5; ++i) REQUIRE(pub->publish_durable("feed.x", "feed", bytes_of("second")));
+  REQUIRE(wait_until([&] { return got.count == 5; }));
+  CHECK(got.snapshot() == std::vector<std::uint64_t>{1, 2, 3, 4, 5});
+  CHECK(lost.count == 1);
 }
