@@ -6,6 +6,7 @@
 #include "broker/server_config.hpp"
 #include "broker/server_counters.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,7 +31,11 @@ class server {
   // one drawn at construction): the Welcome's server_instance.
   std::uint64_t instance_id() const noexcept;
 
-  // Stops on SIGINT/SIGTERM (call before run()).
+  // Signals (call before run()): SIGINT/SIGTERM stop (stop()); SIGUSR2
+  // drains over --drain-window-ms (drain()); SIGHUP re-reads the --config
+  // file and applies what can change at run time (a bad file is logged and
+  // changes nothing); SIGUSR1 logs the counters. None but SIGINT/SIGTERM
+  // ends the process by itself.
   void handle_signals();
 
   // Runs the event loop on the calling thread until stop() finished:
@@ -41,6 +46,14 @@ class server {
   // goodbye, and makes run() return once they are closed (or after the
   // shutdown grace).
   void stop();
+
+  // Thread-safe. Drains (docs/protocol.md §9.1): new connections are
+  // refused with `draining`; the open ones are closed in batches spread
+  // evenly over `window`, each told `draining` with a reconnect window of
+  // min(window, 10 s); run() returns once the last one is gone or the
+  // window ended (and their goodbyes flushed, at most the shutdown grace).
+  // Does nothing while draining or stopping already.
+  void drain(std::chrono::milliseconds window);
 
   // Counters, read on the loop thread (or after run() returned).
   const server_counters& counters() const noexcept;
