@@ -44,7 +44,8 @@ constexpr std::size_t max_drop_reports = 10'000;
 
 bool is_normal_close(const asio_error_code& ec) {
   return !ec || ec == asio::error::eof || ec == asio::error::operation_aborted ||
-         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+         ec == asio::error::not_connected;  // the peer was gone before our half-close (a refused client that read its error)
 }
 
 }  // namespace

@@ -382,8 +382,8 @@ void server::impl::reload() {
   try {
     fresh = reparse_server_args(config);
   } catch (const cli_exit& e) {
-    std::string why = e.output;
-    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    // CLI11's first line says what is wrong (the rest is "Run with --help").
+    std::string why = e.output.substr(0, e.output.find('\n'));
     logger->error("SIGHUP: {} was not applied, the running configuration stays: {}", config.config_file, why);
     return;
   } catch (const std::exception& e) {
