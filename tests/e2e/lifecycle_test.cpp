@@ -182,7 +182,7 @@ TEST_CASE("a drain closes the connections in batches over its window and refuses
   for (int i = 0; i < n; ++i) conns.push_back(welcomed(server.port()));
   // Each connection's goodbye, read on its own thread as it arrives.
   std::vector<goodbye> got(n);
-  std::vector<std::thread> readers;
+  std::vector<std::jthread> readers;  // joined on the way out, also when a REQUIRE fails
   // The drain, asked over an admin connection (one of the connections it closes).
   auto admin = welcomed(server.port(), admin_caps);
   protocol::frame_builder b;
