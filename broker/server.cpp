@@ -180,8 +180,13 @@ struct server::impl {
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> sweep_loop();
   void begin_stop();
-  // Drain over `window` (admission_control refuses new connections from
-  // now on); a second call while draining or stopping does nothing.
+  // Drains (docs/protocol.md §9.1; SIGUSR2 and the Drain request):
+  // admission_control refuses new connections with `draining` from now on;
+  // drain_loop closes the open ones in batches spread evenly over `window`,
+  // each told `draining` with a reconnect window of min(window, 10 s); run()
+  // returns once the last one is gone or the window ended (and their
+  // goodbyes flushed, at most the shutdown grace). A second call while
+  // draining or stopping does nothing.
   void begin_drain(std::chrono::milliseconds window);
   asio::awaitable<void> drain_loop();
   // Waits until every connection is gone or `grace` passed, then stops
@@ -565,9 +570,6 @@ void server::stop() {
   asio::post(impl_->io, [this] { impl_->begin_stop(); });
 }
 
-void server::drain(std::chrono::milliseconds window) {
-  asio::post(impl_->io, [this, window] { impl_->begin_drain(window); });
-}
 
 const server_counters& server::counters() const noexcept { return impl_->counters; }
 

@@ -47,14 +47,6 @@ class server {
   // shutdown grace).
   void stop();
 
-  // Thread-safe. Drains (docs/protocol.md §9.1): new connections are
-  // refused with `draining`; the open ones are closed in batches spread
-  // evenly over `window`, each told `draining` with a reconnect window of
-  // min(window, 10 s); run() returns once the last one is gone or the
-  // window ended (and their goodbyes flushed, at most the shutdown grace).
-  // Does nothing while draining or stopping already.
-  void drain(std::chrono::milliseconds window);
-
   // Counters, read on the loop thread (or after run() returned).
   const server_counters& counters() const noexcept;
   // Every counter and gauge (connections, tables, memory, the log's group

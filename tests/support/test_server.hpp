@@ -24,8 +24,6 @@ class test_server {
   // The server (its run()) ended by itself, e.g. after a drain: waits at
   // most `timeout` for that.
   bool wait_finished(std::chrono::milliseconds timeout);
-  // The server object, e.g. for drain() (thread-safe members only).
-  broker::server& get() noexcept { return *server_; }
   // Counters, valid after stop().
   const broker::server_counters& counters() const noexcept { return server_->counters(); }
   // Every counter and gauge, valid after stop().
