@@ -28,10 +28,10 @@
 
 #include <cerrno>
 #include <csignal>
-#include <optional>
-#include <vector>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <vector>
 
 namespace switchyard::broker {
 
@@ -174,6 +174,9 @@ struct server::impl {
   std::optional<drain_schedule> drain;
   std::vector<std::weak_ptr<connection>> drain_order;
   std::size_t drained = 0;
+  // Refusals last logged (report_refusals), and when.
+  server_counters refusals_logged;
+  std::chrono::steady_clock::time_point refusals_logged_at{};
 
   void open_log();
   void wire_handlers();
@@ -195,6 +198,10 @@ struct server::impl {
   void wait_signal();
   // SIGHUP: re-reads the config file; applies what can change at run time.
   void reload();
+  // At most once a second, one warning line with the connections refused
+  // since the last one (refusals are logged one by one at debug only: they
+  // come in storms).
+  void report_refusals();
   // SIGUSR1: logs the counters and gauges.
   void log_metrics() const;
   metrics_snapshot metrics() const;
@@ -266,6 +273,7 @@ asio::awaitable<void> server::impl::sweep_loop() {
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (ec || registry.stopping()) co_return;
     if (durable) durable->report_refusals_due();
+    report_refusals();
     for (;;) {
       const auto r = leases.sweep(on_expire);
       counters.leases_expired += r.expired;
@@ -454,6 +462,21 @@ void server::impl::reload() {
     for (const auto& f : fixed) names += (names.empty() ? "" : ", ") + f;
     logger->warn("SIGHUP: {} changed in the file but take effect only at a restart", names);
   }
+}
+
+void server::impl::report_refusals() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - refusals_logged_at < std::chrono::seconds(1)) return;
+  const auto cap = counters.connections_rejected - refusals_logged.connections_rejected;
+  const auto rate = counters.hellos_rate_limited - refusals_logged.hellos_rate_limited;
+  const auto drain_refused = counters.hellos_draining - refusals_logged.hellos_draining;
+  if (cap + rate + drain_refused == 0) return;
+  logger->warn("refused {} connections since the last report: {} at the cap ({} + {} admin slots), {} over the "
+               "hello rate ({}/s), {} while draining",
+               cap + rate + drain_refused, cap, config.max_connections, config.admin_slots, rate,
+               config.max_hellos_per_s, drain_refused);
+  refusals_logged = counters;
+  refusals_logged_at = now;
 }
 
 void server::impl::log_metrics() const {
