@@ -40,7 +40,30 @@ struct settings {
   std::uint64_t max_bytes = 0;
   bool set_limits = false;  // any --max-* given
   bool clear = false;
+  std::string window;  // drain: "30s", "500ms", "2m"; empty = the broker's default
 };
+
+// A drain window: a number with a unit (ms, s, m, h). nullopt if malformed
+// or above 24 h (the broker's limit).
+std::optional<std::chrono::milliseconds> parse_window(std::string_view text) {
+  std::size_t digits = 0;
+  std::uint64_t value = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
+    value = value * 10 + static_cast<std::uint64_t>(text[digits] - '0');
+    if (value > 86'400'000) return std::nullopt;
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  const std::string_view unit = text.substr(digits);
+  std::uint64_t scale = 0;
+  if (unit == "ms") scale = 1;
+  else if (unit == "s") scale = 1000;
+  else if (unit == "m") scale = 60'000;
+  else if (unit == "h") scale = 3'600'000;
+  else return std::nullopt;
+  if (value * scale > 86'400'000) return std::nullopt;
+  return std::chrono::milliseconds(static_cast<std::int64_t>(value * scale));
+}
 
 // Server-reported codes (and a missing capability) are the broker's answer;
 // everything else means the connection did not work out.
@@ -81,6 +104,9 @@ class cli {
     if (!parse_address(s_.address, o.host, o.port))
       return fail(exit_usage, "usage", "--address must be host:port (port 1..65535), got '" + s_.address + "'");
     o.client_name = std::string(cli_name);
+    // The broker keeps --admin-slots connections for this at its cap, and
+    // does not rate-limit it: an operator is not locked out by a storm.
+    o.admin = true;
     o.connect_timeout = o.request_timeout = std::chrono::milliseconds(s_.timeout_ms);
     auto c = client::connect(o);
     if (!c)  // whatever the reason (refused, timeout, the broker's refusal): exit 2
@@ -95,6 +121,7 @@ class cli {
     if (s_.command == "routes get") return routes_get();
     if (s_.command == "routes list") return routes_list();
     if (s_.command == "leases list") return leases_list();
+    if (s_.command == "drain") return drain();
     return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");
   }
 
@@ -117,6 +144,8 @@ class cli {
   int fail(std::error_code ec, const std::string& what, std::string_view missing = "no such stream") {
     std::string message = what + ": " + ec.message();
     if (ec == errc::not_found) message = what + ": " + std::string(missing);
+    else if (ec == errc::not_supported && what.starts_with("drain"))
+      message = what + ": the broker does not grant \"admin\" (an older broker without drain)";
     else if (ec == errc::not_supported && what.starts_with("streams"))
       message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
     else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
@@ -249,6 +278,26 @@ class cli {
           return std::vector<std::string>{std::to_string(l.id), std::to_string(l.ttl.count()),
                                           std::to_string(l.remaining.count())};
         });
+  }
+
+  int drain() {
+    std::chrono::milliseconds window{0};
+    if (!s_.window.empty()) window = *parse_window(s_.window);  // checked before connecting
+    if (auto ec = client_->drain(window)) return fail(ec, "drain");
+    const std::string over = window.count() > 0 ? format_duration_ms(static_cast<std::uint64_t>(window.count()))
+                                                : std::string("its --drain-window-ms");
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().string("address", s_.address).boolean("draining", true);
+      j.number("window_ms", static_cast<std::uint64_t>(window.count()));  // 0 = the broker's default
+      j.string("server_instance", std::to_string(client_->server_instance())).end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    out_ << "draining " << s_.address << " over " << over
+         << ": new connections are refused (draining), open ones are closed in batches spread over the window, "
+            "then the broker exits\n";
+    return exit_ok;
   }
 
   // One registry entry as a JSON object; the lease id as a string (64-bit).
@@ -471,6 +520,12 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   lease_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
       ->capture_default_str();
 
+  auto* drain = app.add_subcommand(
+      "drain",
+      "drain the broker: refuse new connections, close the open ones in batches spread over the window (each "
+      "told to reconnect elsewhere), then exit");
+  drain->add_option("--window", s.window, "e.g. 30s, 500ms, 5m (default: the broker's --drain-window-ms)");
+
   // --json decides the error format even when parsing fails.
   for (int i = 1; i < argc; ++i) s.json |= std::string_view(argv[i]) == "--json";
   try {
@@ -489,6 +544,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   else if (route_get->parsed()) s.command = "routes get";
   else if (route_list->parsed()) s.command = "routes list";
   else if (lease_list->parsed()) s.command = "leases list";
+  else if (drain->parsed()) s.command = "drain";
+  if (!s.window.empty() && !parse_window(s.window))
+    return cli(s, out, err).fail(exit_usage, "usage",
+                                 "--window must be a duration with a unit up to 24h, e.g. 30s, 500ms, 5m; got '" +
+                                     s.window + "'");
   return cli(s, out, err).run();
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // switchyard-cli: the operators' command-line tool (streams list / info /
-// retention / read, ping), over the client library.
+// retention / read, routes, leases, ping, drain), over the client library.
 
 #include <iosfwd>
 

@@ -23,6 +23,7 @@ negotiated_capabilities negotiate(const protocol::wire::Hello& hello, bool log_a
     out.set.routing |= out.names[i] == cap::routing;
     out.set.sequence_log |= out.names[i] == cap::log;
     out.set.stream_drops |= out.names[i] == cap::stream_drops;
+    out.set.admin |= out.names[i] == cap::admin;
   }
   // StreamDropped carries a log position ("log") and is reset by the
   // Dropped notice ("dropped-notice").

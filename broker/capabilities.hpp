@@ -18,6 +18,7 @@ struct capability_set {
   bool routing = false;
   bool sequence_log = false;  // the "log" capability: Append, Read, stream admin, log positions
   bool stream_drops = false;  // granted only with "log" and "dropped-notice"
+  bool admin = false;         // Drain; may use the reserved --admin-slots (anyone may ask until auth exists)
 };
 
 // The answer to a hello's capability list: the names granted (asked ∩

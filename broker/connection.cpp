@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 
 namespace switchyard::broker {
 
@@ -43,7 +44,8 @@ constexpr std::size_t max_drop_reports = 10'000;
 
 bool is_normal_close(const asio_error_code& ec) {
   return !ec || ec == asio::error::eof || ec == asio::error::operation_aborted ||
-         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+         ec == asio::error::not_connected;  // the peer was gone before our half-close (a refused client that read its error)
 }
 
 }  // namespace
@@ -64,14 +66,12 @@ connection::connection(connection_context& context, byte_stream stream, std::uin
 
 connection::~connection() = default;
 
-void connection::start(std::optional<protocol::errc> reject) {
+void connection::start(std::optional<refusal> refused) {
   auto self = shared_from_this();
   const auto ex = stream_.executor();
   asio::co_spawn(ex, writer(self), asio::detached);
-  if (reject) {
-    // Not counted against max-connections while it says goodbye.
-    ctx_.registry.rejected_closing(1);
-    close_with_error(*reject, make_error_code(*reject).message());
+  if (refused) {
+    refuse(*refused);
     return;
   }
   reading_ = true;
@@ -189,10 +189,27 @@ void connection::close_slow_consumer(std::string_view why) {
 }
 
 void connection::close_with_error(errc code, std::string_view message) {
+  close_with_retry(code, message, std::chrono::milliseconds(0));
+}
+
+void connection::refuse(const refusal& r) {
+  if (closing_ || closed_) return;
+  // Not counted against max-connections while it says goodbye.
+  refused_ = true;
+  ctx_.registry.rejected_closing(1);
+  close_with_retry(r.code, r.message, r.retry_after);
+}
+
+void connection::close_with_retry(errc code, std::string_view message, std::chrono::milliseconds retry_after) {
   if (closing_ || closed_) return;
   closing_ = true;
-  ctx_.logger->info("conn={} closing: {} ({})", id(), protocol::errc_name(code), message);
-  send(ctx_.builder.error(0, code, message, 0, true));
+  // Refusals come in storms: not one info line each.
+  const bool refused_hello = refused_ && !welcomed_;
+  ctx_.logger->log(refused_hello ? spdlog::level::debug : spdlog::level::info, "conn={} closing: {} ({})", id(),
+                   protocol::errc_name(code), message);
+  const auto hint = static_cast<std::uint32_t>(
+      std::clamp<std::int64_t>(retry_after.count(), 0, std::numeric_limits<std::uint32_t>::max()));
+  send(ctx_.builder.error(0, code, message, hint, true));
   goodbye_queued_ = true;
   // A peer that does not read must not keep the session forever.
   asio::co_spawn(stream_.executor(), close_watchdog(shared_from_this()), asio::detached);
@@ -202,7 +219,7 @@ void connection::fail(asio_error_code ec, std::string_view what) {
   if (closed_) return;
   closed_ = true;
   closing_ = true;
-  if (!reading_) ctx_.registry.rejected_closing(-1);
+  if (refused_) ctx_.registry.rejected_closing(-1);
   if (is_normal_close(ec))
     ctx_.logger->debug("conn={} closed ({}{}{})", id(), what, ec ? ": " : "", ec ? ec.message() : "");
   else
@@ -564,6 +581,10 @@ bool connection::handle_hello(const wire::Frame& frame) {
   if (hello.client_name()) client_name_ = hello.client_name()->str();
   if (hello.client_id()) client_id_ = hello.client_id()->str();
   const auto caps = negotiate(hello, ctx_.log_available);
+  if (auto r = ctx_.admission.on_hello(caps.set.admin, ctx_.registry.counted(), clock::now())) {
+    refuse(*r);
+    return false;
+  }
   granted_ = caps.set;
 
   protocol::welcome_fields w;

@@ -11,6 +11,7 @@
 // Loop thread only. A connection keeps itself alive through its coroutines
 // and its entry in the connection_registry until fail() has run.
 
+#include "broker/admission_control.hpp"
 #include "broker/byte_stream.hpp"
 #include "broker/frame_arena.hpp"
 #include "broker/outbound_queue.hpp"
@@ -52,6 +53,7 @@ struct connection_context {
   loop_pressure& pressure;
   input_memory& input;
   connection_registry& registry;
+  admission_control& admission;  // decides on each hello (cap, rate, draining)
   server_counters& counters;
   std::shared_ptr<spdlog::logger> logger;
   bool log_available = false;  // the server has a sequence log ("log" may be granted)
@@ -64,9 +66,17 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   connection(connection_context& context, byte_stream stream, std::uint64_t id);
   ~connection();
 
-  // Starts the coroutines. With `reject` set, the connection only sends
-  // that error (fatal) and closes: used for connections over the cap.
-  void start(std::optional<protocol::errc> reject = std::nullopt);
+  // Starts the coroutines. With `refused` set, the connection only sends
+  // that error (fatal, with its retry hint) and closes, reading nothing:
+  // admission_control's answer at accept. A refused connection does not
+  // count against max-connections while it says goodbye.
+  void start(std::optional<refusal> refused = std::nullopt);
+
+  // Like close_with_error, with a retry hint in the Error (retry_after_ms):
+  // a drain's goodbye.
+  void close_with_retry(protocol::errc code, std::string_view message, std::chrono::milliseconds retry_after);
+  // Closing (a goodbye queued, or closed): nothing more will be handled.
+  bool closing() const noexcept { return closing_; }
 
   // delivery_target: queue a Deliver (shared) or an InboxDelivery (own)
   // unless not welcomed yet or closing; over max-pending-bytes the frame
@@ -96,6 +106,9 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   // Handles one verified frame; false to stop reading.
   bool handle(const protocol::wire::Frame& frame);
   bool handle_hello(const protocol::wire::Frame& frame);
+  // Sends `r` as the goodbye and stops counting this connection against
+  // the cap.
+  void refuse(const refusal& r);
   // After handling: an incomplete frame left in the shared buffer moves to
   // spill_, an emptied spill_ is released, and the frame deadline is
   // checked. False when the connection was closed.
@@ -162,7 +175,8 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   bool closing_ = false;
   bool closed_ = false;
   bool writer_waiting_ = false;
-  bool reading_ = false;         // the reader runs (not for a rejected connection)
+  bool reading_ = false;         // the reader runs (not for a connection refused at accept)
+  bool refused_ = false;         // refused by admission control: not counted (connection_registry::rejected_closing)
   bool goodbye_queued_ = false;  // the fatal Error is queued: nothing more is
   bool goodbye_sent_ = false;    // ... and written, with the stream half-closed
   bool peer_eof_ = false;        // the peer half-closed while we were closing

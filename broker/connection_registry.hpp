@@ -44,6 +44,11 @@ class connection_registry {
   void for_each(F&& f) const {
     for (const auto& [ptr, owner] : live_) f(*ptr);
   }
+  // Calls f(const std::shared_ptr<connection>&) for each live connection.
+  template <class F>
+  void for_each_owner(F&& f) const {
+    for (const auto& [ptr, owner] : live_) f(owner);
+  }
   // Drops every reference (the server's destructor, after the loop stopped).
   void clear() noexcept { live_.clear(); }
 

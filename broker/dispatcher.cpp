@@ -3,6 +3,7 @@
 #include "broker/log_handler.hpp"
 #include "broker/pubsub_handler.hpp"
 #include "broker/routing_handler.hpp"
+#include "broker/server_admin_handler.hpp"
 #include "broker/stream_admin_handler.hpp"
 
 #include <spdlog/spdlog.h>
@@ -93,11 +94,15 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&stream_admin_handler::stream_list>(M::StreamList, h.stream_admin, R::sequence_log);
     bind<&stream_admin_handler::set_retention>(M::SetRetention, h.stream_admin, R::sequence_log);
   }
+  table_[static_cast<std::size_t>(M::Drain)] = {true, R::admin, nullptr, nullptr};
+  if (h.admin) bind<&server_admin_handler::drain>(M::Drain, h.admin, R::admin);
 }
 
 void dispatcher::refuse(peer& from, std::uint64_t rid, requirement missing) {
   if (missing == requirement::routing)
     return from.send_error(rid, errc::unsupported_message, "this needs the \"routing\" capability in the hello");
+  if (missing == requirement::admin)
+    return from.send_error(rid, errc::unsupported_message, "this needs the \"admin\" capability in the hello");
   from.send_error(rid, errc::unsupported_message, no_log_message(handlers_.log != nullptr));
 }
 
@@ -112,7 +117,8 @@ bool dispatcher::dispatch(peer& from, const wire::Frame& frame) {
   }
   const capability_set& granted = from.granted();
   const bool allowed = r.needs == requirement::none || (r.needs == requirement::routing && granted.routing) ||
-                       (r.needs == requirement::sequence_log && granted.sequence_log);
+                       (r.needs == requirement::sequence_log && granted.sequence_log) ||
+                       (r.needs == requirement::admin && granted.admin);
   if (!allowed || !r.fn) {
     refuse(from, frame.request_id(), r.needs);
     return true;

@@ -9,6 +9,7 @@
 //   Lease*, Registry*, Inbox*, Send            routing_handler      "routing"
 //   Append, Read                               log_handler          "log"
 //   StreamInfo, StreamList, SetRetention       stream_admin_handler "log"
+//   Drain                                      server_admin_handler "admin"
 //   Ping (answered in order: peer::ping), Pong, Error (a client's notice,
 //   logged), Hello (a second one: bad_request)  here                (none)
 //   anything else (server-to-client types)     closes the connection
@@ -35,11 +36,12 @@ class pubsub_handler;
 class routing_handler;
 class log_handler;
 class stream_admin_handler;
+class server_admin_handler;
 
 class dispatcher {
  public:
   // What a message needs granted before its handler runs.
-  enum class requirement : std::uint8_t { none, routing, sequence_log };
+  enum class requirement : std::uint8_t { none, routing, sequence_log, admin };
 
   // The handlers, borrowed for the dispatcher's lifetime. `log` and
   // `stream_admin` are null on a server without a sequence log.
@@ -48,6 +50,7 @@ class dispatcher {
     routing_handler& routing;
     log_handler* log = nullptr;
     stream_admin_handler* stream_admin = nullptr;
+    server_admin_handler* admin = nullptr;  // null: Drain is answered unsupported_message
   };
   dispatcher(handlers h, server_counters& counters, std::shared_ptr<spdlog::logger> logger);
 

@@ -1,6 +1,8 @@
 // switchyard-server: flags and config file, then the server's event loop.
-// Exit codes: 0 after a clean stop (SIGINT/SIGTERM), 1 on a start-up error,
-// 2 on bad flags or config.
+// Exit codes: 0 after a clean stop (SIGINT/SIGTERM) or a drain (SIGUSR2, a
+// Drain request), 1 on a start-up error, 2 on bad flags or config. SIGHUP
+// re-reads the config file and SIGUSR1 logs the counters (server.hpp,
+// handle_signals); neither ends the process.
 //
 // With --verify-log it checks the sequence log in --data-dir instead and
 // exits: 0 intact, 1 damaged, 2 bad flags, 3 the log cannot be checked (no

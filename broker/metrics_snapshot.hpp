@@ -16,6 +16,11 @@ struct metrics_snapshot {
   // drops, sends, expiries, protocol errors, write waits).
   server_counters counters;
 
+  // Lifecycle: a draining (or stopping) server is not ready: a health
+  // check should send no new clients to it.
+  bool draining = false;
+  bool ready = true;
+
   // Connections.
   std::size_t connections = 0;           // open, including those closing
   std::size_t connections_rejecting = 0; // over the cap, saying goodbye

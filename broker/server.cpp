@@ -1,9 +1,11 @@
 #include "broker/server.hpp"
 
+#include "broker/admission_control.hpp"
 #include "broker/channel_table.hpp"
 #include "broker/connection.hpp"
 #include "broker/connection_registry.hpp"
 #include "broker/dispatcher.hpp"
+#include "broker/drain_schedule.hpp"
 #include "broker/durable_pipeline.hpp"
 #include "broker/fanout.hpp"
 #include "broker/frame_arena.hpp"
@@ -14,6 +16,7 @@
 #include "broker/pubsub_handler.hpp"
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
+#include "broker/server_admin_handler.hpp"
 #include "broker/stream_admin_handler.hpp"
 #include "common/asio.hpp"
 #include "storage/log_verifier.hpp"
@@ -24,8 +27,11 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <vector>
 
 namespace switchyard::broker {
 
@@ -120,7 +126,8 @@ struct server::impl {
         leases(lease_settings(config), [] { return std::chrono::steady_clock::now(); }),
         routing(leases),
         fan(channels, routing, arena, builder, counters),
-        input(config.max_incomplete_bytes) {}
+        input(config.max_incomplete_bytes),
+        admission(config, counters, std::chrono::steady_clock::now()) {}
 
   static std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
     auto log = spdlog::get("broker");
@@ -145,12 +152,14 @@ struct server::impl {
   loop_pressure pressure;
   input_memory input;
   connection_registry registry;
+  admission_control admission;
   // Created by start(): they depend on whether there is a sequence log.
   std::unique_ptr<durable_pipeline> durable;
   std::unique_ptr<pubsub_handler> pubsub;
   std::unique_ptr<routing_handler> routing_requests;
   std::unique_ptr<log_handler> log_requests;
   std::unique_ptr<stream_admin_handler> stream_admin;
+  std::unique_ptr<server_admin_handler> server_admin;
   std::unique_ptr<dispatcher> dispatch;
   std::unique_ptr<connection_context> context;
 
@@ -159,11 +168,42 @@ struct server::impl {
   asio::signal_set signals{io};
   std::uint16_t port = 0;
 
+  // A drain under way (begin_drain): its schedule, the connections open
+  // when it began in the order they are closed, and how many of them were
+  // handled (closed, or found gone).
+  std::optional<drain_schedule> drain;
+  std::vector<std::weak_ptr<connection>> drain_order;
+  std::size_t drained = 0;
+  // Refusals last logged (report_refusals), and when.
+  server_counters refusals_logged;
+  std::chrono::steady_clock::time_point refusals_logged_at{};
+
   void open_log();
   void wire_handlers();
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> sweep_loop();
   void begin_stop();
+  // Drains (docs/protocol.md §9.1; SIGUSR2 and the Drain request):
+  // admission_control refuses new connections with `draining` from now on;
+  // drain_loop closes the open ones in batches spread evenly over `window`,
+  // each told `draining` with a reconnect window of min(window, 10 s); run()
+  // returns once the last one is gone or the window ended (and their
+  // goodbyes flushed, at most the shutdown grace). A second call while
+  // draining or stopping does nothing.
+  void begin_drain(std::chrono::milliseconds window);
+  asio::awaitable<void> drain_loop();
+  // Waits until every connection is gone or `grace` passed, then stops
+  // the loop (run() returns).
+  asio::awaitable<void> stop_when_closed(std::chrono::milliseconds grace);
+  void wait_signal();
+  // SIGHUP: re-reads the config file; applies what can change at run time.
+  void reload();
+  // At most once a second, one warning line with the connections refused
+  // since the last one (refusals are logged one by one at debug only: they
+  // come in storms).
+  void report_refusals();
+  // SIGUSR1: logs the counters and gauges.
+  void log_metrics() const;
   metrics_snapshot metrics() const;
 };
 
@@ -191,10 +231,13 @@ void server::impl::wire_handlers() {
     log_requests = std::make_unique<log_handler>(config, *durable, builder, logger);
     stream_admin = std::make_unique<stream_admin_handler>(config, *durable, io.get_executor(), builder, logger);
   }
+  server_admin = std::make_unique<server_admin_handler>(
+      [this](std::chrono::milliseconds window) { begin_drain(window); }, config.drain_window, builder, logger);
   dispatch = std::make_unique<dispatcher>(
-      dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get()}, counters, logger);
+      dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get(), server_admin.get()},
+      counters, logger);
   context = std::unique_ptr<connection_context>(new connection_context{
-      config, arena, builder, *dispatch, pressure, input, registry, counters, logger, durable != nullptr});
+      config, arena, builder, *dispatch, pressure, input, registry, admission, counters, logger, durable != nullptr});
 }
 
 asio::awaitable<void> server::impl::accept_loop() {
@@ -211,16 +254,10 @@ asio::awaitable<void> server::impl::accept_loop() {
     }
     auto c = std::make_shared<connection>(*context, byte_stream(std::move(socket)),
                                           registry.next_id());
-    std::optional<protocol::errc> reject;
-    if (registry.counted() >= config.max_connections) {
-      ++counters.connections_rejected;
-      reject = protocol::errc::too_many_connections;
-      logger->warn("conn={} rejected: {} connections is the cap", c->id(), config.max_connections);
-    } else {
-      ++counters.connections_accepted;
-    }
+    auto refused = admission.on_accept(registry.counted(), std::chrono::steady_clock::now());
+    if (!refused) ++counters.connections_accepted;
     registry.add(c);
-    c->start(reject);
+    c->start(std::move(refused));
   }
 }
 
@@ -236,6 +273,7 @@ asio::awaitable<void> server::impl::sweep_loop() {
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (ec || registry.stopping()) co_return;
     if (durable) durable->report_refusals_due();
+    report_refusals();
     for (;;) {
       const auto r = leases.sweep(on_expire);
       counters.leases_expired += r.expired;
@@ -256,23 +294,208 @@ void server::impl::begin_stop() {
   acceptor.close(ignored);
   signals.cancel(ignored);
   registry.close_all(protocol::errc::shutting_down, "server stopping");
-  asio::co_spawn(io, [this]() -> asio::awaitable<void> {
-    // Poll until every connection is gone; bounded by the shutdown grace
-    // plus a margin, after which the loop stops regardless.
-    const auto give_up = std::chrono::steady_clock::now() + config.shutdown_grace + std::chrono::milliseconds(500);
-    asio::steady_timer t(io);
-    while (registry.size() > 0 && std::chrono::steady_clock::now() < give_up) {
-      t.expires_after(std::chrono::milliseconds(10));
-      asio_error_code ec;
-      co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  asio::co_spawn(io, stop_when_closed(config.shutdown_grace), asio::detached);
+}
+
+asio::awaitable<void> server::impl::stop_when_closed(std::chrono::milliseconds grace) {
+  // Poll until every connection is gone; bounded by the grace plus a
+  // margin, after which the loop stops regardless.
+  const auto give_up = std::chrono::steady_clock::now() + grace + std::chrono::milliseconds(500);
+  asio::steady_timer t(io);
+  while (registry.size() > 0 && std::chrono::steady_clock::now() < give_up) {
+    t.expires_after(std::chrono::milliseconds(10));
+    asio_error_code ec;
+    co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  io.stop();
+}
+
+void server::impl::begin_drain(std::chrono::milliseconds window) {
+  if (registry.stopping() || admission.draining()) {
+    logger->info("drain over {} ms asked: already {}; nothing changes", window.count(),
+                 registry.stopping() ? "stopping" : "draining");
+    return;
+  }
+  window = std::max(window, std::chrono::milliseconds(1));
+  const auto reconnect = admission_control::reconnect_window_for(window);
+  admission.begin_drain(reconnect);
+  drain_order.clear();
+  drain_order.reserve(registry.counted());
+  // Connections being refused are closing already (and not counted).
+  registry.for_each_owner([this](const std::shared_ptr<connection>& c) {
+    if (!c->closing()) drain_order.push_back(c);
+  });
+  drain.emplace(std::chrono::steady_clock::now(), window, drain_order.size());
+  drained = 0;
+  logger->info("draining: {} connections closed over {} ms (a batch every {} ms), each told to reconnect within "
+               "{} ms; new connections are refused with draining",
+               drain_order.size(), window.count(), drain->period().count(), reconnect.count());
+  asio::co_spawn(io, drain_loop(), asio::detached);
+}
+
+asio::awaitable<void> server::impl::drain_loop() {
+  asio::steady_timer timer(io);
+  const auto reconnect = admission.reconnect_window();
+  const std::string why = "the server is draining; reconnect (to another broker if there is one) within " +
+                          std::to_string(reconnect.count()) + " ms";
+  for (;;) {
+    if (registry.stopping()) co_return;  // SIGTERM meanwhile: the fast path took over
+    const auto now = std::chrono::steady_clock::now();
+    const auto target = drain->target(now);
+    for (; drained < target; ++drained) {
+      auto c = drain_order[drained].lock();
+      drain_order[drained].reset();
+      if (!c || c->closing()) continue;  // gone (or going) by itself
+      c->close_with_retry(protocol::errc::draining, why, reconnect);
+      ++counters.connections_drained;
     }
-    io.stop();
-  }, asio::detached);
+    // Done once every connection of the drain is gone (only refusals may
+    // be open), or once the window is over and all were told.
+    if (registry.counted() == 0 || drained == drain_order.size()) break;
+    timer.expires_after(drain->period());
+    asio_error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  logger->info("drain: {} connections told to reconnect elsewhere; exiting once they are gone", drained);
+  asio_error_code ignored;
+  acceptor.close(ignored);
+  co_await stop_when_closed(config.shutdown_grace);
+}
+
+void server::impl::wait_signal() {
+  signals.async_wait([this](const std::error_code& ec, int sig) {
+    if (ec) return;
+    switch (sig) {
+      case SIGHUP:
+        logger->info("SIGHUP: re-reading the configuration");
+        reload();
+        break;
+      case SIGUSR1:
+        log_metrics();
+        break;
+      case SIGUSR2:
+        logger->info("SIGUSR2: draining over --drain-window-ms ({} ms)", config.drain_window.count());
+        begin_drain(config.drain_window);
+        break;
+      default:
+        logger->info("signal {}: shutting down", sig);
+        begin_stop();
+        return;
+    }
+    if (!registry.stopping()) wait_signal();
+  });
+}
+
+void server::impl::reload() {
+  if (config.config_file.empty()) {
+    logger->warn("SIGHUP: the server was started without --config: nothing to re-read, nothing changed");
+    return;
+  }
+  server_config fresh;
+  try {
+    fresh = reparse_server_args(config);
+  } catch (const cli_exit& e) {
+    // CLI11's first line says what is wrong (the rest is "Run with --help").
+    std::string why = e.output.substr(0, e.output.find('\n'));
+    logger->error("SIGHUP: {} was not applied, the running configuration stays: {}", config.config_file, why);
+    return;
+  } catch (const std::exception& e) {
+    logger->error("SIGHUP: {} was not applied, the running configuration stays: {}", config.config_file, e.what());
+    return;
+  }
+  std::vector<std::string> changed;
+  const auto apply = [&changed](std::string_view name, auto& running, const auto& wanted, auto show) {
+    if (running == wanted) return;
+    changed.push_back(std::string(name) + " " + show(running) + " -> " + show(wanted));
+    running = wanted;
+  };
+  const auto num = [](const auto& v) { return std::to_string(v); };
+  const auto ms = [](const std::chrono::milliseconds& v) { return std::to_string(v.count()) + " ms"; };
+  const auto text = [](const std::string& v) { return v; };
+  const auto policy = [](slow_consumer_policy p) {
+    return std::string(p == slow_consumer_policy::drop ? "drop" : "disconnect");
+  };
+  // What can change at run time (docs: README, "Signals"); each is read
+  // where it is used, so the new value holds from the next use on.
+  apply("log-level", config.log_level, fresh.log_level, text);
+  apply("max-connections", config.max_connections, fresh.max_connections, num);
+  apply("admin-slots", config.admin_slots, fresh.admin_slots, num);
+  apply("max-hellos-per-s", config.max_hellos_per_s, fresh.max_hellos_per_s, num);
+  apply("hello-burst", config.hello_burst, fresh.hello_burst, num);
+  apply("hello-timeout-ms", config.hello_timeout, fresh.hello_timeout, ms);
+  apply("frame-timeout-ms", config.frame_timeout, fresh.frame_timeout, ms);
+  apply("max-subscriptions", config.max_subscriptions, fresh.max_subscriptions, num);
+  apply("max-inboxes", config.max_inboxes, fresh.max_inboxes, num);
+  apply("max-leases", config.max_leases, fresh.max_leases, num);
+  apply("max-registry-entries", config.max_registry_entries, fresh.max_registry_entries, num);
+  apply("slow-consumer", config.slow_consumer, fresh.slow_consumer, policy);
+  apply("shutdown-grace-ms", config.shutdown_grace, fresh.shutdown_grace, ms);
+  apply("drain-window-ms", config.drain_window, fresh.drain_window, ms);
+  logger->set_level(spdlog::level::from_str(config.log_level));
+  admission.reconfigure(std::chrono::steady_clock::now());
+  // The rest is fixed at start: say so rather than ignore it silently.
+  std::vector<std::string> fixed;
+  const auto keep = [&fixed](std::string_view name, bool differs) {
+    if (differs) fixed.emplace_back(name);
+  };
+  keep("listen", config.listen_host != fresh.listen_host || config.listen_port != fresh.listen_port);
+  keep("data-dir", config.data_dir != fresh.data_dir);
+  keep("max-frame", config.max_frame != fresh.max_frame);
+  keep("heartbeat-ms", config.heartbeat_interval != fresh.heartbeat_interval);
+  keep("max-pending-bytes", config.max_pending_bytes != fresh.max_pending_bytes);
+  keep("max-incomplete-bytes", config.max_incomplete_bytes != fresh.max_incomplete_bytes);
+  keep("lease settings", config.lease_min_ttl != fresh.lease_min_ttl || config.lease_max_ttl != fresh.lease_max_ttl ||
+                             config.sweep_period != fresh.sweep_period ||
+                             config.max_expiries_per_sweep != fresh.max_expiries_per_sweep ||
+                             config.stall_threshold != fresh.stall_threshold);
+  keep("durability", config.durability != fresh.durability || config.sync_interval != fresh.sync_interval ||
+                         config.log_max_bytes != fresh.log_max_bytes);
+  keep("retention", config.retention_max_records != fresh.retention_max_records ||
+                        config.retention_max_age != fresh.retention_max_age ||
+                        config.retention_max_bytes != fresh.retention_max_bytes);
+  keep("durable-channel", config.durable_channels != fresh.durable_channels);
+  std::string list;
+  for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
+  logger->info("SIGHUP: {} re-read: {}", config.config_file, changed.empty() ? std::string("nothing changed") : list);
+  if (!fixed.empty()) {
+    std::string names;
+    for (const auto& f : fixed) names += (names.empty() ? "" : ", ") + f;
+    logger->warn("SIGHUP: {} changed in the file but take effect only at a restart", names);
+  }
+}
+
+void server::impl::report_refusals() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - refusals_logged_at < std::chrono::seconds(1)) return;
+  const auto cap = counters.connections_rejected - refusals_logged.connections_rejected;
+  const auto rate = counters.hellos_rate_limited - refusals_logged.hellos_rate_limited;
+  const auto drain_refused = counters.hellos_draining - refusals_logged.hellos_draining;
+  if (cap + rate + drain_refused == 0) return;
+  logger->warn("refused {} connections since the last report: {} at the cap ({} + {} admin slots), {} over the "
+               "hello rate ({}/s), {} while draining",
+               cap + rate + drain_refused, cap, config.max_connections, config.admin_slots, rate,
+               config.max_hellos_per_s, drain_refused);
+  refusals_logged = counters;
+  refusals_logged_at = now;
+}
+
+void server::impl::log_metrics() const {
+  const auto m = metrics();
+  const auto& n = m.counters;
+  logger->info("SIGUSR1: {} connections ({} being refused), {} subscriptions, {} leases, {} registry entries, {} "
+               "inboxes; {} accepted, refused: {} over the cap, {} rate limited, {} draining; {} drained; {} "
+               "published, {} delivered, {} dropped, {} sends routed, {} unrouted; {}",
+               m.connections, m.connections_rejecting, m.subscriptions, m.leases, m.registry_entries, m.inboxes,
+               n.connections_accepted, n.connections_rejected, n.hellos_rate_limited, n.hellos_draining,
+               n.connections_drained, n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted,
+               m.ready ? "ready" : (m.draining ? "draining" : "stopping"));
 }
 
 metrics_snapshot server::impl::metrics() const {
   metrics_snapshot m;
   m.counters = counters;
+  m.draining = admission.draining();
+  m.ready = !m.draining && !registry.stopping();
   m.connections = registry.size();
   m.connections_rejecting = registry.size() - registry.counted();
   registry.for_each([&m](const connection& c) {
@@ -360,13 +583,8 @@ std::uint16_t server::port() const noexcept { return impl_->port; }
 std::uint64_t server::instance_id() const noexcept { return impl_->config.instance_id; }
 
 void server::handle_signals() {
-  impl_->signals.add(SIGINT);
-  impl_->signals.add(SIGTERM);
-  impl_->signals.async_wait([this](const std::error_code& ec, int sig) {
-    if (ec) return;
-    impl_->logger->info("signal {}: shutting down", sig);
-    impl_->begin_stop();
-  });
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) impl_->signals.add(sig);
+  impl_->wait_signal();
 }
 
 void server::run() { impl_->io.run(); }
@@ -374,6 +592,7 @@ void server::run() { impl_->io.run(); }
 void server::stop() {
   asio::post(impl_->io, [this] { impl_->begin_stop(); });
 }
+
 
 const server_counters& server::counters() const noexcept { return impl_->counters; }
 

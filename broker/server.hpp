@@ -6,6 +6,7 @@
 #include "broker/server_config.hpp"
 #include "broker/server_counters.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,7 +31,11 @@ class server {
   // one drawn at construction): the Welcome's server_instance.
   std::uint64_t instance_id() const noexcept;
 
-  // Stops on SIGINT/SIGTERM (call before run()).
+  // Signals (call before run()): SIGINT/SIGTERM stop (stop()); SIGUSR2
+  // drains over --drain-window-ms (drain()); SIGHUP re-reads the --config
+  // file and applies what can change at run time (a bad file is logged and
+  // changes nothing); SIGUSR1 logs the counters. None but SIGINT/SIGTERM
+  // ends the process by itself.
   void handle_signals();
 
   // Runs the event loop on the calling thread until stop() finished:

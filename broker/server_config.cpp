@@ -41,6 +41,12 @@ void validate(const server_config& cfg) {
   if (cfg.max_frame < protocol::min_max_frame || cfg.max_frame > (64u << 20))
     bad("max-frame must be between 16384 and 67108864 bytes");
   if (cfg.max_connections < 1) bad("max-connections must be at least 1");
+  if (cfg.admin_slots > 1000) bad("admin-slots must be at most 1000");
+  if (cfg.hello_burst > 0 && cfg.max_hellos_per_s == 0) bad("hello-burst needs max-hellos-per-s");
+  if (cfg.shutdown_grace.count() < 1 || cfg.shutdown_grace > std::chrono::minutes(10))
+    bad("shutdown-grace-ms must be between 1 and 600000");
+  if (cfg.drain_window.count() < 1 || cfg.drain_window > std::chrono::hours(24))
+    bad("drain-window-ms must be between 1 and 86400000");
   if (cfg.hello_timeout.count() < 1) bad("hello-timeout-ms must be at least 1");
   if (cfg.heartbeat_interval.count() < 10) bad("heartbeat-ms must be at least 10");
   if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
@@ -96,6 +102,8 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::int64_t sync_ms = cfg.sync_interval.count();
   std::int64_t retention_age_ms = 0;
   std::int64_t frame_timeout_ms = cfg.frame_timeout.count();
+  std::int64_t grace_ms = cfg.shutdown_grace.count();
+  std::int64_t drain_ms = cfg.drain_window.count();
 
   app.add_option("--listen", listen, "host:port to listen on (port 0 = any free port)")
       ->capture_default_str();
@@ -103,6 +111,23 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.add_option("--port-file", cfg.port_file, "write the bound port to this file once listening");
   app.add_option("--max-frame", cfg.max_frame, "largest accepted frame in bytes")->capture_default_str();
   app.add_option("--max-connections", cfg.max_connections, "connection cap")->capture_default_str();
+  app.add_option("--admin-slots", cfg.admin_slots,
+                 "connections beyond max-connections kept for clients asking the \"admin\" capability (the CLI)")
+      ->capture_default_str();
+  app.add_option("--max-hellos-per-s", cfg.max_hellos_per_s,
+                 "new hellos admitted per second (token bucket; admin hellos exempt); others get rate_limited with "
+                 "a retry hint. 0 = no limit")
+      ->capture_default_str();
+  app.add_option("--hello-burst", cfg.hello_burst,
+                 "hellos admitted at once after a quiet spell (0 = max-hellos-per-s)")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace-ms", grace_ms,
+                 "SIGTERM: time the shutting_down goodbyes may take before the server exits anyway")
+      ->capture_default_str();
+  app.add_option("--drain-window-ms", drain_ms,
+                 "SIGUSR2 (or a Drain request without a window): close the connections spread over this long, "
+                 "then exit")
+      ->capture_default_str();
   app.add_option("--hello-timeout-ms", hello_ms, "time a new connection has to send its hello")
       ->capture_default_str();
   app.add_option("--heartbeat-ms", heartbeat_ms,
@@ -198,8 +223,20 @@ server_config parse_server_args(int argc, const char* const* argv) {
   cfg.durability = storage::parse_durability(durability_text).value_or(storage::durability::sync);  // checked above
   cfg.retention_max_age = std::chrono::milliseconds(retention_age_ms);
   cfg.frame_timeout = std::chrono::milliseconds(frame_timeout_ms);
+  if (grace_ms < 1 || drain_ms < 1) throw std::invalid_argument("shutdown-grace-ms and drain-window-ms must be at least 1");
+  cfg.shutdown_grace = std::chrono::milliseconds(grace_ms);
+  cfg.drain_window = std::chrono::milliseconds(drain_ms);
+  if (const auto* file = app.get_config_ptr(); file && file->count() > 0) cfg.config_file = file->as<std::string>();
+  cfg.command_line.assign(argv, argv + argc);
   validate(cfg);
   return cfg;
+}
+
+server_config reparse_server_args(const server_config& cfg) {
+  std::vector<const char*> argv;
+  argv.reserve(cfg.command_line.size());
+  for (const auto& a : cfg.command_line) argv.push_back(a.c_str());
+  return parse_server_args(static_cast<int>(argv.size()), argv.data());
 }
 
 }  // namespace switchyard::broker

@@ -27,7 +27,23 @@ struct server_config {
   std::chrono::milliseconds heartbeat_interval{5000};
   std::size_t max_pending_bytes = 64u << 20;  // per connection, then slow consumer
   slow_consumer_policy slow_consumer = slow_consumer_policy::drop;
-  std::chrono::milliseconds shutdown_grace{2000};  // flush time for goodbyes at stop
+  // SIGTERM/SIGINT: how long the goodbyes (shutting_down) may take to flush
+  // before the server exits anyway; also how long a closing connection waits
+  // for its peer to read its goodbye.
+  std::chrono::milliseconds shutdown_grace{2000};
+
+  // Admission control (admission_control.hpp, docs/protocol.md §9.1).
+  // Connections beyond max_connections kept for hellos that ask for the
+  // "admin" capability (the CLI), so an operator is never locked out.
+  std::uint32_t admin_slots = 4;
+  // New hellos per second (a token bucket; hellos asking "admin" are
+  // exempt); 0 = no limit. Burst: hellos admitted at once after a quiet
+  // spell; 0 = max_hellos_per_s.
+  std::uint32_t max_hellos_per_s = 0;
+  std::uint32_t hello_burst = 0;
+  // Drain (SIGUSR2, or a Drain request with window 0): the window over which
+  // the open connections are closed.
+  std::chrono::milliseconds drain_window{30'000};
   // Memory a client can make the broker hold for input: a frame must
   // complete within frame_timeout of its first byte, and the incomplete
   // frames of all connections together hold at most max_incomplete_bytes.
@@ -64,6 +80,12 @@ struct server_config {
   std::vector<std::string> durable_channels;
 
   std::string log_level = "info";
+
+  // Where the settings came from, for SIGHUP (server::reload): the --config
+  // file (empty = none: nothing to reload) and the whole command line it
+  // was parsed with (flags still win over the file on a reload).
+  std::string config_file;
+  std::vector<std::string> command_line;
 
   // This process's identity, sent in every Welcome (server_instance). 0 =
   // draw a random one at start (getrandom, 64 bits, never 0); tests inject
@@ -116,5 +138,9 @@ server_config parse_server_args(int argc, const char* const* argv);
 
 // Checks ranges; throws std::invalid_argument naming the bad setting.
 void validate(const server_config& cfg);
+
+// parse_server_args again on cfg.command_line (a SIGHUP: the config file
+// is read anew, flags still win). Throws like parse_server_args.
+server_config reparse_server_args(const server_config& cfg);
 
 }  // namespace switchyard::broker

@@ -8,7 +8,10 @@ namespace switchyard::broker {
 
 struct server_counters {
   std::uint64_t connections_accepted = 0;
-  std::uint64_t connections_rejected = 0;  // over max_connections
+  std::uint64_t connections_rejected = 0;  // refused: too_many_connections (at accept or at the hello)
+  std::uint64_t hellos_rate_limited = 0;   // refused: rate_limited (--max-hellos-per-s)
+  std::uint64_t hellos_draining = 0;       // refused: draining (new connections during a drain)
+  std::uint64_t connections_drained = 0;   // open connections a drain closed (told draining)
   std::uint64_t published = 0;             // publishes routed (valid channel)
   std::uint64_t delivered = 0;             // deliveries queued, one per connection per publish
   std::uint64_t dropped = 0;               // deliveries dropped for slow consumers

@@ -1,9 +1,12 @@
 // client: stream administration on the broker's log (StreamInfo,
-// StreamList, SetRetention; capability "log").
+// StreamList, SetRetention; capability "log"), and server administration
+// (Drain; capability "admin").
 
 #include "switchyard/client.hpp"
 
 #include "client_impl.hpp"
+
+#include <algorithm>
 
 namespace switchyard {
 
@@ -78,6 +81,13 @@ result<stream_summary> client::clear_stream_retention(std::string_view stream) {
   if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
   return impl_->call<stream_summary>(
       [&](std::uint64_t r) { return local_builder().set_retention(r, stream, {}, true); }, parse_info);
+}
+
+std::error_code client::drain(std::chrono::milliseconds window) {
+  if (std::find(impl_->caps.begin(), impl_->caps.end(), protocol::capability::admin) == impl_->caps.end())
+    return errc::not_supported;
+  const auto ms = static_cast<std::uint32_t>(std::clamp<std::int64_t>(window.count(), 0, UINT32_MAX));
+  return impl_->request_sync([&](std::uint64_t r) { return local_builder().drain(r, ms); });
 }
 
 }  // namespace switchyard

@@ -677,9 +677,10 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (ec) co_return finish(ec);
     rbuf.reserve(64 * 1024);
 
-    static constexpr std::array<std::string_view, 5> wanted{
+    // "admin" last: asked only with client_options::admin.
+    static constexpr std::array<std::string_view, 6> wanted{
         protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing,
-        protocol::capability::log, protocol::capability::stream_drops};
+        protocol::capability::log, protocol::capability::stream_drops, protocol::capability::admin};
     protocol::hello_fields h;
     h.protocol_major = protocol::protocol_major;
     h.protocol_minor = protocol::protocol_minor;
@@ -687,7 +688,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     h.client_version = SWITCHYARD_VERSION;
     h.client_id = opts.client_id;
     h.credentials = opts.credentials;
-    h.capabilities = wanted;
+    h.capabilities = std::span(wanted).first(opts.admin ? wanted.size() : wanted.size() - 1);
     const auto hello = local_builder().hello(0, h);
     co_await stream.async_write(asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
     if (ec) co_return finish(ec);

@@ -381,4 +381,9 @@ bytes_view frame_builder::stream_dropped(std::string_view stream, std::uint64_t 
   return finish_as(0, wire::CreateStreamDropped(fbb, st, seq, epoch, ch, inbox));
 }
 
+bytes_view frame_builder::drain(std::uint64_t request_id, std::uint32_t window_ms) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateDrain(fbb, window_ms));
+}
+
 }  // namespace switchyard::protocol

@@ -151,6 +151,10 @@ class frame_builder {
   bytes_view stream_dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch,
                             std::string_view channel, std::string_view inbox_id);
 
+  // Server administration (capability "admin"): drain over `window_ms`
+  // (0 = the server's default window).
+  bytes_view drain(std::uint64_t request_id, std::uint32_t window_ms);
+
   // Escape hatch for tests and future messages: the builder to fill, then
   // finish(request_id, type, offset).
   flatbuffers::FlatBufferBuilder& start();

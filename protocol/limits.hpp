@@ -74,10 +74,14 @@ inline constexpr std::string_view log = "log";
 // per channel or inbox, in its place in the queue (with "log" and
 // "dropped-notice" also granted).
 inline constexpr std::string_view stream_drops = "stream-drops";
+// Server administration: Drain (tag 40), and the reserved admin
+// connection slots (--admin-slots) at the connection cap. Granted to any
+// client that asks until authentication exists (then: admin principals only).
+inline constexpr std::string_view admin = "admin";
 }  // namespace capability
 
-inline constexpr std::array<std::string_view, 5> supported_capabilities{
+inline constexpr std::array<std::string_view, 6> supported_capabilities{
     capability::dropped_notice, capability::publish_ack, capability::routing, capability::log,
-    capability::stream_drops};
+    capability::stream_drops, capability::admin};
 
 }  // namespace switchyard::protocol

@@ -49,7 +49,7 @@ void append(client& c, std::string_view stream, std::string_view payload) {
 TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") {
   for (const char* args : {"--help", "ping --help", "streams --help", "streams list --help", "streams info --help",
                            "streams retention --help", "streams read --help", "routes --help", "routes get --help",
-                           "routes list --help", "leases --help", "leases list --help"}) {
+                           "routes list --help", "leases --help", "leases list --help", "drain --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);
@@ -242,8 +242,8 @@ TEST_CASE("ping --json reports the round trip and the granted capabilities", "[a
   CHECK(code == 0);
   CHECK(one_json_object(out));
   CHECK(contains(out, R"("rtt_ms":)"));
-  // No "log": the test server has no data folder.
-  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing"]})"));
+  // No "log": the test server has no data folder. "admin": the CLI asks for it.
+  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","admin"]})"));
 }
 
 TEST_CASE("ping --json reports the server's instance id as a string and its version", "[admin]") {
@@ -316,4 +316,24 @@ TEST_CASE("routes list and leases list print the live entries, in --json and as 
   INFO(leases);
   CHECK(code3 == 0);
   CHECK(contains(leases, "{\"leases\":[{\"id\":\"" + std::to_string(lease->id) + "\",\"ttl_ms\":30000,"));
+}
+
+TEST_CASE("drain --json drains the broker over the window given and prints one JSON object", "[admin]") {
+  test_server server;
+  auto other = connect_to(server);
+  const auto [code, out] = cli(server.port(), "drain --window 300ms --json");
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(contains(out, "\"draining\":true"));
+  CHECK(contains(out, "\"window_ms\":300"));
+  // The broker closes every connection and ends by itself.
+  CHECK(server.wait_finished(std::chrono::seconds(10)));
+}
+
+TEST_CASE("drain with a window without a unit is a usage error and sends nothing", "[admin]") {
+  test_server server;
+  const auto [code, out] = cli(server.port(), "drain --window 30 --json");
+  CHECK(code == 1);
+  CHECK(contains(out, "--window must be a duration"));
+  CHECK(server.live_metrics().ready);
 }

@@ -11,6 +11,7 @@
 #include "broker/pubsub_handler.hpp"
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
+#include "broker/server_admin_handler.hpp"
 #include "protocol/frame_parser.hpp"
 #include "tests/support/byte_pattern.hpp"
 #include "tests/support/fake_clock.hpp"
@@ -51,7 +52,11 @@ struct fixture : fake_clock {
   fanout fan{channels, routing, arena, builder, counters};
   pubsub_handler pubsub{config, channels, fan, nullptr, builder, logger};
   routing_handler routing_requests{config, leases, routing, fan, nullptr, builder, logger};
-  dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr}, counters, logger};
+  std::vector<std::chrono::milliseconds> drains;  // what the admin handler was asked
+  std::chrono::milliseconds default_drain_window{30'000};
+  server_admin_handler admin{[this](std::chrono::milliseconds w) { drains.push_back(w); }, default_drain_window,
+                             builder, logger};
+  dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr, &admin}, counters, logger};
   std::vector<std::vector<std::uint8_t>> frames;  // keeps each request's bytes
 
   fixture() : fake_clock{fake_clock::time_point{} + 1000h} {}
@@ -136,7 +141,8 @@ TEST_CASE("every message type is either served to clients or refused as server-o
                                     M::LeaseKeepAlive, M::LeaseRevoke, M::LeaseTimeToLive, M::LeaseList,
                                     M::RegistryPut, M::RegistryGet,    M::RegistryDelete, M::RegistryList,
                                     M::InboxOpen,   M::InboxClose,     M::Send,          M::Append,
-                                    M::Read,        M::StreamInfo,     M::StreamList,    M::SetRetention};
+                                    M::Read,        M::StreamInfo,     M::StreamList,    M::SetRetention,
+                                    M::Drain};
   for (int t = 0; t <= static_cast<int>(M::MAX); ++t) {
     const auto type = static_cast<M>(t);
     INFO(wire::EnumNameMessage(type));
@@ -148,6 +154,36 @@ TEST_CASE("every message type is either served to clients or refused as server-o
   CHECK(f.dispatch.needs(M::Read) == dispatcher::requirement::sequence_log);
   CHECK(f.dispatch.needs(M::SetRetention) == dispatcher::requirement::sequence_log);
   CHECK(f.dispatch.needs(M::Publish) == dispatcher::requirement::none);
+  CHECK(f.dispatch.needs(M::Drain) == dispatcher::requirement::admin);
+}
+
+TEST_CASE("a drain request without the admin capability is refused and drains nothing", "[broker][dispatch]") {
+  fixture f;
+  auto p = f.peer(routing_caps());
+  CHECK(f.from(*p, f.requests.drain(5, 1000)));
+  REQUIRE(p->sent.size() == 1);
+  const auto* e = p->answer(0).message_as_Error();
+  REQUIRE(e != nullptr);
+  CHECK(e->code() == wire::ErrorCode::unsupported_message);
+  CHECK(std::string_view(e->message()->c_str()).find("admin") != std::string_view::npos);
+  CHECK(f.drains.empty());
+  CHECK_FALSE(p->closed());
+}
+
+TEST_CASE("a drain request with the admin capability is answered Ok and drains over its window or the default",
+          "[broker][dispatch]") {
+  fixture f;
+  capability_set admin;
+  admin.admin = true;
+  auto p = f.peer(admin);
+  CHECK(f.from(*p, f.requests.drain(5, 1500)));
+  CHECK(f.from(*p, f.requests.drain(6, 0)));
+  REQUIRE(p->sent.size() == 2);
+  CHECK(p->answer(0).message_as_Ok() != nullptr);
+  CHECK(p->answer(0).request_id() == 5);
+  REQUIRE(f.drains.size() == 2);
+  CHECK(f.drains[0] == 1500ms);
+  CHECK(f.drains[1] == 30'000ms);
 }
 
 TEST_CASE("a ping is answered only after the requests before it that wait for the log", "[broker][dispatch]") {

@@ -385,3 +385,48 @@ TEST_CASE("server config refuses a stall threshold that would let a pause expire
   CHECK_THROWS_AS(parse({"--stall-threshold-ms", "99"}), std::invalid_argument);
   CHECK_NOTHROW(parse({"--stall-threshold-ms", "100"}));
 }
+
+TEST_CASE("server config lifecycle flags have documented defaults and parse from flags", "[broker]") {
+  const server_config d = parse({});
+  CHECK(d.admin_slots == 4);
+  CHECK(d.max_hellos_per_s == 0);
+  CHECK(d.hello_burst == 0);
+  CHECK(d.drain_window == 30'000ms);
+  CHECK(d.shutdown_grace == 2000ms);
+  CHECK(d.config_file.empty());
+  const server_config c = parse({"--admin-slots", "2", "--max-hellos-per-s", "250", "--hello-burst", "500",
+                                 "--drain-window-ms", "300000", "--shutdown-grace-ms", "750"});
+  CHECK(c.admin_slots == 2);
+  CHECK(c.max_hellos_per_s == 250);
+  CHECK(c.hello_burst == 500);
+  CHECK(c.drain_window == 300'000ms);
+  CHECK(c.shutdown_grace == 750ms);
+}
+
+TEST_CASE("server config refuses lifecycle settings out of range", "[broker]") {
+  CHECK_THROWS_AS(parse({"--shutdown-grace-ms", "0"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--drain-window-ms", "0"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--drain-window-ms", "86400001"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--admin-slots", "1001"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--hello-burst", "10"}), std::invalid_argument);  // needs a rate
+}
+
+TEST_CASE("server config re-parsing re-reads the config file while flags still win", "[broker]") {
+  temp_config file("max-subscriptions = 100\nmax-inboxes = 7\n");
+  const server_config first = parse({"--config", file.path().c_str(), "--max-inboxes", "3"});
+  CHECK(first.config_file == file.path());
+  CHECK(first.max_subscriptions == 100);
+  CHECK(first.max_inboxes == 3);
+  {
+    std::ofstream out(file.path(), std::ios::trunc);
+    out << "max-subscriptions = 2\nmax-inboxes = 9\n";
+  }
+  const server_config again = reparse_server_args(first);
+  CHECK(again.max_subscriptions == 2);
+  CHECK(again.max_inboxes == 3);
+  {
+    std::ofstream out(file.path(), std::ios::trunc);
+    out << "max-subscriptions = \"many\"\n";
+  }
+  CHECK_THROWS(reparse_server_args(first));
+}

@@ -260,6 +260,7 @@ TEST_CASE("invalid names get a non-fatal bad_request answer", "[e2e][broker]") {
 TEST_CASE("connections over the cap get too_many_connections", "[e2e][broker]") {
   auto cfg = test_server::default_config();
   cfg.max_connections = 2;
+  cfg.admin_slots = 0;  // refused at accept, before any read (lifecycle_test.cpp has the admin slots)
   test_server server(cfg);
   raw_connection a(server.port()), b(server.port());
   a.send_hello();

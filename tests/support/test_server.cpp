@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <future>
 #include <memory>
+#include <thread>
 
 namespace switchyard::test {
 
@@ -23,7 +24,10 @@ broker::server_config test_server::default_config() {
 test_server::test_server(broker::server_config config)
     : server_(std::make_unique<broker::server>(std::move(config))) {
   server_->start();
-  thread_ = std::thread([this] { server_->run(); });
+  thread_ = std::thread([this] {
+    server_->run();
+    finished_ = true;
+  });
 }
 
 test_server::~test_server() { stop(); }
@@ -32,6 +36,13 @@ void test_server::stop() {
   if (!thread_.joinable()) return;
   server_->stop();
   thread_.join();
+}
+
+bool test_server::wait_finished(std::chrono::milliseconds timeout) {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (!finished_ && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return finished_;
 }
 
 broker::metrics_snapshot test_server::live_metrics() {

@@ -4,6 +4,8 @@
 
 #include "broker/server.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -19,6 +21,9 @@ class test_server {
   std::uint16_t port() const noexcept { return server_->port(); }
   // Stops and waits for the loop thread to finish (idempotent).
   void stop();
+  // The server (its run()) ended by itself, e.g. after a drain: waits at
+  // most `timeout` for that.
+  bool wait_finished(std::chrono::milliseconds timeout);
   // Counters, valid after stop().
   const broker::server_counters& counters() const noexcept { return server_->counters(); }
   // Every counter and gauge, valid after stop().
@@ -33,6 +38,7 @@ class test_server {
  private:
   std::unique_ptr<broker::server> server_;
   std::thread thread_;
+  std::atomic<bool> finished_{false};
 };
 
 }  // namespace switchyard::test

@@ -230,6 +230,11 @@ struct client_options {
   std::string client_name = "switchyard-client";  // shown in the broker's logs
   std::string client_id;                          // stable id; empty = random per client
   std::string credentials;                        // reserved for auth
+  // Ask for the "admin" capability: server administration (drain) and the
+  // broker's reserved admin connection slots at its connection cap, and no
+  // hello rate limit (until authentication exists, the broker grants it to
+  // anyone who asks). For operators' tools such as switchyard-cli.
+  bool admin = false;
 
   std::chrono::milliseconds connect_timeout{5000};  // TCP connect + hello/welcome
   std::chrono::milliseconds request_timeout{5000};  // blocking subscribe / flush / confirmed publish
@@ -416,6 +421,14 @@ class client {
   // Drops the stream's own limits: the broker's default applies again.
   // Errors as above; not_found for an unknown stream (nothing is created).
   std::expected<stream_summary, std::error_code> clear_stream_retention(std::string_view stream);
+
+  // ---- Server administration (capability "admin": client_options::admin) ----
+  // Drains the broker: it refuses new connections (draining) and closes its
+  // open ones, this one included, in batches spread evenly over `window`
+  // (0 = the broker's --drain-window-ms), then exits. Returns once the
+  // broker accepted the request (blocking, request_timeout). Errors:
+  // not_supported (admin not granted), not_connected, timeout.
+  std::error_code drain(std::chrono::milliseconds window);
 
   // Non-blocking forms for pipelining (many requests in flight): `done`
   // runs on the loop thread; views in it are valid during the call only.
