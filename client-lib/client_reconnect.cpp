@@ -239,10 +239,12 @@ void client::impl::reopen_inbox(std::uint64_t gen, std::shared_ptr<const inbox_e
 
 void client::impl::restored(std::uint64_t gen, reconnect_info info) {
   if (gen != generation) return;
-  // The gateway helpers learn their new lease ids first.
+  // The gateway helpers learn their new lease ids first (unless close()
+  // ran meanwhile).
   std::vector<std::function<void(lease_id, lease_id)>> listeners;
   {
     std::lock_guard lock(mu);
+    if (state != link::restoring) return;
     for (const auto& [owner, fn] : lease_listeners) listeners.push_back(fn);
   }
   for (const auto& [old, fresh] : info.leases_replaced)
