@@ -260,6 +260,46 @@ TEST_CASE("a durable subscription gets the messages published while it was away,
   CHECK(positions["ev"].seq == 6);
 }
 
+TEST_CASE("a durable gateway inbox gets the durable sends made while its broker was restarting, once each",
+          "[e2e][client][reconnect][routing][log]") {
+  auto server = start_server_process();
+  lifecycle_probe probe;
+  auto r = fast_reconnect();
+  r.base_delay = 1500ms;  // as above: away while the service sends (almost always)
+  r.max_delay = 3000ms;
+  auto conn = connect_reconnecting(server, probe, "gateway", r);
+  collector<std::pair<std::uint64_t, bool>> got;  // seq, replayed
+  auto gw = gateway::start(*conn, {.inbox_id = "gw-d",
+                                   .on_message = [&](const inbox_message& m) { got.add({m.seq, m.replayed}); },
+                                   .routes = {"user:carol"},
+                                   .durable = durable_options{}});
+  REQUIRE(gw);
+  const std::string_view carol[] = {"user:carol"};
+  {
+    auto service = connect_to(server, "service");
+    for (int i = 0; i < 2; ++i) REQUIRE(service->send_durable(carol, "conv:1", bytes("before")));
+  }
+  REQUIRE(wait_until([&] { return got.count == 2; }));
+
+  kill_and_restart(server);
+  {
+    auto service = connect_to(server, "service-2");
+    for (int i = 0; i < 2; ++i) REQUIRE(service->send_durable(carol, "conv:1", bytes("while away")));
+  }
+  const bool sent_while_away = probe.reconnected.load() == 0;
+  REQUIRE(wait_until([&] { return got.count == 4; }));
+  std::this_thread::sleep_for(50ms);  // nothing more (no duplicate) arrives
+  const auto all = got.snapshot();
+  REQUIRE(all.size() == 4);
+  for (std::size_t i = 0; i < all.size(); ++i) CHECK(all[i].first == i + 1);
+  if (sent_while_away) {
+    CHECK(all[2].second);
+    CHECK(all[3].second);
+  } else {
+    WARN("the gateway was back before the sends: they came live");
+  }
+}
+
 TEST_CASE("publishes made while the broker is down are held and delivered in order after the session is restored",
           "[e2e][client][reconnect]") {
   auto server = start_server_process();
