@@ -429,3 +429,19 @@ TEST_CASE("with reconnect disabled a lost connection closes the client and on_cl
   CHECK(c->publish("a.b", "x") == errc::not_connected);
   CHECK(c->reconnect_attempts_total() == 0);
 }
+
+TEST_CASE("connect() refuses a broker address that is not host:port and takes one that is",
+          "[e2e][client][reconnect]") {
+  for (const char* bad : {"localhost", "127.0.0.1:", ":7878", "127.0.0.1:70000", "::1:7878", "127.0.0.1:78x"}) {
+    INFO(bad);
+    client_options o;
+    o.addresses = {bad};
+    auto c = client::connect(o);
+    REQUIRE_FALSE(c);
+    CHECK(c.error() == std::errc::invalid_argument);
+  }
+  auto server = start_server_process();
+  client_options o;
+  o.addresses = {"127.0.0.1:" + std::to_string(server.port())};
+  CHECK(client::connect(o));
+}

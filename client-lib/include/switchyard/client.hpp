@@ -285,15 +285,16 @@ struct client_options {
   // Called on the loop thread when the server reports dropped deliveries
   // (slow consumer), with the number lost.
   std::function<void(std::uint64_t dropped)> on_dropped;
-  // Called on the loop thread once when the connection ends for any reason
+  // Called on the loop thread when the connection ends for any reason
   // other than close(): the server's error code when it sent one
-  // (shutting_down, heartbeat_timeout, ...), else the socket error.
-  // Reconnecting, it is called on every loss, before the first attempt.
+  // (shutting_down, draining, heartbeat_timeout, ...), else the socket
+  // error. With reconnect on, on every loss, before the first attempt.
   std::function<void(std::error_code)> on_disconnect;
 
   // Brokers to connect to, "host:port" ("[::1]:7878" for IPv6), tried in
   // a shuffled order (the first connect() tries each once, in that order;
-  // reconnect attempts go round them). Empty: host and port above.
+  // reconnect attempts go round them). Empty: host and port above. One
+  // that does not parse fails connect() with std::errc::invalid_argument.
   std::vector<std::string> addresses;
   reconnect_options reconnect;
   // Called on the loop thread once a lost session is restored:
@@ -420,7 +421,8 @@ class client {
   // Fire and forget, like publish: no answer, so no round trip per send. A
   // send without a route is dropped; the server reports it as a non-fatal
   // error with request id 0, which the library logs. Errors:
-  // not_supported, not_connected, payload_too_large, timeout (buffer full).
+  // not_supported, not_connected, payload_too_large, timeout (buffer full),
+  // buffer_full (held while reconnecting, like publish).
   std::error_code send_nowait(std::string_view route_key, std::span<const std::byte> payload);
   // One payload to many users (a room): one delivery per gateway.
   std::expected<send_result, std::error_code> send_many(std::span<const std::string_view> route_keys,
