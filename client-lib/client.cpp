@@ -27,6 +27,21 @@ void client::async_connect(client_options options, std::shared_ptr<event_loop> l
                            std::function<void(std::expected<std::unique_ptr<client>, std::error_code>)> done) {
   if (!loop) loop = std::make_shared<event_loop>();
   auto p = std::make_shared<impl>(std::move(options), detail::access::state(*loop));
+  // The brokers, in a shuffled order (a fleet does not all pick the first).
+  if (p->opts.addresses.empty()) {
+    p->addresses.push_back({p->opts.host, p->opts.port});
+  } else {
+    for (const auto& text : p->opts.addresses) {
+      if (auto a = detail::parse_address(text)) {
+        p->addresses.push_back(std::move(*a));
+        continue;
+      }
+      client_lib::log(log_level::error, "switchyard: broker address \"{}\" is not host:port", text);
+      p->addresses.clear();  // run() answers invalid_argument
+      break;
+    }
+    std::shuffle(p->addresses.begin(), p->addresses.end(), std::mt19937_64(std::random_device{}()));
+  }
   auto& io = p->io;
   asio::co_spawn(io, p->run(p, [p, loop, done = std::move(done)](std::error_code ec) {
     std::unique_ptr<client> c(new client(loop, p));
@@ -46,7 +61,8 @@ std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_o
   using result_type = std::expected<std::unique_ptr<client>, std::error_code>;
   auto promise = std::make_shared<std::promise<result_type>>();
   auto result = promise->get_future();
-  const auto limit = options.connect_timeout;
+  // Each address gets connect_timeout.
+  const auto limit = options.connect_timeout * static_cast<int>(std::max<std::size_t>(1, options.addresses.size()));
   async_connect(std::move(options), loop, [promise](result_type r) { promise->set_value(std::move(r)); });
   // The connect timeout fires on the loop; the margin covers a name lookup,
   // which closing the socket cannot interrupt.
@@ -196,19 +212,22 @@ void client::close() {
   auto closed = std::make_shared<std::promise<void>>();
   auto result = closed->get_future();
   asio::post(p->io, [p, closed] {
-    p->closed_by_user = true;
-    p->fail(errc::not_connected, "close");
+    p->close_now();
     closed->set_value();
   });
   if (!p->loop.on_loop_thread()) result.wait();
 }
 
-bool client::connected() const noexcept { return impl_->open; }
+bool client::connected() const noexcept { return impl_->ready; }
+std::uint64_t client::reconnect_attempts_total() const noexcept { return impl_->attempts_total; }
 std::uint64_t client::session_id() const noexcept { return impl_->session_id; }
 std::uint64_t client::server_instance() const noexcept { return impl_->server_instance; }
 const std::string& client::server_version() const noexcept { return impl_->server_version; }
 std::uint32_t client::server_max_frame() const noexcept { return impl_->max_frame; }
-std::vector<std::string> client::capabilities() const { return impl_->caps; }
+std::vector<std::string> client::capabilities() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->caps;
+}
 std::uint64_t client::dropped_total() const noexcept { return impl_->dropped; }
 std::uint64_t client::recovered_total() const noexcept { return impl_->recovered; }
 

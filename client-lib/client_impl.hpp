@@ -8,6 +8,7 @@
 #include "access.hpp"
 #include "byte_stream.hpp"
 #include "client_log.hpp"
+#include "reconnect_backoff.hpp"
 #include "stream_tracker.hpp"
 #include "common/asio.hpp"
 #include "protocol/channel_name.hpp"
@@ -25,8 +26,10 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace switchyard {
 
@@ -101,8 +104,24 @@ struct inbox_entry {
   inbox_handler handler;
   std::shared_ptr<durable_state> durable;  // null for a plain inbox
   const void* owner = nullptr;             // who opened it (the gateway helper), to remove only its own
+  lease_id lease = 0;                      // opened under it (reopened under it, or its replacement, after a reconnect)
 };
 using inbox_list = std::vector<std::shared_ptr<const inbox_entry>>;
+
+// One broker address of client_options::addresses (or host/port).
+struct broker_address {
+  std::string host;
+  std::uint16_t port = 0;
+};
+// "host:port" or "[v6]:port"; nullopt when it is neither.
+std::optional<broker_address> parse_address(std::string_view text);
+
+// What the client registered on the broker and restores after a reconnect
+// (client_reconnect.cpp). Guarded by client::impl::mu.
+struct owned_put {
+  std::string value;
+  lease_id lease = 0;
+};
 
 // SendResult -> send_result (send_many, send_durable).
 inline std::expected<send_result, std::error_code> parse_send_result(const wire::Frame& f) {
@@ -140,7 +159,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
 
   impl(client_options o, detail::loop_state& l)
       : opts(std::move(o)), loop(l), io(l.io), stream(io), heartbeat_timer(io),
-        parser(protocol::default_max_frame) {
+        parser(protocol::default_max_frame), retry_timer(io), backoff(opts.reconnect) {
     if (opts.client_id.empty()) opts.client_id = detail::random_client_id();
   }
 
@@ -155,30 +174,43 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   asio::steady_timer heartbeat_timer;
   protocol::frame_parser parser;
 
-  // Welcome data: written once on the loop thread before connect() returns.
-  std::uint64_t session_id = 0;
-  std::uint64_t server_instance = 0;  // 0: a server older than the field
-  std::string server_version;
-  std::uint32_t max_frame = protocol::default_max_frame;
+  // Welcome data: written on the loop thread before connect() returns, and
+  // again at each reconnect (atomics: read by any thread).
+  std::atomic<std::uint64_t> session_id{0};
+  std::atomic<std::uint64_t> server_instance{0};  // 0: a server older than the field
+  std::string server_version;  // written only when it changes (a broker upgrade)
+  std::atomic<std::uint32_t> max_frame{protocol::default_max_frame};
   std::chrono::milliseconds heartbeat{protocol::default_heartbeat_interval};
-  std::vector<std::string> caps;
-  bool publish_ack = false;
-  bool routing = false;  // "routing" capability granted
-  bool log_cap = false;  // "log" capability granted
+  std::vector<std::string> caps;  // guarded by mu
+  std::atomic<bool> publish_ack{false};
+  std::atomic<bool> routing{false};  // "routing" capability granted
+  std::atomic<bool> log_cap{false};  // "log" capability granted
   // "stream-drops" granted: the broker reports the first dropped delivery of
   // each stream (StreamDropped), so a durable subscription's first sight of
   // a stream is its first message since the subscribe. Without it (an older
   // broker) a stream whose first messages were dropped starts at the first
   // that arrives.
-  bool stream_drops = false;
+  std::atomic<bool> stream_drops{false};
 
+  // The socket's session is up (the read loop runs); a restored session is
+  // only `ready` once restore() finished.
   std::atomic<bool> open{false};
-  bool connect_timed_out = false;  // loop thread
+  std::atomic<bool> ready{false};  // connected(): a session is up and restored
   std::atomic<std::uint64_t> dropped{0};
   std::atomic<std::uint64_t> next_request{1};
   clock::time_point last_rx = clock::now();
   std::error_code server_goodbye;  // last fatal Error from the server (loop thread)
+  std::chrono::milliseconds goodbye_retry_after{0};  // its retry_after_ms (loop thread)
   bool closed_by_user = false;     // loop thread
+
+  // ---- reconnect (loop thread unless said otherwise) ----
+  std::vector<detail::broker_address> addresses;  // shuffled; set by run()
+  std::size_t address_index = 0;                  // the one in use or tried last
+  std::uint64_t generation = 0;  // +1 per connection: callbacks of an earlier one are ignored
+  asio::steady_timer retry_timer;
+  detail::reconnect_backoff backoff;
+  std::atomic<std::uint64_t> attempts_total{0};
+  bool established = false;  // a session was up once: losses are reconnected from then on
 
   // Guarded by mu: the outbound buffer, the requests in flight and the
   // subscriptions.
@@ -187,7 +219,31 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::vector<std::uint8_t> out;      // frames waiting for the writer
   std::vector<std::uint8_t> writing;  // frames being written (loop thread)
   bool write_active = false;          // writer scheduled or running
-  bool dead = false;                  // no more writes accepted
+  // The connection's state for writers:
+  //  up         frames go to `out`;
+  //  restoring  restore()'s own frames (internal) go to `out`, others are held;
+  //  down       reconnecting: user frames are held, internal ones refused;
+  //  closed     for good: everything is refused (not_connected).
+  enum class link { up, restoring, down, closed };
+  link state = link::up;
+  bool dead = false;  // state == closed (kept for the many checks that mean "for good")
+  // Frames held while not up, written in order once restored: publishes
+  // (counted against reconnect.buffer_bytes) and requests made meanwhile
+  // (their id: skipped if the request timed out).
+  struct held_frame {
+    std::size_t size;
+    std::uint64_t request_id;  // 0: a publish or send_nowait
+  };
+  std::vector<std::uint8_t> held;
+  std::vector<held_frame> held_frames;
+  std::size_t held_publish_bytes = 0;
+  // What restore() brings back (besides subs and inboxes).
+  std::map<lease_id, std::chrono::milliseconds> owned_leases;  // id -> TTL as granted
+  std::unordered_map<lease_id, lease_id> lease_moves;          // an old id -> the grant that replaced it
+  std::map<std::string, detail::owned_put, std::less<>> owned_puts;
+  // Told (on the loop thread, during restore) of every lease replaced:
+  // the gateway helper, keyed by its address.
+  std::map<const void*, std::function<void(lease_id old_lease, lease_id new_lease)>> lease_listeners;
   std::unordered_map<std::uint64_t, completion> requests;
   std::shared_ptr<const sub_list> subs = std::make_shared<const sub_list>();
   std::map<std::string, int, std::less<>> pattern_refs;
@@ -236,7 +292,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (!stream_drops)
       log(log_level::info, "switchyard: connection {}: the broker does not report dropped first messages "
           "(no \"stream-drops\"): a stream whose first messages are dropped starts at the first that arrives",
-          session_id);
+          session_id.load());
     auto d = std::make_shared<durable_state>();
     d->read_batch = o.read_batch;
     std::weak_ptr<durable_state> weak_d = d;
@@ -308,18 +364,22 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // ---------------------------------------------------------------- write
 
   // Appends one encoded frame (any thread). Waits for space unless on the
-  // loop thread.
-  std::error_code enqueue(protocol::bytes_view frame) {
+  // loop thread. `internal`: restore()'s and the heartbeat's own frames,
+  // which go out while the session is being restored and are refused
+  // while it is down; the others are held (hold_locked) until it is
+  // restored. `request_id`: the request the frame carries (0: none).
+  std::error_code enqueue(protocol::bytes_view frame, bool internal = false, std::uint64_t request_id = 0) {
     if (frame.size() > max_frame + protocol::frame_header_size) return errc::payload_too_large;
     std::unique_lock lock(mu);
-    if (dead) return errc::not_connected;
-    if (out.size() + frame.size() > opts.max_pending_bytes && !out.empty() &&
-        !loop.on_loop_thread()) {
+    for (;;) {
+      if (state == link::closed || (state == link::down && internal)) return errc::not_connected;
+      if (state == link::down || (state == link::restoring && !internal)) return hold_locked(frame, request_id);
+      if (out.size() + frame.size() <= opts.max_pending_bytes || out.empty() || loop.on_loop_thread()) break;
       const bool ok = space_cv.wait_for(lock, opts.request_timeout, [&] {
-        return dead || out.size() + frame.size() <= opts.max_pending_bytes || out.empty();
+        return state != link::up || out.size() + frame.size() <= opts.max_pending_bytes || out.empty();
       });
-      if (dead) return errc::not_connected;
       if (!ok) return errc::timeout;
+      if (state == link::up) break;
     }
     if (opts.write_immediately && !write_active && out.empty()) {
       // Nothing queued ahead of us: write directly from this thread (mu
@@ -338,11 +398,27 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     return {};
   }
 
-  // Loop thread: writes whatever is queued, then again until empty.
+  // Under mu, while not up: keeps `frame` for the restored session.
+  // Publishes count against reconnect.buffer_bytes (errc::buffer_full past
+  // it); a request's frame is bounded by its own timeout.
+  std::error_code hold_locked(protocol::bytes_view frame, std::uint64_t request_id) {
+    if (request_id == 0) {
+      if (held_publish_bytes + frame.size() > opts.reconnect.buffer_bytes) return errc::buffer_full;
+      held_publish_bytes += frame.size();
+    }
+    held.insert(held.end(), frame.begin(), frame.end());
+    held_frames.push_back({frame.size(), request_id});
+    return {};
+  }
+
+  // Loop thread: writes whatever is queued, then again until empty. A
+  // write of an earlier connection that completes late only restarts the
+  // writer (its buffer is not shared with the next connection's: the
+  // writer stays active until that completion).
   void start_write() {
     {
       std::lock_guard lock(mu);
-      if (out.empty() || dead) {
+      if (out.empty() || (state != link::up && state != link::restoring)) {
         write_active = false;
         return;
       }
@@ -350,12 +426,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     }
     space_cv.notify_all();
     stream.async_write(asio::buffer(writing),
-                       [self = shared_from_this()](asio_error_code ec, std::size_t) {
+                       [self = shared_from_this(), gen = generation](asio_error_code ec, std::size_t) {
                          self->writing.clear();
-                         if (ec) {
-                           self->fail(ec, "write");
-                           return;
-                         }
+                         if (ec && gen == self->generation) self->fail(ec, "write");
                          self->start_write();
                        });
   }
@@ -364,19 +437,22 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
 
   // Registers `done` under a fresh request id, encodes with `encode(id)` and
   // sends. `done` runs on the loop thread (or here, at once, on a send error).
+  // While the session is down or being restored, the request is held and
+  // sent once it is restored (`internal`: restore()'s own, sent while
+  // restoring, refused with not_connected while down).
   template <class Encode>
-  void request(Encode encode, completion done) {
+  void request(Encode encode, completion done, bool internal = false) {
     const std::uint64_t id = next_request.fetch_add(1, std::memory_order_relaxed);
     {
       std::unique_lock lock(mu);
-      if (dead) {
+      if (dead || (internal && state == link::down)) {
         lock.unlock();
         if (done) done(errc::not_connected, nullptr);
         return;
       }
       requests.emplace(id, std::move(done));
     }
-    if (auto ec = enqueue(encode(id))) complete(id, ec);
+    if (auto ec = enqueue(encode(id), internal, id)) complete(id, ec);
   }
 
   void complete(std::uint64_t id, std::error_code ec, const wire::Frame* answer = nullptr) {
@@ -465,40 +541,108 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
 
   // ------------------------------------------------------------ lifecycle
 
-  // Loop thread. Ends the connection once; fails every pending request.
+  // Loop thread. Ends the connection once. Requests in flight fail with
+  // errc::connection_lost (not_connected after close()). With reconnect on
+  // and a session established before (not close()), the client goes
+  // `down`, calls on_disconnect and starts reconnecting; requests and
+  // publishes held for the restored session stay. Otherwise it is closed
+  // for good (on_disconnect, then on_closed).
   void fail(std::error_code ec, std::string_view what) {
+    const bool was_open = open.exchange(false);
+    ready = false;
+    stream.close();
+    heartbeat_timer.cancel();
+    const bool reconnect = was_open && established && opts.reconnect.enabled && !closed_by_user;
     std::unordered_map<std::uint64_t, completion> pending;
     {
       std::lock_guard lock(mu);
-      if (dead && !open) return;
-      dead = true;
-      pending.swap(requests);
+      if (state == link::closed) return;
+      if (!was_open && state == link::down) return;  // a late error of a connection already handled
+      state = reconnect ? link::down : link::closed;
+      dead = !reconnect;
+      out.clear();
+      std::unordered_set<std::uint64_t> waiting;  // held requests, not sent yet
+      if (reconnect)
+        for (const auto& h : held_frames)
+          if (h.request_id != 0) waiting.insert(h.request_id);
+      for (auto it = requests.begin(); it != requests.end();) {
+        if (waiting.contains(it->first)) {
+          ++it;
+          continue;
+        }
+        pending.emplace(it->first, std::move(it->second));
+        it = requests.erase(it);
+      }
+      if (!reconnect) drop_held_locked();
     }
     space_cv.notify_all();
-    const bool was_open = open.exchange(false);
-    stream.close();
-    heartbeat_timer.cancel();
     const std::error_code reason = server_goodbye ? server_goodbye : ec;
+    const auto lost = make_error_code(closed_by_user || !was_open ? errc::not_connected : errc::connection_lost);
     for (auto& [id, done] : pending)
-      if (done) done(make_error_code(errc::not_connected), nullptr);
+      if (done) done(lost, nullptr);
     if (!was_open || closed_by_user) return;
-    log(log_level::info, "switchyard: connection {} closed on {}: {}", session_id, what, reason.message());
+    log(log_level::info, "switchyard: connection {} closed on {}: {}", session_id.load(), what, reason.message());
     if (opts.on_disconnect) opts.on_disconnect(reason);
+    if (reconnect) {
+      start_reconnect();
+    } else if (opts.on_closed) {
+      opts.on_closed(reason);
+    }
+  }
+
+  // Under mu: forgets everything held for a restored session.
+  void drop_held_locked() {
+    held.clear();
+    held_frames.clear();
+    held_publish_bytes = 0;
+  }
+
+  // Loop thread: the client is done for good while down (close() or giving
+  // up). Every request fails with `request_error`, held frames are
+  // dropped; on_closed(reason) when `reason` is set.
+  void close_down(std::error_code request_error, std::error_code reason) {
+    std::unordered_map<std::uint64_t, completion> pending;
+    {
+      std::lock_guard lock(mu);
+      if (state == link::closed) return;
+      state = link::closed;
+      dead = true;
+      out.clear();
+      pending.swap(requests);
+      drop_held_locked();
+    }
+    space_cv.notify_all();
+    ready = false;
+    for (auto& [id, done] : pending)
+      if (done) done(request_error, nullptr);
+    if (reason) {
+      log(log_level::warn, "switchyard: giving up on the broker connection: {}", reason.message());
+      if (opts.on_closed) opts.on_closed(reason);
+    }
+  }
+
+  // Loop thread: close(). Stops reconnecting too.
+  void close_now() {
+    closed_by_user = true;
+    retry_timer.cancel();
+    fail(errc::not_connected, "close");
+    close_down(make_error_code(errc::not_connected), {});
   }
 
   asio::awaitable<void> heartbeat_loop(std::shared_ptr<impl> /*keep_alive*/) {
     const auto interval = opts.heartbeat_interval.count() > 0 ? opts.heartbeat_interval : heartbeat;
     const auto deadline = interval * 2 + interval / 2;
+    const std::uint64_t gen = generation;
     while (open) {
       heartbeat_timer.expires_after(interval);
       asio_error_code ec;
       co_await heartbeat_timer.async_wait(redirect_error(use_awaitable, ec));
-      if (ec || !open) co_return;
+      if (ec || !open || gen != generation) co_return;
       if (clock::now() - last_rx > deadline) {
         fail(errc::heartbeat_timeout, "heartbeat");
         co_return;
       }
-      enqueue(local_builder().ping());
+      enqueue(local_builder().ping(), true);
     }
   }
 
@@ -555,7 +699,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         dispatch_inbox(*f.message_as_InboxDelivery(), inboxes);
         return true;
       case wire::Message::Ping:
-        enqueue(local_builder().pong(f.request_id()));
+        enqueue(local_builder().pong(f.request_id()), true);
         return true;
       case wire::Message::StreamDropped: {
         // In the dropped delivery's place: the streams it names learn of
@@ -578,7 +722,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       case wire::Message::Dropped: {
         const std::uint64_t n = f.message_as_Dropped()->count();
         dropped += n;
-        log(log_level::warn, "switchyard: connection {} was a slow consumer: {} messages dropped", session_id, n);
+        log(log_level::warn, "switchyard: connection {} was a slow consumer: {} messages dropped", session_id.load(), n);
         if (opts.on_dropped) opts.on_dropped(n);
         // Which streams lost what is unknown, and the lost messages may be
         // the last of their streams: every durable stream checks its tail.
@@ -595,9 +739,12 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
           complete(f.request_id(), ec);
           return true;
         }
-        log(log_level::warn, "switchyard: server error on connection {}: {} ({})", session_id, ec.message(),
+        log(log_level::warn, "switchyard: server error on connection {}: {} ({})", session_id.load(), ec.message(),
             e.message() ? e.message()->string_view() : "");
-        if (e.fatal()) server_goodbye = ec;
+        if (e.fatal()) {
+          server_goodbye = ec;
+          goodbye_retry_after = std::chrono::milliseconds(e.retry_after_ms());
+        }
         return true;
       }
       default:
@@ -610,6 +757,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
 
   asio::awaitable<void> read_loop(std::shared_ptr<impl> self) {
     asio::co_spawn(io, heartbeat_loop(self), asio::detached);
+    const std::uint64_t gen = generation;  // a later connection's buffer is not this loop's
     std::shared_ptr<const sub_list> subscriptions;
     std::shared_ptr<const inbox_list> inbox_handlers;
     while (open) {
@@ -630,6 +778,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         asio_error_code ec;
         const std::size_t n = co_await stream.async_read_some(
             asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
+        if (gen != generation) co_return;
         if (ec) {
           fail(ec, "read");
           co_return;
@@ -652,30 +801,39 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     }
   }
 
-  // Connect + hello + welcome within opts.connect_timeout. Calls `ready`
-  // once with the outcome (on the loop thread), then keeps reading.
-  asio::awaitable<void> run(std::shared_ptr<impl> self, std::function<void(std::error_code)> ready) {
+  // Connect + hello + welcome to `to` within opts.connect_timeout, on the
+  // loop thread. On success the new session's welcome data is in place,
+  // `generation` moved on and `open` is set (the caller starts the read
+  // loop). A refused hello returns the server's code, and its
+  // retry_after_ms in `retry_after`.
+  asio::awaitable<std::error_code> handshake(std::shared_ptr<impl> self, const detail::broker_address& to,
+                                             std::chrono::milliseconds& retry_after) {
+    auto timed_out = std::make_shared<bool>(false);
+    auto finished = std::make_shared<bool>(false);
     asio::steady_timer guard(io, opts.connect_timeout);
-    guard.async_wait([self](asio_error_code ec) {
-      if (ec || self->open) return;
+    guard.async_wait([self, timed_out, finished](asio_error_code ec) {
+      if (ec || *finished) return;
       // Closing the stream makes the pending connect/read fail at once.
-      self->connect_timed_out = true;
+      *timed_out = true;
       self->stream.close();
     });
-    auto finish = [&](std::error_code ec) {
+    auto outcome = [&](std::error_code ec) -> std::error_code {
+      *finished = true;
       guard.cancel();
-      if (connect_timed_out) ec = errc::timeout;
-      if (ready) ready(ec);
-      ready = nullptr;
+      if (*timed_out) return errc::timeout;
+      if (ec) stream.close();
+      return ec;
     };
+    stream.close();  // a fresh socket for every attempt
+    rbuf.begin = rbuf.end = 0;
     asio::ip::tcp::resolver resolver(io);
     asio_error_code ec;
-    const auto endpoints = co_await resolver.async_resolve(opts.host, std::to_string(opts.port),
+    const auto endpoints = co_await resolver.async_resolve(to.host, std::to_string(to.port),
                                                            redirect_error(use_awaitable, ec));
-    if (ec) co_return finish(ec);
+    if (ec) co_return outcome(ec);
     ec = co_await stream.connect(endpoints);
-    if (ec) co_return finish(ec);
-    rbuf.reserve(64 * 1024);
+    if (ec) co_return outcome(ec);
+    if (!rbuf.words) rbuf.reserve(64 * 1024);
 
     // "admin" last: asked only with client_options::admin.
     static constexpr std::array<std::string_view, 6> wanted{
@@ -691,33 +849,146 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     h.capabilities = std::span(wanted).first(opts.admin ? wanted.size() : wanted.size() - 1);
     const auto hello = local_builder().hello(0, h);
     co_await stream.async_write(asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
-    if (ec) co_return finish(ec);
+    if (ec) co_return outcome(ec);
 
     auto r = co_await read_frame();
-    if (!r) co_return finish(r.error());
+    if (!r) co_return outcome(r.error());
     const wire::Frame& f = *r->frame;
-    if (f.message_type() == wire::Message::Error) co_return finish(detail::server_error(*f.message_as_Error()));
-    if (f.message_type() != wire::Message::Welcome) co_return finish(errc::protocol_violation);
+    if (f.message_type() == wire::Message::Error) {
+      retry_after = std::chrono::milliseconds(f.message_as_Error()->retry_after_ms());
+      co_return outcome(detail::server_error(*f.message_as_Error()));
+    }
+    if (f.message_type() != wire::Message::Welcome) co_return outcome(errc::protocol_violation);
+    if (closed_by_user) co_return outcome(errc::not_connected);
     const auto& w = *f.message_as_Welcome();
     session_id = w.session_id();
     server_instance = w.server_instance();
-    if (w.server_version()) server_version = w.server_version()->str();
+    if (w.server_version() && w.server_version()->string_view() != server_version)
+      server_version = w.server_version()->str();
     if (w.max_frame() >= protocol::min_max_frame) max_frame = w.max_frame();
     if (w.heartbeat_ms() > 0) heartbeat = std::chrono::milliseconds(w.heartbeat_ms());
+    std::vector<std::string> granted;
     if (w.capabilities())
-      for (const auto* c : *w.capabilities()) caps.push_back(c->str());
-    publish_ack = std::find(caps.begin(), caps.end(), protocol::capability::publish_ack) != caps.end();
-    routing = std::find(caps.begin(), caps.end(), protocol::capability::routing) != caps.end();
-    log_cap = std::find(caps.begin(), caps.end(), protocol::capability::log) != caps.end();
-    stream_drops = std::find(caps.begin(), caps.end(), protocol::capability::stream_drops) != caps.end();
+      for (const auto* c : *w.capabilities()) granted.push_back(c->str());
+    auto has = [&](std::string_view cap) { return std::find(granted.begin(), granted.end(), cap) != granted.end(); };
+    publish_ack = has(protocol::capability::publish_ack);
+    routing = has(protocol::capability::routing);
+    log_cap = has(protocol::capability::log);
+    stream_drops = has(protocol::capability::stream_drops);
+    {
+      std::lock_guard lock(mu);
+      caps = std::move(granted);
+    }
     rbuf.begin += r->size;
     // Frames from the server may be as large as our own limit allows.
     parser.set_max_frame(std::max<std::uint32_t>(max_frame, protocol::default_max_frame));
+    ++generation;
+    server_goodbye = {};
+    goodbye_retry_after = std::chrono::milliseconds(0);
+    last_rx = clock::now();
     open = true;
-    log(log_level::info, "switchyard: connected to {}:{} session {} server instance {:016x}", opts.host, opts.port,
-        session_id, server_instance);
-    finish({});
+    log(log_level::info, "switchyard: connected to {}:{} session {} server instance {:016x}", to.host, to.port,
+        session_id.load(), server_instance.load());
+    co_return outcome({});
+  }
+
+  // The first connect: each address once, in the shuffled order, until one
+  // answers. Calls `ready` once with the outcome (on the loop thread), then
+  // keeps reading. Not retried: connect() fails fast when no broker answers.
+  asio::awaitable<void> run(std::shared_ptr<impl> self, std::function<void(std::error_code)> ready_fn) {
+    std::error_code ec = make_error_code(std::errc::invalid_argument);
+    for (std::size_t i = 0; i < addresses.size() && !closed_by_user; ++i) {
+      address_index = i;
+      std::chrono::milliseconds ignored{0};
+      ec = co_await handshake(self, addresses[i], ignored);
+      if (!ec) break;
+    }
+    if (ec) {
+      ready_fn(ec);
+      co_return;
+    }
+    established = true;
+    backoff.connected();
+    {
+      std::lock_guard lock(mu);
+      state = link::up;
+    }
+    ready = true;
+    ready_fn({});
     co_await read_loop(self);
+  }
+
+  // ------------------------------------------------------------ reconnect
+  // (client_reconnect.cpp; all on the loop thread)
+
+  // After a loss: schedules the attempts (reconnect_loop).
+  void start_reconnect();
+  asio::awaitable<void> reconnect_loop(std::shared_ptr<impl> self, std::uint64_t instance_before);
+  // A new session is up: subscriptions, leases, inboxes and registry
+  // entries go back, then held frames, then on_reconnect.
+  void restore(std::uint64_t gen, reconnect_info info);
+  // Reopens `box` under its lease (or the lease's replacement) and calls
+  // `answered` (if set) with the first answer; inbox_taken is retried in
+  // the background (max_inbox_retries, inbox_retry_delay apart) while this
+  // session lasts. `tries` 0: part of restore() (sent while restoring).
+  void reopen_inbox(std::uint64_t gen, std::shared_ptr<const inbox_entry> box, int tries,
+                    std::function<void()> answered);
+  static constexpr int max_inbox_retries = 30;
+  static constexpr std::chrono::milliseconds inbox_retry_delay{500};
+  bool inbox_installed(const inbox_entry* box) {
+    std::lock_guard lock(mu);
+    return std::any_of(inboxes->begin(), inboxes->end(), [box](const auto& e) { return e.get() == box; });
+  }
+  // The last phase of restore(): the session is up for everyone.
+  void restored(std::uint64_t gen, reconnect_info info);
+
+  // Any thread: a lost session is being re-established (neither up nor
+  // closed for good).
+  bool reconnecting() {
+    std::lock_guard lock(mu);
+    return state == link::down || state == link::restoring;
+  }
+
+  // ------------------------------------------------------ session records
+  // (any thread; they lock mu)
+
+  // The id that replaced `id` after a reconnect (itself if none).
+  lease_id resolve_lease(lease_id id) {
+    std::lock_guard lock(mu);
+    const auto it = lease_moves.find(id);
+    return it == lease_moves.end() ? id : it->second;
+  }
+  // A lease granted (or kept alive) through this client: restored after a
+  // reconnect.
+  void track_lease(lease_id id, std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu);
+    owned_leases[id] = ttl;
+  }
+  // Revoked, or given up by its owner: neither it nor its entries come back.
+  void forget_lease(lease_id id) {
+    std::lock_guard lock(mu);
+    owned_leases.erase(id);
+    std::erase_if(owned_puts, [id](const auto& kv) { return kv.second.lease == id; });
+  }
+  // `fresh` replaced `old` (a re-grant): calls with `old` go to `fresh`,
+  // and the entries under `old` are restored under `fresh`.
+  void move_lease(lease_id old, lease_id fresh, std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu);
+    owned_leases.erase(old);
+    owned_leases[fresh] = ttl;
+    for (auto& [from, to] : lease_moves)
+      if (to == old) to = fresh;
+    lease_moves[old] = fresh;
+    for (auto& [key, put] : owned_puts)
+      if (put.lease == old) put.lease = fresh;
+  }
+  void track_put(std::string_view key, std::string_view value, lease_id lease) {
+    std::lock_guard lock(mu);
+    owned_puts.insert_or_assign(std::string(key), detail::owned_put{std::string(value), lease});
+  }
+  void forget_put(std::string_view key) {
+    std::lock_guard lock(mu);
+    if (auto it = owned_puts.find(key); it != owned_puts.end()) owned_puts.erase(it);
   }
 };
 

@@ -53,27 +53,40 @@ using detail::parse_lease;
 #define SWITCHYARD_NEED_ROUTING()                                                  \
   if (!impl_->routing) return std::unexpected(make_error_code(errc::not_supported))
 
+// Leases granted or kept alive here are restored after a reconnect (a
+// lost one is re-granted; calls with its old id then reach the new one:
+// resolve_lease). Registry entries put under a lease are restored with it.
+
 result<lease_info> client::lease_grant(milliseconds ttl) {
   SWITCHYARD_NEED_ROUTING();
-  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
-                                 parse_lease);
+  auto r = impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
+                                   parse_lease);
+  if (r) impl_->track_lease(r->id, r->ttl);
+  return r;
 }
 
 result<lease_info> client::lease_keepalive(lease_id id) {
   SWITCHYARD_NEED_ROUTING();
-  return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
-                                 parse_lease);
+  id = impl_->resolve_lease(id);
+  auto r = impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
+                                   parse_lease);
+  if (r) impl_->track_lease(r->id, r->ttl);
+  return r;
 }
 
 result<lease_info> client::lease_time_to_live(lease_id id) {
   SWITCHYARD_NEED_ROUTING();
+  id = impl_->resolve_lease(id);
   return impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_time_to_live(r, id); },
                                  parse_lease);
 }
 
 std::error_code client::lease_revoke(lease_id id) {
   if (!impl_->routing) return errc::not_supported;
-  return impl_->request_sync([&](std::uint64_t r) { return local_builder().lease_revoke(r, id); });
+  id = impl_->resolve_lease(id);
+  const auto ec = impl_->request_sync([&](std::uint64_t r) { return local_builder().lease_revoke(r, id); });
+  if (!ec || ec == errc::not_found) impl_->forget_lease(id);
+  return ec;
 }
 
 result<std::vector<lease_info>> client::lease_list(std::size_t limit) {
@@ -94,9 +107,11 @@ result<std::vector<lease_info>> client::lease_list(std::size_t limit) {
 result<std::uint64_t> client::registry_put(std::string_view key, std::string_view value, lease_id lease) {
   SWITCHYARD_NEED_ROUTING();
   if (lease == 0) return std::unexpected(make_error_code(errc::not_found));
+  lease = impl_->resolve_lease(lease);
   auto e = impl_->call<registry_entry>(
       [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); }, parse_entry);
   if (!e) return std::unexpected(e.error());
+  impl_->track_put(key, value, lease);
   return e->version;
 }
 
@@ -106,6 +121,7 @@ result<std::uint64_t> client::registry_put_ttl(std::string_view key, std::string
       [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, 0, std::max<std::uint32_t>(1, ms32(ttl))); },
       parse_entry);
   if (!e) return std::unexpected(e.error());
+  impl_->forget_put(key);  // an entry with a TTL of its own is not restored
   return e->version;
 }
 
@@ -117,7 +133,9 @@ result<registry_entry> client::registry_get(std::string_view key) {
 
 std::error_code client::registry_delete(std::string_view key) {
   if (!impl_->routing) return errc::not_supported;
-  return impl_->request_sync([&](std::uint64_t r) { return local_builder().registry_delete(r, key); });
+  const auto ec = impl_->request_sync([&](std::uint64_t r) { return local_builder().registry_delete(r, key); });
+  if (!ec || ec == errc::not_found) impl_->forget_put(key);
+  return ec;
 }
 
 result<std::vector<registry_entry>> client::registry_list(std::string_view prefix, std::size_t limit, bool* more) {
@@ -142,10 +160,11 @@ namespace {
 
 // Installs the handler of inbox `id` (replacing one of the same id); a
 // delivery may follow the broker's Ok immediately.
-std::shared_ptr<const inbox_entry> install_inbox(detail::client_state& p, std::string_view id, inbox_handler handler,
-                                                 std::shared_ptr<durable_state> durable, const void* owner = nullptr) {
+std::shared_ptr<const inbox_entry> install_inbox(detail::client_state& p, std::string_view id, lease_id lease,
+                                                 inbox_handler handler, std::shared_ptr<durable_state> durable,
+                                                 const void* owner = nullptr) {
   auto entry = std::make_shared<const inbox_entry>(
-      inbox_entry{std::string(id), std::move(handler), std::move(durable), owner});
+      inbox_entry{std::string(id), std::move(handler), std::move(durable), owner, lease});
   if (entry->durable) {
     // Replayed records carry every route key of the original send.
     entry->durable->deliver = [weak_p = p.weak_from_this(), weak_e = std::weak_ptr<const inbox_entry>(entry)](
@@ -174,7 +193,8 @@ void uninstall_inbox(detail::client_state& p, const inbox_entry* entry) {
 std::error_code open_inbox_entry(detail::client_state& p, std::string_view id, lease_id lease, inbox_handler handler,
                                  std::shared_ptr<durable_state> durable) {
   if (!p.routing) return errc::not_supported;
-  const auto entry = install_inbox(p, id, std::move(handler), std::move(durable));
+  lease = p.resolve_lease(lease);
+  const auto entry = install_inbox(p, id, lease, std::move(handler), std::move(durable));
   const auto ec = p.request_sync([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); });
   if (ec) uninstall_inbox(p, entry.get());
   return ec;
@@ -196,7 +216,8 @@ void detail::open_inbox_async(const std::shared_ptr<client_state>& self, std::st
   }
   if (!p.routing) return done(errc::not_supported);
   const bool resume = options && !options->resume_from.empty();
-  auto entry = install_inbox(p, id, std::move(handler), std::move(durable), owner);
+  lease = p.resolve_lease(lease);
+  auto entry = install_inbox(p, id, lease, std::move(handler), std::move(durable), owner);
   p.timed_request([&](std::uint64_t r) { return local_builder().inbox_open(r, id, lease); },
                   [weak = std::weak_ptr<client_state>(self), entry, resume, done = std::move(done)](
                       std::error_code ec, const wire::Frame*) {
@@ -278,24 +299,40 @@ result<send_result> client::send_many(std::span<const std::string_view> route_ke
 
 #undef SWITCHYARD_NEED_ROUTING
 
+// The async forms record leases and entries like the blocking ones.
 void client::async_lease_grant(milliseconds ttl, std::function<void(result<lease_info>)> done) {
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
   impl_->call_async<lease_info>([ttl](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
-                                parse_lease, std::move(done));
+                                parse_lease,
+                                [weak = impl_->weak_from_this(), done = std::move(done)](result<lease_info> r) {
+                                  if (const auto p = weak.lock(); p && r) p->track_lease(r->id, r->ttl);
+                                  if (done) done(std::move(r));
+                                });
 }
 
 void client::async_lease_keepalive(lease_id id, std::function<void(result<lease_info>)> done) {
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  id = impl_->resolve_lease(id);
   impl_->call_async<lease_info>([id](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
-                                parse_lease, std::move(done));
+                                parse_lease,
+                                [weak = impl_->weak_from_this(), done = std::move(done)](result<lease_info> r) {
+                                  if (const auto p = weak.lock(); p && r) p->track_lease(r->id, r->ttl);
+                                  if (done) done(std::move(r));
+                                });
 }
 
 void client::async_registry_put(std::string_view key, std::string_view value, lease_id lease,
                                 std::function<void(result<std::uint64_t>)> done) {
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  lease = impl_->resolve_lease(lease);
   impl_->call_async<std::uint64_t>(
       [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); },
-      detail::parse_put_version, std::move(done));
+      detail::parse_put_version,
+      [weak = impl_->weak_from_this(), key = std::string(key), value = std::string(value), lease,
+       done = std::move(done)](result<std::uint64_t> r) {
+        if (const auto p = weak.lock(); p && r) p->track_put(key, value, lease);
+        if (done) done(std::move(r));
+      });
 }
 
 void client::async_send(std::string_view route_key, std::span<const std::byte> payload,

@@ -29,6 +29,9 @@ constexpr library_code library_codes[] = {
     {errc::protocol_violation, "protocol_violation", "the server violated the protocol"},
     {errc::not_supported, "not_supported", "not supported by the server"},
     {errc::invalid_position, "invalid_position", "a stream position has a sequence but no epoch"},
+    {errc::connection_lost, "connection_lost", "the connection was lost before the answer came"},
+    {errc::buffer_full, "buffer_full", "reconnecting, and the buffer for publishes is full"},
+    {errc::reconnect_failed, "reconnect_failed", "gave up reconnecting to the broker"},
 };
 
 constexpr bool is_server_code(int value) noexcept { return value > 0 && value < 100; }

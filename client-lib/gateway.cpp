@@ -103,16 +103,24 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
 
   // TTL/3 between keepalives, so two can fail before the lease is in
   // danger. The next wait starts once the answer (or a renewal) is in.
+  // While the client reconnects there is no keepalive: its restore keeps
+  // the lease alive, or replaces it (lease_replaced) along with the inbox
+  // and routes, so the two never renew the same loss.
   void tick() {
     if (stopped || keepalive_stopped) return;
-    const lease_id current = current_lease();
+    if (core->reconnecting()) return arm();
+    const lease_id current = core->resolve_lease(current_lease());
     core->call_timed<lease_info>(
         [current](std::uint64_t r) { return local_builder().lease_keepalive(r, current); }, detail::parse_lease,
         [weak = weak_from_this(), current](std::expected<lease_info, std::error_code> r) {
           const auto self = weak.lock();
           if (!self || self->stopped || self->keepalive_stopped) return;
+          if (!r && r.error() == errc::not_found && self->core->resolve_lease(current) != current) {
+            self->arm();  // the client replaced it meanwhile (lease_replaced has the new id)
+            return;
+          }
           if (!r && r.error() == errc::not_found) {
-            // Lost anyway (a long stall, a server restart): start over.
+            // Lost while connected (a long stall, a revoke): start over.
             self->submit([weak = self->weak_from_this(), current](step finished) {
               if (const auto s = weak.lock(); s && !s->stopped) s->renew(current, std::move(finished));
             });
@@ -140,13 +148,17 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
             self->arm();
             return finished();
           }
-          self->restore(fresh->id, [weak, lost, id = fresh->id, finished](std::error_code ec) {
+          self->core->track_lease(fresh->id, fresh->ttl);
+          self->restore(fresh->id, [weak, lost, id = fresh->id, ttl = fresh->ttl, finished](std::error_code ec) {
             const auto self = weak.lock();
             if (!self || self->stopped) return finished();
             if (ec) {
               self->report(ec);
               self->revoke_nowait(id);
             } else {
+              // The client restores the new lease from now on, and calls
+              // with the old id reach it.
+              self->core->move_lease(lost, id, ttl);
               {
                 std::lock_guard lock(self->mu);
                 self->lease = id;
@@ -193,7 +205,10 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
           for (const auto& key : keys)
             self->core->call_timed<std::uint64_t>(
                 [&](std::uint64_t r) { return local_builder().registry_put(r, key, self->opts.inbox_id, id, 0); },
-                detail::parse_put_version, [state, done](std::expected<std::uint64_t, std::error_code> r) {
+                detail::parse_put_version,
+                [state, done, core = self->core, key, value = self->opts.inbox_id, id](
+                    std::expected<std::uint64_t, std::error_code> r) {
+                  if (r) core->track_put(key, value, id);  // restored by the client after a reconnect
                   if (!r && !state->first) state->first = r.error();
                   if (--state->left == 0) done(state->first);
                 });
@@ -201,7 +216,22 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
   }
 
   void revoke_nowait(lease_id id) {
+    core->forget_lease(id);
     core->request([id](std::uint64_t r) { return local_builder().lease_revoke(r, id); }, nullptr);
+  }
+
+  // Loop thread, from the client's restore after a reconnect: it replaced
+  // `old` by `fresh` and restored the inbox and routes under it.
+  void lease_replaced(lease_id old, lease_id fresh) {
+    if (stopped) return;
+    {
+      std::lock_guard lock(mu);
+      if (lease != old) return;
+      lease = fresh;
+    }
+    client_lib::log(log_level::info, "switchyard: gateway {}: lease {} lost over a reconnect, renewed as {}",
+                    opts.inbox_id, old, fresh);
+    if (opts.on_lease_renewed) opts.on_lease_renewed(old, fresh);
   }
 
   // ----------------------------------------------------------- deliveries
@@ -234,6 +264,8 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
     timer.cancel();
     ops.clear();
     detail::remove_inboxes_of(*core, this);
+    std::lock_guard lock(core->mu);
+    core->lease_listeners.erase(this);
   }
 };
 
@@ -269,6 +301,12 @@ std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& 
           std::lock_guard lock(p->mu);
           p->lease = id;
         }
+        {
+          std::lock_guard lock(p->core->mu);
+          p->core->lease_listeners[p.get()] = [weak = std::weak_ptr<impl>(p)](lease_id old, lease_id fresh) {
+            if (const auto self = weak.lock()) self->lease_replaced(old, fresh);
+          };
+        }
         p->arm();
       }
       restored.set_value(ec);
@@ -284,8 +322,9 @@ std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& 
 gateway::~gateway() {
   auto& p = *impl_;
   p.on_loop([&p] { p.stop(); });
-  if (!p.revoke_on_stop) return;
   const lease_id id = p.current_lease();
+  p.core->forget_lease(id);  // gone with the gateway: not restored after a reconnect
+  if (!p.revoke_on_stop) return;
   if (p.core->loop.on_loop_thread()) p.revoke_nowait(id);
   else if (p.conn.connected()) (void)p.conn.lease_revoke(id);
 }
@@ -298,8 +337,9 @@ std::error_code gateway::add_route(std::string_view route_key) {
     p.core->call_timed<std::uint64_t>(
         [&](std::uint64_t r) { return local_builder().registry_put(r, key, p.opts.inbox_id, id, 0); },
         detail::parse_put_version,
-        [&p, key, result, finished](std::expected<std::uint64_t, std::error_code> r) {
+        [&p, key, id, result, finished](std::expected<std::uint64_t, std::error_code> r) {
           if (r) {
+            p.core->track_put(key, p.opts.inbox_id, id);
             std::lock_guard lock(p.mu);
             p.routes.insert(key);
           }
@@ -322,6 +362,7 @@ std::error_code gateway::remove_route(std::string_view route_key) {
       }
       p.routes.erase(it);
     }
+    p.core->forget_put(key);
     p.core->timed_request([&](std::uint64_t r) { return local_builder().registry_delete(r, key); },
                           [result, finished](std::error_code ec, const protocol::wire::Frame*) {
                             result(ec);
@@ -347,6 +388,8 @@ void gateway::abandon() {
     p.keepalive_stopped = true;
     p.revoke_on_stop = false;
     p.timer.cancel();
+    // As if the process had died: the client does not restore it either.
+    p.core->forget_lease(p.current_lease());
   });
 }
 

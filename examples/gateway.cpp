@@ -7,10 +7,13 @@
 // Prints "ready inbox=gw-7 lease=N" once everything is registered, then one
 // line per delivery: "deliver user:alice <payload>". Stops on SIGINT/SIGTERM
 // (revoking its lease, so its routes vanish at once); killed with SIGKILL,
-// its routes vanish when the lease expires.
+// its routes vanish when the lease expires. When the broker restarts, the
+// client library reconnects and restores the lease, inbox and routes by
+// itself; the example only stops if the library gives up.
 
 #include <switchyard/gateway.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +23,7 @@
 
 namespace {
 volatile std::sig_atomic_t stop_requested = 0;
+std::atomic<bool> closed{false};  // the client gave up reconnecting
 void on_signal(int) { stop_requested = 1; }
 }  // namespace
 
@@ -43,6 +47,10 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  options.on_closed = [](std::error_code ec) {
+    std::fprintf(stderr, "connection closed: %s\n", ec.message().c_str());
+    closed = true;
+  };
 
   auto conn = switchyard::client::connect(options);
   if (!conn) {
@@ -70,6 +78,6 @@ int main(int argc, char** argv) {
   }
   std::printf("ready inbox=%s lease=%llu\n", inbox.c_str(), static_cast<unsigned long long>((*gw)->lease()));
   std::fflush(stdout);
-  while (!stop_requested && (*conn)->connected()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (!stop_requested && !closed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   return 0;  // ~gateway revokes the lease
 }

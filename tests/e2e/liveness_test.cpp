@@ -101,7 +101,8 @@ TEST_CASE("the client library declares a silent server dead", "[e2e][client]") {
   });
 
   disconnect_probe probe;
-  auto c = client::connect({.port = port, .on_disconnect = probe.callback()});
+  // Without reconnect: the lost connection is the end of this client.
+  auto c = client::connect({.port = port, .on_disconnect = probe.callback(), .reconnect = {.enabled = false}});
   REQUIRE(c);
   CHECK((*c)->session_id() == 99);
   CHECK(wait_until([&] { return probe.fired.load(); }, std::chrono::seconds(5)));

@@ -15,6 +15,14 @@
 //
 // Delivery is at most once. A slow consumer's missed messages are reported
 // through on_dropped.
+//
+// Reconnect (client_options::reconnect, on by default; docs/reconnect.md):
+// when the connection drops, requests in flight fail with
+// errc::connection_lost (their outcome is unknown), publishes and
+// send_nowait are held in a bounded buffer, and requests made meanwhile
+// wait for the restored session (blocking ones up to request_timeout, then
+// errc::timeout, and are then never sent). connected() is false until the
+// session is restored.
 
 #include "switchyard/error.hpp"
 
@@ -29,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace switchyard {
@@ -224,6 +233,34 @@ struct send_result {
   std::uint64_t epoch = 0;  // send_durable: the stream's epoch
 };
 
+// ---- Reconnect ----
+//
+// A client whose connection drops (broker restart, kill -9, network, a
+// drain) connects again by itself and restores its session before anything
+// else goes out; see docs/reconnect.md. Defaults below. The first connect()
+// is not retried: it fails fast when no broker answers.
+struct reconnect_options {
+  bool enabled = true;                          // false: the old behaviour (connection lost = client done)
+  std::chrono::milliseconds base_delay{500};    // attempt n waits uniform(0, min(max_delay, base_delay * 2^n)), n = 0, 1, ...
+  std::chrono::milliseconds max_delay{30'000};
+  std::chrono::milliseconds stable_after{10'000};  // the attempt counter resets once a connection stayed up this long
+  std::uint32_t max_attempts = 0;               // 0 = no limit; past it the client closes (errc::reconnect_failed)
+  std::chrono::milliseconds max_downtime{0};    // 0 = no limit; same
+  std::size_t buffer_bytes = 8u << 20;          // publishes kept while disconnected; past it publish fails (errc::buffer_full)
+};
+
+struct reconnect_info {
+  std::uint32_t attempts = 0;                   // connection attempts it took (1 = the first one worked)
+  std::chrono::milliseconds downtime{0};        // from the loss to the restored session
+  bool new_server_instance = false;             // the broker process changed (server_instance differs)
+  // Leases this client held that the broker no longer knew (a new server
+  // instance, or expired meanwhile), each replaced by a new grant with the
+  // same TTL: {old, new}. The client maps the old ids to the new ones in
+  // every call that takes a lease id, so code holding an old id goes on
+  // working; lease_list() shows the new ids.
+  std::vector<std::pair<lease_id, lease_id>> leases_replaced;
+};
+
 struct client_options {
   std::string host = "127.0.0.1";
   std::uint16_t port = 7878;
@@ -253,10 +290,30 @@ struct client_options {
   // Called on the loop thread when the server reports dropped deliveries
   // (slow consumer), with the number lost.
   std::function<void(std::uint64_t dropped)> on_dropped;
-  // Called on the loop thread once when the connection ends for any reason
+  // Called on the loop thread when the connection ends for any reason
   // other than close(): the server's error code when it sent one
-  // (shutting_down, heartbeat_timeout, ...), else the socket error.
+  // (shutting_down, draining, heartbeat_timeout, ...), else the socket
+  // error. With reconnect on, on every loss, before the first attempt.
   std::function<void(std::error_code)> on_disconnect;
+
+  // Brokers to connect to, "host:port" ("[::1]:7878" for IPv6), tried in
+  // a shuffled order (the first connect() tries each once, in that order;
+  // reconnect attempts go round them). Empty: host and port above. One
+  // that does not parse fails connect() with std::errc::invalid_argument.
+  std::vector<std::string> addresses;
+  reconnect_options reconnect;
+  // Called on the loop thread once a lost session is restored:
+  // subscriptions (plain and durable, whose gaps are then read from the
+  // log), leases granted or kept alive here, the inboxes and registry
+  // entries put under them, all before this callback and before buffered
+  // publishes go out.
+  std::function<void(const reconnect_info&)> on_reconnect;
+  // Called on the loop thread once when the client is done for good other
+  // than by close(): it gave up reconnecting (errc::reconnect_failed), the
+  // broker refused a reconnect for good (unauthorized,
+  // unsupported_version), or, with reconnect disabled, the connection was
+  // lost (the same code as on_disconnect, which fired just before).
+  std::function<void(std::error_code)> on_closed;
 };
 
 class client {
@@ -276,6 +333,9 @@ class client {
 
   // Queues a publish (at most once, no answer). Errors: invalid_channel,
   // payload_too_large, not_connected, timeout (buffer full too long).
+  // While reconnecting it is held (reconnect_options::buffer_bytes; past
+  // it errc::buffer_full) and written, in order, once the session is
+  // restored; held publishes are dropped if the client gives up.
   std::error_code publish(std::string_view channel, std::span<const std::byte> payload);
   std::error_code publish(std::string_view channel, std::string_view payload) {
     return publish(channel, std::as_bytes(std::span(payload.data(), payload.size())));
@@ -366,7 +426,8 @@ class client {
   // Fire and forget, like publish: no answer, so no round trip per send. A
   // send without a route is dropped; the server reports it as a non-fatal
   // error with request id 0, which the library logs. Errors:
-  // not_supported, not_connected, payload_too_large, timeout (buffer full).
+  // not_supported, not_connected, payload_too_large, timeout (buffer full),
+  // buffer_full (held while reconnecting, like publish).
   std::error_code send_nowait(std::string_view route_key, std::span<const std::byte> payload);
   // One payload to many users (a room): one delivery per gateway.
   std::expected<send_result, std::error_code> send_many(std::span<const std::string_view> route_keys,
@@ -440,12 +501,16 @@ class client {
   void async_send(std::string_view route_key, std::span<const std::byte> payload,
                   std::function<void(std::expected<std::string_view, std::error_code>)> done);
 
-  // Closes the connection; pending requests fail with not_connected.
+  // Closes the connection (and stops reconnecting); pending requests fail
+  // with not_connected, held publishes are dropped.
   // Blocks until the loop has let go of the connection (not on the loop
   // thread, where it closes without waiting). Idempotent.
   void close();
 
+  // True while a session is up (false while reconnecting).
   bool connected() const noexcept;
+  // Reconnect attempts made by this client, over its whole life.
+  std::uint64_t reconnect_attempts_total() const noexcept;
   std::uint64_t session_id() const noexcept;          // from the welcome
   // The server process's random instance id, from the welcome; 0 from a
   // server older than the field. Another value after a reconnect means a

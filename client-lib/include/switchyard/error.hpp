@@ -47,6 +47,9 @@ enum class errc {
   protocol_violation = 106, // the server sent something this library cannot accept
   not_supported = 107,      // the server did not grant the capability this needs
   invalid_position = 108,   // a stream position to resume from has a sequence but no epoch
+  connection_lost = 109,    // a request in flight when the connection dropped (its outcome is unknown)
+  buffer_full = 110,        // reconnecting, and reconnect_options::buffer_bytes of publishes are held already
+  reconnect_failed = 111,   // the client gave up reconnecting (max_attempts / max_downtime): it is closed
 };
 
 const std::error_category& client_category() noexcept;

@@ -2,7 +2,10 @@
 // The gateway side of send-to-user, in one object: it owns a lease (keeps
 // it alive at TTL/3 and, if the lease was lost anyway, grants a new one and
 // restores everything), holds the gateway's inbox, and registers the route
-// keys of the users connected to this gateway.
+// keys of the users connected to this gateway. Its lease, inbox and routes
+// go through its client, whose reconnect (client_options::reconnect)
+// restores them after a lost connection: the gateway needs no loop of its
+// own (see docs/reconnect.md).
 //
 //   auto conn = switchyard::client::connect(options).value();
 //   auto gw = switchyard::gateway::start(*conn, {.inbox_id = "gw-7", .on_message = deliver_to_socket}).value();
@@ -39,10 +42,14 @@ struct gateway_options {
   // its TTL keeps its lease and routes). 0 = grant a new one.
   lease_id resume_lease = 0;
   // Called on the loop thread after a lost lease was replaced and the
-  // inbox and routes restored under the new one.
+  // inbox and routes restored under the new one: by the gateway (a
+  // keepalive answered not_found) or by the client's restore after a
+  // reconnect (the broker did not know the lease any more).
   std::function<void(lease_id old_lease, lease_id new_lease)> on_lease_renewed;
-  // Called on the loop thread when a keepalive or restore failed (the
-  // connection is down, a timeout); the next tick retries.
+  // Called on the loop thread when a keepalive or restore failed (a
+  // timeout, connection_lost for a keepalive in flight at a disconnect);
+  // the next tick retries. No keepalive is sent while the client
+  // reconnects.
   std::function<void(std::error_code)> on_error;
   // Route keys registered by start() itself (more come with add_route).
   // With a durable inbox resuming, list the users here: replays are

@@ -1,0 +1,280 @@
+// client: reconnecting after a lost connection, and restoring the session
+// (subscriptions, leases, inboxes, registry entries) before anything else
+// goes out. Everything here runs on the client's loop thread.
+
+#include "switchyard/client.hpp"
+
+#include "client_impl.hpp"
+
+#include <charconv>
+
+namespace switchyard {
+
+std::optional<detail::broker_address> detail::parse_address(std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) return std::nullopt;
+  std::string_view host = text.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return std::nullopt;
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string_view::npos) {
+    return std::nullopt;  // an IPv6 address needs its brackets
+  }
+  const std::string_view digits = text.substr(colon + 1);
+  unsigned port = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc{} || end != digits.data() + digits.size() || port == 0 || port > 65535) return std::nullopt;
+  return broker_address{std::string(host), static_cast<std::uint16_t>(port)};
+}
+
+namespace {
+
+// Counts the answers of one restore phase; `then` runs once all are in
+// (each request's completion calls done(); the phase itself holds one).
+struct phase_barrier {
+  std::size_t left = 1;
+  std::function<void()> then;
+  void add() { ++left; }
+  void done() {
+    if (--left == 0 && then) std::exchange(then, nullptr)();
+  }
+};
+
+// A refusal that no retry will change.
+bool refused_for_good(std::error_code ec) {
+  return ec == errc::unauthorized || ec == errc::unsupported_version;
+}
+
+std::uint32_t ms32(std::chrono::milliseconds d) {
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(d.count(), 0, UINT32_MAX));
+}
+
+}  // namespace
+
+void client::impl::start_reconnect() {
+  const bool draining = server_goodbye == errc::draining;
+  backoff.lost(goodbye_retry_after, draining);
+  // A drain asks the client to go elsewhere: the next broker first.
+  if (draining && addresses.size() > 1) address_index = (address_index + 1) % addresses.size();
+  asio::co_spawn(io, reconnect_loop(shared_from_this(), server_instance), asio::detached);
+}
+
+asio::awaitable<void> client::impl::reconnect_loop(std::shared_ptr<impl> self, std::uint64_t instance_before) {
+  for (;;) {
+    if (closed_by_user) co_return;
+    const auto delay = backoff.next_delay();
+    if (!delay) {
+      log(log_level::warn, "switchyard: no broker answered in {} attempts ({} ms)", backoff.attempts(),
+          backoff.downtime().count());
+      close_down(make_error_code(errc::reconnect_failed), make_error_code(errc::reconnect_failed));
+      co_return;
+    }
+    retry_timer.expires_after(*delay);
+    asio_error_code wait_ec;
+    co_await retry_timer.async_wait(redirect_error(use_awaitable, wait_ec));
+    if (closed_by_user) co_return;
+    ++attempts_total;
+    const auto& to = addresses[address_index];
+    std::chrono::milliseconds retry_after{0};
+    const std::error_code ec = co_await handshake(self, to, retry_after);
+    if (closed_by_user) co_return;
+    if (ec) {
+      log(log_level::debug, "switchyard: reconnect attempt {} to {}:{} failed: {}", backoff.attempts(), to.host,
+          to.port, ec.message());
+      if (refused_for_good(ec)) {
+        close_down(ec, ec);
+        co_return;
+      }
+      backoff.attempt_failed(retry_after);
+      address_index = (address_index + 1) % addresses.size();
+      continue;
+    }
+    {
+      std::lock_guard lock(mu);
+      state = link::restoring;
+    }
+    reconnect_info info;
+    info.attempts = backoff.attempts();
+    info.new_server_instance = server_instance != instance_before;
+    asio::co_spawn(io, read_loop(self), asio::detached);
+    restore(generation, std::move(info));
+    co_return;
+  }
+}
+
+void client::impl::restore(std::uint64_t gen, reconnect_info info) {
+  auto self = shared_from_this();
+  // What this session had. Entries added meanwhile (held requests) go out
+  // after the restore, in their own order.
+  std::vector<std::string> patterns;
+  std::vector<std::shared_ptr<durable_state>> durable_subs;
+  std::map<lease_id, std::chrono::milliseconds> leases;
+  {
+    std::lock_guard lock(mu);
+    for (const auto& [pattern, refs] : pattern_refs) patterns.push_back(pattern);
+    for (const auto& s : *subs)
+      if (s->durable) durable_subs.push_back(s->durable);
+    leases = owned_leases;
+  }
+  auto lost = std::make_shared<std::vector<std::pair<lease_id, std::chrono::milliseconds>>>();
+  auto info_p = std::make_shared<reconnect_info>(std::move(info));
+
+  // Phase 3: inboxes (under their lease or its replacement) and the
+  // registry entries of replaced leases; durable streams read their gaps.
+  auto phase3 = [self, gen, info_p, durable_subs] {
+    if (gen != self->generation) return;
+    auto& p = *self;
+    for (const auto& d : durable_subs)
+      if (d->active) d->tracker->check_all();
+    std::set<lease_id> fresh;
+    for (const auto& [old, now] : info_p->leases_replaced) fresh.insert(now);
+    std::shared_ptr<const inbox_list> boxes;
+    std::vector<std::pair<std::string, detail::owned_put>> puts;
+    {
+      std::lock_guard lock(p.mu);
+      boxes = p.inboxes;
+      for (const auto& [key, put] : p.owned_puts)
+        if (fresh.contains(put.lease)) puts.emplace_back(key, put);
+    }
+    auto barrier = std::make_shared<phase_barrier>();
+    barrier->then = [self, gen, info_p] { self->restored(gen, *info_p); };
+    for (const auto& box : *boxes) {
+      barrier->add();
+      p.reopen_inbox(gen, box, 0, [barrier] { barrier->done(); });
+    }
+    for (const auto& [key, put] : puts) {
+      barrier->add();
+      p.request(
+          [&](std::uint64_t r) { return local_builder().registry_put(r, key, put.value, put.lease, 0); },
+          [key, barrier](std::error_code ec, const wire::Frame*) {
+            if (ec)
+              log(log_level::warn, "switchyard: restoring registry entry {} after a reconnect failed: {}", key,
+                  ec.message());
+            barrier->done();
+          },
+          true);
+    }
+    barrier->done();
+  };
+
+  // Phase 2: a new lease (same TTL) for each one the broker did not know.
+  auto phase2 = [self, gen, lost, info_p, phase3] {
+    if (gen != self->generation) return;
+    auto barrier = std::make_shared<phase_barrier>();
+    barrier->then = phase3;
+    for (const auto& [old, ttl] : *lost) {
+      barrier->add();
+      self->request([ttl](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
+                    [self, gen, info_p, old, ttl, barrier](std::error_code ec, const wire::Frame* f) {
+                      auto granted = ec ? std::expected<lease_info, std::error_code>(std::unexpected(ec))
+                                        : detail::parse_lease(*f);
+                      if (!granted) {
+                        log(log_level::warn, "switchyard: lease {} was lost and no new one was granted: {}", old,
+                            granted.error().message());
+                      } else if (gen == self->generation) {
+                        self->move_lease(old, granted->id, granted->ttl);
+                        info_p->leases_replaced.emplace_back(old, granted->id);
+                        log(log_level::info, "switchyard: lease {} was lost over the reconnect; replaced by {}", old,
+                            granted->id);
+                      }
+                      barrier->done();
+                    },
+                    true);
+    }
+    barrier->done();
+  };
+
+  // Phase 1: subscriptions again, and every lease kept alive (or found lost).
+  auto barrier = std::make_shared<phase_barrier>();
+  barrier->then = phase2;
+  for (const auto& pattern : patterns) {
+    barrier->add();
+    request([&](std::uint64_t r) { return local_builder().subscribe(r, pattern); },
+            [pattern, barrier](std::error_code ec, const wire::Frame*) {
+              if (ec)
+                log(log_level::warn, "switchyard: resubscribing {} after a reconnect failed: {}", pattern,
+                    ec.message());
+              barrier->done();
+            },
+            true);
+  }
+  for (const auto& [id, ttl] : leases) {
+    barrier->add();
+    request([id](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
+            [id, ttl, lost, barrier](std::error_code ec, const wire::Frame*) {
+              if (ec == errc::not_found) lost->emplace_back(id, ttl);
+              else if (ec)
+                log(log_level::warn, "switchyard: keepalive of lease {} after a reconnect failed: {}", id,
+                    ec.message());
+              barrier->done();
+            },
+            true);
+  }
+  barrier->done();
+}
+
+void client::impl::reopen_inbox(std::uint64_t gen, std::shared_ptr<const inbox_entry> box, int tries,
+                                std::function<void()> answered) {
+  const lease_id lease = resolve_lease(box->lease);
+  request([&](std::uint64_t r) { return local_builder().inbox_open(r, box->id, lease); },
+          [self = shared_from_this(), gen, box, tries, answered](std::error_code ec, const wire::Frame*) {
+            if (!ec) {
+              if (box->durable && box->durable->active) box->durable->tracker->check_all();
+            } else if (ec == errc::inbox_taken && tries < max_inbox_retries && gen == self->generation) {
+              // The broker has not noticed yet that our previous connection
+              // is gone (it does within its heartbeat timeout): try again.
+              auto timer = std::make_shared<asio::steady_timer>(self->io, inbox_retry_delay);
+              timer->async_wait([self, gen, box, tries, timer](asio_error_code wait_ec) {
+                if (wait_ec || gen != self->generation || !self->inbox_installed(box.get())) return;
+                self->reopen_inbox(gen, box, tries + 1, nullptr);
+              });
+            } else {
+              log(log_level::warn, "switchyard: reopening inbox {} after a reconnect failed: {}", box->id,
+                  ec.message());
+            }
+            if (answered) answered();
+          },
+          tries == 0);
+}
+
+void client::impl::restored(std::uint64_t gen, reconnect_info info) {
+  if (gen != generation) return;
+  // The gateway helpers learn their new lease ids first (unless close()
+  // ran meanwhile).
+  std::vector<std::function<void(lease_id, lease_id)>> listeners;
+  {
+    std::lock_guard lock(mu);
+    if (state != link::restoring) return;
+    for (const auto& [owner, fn] : lease_listeners) listeners.push_back(fn);
+  }
+  for (const auto& [old, fresh] : info.leases_replaced)
+    for (const auto& fn : listeners) fn(old, fresh);
+  // Held frames go out in order, before anything sent from now on; held
+  // requests that timed out meanwhile are left out.
+  {
+    std::lock_guard lock(mu);
+    if (state != link::restoring) return;
+    std::size_t at = 0;
+    for (const auto& h : held_frames) {
+      if (h.request_id == 0 || requests.contains(h.request_id))
+        out.insert(out.end(), held.begin() + static_cast<std::ptrdiff_t>(at),
+                   held.begin() + static_cast<std::ptrdiff_t>(at + h.size));
+      at += h.size;
+    }
+    drop_held_locked();
+    state = link::up;
+    if (!out.empty() && !write_active) {
+      write_active = true;
+      asio::post(io, [self = shared_from_this()] { self->start_write(); });
+    }
+  }
+  space_cv.notify_all();
+  info.downtime = backoff.downtime();
+  backoff.connected();
+  ready = true;
+  log(log_level::info, "switchyard: session restored after {} attempts, {} ms down{}", info.attempts,
+      info.downtime.count(), info.new_server_instance ? " (new server instance)" : "");
+  if (opts.on_reconnect) opts.on_reconnect(info);
+}
+
+}  // namespace switchyard
