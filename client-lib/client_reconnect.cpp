@@ -60,6 +60,7 @@ void client::impl::start_reconnect() {
 }
 
 asio::awaitable<void> client::impl::reconnect_loop(std::shared_ptr<impl> self, std::uint64_t instance_before) {
+  std::uint32_t refused = 0;
   for (;;) {
     if (closed_by_user) co_return;
     const auto delay = backoff.next_delay();
@@ -85,6 +86,7 @@ asio::awaitable<void> client::impl::reconnect_loop(std::shared_ptr<impl> self, s
         close_down(ec, ec);
         co_return;
       }
+      if (ec == errc::rate_limited || ec == errc::too_many_connections || ec == errc::draining) ++refused;
       backoff.attempt_failed(retry_after);
       address_index = (address_index + 1) % addresses.size();
       continue;
@@ -95,6 +97,7 @@ asio::awaitable<void> client::impl::reconnect_loop(std::shared_ptr<impl> self, s
     }
     reconnect_info info;
     info.attempts = backoff.attempts();
+    info.refused = refused;
     info.new_server_instance = server_instance != instance_before;
     asio::co_spawn(io, read_loop(self), asio::detached);
     restore(generation, std::move(info));

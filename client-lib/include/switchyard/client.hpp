@@ -251,6 +251,10 @@ struct reconnect_options {
 
 struct reconnect_info {
   std::uint32_t attempts = 0;                   // connection attempts it took (1 = the first one worked)
+  // Of those, attempts the broker answered with a refusal and a retry hint
+  // (rate_limited, too_many_connections, draining); the others found no
+  // broker listening or failed on the way.
+  std::uint32_t refused = 0;
   std::chrono::milliseconds downtime{0};        // from the loss to the restored session
   bool new_server_instance = false;             // the broker process changed (server_instance differs)
   // Leases this client held that the broker no longer knew (a new server
