@@ -62,6 +62,15 @@ struct settings {
   // connections
   long connections = 1000;
   long declare = 0;  // bytes each connection's incomplete frame declares (0 = idle connections)
+  // reconnect
+  long clients = 5000;
+  long rc_gateways = 500;
+  int routes_per_gateway = 10;
+  double max_hellos_per_s = 250;
+  std::string rc_mode = "both";  // kill, drain or both
+  double drain_window = 10;      // seconds
+  double phase_timeout = 120;    // seconds per phase until every client is back
+  int rc_loops = 2;              // client I/O threads
 };
 
 // Minimal JSON object writer: keys are ours, strings are escaped.
@@ -177,5 +186,7 @@ int run_leases(const settings& s, const target& t, int server_pid);
 int run_durable(const settings& s, const target& t);
 int run_replay(const settings& s, const target& t);
 int run_connections(const settings& s, const target& t, int server_pid);
+class server_process;
+int run_reconnect(const settings& s, server_process& server);
 
 }  // namespace switchyard::bench

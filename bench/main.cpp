@@ -9,6 +9,7 @@
 //   switchyard-bench route   --users U --gateways G --count N --size P --window W [--json]
 //   switchyard-bench leases  --leases L --window W [--json]
 //   switchyard-bench connections --count C [--declare BYTES] [--json]
+//   switchyard-bench reconnect --clients C --max-hellos-per-s R [--mode kill|drain|both] [--json]
 //
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
 // fresh one per run). Progress goes to stderr; the summary to stdout, or to
@@ -349,12 +350,31 @@ int main(int argc, char** argv) {
   conns->add_option("--declare", s.declare, "each then starts a frame declaring this many bytes (0 = stay idle)")
       ->check(CLI::Range(0L, 64L << 20))->capture_default_str();
 
+  auto* storm = app.add_subcommand(
+      "reconnect", "a reconnect storm: C clients (G of them gateways) come back after SIGKILL and restart, then a drain");
+  storm->add_option("--clients", s.clients, "clients, each with a subscription")->check(CLI::Range(1L, 15'000L))->capture_default_str();
+  storm->add_option("--gateways", s.rc_gateways, "how many of them are gateways (lease, inbox, routes)")
+      ->check(CLI::Range(0L, 15'000L))->capture_default_str();
+  storm->add_option("--routes", s.routes_per_gateway, "routes per gateway")->check(CLI::Range(1, 1000))->capture_default_str();
+  storm->add_option("--max-hellos-per-s", s.max_hellos_per_s, "the restarted broker's handshake limit")
+      ->check(CLI::Range(1.0, 1e6))->capture_default_str();
+  storm->add_option("--mode", s.rc_mode, "kill, drain or both (kill first)")
+      ->check(CLI::IsMember({"kill", "drain", "both"}))->capture_default_str();
+  storm->add_option("--drain-window", s.drain_window, "drain window, seconds")->check(CLI::Range(0.1, 600.0))->capture_default_str();
+  storm->add_option("--phase-timeout", s.phase_timeout, "give up on a phase after this many seconds")
+      ->check(CLI::Range(1.0, 3600.0))->capture_default_str();
+  storm->add_option("--loops", s.rc_loops, "client I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
+
   // Flags may come before or after the workload name.
-  for (auto* sub : {fanout, latency, durable, route, leases, replay, conns}) sub->fallthrough();
+  for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, storm}) sub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   s.workload = app.get_subcommands().front()->get_name();
 
   if (s.workload == "latency" && s.rate * s.seconds > 5e7) return fail_line(s, "rate*seconds too large", 2);
+  if (s.workload == "reconnect" && !s.address.empty())
+    return fail_line(s, "reconnect kills and restarts its own broker: --address is not allowed", 2);
+  if (s.workload == "reconnect") s.timeout = std::max(s.timeout, 2 * s.phase_timeout + s.drain_window + 120);
+
 
   // A hard limit like the peers' alarm(): print an error line and leave.
   std::thread([limit = s.timeout + 5, &s] {
@@ -379,6 +399,8 @@ int main(int argc, char** argv) {
     if (s.workload == "durable") args = {"--durability", s.durability};
     if (s.workload == "replay") args = {"--durability", "none"};  // loading speed is not what is measured
     if (s.workload == "connections") args = {"--max-connections", "20000", "--max-frame", "16777216", "--max-pending-bytes", "16777216"};
+    // Set-up is not rate limited; the broker restarted in each phase is.
+    if (s.workload == "reconnect") args = {"--max-connections", "20000", "--lease-min-ttl-ms", "100", "--log-level", "error"};
     auto started = switchyard::bench::server_process::start(binary, args, 10s);
     if (!started) return fail_line(s, started.error());
     server.emplace(std::move(*started));
@@ -390,6 +412,7 @@ int main(int argc, char** argv) {
   else if (s.workload == "replay") rc = run_replay(s, t);
   else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
   else if (s.workload == "connections") rc = run_connections(s, t, server ? server->pid() : -1);
+  else if (s.workload == "reconnect") rc = run_reconnect(s, *server);
   else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -53,8 +54,10 @@ std::expected<void, std::string> server_process::spawn(const std::string& listen
   const std::string port_file = dir_ + "/port";
   std::error_code ec;
   fs::remove(port_file, ec);
-  std::vector<std::string> args{binary_, "--listen", listen, "--port-file", port_file,
-                                "--data-dir", data_dir_, "--log-level", "warn"};
+  std::vector<std::string> args{binary_, "--listen", listen, "--port-file", port_file, "--data-dir", data_dir_};
+  // --log-level warn unless the caller chose one.
+  if (std::find(extra_args_.begin(), extra_args_.end(), "--log-level") == extra_args_.end())
+    args.insert(args.end(), {"--log-level", "warn"});
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

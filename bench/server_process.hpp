@@ -16,7 +16,7 @@ class server_process {
   // Spawns `binary` with `extra_args` and waits (up to `timeout`) until it
   // reports its port. Its data folder is `data_dir` (kept afterwards) or,
   // when empty, a private one removed by stop(). Errors are user-facing
-  // strings.
+  // strings. The server logs at warn unless `extra_args` has --log-level.
   static std::expected<server_process, std::string> start(const std::string& binary,
                                                           const std::vector<std::string>& extra_args,
                                                           std::chrono::milliseconds timeout,
