@@ -108,6 +108,9 @@ class cli {
     // does not rate-limit it: an operator is not locked out by a storm.
     o.admin = true;
     o.connect_timeout = o.request_timeout = std::chrono::milliseconds(s_.timeout_ms);
+    // One command, one session: a lost connection ends the command with an
+    // error instead of waiting for a restarted broker.
+    o.reconnect.enabled = false;
     auto c = client::connect(o);
     if (!c)  // whatever the reason (refused, timeout, the broker's refusal): exit 2
       return fail(exit_connection, error_code_name(c.error()),
