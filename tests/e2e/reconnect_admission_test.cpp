@@ -62,12 +62,6 @@ std::unique_ptr<watched_client> watched(std::uint16_t port, const std::string& c
   return w;
 }
 
-broker::server_config on_port(std::uint16_t port) {
-  auto cfg = test_server::default_config();
-  cfg.listen_port = port;
-  return cfg;
-}
-
 // Publishes once to each client's channel and waits until every one got it.
 // The publisher asks for "admin", so a hello rate limit does not turn it away.
 bool all_receive(std::uint16_t port, std::vector<std::unique_ptr<watched_client>>& clients) {
@@ -113,7 +107,7 @@ TEST_CASE("clients drained from a broker come back by themselves to the broker s
   CHECK(first->metrics().counters.connections_drained >= 8);
   first.reset();
 
-  test_server second(on_port(port));
+  test_server second(test_server::default_config(port));
   REQUIRE(wait_until([&] {
     for (auto& c : clients)
       if (c->reconnected.load() == 0) return false;
@@ -136,7 +130,7 @@ TEST_CASE("clients reconnecting to a rate-limited broker wait as long as its ret
   for (int i = 0; i < n; ++i) clients.push_back(watched(port, "back." + std::to_string(i), r));
   first.reset();  // stops: every client is told shutting_down
 
-  auto cfg = on_port(port);
+  auto cfg = test_server::default_config(port);
   cfg.max_hellos_per_s = 20;  // one hello every 50 ms
   cfg.hello_burst = 1;
   test_server second(cfg);

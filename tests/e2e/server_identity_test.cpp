@@ -28,13 +28,6 @@ using namespace switchyard::test;
 
 namespace {
 
-// The same settings on a given port: the restarted broker.
-broker::server_config on_port(std::uint16_t port) {
-  auto cfg = test_server::default_config();
-  cfg.listen_port = port;
-  return cfg;
-}
-
 // The error of `r`, or none when it succeeded.
 template <class T>
 std::error_code error_of(const std::expected<T, std::error_code>& r) {
@@ -56,7 +49,7 @@ TEST_CASE("the welcome carries a random server instance id that differs between 
     CHECK(b->server_instance() == first);  // one process, one id
     CHECK_FALSE(a->server_version().empty());
   }
-  test_server restarted(on_port(port));
+  test_server restarted(test_server::default_config(port));
   auto c = connect_to(restarted, "c");
   CHECK(c->server_instance() != 0);
   CHECK(c->server_instance() != first);
@@ -81,7 +74,7 @@ TEST_CASE("a lease id from the previous broker process answers not_found after a
     REQUIRE(l);
     old_lease = l->id;
   }
-  test_server second(on_port(port));
+  test_server second(test_server::default_config(port));
   // Another gateway gets a lease from the new process first.
   auto b = connect_to(second, "gateway-b");
   auto b_lease = b->lease_grant(30s);
@@ -123,7 +116,7 @@ TEST_CASE("a gateway resuming its lease after a broker restart does not take ove
     (*gw_a)->abandon();  // the process dies: nothing revoked
   }
 
-  test_server second(on_port(port));
+  test_server second(test_server::default_config(port));
   auto conn_b = connect_to(second, "gateway-b");
   auto gw_b = gateway::start(*conn_b, {.inbox_id = "gw-b", .on_message = [](const inbox_message&) {},
                                        .routes = {"user:bob"}});

@@ -10,10 +10,10 @@
 
 namespace switchyard::test {
 
-broker::server_config test_server::default_config() {
+broker::server_config test_server::default_config(std::uint16_t port) {
   broker::server_config c;
   c.listen_host = "127.0.0.1";
-  c.listen_port = 0;
+  c.listen_port = port;
   c.data_dir.clear();
   c.log_level = std::getenv("SWITCHYARD_TEST_LOG") ? std::getenv("SWITCHYARD_TEST_LOG") : "warn";
   c.hello_timeout = std::chrono::milliseconds(2000);

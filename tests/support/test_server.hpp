@@ -33,7 +33,9 @@ class test_server {
   broker::metrics_snapshot live_metrics();
 
   // Loopback, port 0, no data folder, quiet logs, short hello timeout.
-  static broker::server_config default_config();
+  // `port` given: the same on that port (a broker restarted where an
+  // earlier test_server listened).
+  static broker::server_config default_config(std::uint16_t port = 0);
 
  private:
   std::unique_ptr<broker::server> server_;
