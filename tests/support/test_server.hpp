@@ -33,9 +33,10 @@ class test_server {
   broker::metrics_snapshot live_metrics();
 
   // Loopback, port 0, no data folder, quiet logs, short hello timeout.
-  // `port` given: the same on that port (a broker restarted where an
-  // earlier test_server listened).
-  static broker::server_config default_config(std::uint16_t port = 0);
+  static broker::server_config default_config() { return default_config(0); }
+  // The same on `port` (a broker restarted where an earlier test_server
+  // listened).
+  static broker::server_config default_config(std::uint16_t port);
 
  private:
   std::unique_ptr<broker::server> server_;
