@@ -118,7 +118,7 @@ void detail::add_subscription(const std::shared_ptr<client_state>& self, std::st
   const bool entry_is_durable = durable != nullptr;
   {
     std::lock_guard lock(p.mu);
-    if (p.dead) {
+    if (p.state == client_state::link::closed) {
       done(std::unexpected(make_error_code(errc::not_connected)));
       return;
     }

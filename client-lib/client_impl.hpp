@@ -226,7 +226,6 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   //  closed     for good: everything is refused (not_connected).
   enum class link { up, restoring, down, closed };
   link state = link::up;
-  bool dead = false;  // state == closed (kept for the many checks that mean "for good")
   // Frames held while not up, written in order once restored: publishes
   // (counted against reconnect.buffer_bytes) and requests made meanwhile
   // (their id: skipped if the request timed out).
@@ -445,7 +444,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     const std::uint64_t id = next_request.fetch_add(1, std::memory_order_relaxed);
     {
       std::unique_lock lock(mu);
-      if (dead || (internal && state == link::down)) {
+      if (state == link::closed || (internal && state == link::down)) {
         lock.unlock();
         if (done) done(errc::not_connected, nullptr);
         return;
@@ -559,7 +558,6 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (state == link::closed) return;
       if (!was_open && state == link::down) return;  // a late error of a connection already handled
       state = reconnect ? link::down : link::closed;
-      dead = !reconnect;
       out.clear();
       std::unordered_set<std::uint64_t> waiting;  // held requests, not sent yet
       if (reconnect)
@@ -606,7 +604,6 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       std::lock_guard lock(mu);
       if (state == link::closed) return;
       state = link::closed;
-      dead = true;
       out.clear();
       pending.swap(requests);
       drop_held_locked();
