@@ -4,12 +4,14 @@
 
 #include "switchyard/client.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/raw_connection.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/tls_certs.hpp"
 #include "tests/support/wait.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -128,6 +130,22 @@ TEST_CASE("a TLS client on a plain port fails with tls_failed, not a timeout", "
   server.stop();
   // The broker saw a TLS handshake, not a frame: counted as a protocol error.
   CHECK(server.counters().protocol_errors == 1);
+}
+
+TEST_CASE("a plain port answers a TLS ClientHello that it does not speak TLS", "[e2e][tls]") {
+  test_server server;
+  test::raw_connection c(server.port());
+  // The start of a ClientHello record: handshake, TLS 1.0 record version,
+  // a length, then the handshake message's first bytes.
+  const std::array<std::uint8_t, 9> hello{0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4};
+  c.send(hello);
+  test::raw_frame f;
+  const auto* frame = c.next_of(protocol::wire::Message::Error, f);
+  REQUIRE(frame != nullptr);
+  const auto* e = frame->message_as_Error();
+  REQUIRE(e->message() != nullptr);
+  CHECK(e->message()->string_view() == "this port does not speak TLS");
+  CHECK(c.closed_by_peer());
 }
 
 TEST_CASE("a reload makes new connections use the certificate now in the files; one that does not load is not used",
