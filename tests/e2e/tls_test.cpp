@@ -72,10 +72,12 @@ TEST_CASE("a publish over TLS reaches a subscriber over TLS", "[e2e][tls]") {
   REQUIRE(pub);
   test::collector<std::string> got;
   REQUIRE((*sub)->subscribe("tls.>", [&](const message& m) { got.add(std::string(m.payload_text())); }));
-  // A frame over several records, then a small one in the same write:
-  // the broker reads the large frame's rest into its own buffer, no more
-  // than the frame needs, so the small frame is left decrypted in the
-  // session with nothing more coming on the socket. It must still be read.
+  // A frame over several records (the broker reads its rest into the
+  // connection's own buffer, no more than the frame needs), then a small
+  // one. When both end in one record, the small frame stays decrypted in
+  // the broker's session with nothing more on the socket, and must still
+  // be read (byte_stream::wait_readable). The client library may write
+  // them as separate records, so this does not force that case.
   const std::string big(100'000, 'x');
   REQUIRE_FALSE((*pub)->publish("tls.big", big));
   REQUIRE_FALSE((*pub)->publish("tls.small", "hello"));
