@@ -53,6 +53,10 @@ struct settings {
   double idle = 2.0;
   double timeout = 170;
   bool json = false;
+  // TLS to the broker: a started broker gets a certificate made with the
+  // openssl tool; with --address, tls_ca names the CA to trust.
+  bool tls = false;
+  std::string tls_ca;
   // route / leases
   long users = 100'000;
   int gateways = 200;
@@ -128,6 +132,7 @@ inline std::uint64_t rss_bytes(int pid) {
 struct target {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
+  std::string tls_ca;  // non-empty: TLS, trusting this CA file
 };
 
 inline void emit(const settings& s, const std::string& summary, const json_line& j) {
@@ -149,6 +154,10 @@ inline client_options options_for(const target& t, std::string name) {
   o.port = t.port;
   o.client_name = std::move(name);
   o.max_pending_bytes = 4u << 20;
+  if (!t.tls_ca.empty()) {
+    o.tls.enabled = true;
+    o.tls.ca_file = t.tls_ca;
+  }
   return o;
 }
 

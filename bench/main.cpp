@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <stdlib.h>
 #include <time.h>
 
 #include <algorithm>
@@ -307,6 +308,8 @@ int main(int argc, char** argv) {
   app.add_option("--address", s.address, "broker host:port (default: start a fresh server on 127.0.0.1)");
   app.add_option("--server", s.server_binary, "switchyard-server binary to start (default: the one in this build)");
   app.add_flag("--json", s.json, "print one JSON line (the last line of stdout)");
+  app.add_flag("--tls", s.tls, "TLS to the broker (a started broker gets a self-signed certificate made with openssl)");
+  app.add_option("--tls-ca", s.tls_ca, "with --tls and --address: the CA file to trust");
   app.add_option("--timeout", s.timeout, "hard limit for the whole run, seconds")->capture_default_str();
 
   auto* fanout = app.add_subcommand("fanout", "S subscribers, one publisher sending N messages as fast as it can");
@@ -391,6 +394,8 @@ int main(int argc, char** argv) {
     if (colon == std::string::npos) return fail_line(s, "--address must be host:port", 2);
     t.host = s.address.substr(0, colon);
     t.port = static_cast<std::uint16_t>(std::stoul(s.address.substr(colon + 1)));
+    if (s.tls && s.tls_ca.empty()) return fail_line(s, "--tls with --address needs --tls-ca", 2);
+    if (s.tls) t.tls_ca = s.tls_ca;
   } else {
     const std::string binary = s.server_binary.empty() ? switchyard::bench::default_server_binary() : s.server_binary;
     // Short minimum TTL so the leases workload can watch expiry in seconds.
@@ -401,6 +406,19 @@ int main(int argc, char** argv) {
     if (s.workload == "connections") args = {"--max-connections", "20000", "--max-frame", "16777216", "--max-pending-bytes", "16777216"};
     // Set-up is not rate limited; the broker restarted in each phase is.
     if (s.workload == "reconnect") args = {"--max-connections", "20000", "--lease-min-ttl-ms", "100", "--log-level", "error"};
+    if (s.tls) {
+      // A self-signed certificate for 127.0.0.1, in a fresh folder.
+      char dir_template[] = "/tmp/switchyard-bench-tls-XXXXXX";
+      const char* dir = ::mkdtemp(dir_template);
+      if (!dir) return fail_line(s, "--tls: cannot create a temporary folder");
+      const std::string cert = std::string(dir) + "/broker.pem", key = std::string(dir) + "/broker.key";
+      const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                              "-subj /CN=switchyard-bench -addext subjectAltName=IP:127.0.0.1 -keyout " +
+                              key + " -out " + cert + " >/dev/null 2>&1";
+      if (std::system(cmd.c_str()) != 0) return fail_line(s, "--tls: openssl could not make a certificate");
+      args.insert(args.end(), {"--tls-cert", cert, "--tls-key", key});
+      t.tls_ca = cert;
+    }
     auto started = switchyard::bench::server_process::start(binary, args, 10s);
     if (!started) return fail_line(s, started.error());
     server.emplace(std::move(*started));

@@ -435,6 +435,15 @@ asio::awaitable<void> connection::read_frames() {
   }
 }
 
+namespace {
+// The start of a TLS handshake record: content type 22, then a record
+// version 3.1 to 3.4 (TLS 1.0 to 1.3). As a frame's length prefix it is
+// over 64 KiB, so no valid first frame starts like this.
+bool looks_like_tls(std::span<const std::uint8_t> bytes) {
+  return bytes.size() >= 3 && bytes[0] == 0x16 && bytes[1] == 0x03 && bytes[2] >= 0x01 && bytes[2] <= 0x04;
+}
+}  // namespace
+
 std::size_t connection::handle_input(protocol::read_buffer& buf) {
   // Frames are verified a batch ahead of handling, so a handler can warm
   // the cache for the frames after its own (dispatcher::look_ahead). A malformed
@@ -475,6 +484,14 @@ std::size_t connection::handle_input(protocol::read_buffer& buf) {
       std::string why = bad.message();
       if (code == errc::frame_too_large)
         why += " (limit " + std::to_string(parser_.max_frame()) + " bytes)";
+      if (!welcomed_ && looks_like_tls(buf.unread())) {
+        // A TLS client on a plain port: its ClientHello reads as a frame
+        // far over the limit before the hello. Say so (the client's TLS
+        // fails on the plain-text answer at once).
+        ctx_.logger->info("conn={} from {}: a TLS handshake on a plain port (this broker has no --tls-cert); closing",
+                          id(), peer_address_);
+        why = "this port does not speak TLS";
+      }
       close_with_error(code, why);
       return handled;
     }

@@ -18,6 +18,7 @@
 #include "broker/routing_table.hpp"
 #include "broker/server_admin_handler.hpp"
 #include "broker/stream_admin_handler.hpp"
+#include "broker/tls_context.hpp"
 #include "common/asio.hpp"
 #include "storage/log_verifier.hpp"
 
@@ -26,6 +27,7 @@
 
 #include <sys/random.h>
 
+#include <array>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
@@ -163,6 +165,10 @@ struct server::impl {
   std::unique_ptr<dispatcher> dispatch;
   std::unique_ptr<connection_context> context;
 
+  // TLS on the client port (null: plain). Replaced by a reload; sessions
+  // hold the context they were made from.
+  std::shared_ptr<tls_context> tls;
+
   asio::io_context io{1};
   asio::ip::tcp::acceptor acceptor{io};
   asio::signal_set signals{io};
@@ -181,6 +187,17 @@ struct server::impl {
   void open_log();
   void wire_handlers();
   asio::awaitable<void> accept_loop();
+  // Registers and starts a connection on an accepted (and, with TLS,
+  // handshaken) stream.
+  void admit(byte_stream stream);
+  // TLS: the handshake, bounded by the hello timeout, then admit(). A
+  // failed handshake is logged (info: the client's address and why) and
+  // the socket closed; a plain client is told in plain text first.
+  asio::awaitable<void> tls_accept(asio::ip::tcp::socket socket);
+  // SIGHUP: loads the certificate, key and CA files of `from` again; on
+  // success new connections use them, else the old ones stay (logged).
+  // Returns whether it did (true also with TLS off: nothing to do).
+  bool reload_tls(const server_config& from);
   asio::awaitable<void> sweep_loop();
   void begin_stop();
   // Drains (docs/protocol.md §9.1; SIGUSR2 and the Drain request):
@@ -252,13 +269,85 @@ asio::awaitable<void> server::impl::accept_loop() {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    auto c = std::make_shared<connection>(*context, byte_stream(std::move(socket)),
-                                          registry.next_id());
-    auto refused = admission.on_accept(registry.counted(), std::chrono::steady_clock::now());
-    if (!refused) ++counters.connections_accepted;
-    registry.add(c);
-    c->start(std::move(refused));
+    if (tls) asio::co_spawn(io, tls_accept(std::move(socket)), asio::detached);
+    else admit(byte_stream(std::move(socket)));
   }
+}
+
+void server::impl::admit(byte_stream stream) {
+  auto c = std::make_shared<connection>(*context, std::move(stream), registry.next_id());
+  auto refused = admission.on_accept(registry.counted(), std::chrono::steady_clock::now());
+  if (!refused) ++counters.connections_accepted;
+  registry.add(c);
+  c->start(std::move(refused));
+}
+
+asio::awaitable<void> server::impl::tls_accept(asio::ip::tcp::socket socket) {
+  auto stream = std::make_unique<byte_stream>(std::move(socket), tls);
+  // A client that connects and says nothing must not hold the socket: the
+  // handshake has the hello timeout.
+  asio::steady_timer deadline(io);
+  deadline.expires_after(config.hello_timeout);
+  bool timed_out = false;
+  deadline.async_wait([&stream, &timed_out](const asio_error_code& ec) {
+    if (ec) return;
+    timed_out = true;
+    stream->close();
+  });
+  const asio_error_code ec = co_await stream->handshake();
+  deadline.cancel();
+  if (registry.stopping()) co_return;
+  if (!ec) {
+    logger->debug("TLS from {}: {}", stream->remote_address(), stream->tls_description());
+    admit(std::move(*stream));
+    co_return;
+  }
+  ++counters.protocol_errors;
+  if (ec == byte_stream::not_tls()) {
+    // A plain client: its hello waits unread. Tell it in its own protocol,
+    // best effort (the socket is non-blocking; the frame is small).
+    logger->info("TLS from {}: refused, {}", stream->remote_address(), stream->tls_description());
+    const auto goodbye = builder.error(0, protocol::errc::bad_request,
+                                       "this port speaks TLS: connect with TLS (client_options::tls)", 0, true);
+    stream->send_plain(asio::buffer(goodbye.data(), goodbye.size()));
+  } else {
+    logger->info("TLS from {}: handshake failed: {}{}{}", stream->remote_address(),
+                 timed_out ? "no handshake within the hello timeout" : ec.message(),
+                 timed_out ? "" : " ", timed_out ? "" : "(" + stream->tls_description() + ")");
+  }
+  // Closing with the client's bytes unread would reset the connection,
+  // and a reset can discard the answer (the alert, or the plain-text
+  // goodbye) before the client reads it: half-close, read and discard
+  // until the client closes, for at most a second.
+  asio_error_code ignored;
+  stream->shutdown_send(ignored);
+  deadline.expires_after(std::min<std::chrono::milliseconds>(config.hello_timeout, std::chrono::seconds(1)));
+  deadline.async_wait([&stream](const asio_error_code& ec) {
+    if (!ec) stream->close();
+  });
+  std::array<std::uint8_t, 4096> scratch;
+  for (std::size_t discarded = 0; discarded < 64 * scratch.size();) {
+    asio_error_code rec;
+    co_await stream->socket_wait_readable(rec);
+    if (rec) break;
+    const std::size_t n = stream->read_plain(asio::buffer(scratch), rec);
+    if (rec && rec != asio::error::would_block && rec != asio::error::try_again) break;
+    discarded += n;
+  }
+  deadline.cancel();
+  stream->close();
+}
+
+bool server::impl::reload_tls(const server_config& from) {
+  if (!tls) return true;
+  auto fresh = tls_context::load(from);
+  if (!fresh) {
+    logger->error("SIGHUP: TLS certificate not reloaded, new connections keep the old one: {}", fresh.error());
+    return false;
+  }
+  tls = std::move(*fresh);
+  logger->info("SIGHUP: TLS certificate reloaded from {} ({}); new connections use it", from.tls_cert, tls->subject());
+  return true;
 }
 
 asio::awaitable<void> server::impl::sweep_loop() {
@@ -388,7 +477,9 @@ void server::impl::wait_signal() {
 
 void server::impl::reload() {
   if (config.config_file.empty()) {
-    logger->warn("SIGHUP: the server was started without --config: nothing to re-read, nothing changed");
+    reload_tls(config);
+    logger->warn("SIGHUP: the server was started without --config: no settings to re-read{}",
+                 tls ? " (TLS files re-read)" : ", nothing changed");
     return;
   }
   server_config fresh;
@@ -398,10 +489,29 @@ void server::impl::reload() {
     // CLI11's first line says what is wrong (the rest is "Run with --help").
     std::string why = e.output.substr(0, e.output.find('\n'));
     logger->error("SIGHUP: {} was not applied, the running configuration stays: {}", config.config_file, why);
+    reload_tls(config);
     return;
   } catch (const std::exception& e) {
     logger->error("SIGHUP: {} was not applied, the running configuration stays: {}", config.config_file, e.what());
+    reload_tls(config);
     return;
+  }
+  // The TLS files are read again (rotated certificates keep their paths),
+  // from the paths in the file if it changed them; on or off is fixed.
+  if (tls && !fresh.tls_cert.empty()) {
+    server_config paths = config;
+    paths.tls_cert = fresh.tls_cert;
+    paths.tls_key = fresh.tls_key;
+    paths.tls_ca = fresh.tls_ca;
+    paths.tls_verify_client = fresh.tls_verify_client;
+    if (reload_tls(paths)) {
+      config.tls_cert = paths.tls_cert;
+      config.tls_key = paths.tls_key;
+      config.tls_ca = paths.tls_ca;
+      config.tls_verify_client = paths.tls_verify_client;
+    }
+  } else {
+    reload_tls(config);
   }
   std::vector<std::string> changed;
   const auto apply = [&changed](std::string_view name, auto& running, const auto& wanted, auto show) {
@@ -454,6 +564,7 @@ void server::impl::reload() {
                         config.retention_max_age != fresh.retention_max_age ||
                         config.retention_max_bytes != fresh.retention_max_bytes);
   keep("durable-channel", config.durable_channels != fresh.durable_channels);
+  keep("TLS on or off", config.tls_cert.empty() != fresh.tls_cert.empty());
   std::string list;
   for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
   logger->info("SIGHUP: {} re-read: {}", config.config_file, changed.empty() ? std::string("nothing changed") : list);
@@ -542,6 +653,11 @@ void server::start() {
   auto& d = *impl_;
   if (!d.config.data_dir.empty()) d.open_log();
   d.wire_handlers();
+  if (!d.config.tls_cert.empty()) {
+    auto loaded = tls_context::load(d.config);
+    if (!loaded) throw std::runtime_error("TLS: " + loaded.error());
+    d.tls = std::move(*loaded);
+  }
   const auto address = asio::ip::make_address(listen_address(d.config.listen_host));
   const asio::ip::tcp::endpoint endpoint(address, d.config.listen_port);
   auto& acceptor = d.acceptor;
@@ -572,8 +688,10 @@ void server::start() {
       throw std::runtime_error("cannot write the port file " + d.config.port_file + ": " + why);
     }
   }
-  d.logger->info("listening on {}:{} data-dir={} durability={}", d.config.listen_host, d.port, d.config.data_dir,
-                 d.durable ? std::string(storage::durability_name(d.config.durability)) : std::string("off"));
+  d.logger->info("listening on {}:{} data-dir={} durability={}{}", d.config.listen_host, d.port, d.config.data_dir,
+                 d.durable ? std::string(storage::durability_name(d.config.durability)) : std::string("off"),
+                 d.tls ? " tls=" + d.tls->subject() + (d.tls->verifies_clients() ? " (client certificates required)" : "")
+                       : std::string());
   asio::co_spawn(d.io, d.accept_loop(), asio::detached);
   asio::co_spawn(d.io, d.sweep_loop(), asio::detached);
 }
@@ -588,6 +706,10 @@ void server::handle_signals() {
 }
 
 void server::run() { impl_->io.run(); }
+
+void server::reload() {
+  asio::post(impl_->io, [d = impl_.get()] { d->reload(); });
+}
 
 void server::stop() {
   asio::post(impl_->io, [this] { impl_->begin_stop(); });

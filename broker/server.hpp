@@ -47,6 +47,10 @@ class server {
   // shutdown grace).
   void stop();
 
+  // Thread-safe: what SIGHUP does (re-reads the --config file and the TLS
+  // files), on the loop thread, soon after the call.
+  void reload();
+
   // Counters, read on the loop thread (or after run() returned).
   const server_counters& counters() const noexcept;
   // Every counter and gauge (connections, tables, memory, the log's group

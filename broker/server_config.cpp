@@ -80,6 +80,10 @@ void validate(const server_config& cfg) {
     bad("durable-channel needs the sequence log: set --data-dir");
   if ((cfg.verify_log || cfg.verify_on_start) && cfg.data_dir.empty())
     bad("verify-log and verify-on-start check the sequence log: set --data-dir");
+  if (cfg.tls_cert.empty() != cfg.tls_key.empty()) bad("tls-cert and tls-key go together: set both or neither");
+  if (!cfg.tls_ca.empty() && cfg.tls_cert.empty()) bad("tls-ca needs TLS: set tls-cert and tls-key");
+  if (cfg.tls_verify_client && cfg.tls_ca.empty())
+    bad("tls-verify-client needs tls-ca (the CAs client certificates must chain to)");
   if (cfg.verify_json && !cfg.verify_log) bad("json is an output of --verify-log");
 }
 
@@ -156,6 +160,13 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
+
+  app.add_option("--tls-cert", cfg.tls_cert,
+                 "TLS on the client port: certificate chain (PEM); with --tls-key. Re-read on SIGHUP");
+  app.add_option("--tls-key", cfg.tls_key, "private key of --tls-cert (PEM, unencrypted)");
+  app.add_option("--tls-ca", cfg.tls_ca, "CAs (PEM) that client certificates must chain to");
+  app.add_flag("--tls-verify-client", cfg.tls_verify_client,
+               "mTLS: refuse clients without a certificate signed by --tls-ca");
 
   app.add_option("--lease-min-ttl-ms", min_ttl_ms, "shortest lease TTL granted (shorter asks are raised)")
       ->capture_default_str();

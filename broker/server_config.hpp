@@ -81,6 +81,17 @@ struct server_config {
 
   std::string log_level = "info";
 
+  // TLS on the client port (docs/security.md, "TLS"): on when tls_cert is
+  // set. The certificate chain and its key (PEM); tls_ca: the CAs client
+  // certificates must chain to (PEM); tls_verify_client: mTLS, a client
+  // without a certificate those CAs signed is refused in the handshake.
+  // TLS 1.2 at least. The files are read again on SIGHUP (new connections
+  // use the new certificate; a file that does not load keeps the old one).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+  bool tls_verify_client = false;
+
   // Where the settings came from, for SIGHUP (server::reload): the --config
   // file (empty = none: nothing to reload) and the whole command line it
   // was parsed with (flags still win over the file on a reload).

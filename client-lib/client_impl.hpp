@@ -171,6 +171,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   asio::io_context& io;
   // The connection's bytes go through it only (TLS can replace it).
   client_lib::byte_stream stream;
+  bool tls_configured = false;  // loop thread: stream.configure_tls() done
   asio::steady_timer heartbeat_timer;
   protocol::frame_parser parser;
 
@@ -828,8 +829,18 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     const auto endpoints = co_await resolver.async_resolve(to.host, std::to_string(to.port),
                                                            redirect_error(use_awaitable, ec));
     if (ec) co_return outcome(ec);
-    ec = co_await stream.connect(endpoints);
-    if (ec) co_return outcome(ec);
+    if (opts.tls.enabled && !tls_configured) {
+      if (const auto bad = stream.configure_tls(opts.tls)) {
+        log(log_level::error, "switchyard: TLS set-up failed: {}", stream.tls_error());
+        co_return outcome(bad);
+      }
+      tls_configured = true;
+    }
+    if (const auto connect_ec = co_await stream.connect(endpoints, to.host)) {
+      if (connect_ec == errc::tls_failed && !*timed_out)
+        log(log_level::warn, "switchyard: TLS handshake with {}:{} failed: {}", to.host, to.port, stream.tls_error());
+      co_return outcome(connect_ec);
+    }
     if (!rbuf.words) rbuf.reserve(64 * 1024);
 
     // "admin" last: asked only with client_options::admin.
@@ -849,6 +860,13 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (ec) co_return outcome(ec);
 
     auto r = co_await read_frame();
+    if (!r && opts.tls.enabled && r.error().category() == asio::error::get_ssl_category() && !*timed_out) {
+      // TLS 1.3: the broker checks the client's certificate after the
+      // client's side of the handshake is done; its refusal arrives here.
+      log(log_level::warn, "switchyard: TLS with {}:{} failed after the handshake: {}", to.host, to.port,
+          r.error().message());
+      co_return outcome(errc::tls_failed);
+    }
     if (!r) co_return outcome(r.error());
     const wire::Frame& f = *r->frame;
     if (f.message_type() == wire::Message::Error) {

@@ -32,6 +32,7 @@ constexpr library_code library_codes[] = {
     {errc::connection_lost, "connection_lost", "the connection was lost before the answer came"},
     {errc::buffer_full, "buffer_full", "reconnecting, and the buffer for publishes is full"},
     {errc::reconnect_failed, "reconnect_failed", "gave up reconnecting to the broker"},
+    {errc::tls_failed, "tls_failed", "TLS set-up or handshake with the broker failed"},
 };
 
 constexpr bool is_server_code(int value) noexcept { return value > 0 && value < 100; }

@@ -25,7 +25,7 @@ TEST_CASE("each of the library's own codes has a name and a message of its own",
   const errc own[] = {errc::not_connected,     errc::timeout,        errc::invalid_channel,
                       errc::invalid_pattern,   errc::payload_too_large, errc::would_deadlock,
                       errc::protocol_violation, errc::not_supported,  errc::invalid_position,
-                      errc::connection_lost,   errc::buffer_full,    errc::reconnect_failed};
+                      errc::connection_lost,   errc::buffer_full,    errc::reconnect_failed, errc::tls_failed};
   std::set<std::string_view> names;
   std::set<std::string> messages;
   for (const errc e : own) {

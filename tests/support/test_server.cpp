@@ -10,6 +10,11 @@
 
 namespace switchyard::test {
 
+void test_server::reload() {
+  server_->reload();
+  live_metrics();  // posted after the reload: once it answers, the reload ran
+}
+
 broker::server_config test_server::default_config(std::uint16_t port) {
   broker::server_config c;
   c.listen_host = "127.0.0.1";

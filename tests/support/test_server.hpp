@@ -15,7 +15,8 @@ namespace switchyard::test {
 class test_server {
  public:
   // Starts at once; throws if the server cannot bind.
-  explicit test_server(broker::server_config config = default_config());
+  test_server() : test_server(default_config()) {}
+  explicit test_server(broker::server_config config);
   ~test_server();  // stop() + join
 
   std::uint16_t port() const noexcept { return server_->port(); }
@@ -31,6 +32,10 @@ class test_server {
   // The same while the server runs, gathered on its loop thread (waits at
   // most 10 s; REQUIREs an answer).
   broker::metrics_snapshot live_metrics();
+
+  // What SIGHUP does (broker::server::reload), run on the loop thread;
+  // returns once it ran.
+  void reload();
 
   // Loopback, port 0, no data folder, quiet logs, short hello timeout.
   static broker::server_config default_config() { return default_config(0); }

@@ -265,6 +265,31 @@ struct reconnect_info {
   std::vector<std::pair<lease_id, lease_id>> leases_replaced;
 };
 
+// TLS to the broker (docs/security.md, "TLS"): for a broker started with
+// --tls-cert. Off by default. The broker's certificate is verified against
+// ca_file and its name against server_name unless verify_server is false.
+// A broker that does not speak TLS, a certificate that does not verify, or
+// a broker that refuses this client's certificate fails connect() with
+// errc::tls_failed (the client's log says why); a file here that does not
+// load fails it the same way.
+struct tls_options {
+  bool enabled = false;
+  // CAs (PEM file) the broker's certificate must chain to; empty: the
+  // system's default CAs (/etc/ssl/certs).
+  std::string ca_file;
+  // mTLS (a broker with --tls-verify-client): this client's certificate
+  // chain and its private key, PEM, unencrypted. Both or neither.
+  std::string cert_file;
+  std::string key_file;
+  // The DNS name or IP address the broker's certificate must carry (in its
+  // subjectAltName); a DNS name is also sent as SNI. Empty: the host being
+  // connected to (host, or the entry of addresses).
+  std::string server_name;
+  // false: the broker's certificate is not checked at all; the traffic is
+  // encrypted but anyone in the path can read and change it. For tests.
+  bool verify_server = true;
+};
+
 struct client_options {
   std::string host = "127.0.0.1";
   std::uint16_t port = 7878;
@@ -290,6 +315,11 @@ struct client_options {
   // throughput). true: publish() writes to the socket itself when nothing
   // else is waiting (lowest latency, one system call per message).
   bool write_immediately = false;
+
+  // TLS to the broker (see tls_options). With TLS, publish() never writes
+  // to the socket itself (write_immediately has no effect): the loop
+  // thread encrypts and writes.
+  tls_options tls;
 
   // Called on the loop thread when the server reports dropped deliveries
   // (slow consumer), with the number lost.

@@ -50,6 +50,7 @@ enum class errc {
   connection_lost = 109,    // a request in flight when the connection dropped (its outcome is unknown)
   buffer_full = 110,        // reconnecting, and reconnect_options::buffer_bytes of publishes are held already
   reconnect_failed = 111,   // the client gave up reconnecting (max_attempts / max_downtime): it is closed
+  tls_failed = 112,         // TLS set-up or handshake failed (certificate, CA, name, or a broker without TLS); the log says why
 };
 
 const std::error_category& client_category() noexcept;
