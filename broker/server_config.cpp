@@ -48,7 +48,10 @@ void validate(const server_config& cfg) {
   if (cfg.drain_window.count() < 1 || cfg.drain_window > std::chrono::hours(24))
     bad("drain-window-ms must be between 1 and 86400000");
   if (cfg.hello_timeout.count() < 1) bad("hello-timeout-ms must be at least 1");
-  if (cfg.heartbeat_interval.count() < 10) bad("heartbeat-ms must be at least 10");
+  // At most an hour: the deadline (heartbeat_deadline, 2.5 intervals) must
+  // not overflow, and the Welcome carries the interval as 32 bits.
+  if (cfg.heartbeat_interval.count() < 10 || cfg.heartbeat_interval > std::chrono::hours(1))
+    bad("heartbeat-ms must be between 10 and 3600000");
   if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
   if (cfg.frame_timeout.count() < 1) bad("frame-timeout-ms must be at least 1");
   if (cfg.max_incomplete_bytes < cfg.max_frame) bad("max-incomplete-bytes must be at least max-frame");
@@ -68,7 +71,8 @@ void validate(const server_config& cfg) {
   if (cfg.lease_max_ttl / cfg.sweep_period > 50'000'000) bad("lease-max-ttl-ms / sweep-ms is too large");
   if (cfg.max_expiries_per_sweep < 1) bad("max-expiries-per-sweep must be at least 1");
   if (cfg.stall_threshold.count() >= 0 &&
-      (cfg.stall_threshold < cfg.sweep_period || cfg.stall_threshold + cfg.sweep_period > cfg.lease_min_ttl / 2))
+      // threshold + sweep > min_ttl / 2, without the sum (a huge threshold overflowed)
+      (cfg.stall_threshold < cfg.sweep_period || cfg.stall_threshold > cfg.lease_min_ttl / 2 - cfg.sweep_period))
     bad("stall-threshold-ms must be at least sweep-ms, and with sweep-ms at most half of lease-min-ttl-ms (a "
         "longer pause could expire leases that were kept alive in time); leave it unset for the default");
   if (cfg.sync_interval.count() < 1) bad("sync-interval-ms must be at least 1");

@@ -6,6 +6,8 @@
 #   SANITIZE=0 scripts/run-tests.sh   # plain build (faster) in build/test-plain
 #
 # Extra arguments go to ctest, e.g. `scripts/run-tests.sh -R wildcard`.
+# Without them, the fuzz targets then run too (scripts/run-fuzz.sh, each
+# for FUZZ_SECONDS, default 30 here); FUZZ=0 skips them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh
@@ -24,3 +26,6 @@ cmake --build "$dir" -j2
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 300 "$@"
+if [[ ${FUZZ:-1} == 1 && $# -eq 0 ]]; then
+  FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/run-fuzz.sh
+fi

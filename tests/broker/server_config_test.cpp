@@ -430,3 +430,26 @@ TEST_CASE("server config re-parsing re-reads the config file while flags still w
   }
   CHECK_THROWS(reparse_server_args(first));
 }
+
+TEST_CASE("server config refuses a heartbeat interval longer than an hour instead of overflowing its deadline",
+          "[broker]") {
+  // Found by fuzz/config_fuzz.cpp: 2.5 intervals overflowed (signed, UB).
+  CHECK_THROWS_AS(parse({"--heartbeat-ms", "9223372036854775807"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--heartbeat-ms", "3600001"}), std::invalid_argument);
+  const server_config cfg = parse({"--heartbeat-ms", "3600000"});
+  CHECK(heartbeat_deadline(cfg.heartbeat_interval) == std::chrono::milliseconds(9'000'000));
+}
+
+TEST_CASE("server config refuses a huge stall threshold instead of overflowing its sum with the sweep period",
+          "[broker]") {
+  // Found by fuzz/config_fuzz.cpp: threshold + sweep period wrapped to a
+  // negative sum (signed, UB) that passed the check.
+  CHECK_THROWS_AS(parse({"--lease-min-ttl-ms", "1000", "--sweep-ms", "100", "--stall-threshold-ms",
+                         "9223372036854775807"}),
+                  std::invalid_argument);
+  // The largest threshold allowed: plus the sweep period, half the shortest TTL.
+  CHECK(parse({"--lease-min-ttl-ms", "1000", "--sweep-ms", "100", "--stall-threshold-ms", "400"}).stall_threshold ==
+        400ms);
+  CHECK_THROWS_AS(parse({"--lease-min-ttl-ms", "1000", "--sweep-ms", "100", "--stall-threshold-ms", "401"}),
+                  std::invalid_argument);
+}
