@@ -40,6 +40,7 @@ class category final : public std::error_category {
       case errc::inbox_taken: return "inbox is open on another live connection";
       case errc::corrupted: return "log data corrupted";
       case errc::limit_exceeded: return "limit exceeded";
+      case errc::forbidden: return "forbidden";
     }
     return "protocol error " + std::to_string(value);
   }

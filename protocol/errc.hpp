@@ -32,11 +32,12 @@ enum class errc : std::uint16_t {
   inbox_taken = 20,
   corrupted = 21,
   limit_exceeded = 22,
+  forbidden = 23,
 };
 
 // The highest code this build knows; codes above it (from a newer peer) are
 // reported as-is with a generic message.
-inline constexpr errc last_known_errc = errc::limit_exceeded;
+inline constexpr errc last_known_errc = errc::forbidden;
 
 const std::error_category& protocol_category() noexcept;
 

@@ -56,6 +56,8 @@ bytes_view frame_builder::hello(std::uint64_t request_id, const hello_fields& f)
   const auto id = string_or_null(fbb, f.client_id);
   const auto credentials = string_or_null(fbb, f.credentials);
   const auto caps = string_list(fbb, f.capabilities, strings_);
+  const auto key = f.public_key.empty() ? flatbuffers::Offset<flatbuffers::Vector<std::uint8_t>>{}
+                                        : fbb.CreateVector(f.public_key.data(), f.public_key.size());
   wire::HelloBuilder b(fbb);
   b.add_protocol_major(f.protocol_major);
   b.add_protocol_minor(f.protocol_minor);
@@ -64,6 +66,7 @@ bytes_view frame_builder::hello(std::uint64_t request_id, const hello_fields& f)
   b.add_client_id(id);
   b.add_credentials(credentials);
   b.add_capabilities(caps);
+  b.add_public_key(key);
   return finish(request_id, static_cast<std::uint8_t>(wire::Message::Hello), b.Finish().Union());
 }
 
@@ -384,6 +387,18 @@ bytes_view frame_builder::stream_dropped(std::string_view stream, std::uint64_t 
 bytes_view frame_builder::drain(std::uint64_t request_id, std::uint32_t window_ms) {
   auto& fbb = start();
   return finish_as(request_id, wire::CreateDrain(fbb, window_ms));
+}
+
+bytes_view frame_builder::auth_challenge(bytes_view nonce) {
+  auto& fbb = start();
+  const auto n = fbb.CreateVector(nonce.data(), nonce.size());
+  return finish_as(0, wire::CreateAuthChallenge(fbb, n));
+}
+
+bytes_view frame_builder::auth_proof(bytes_view signature) {
+  auto& fbb = start();
+  const auto sig = fbb.CreateVector(signature.data(), signature.size());
+  return finish_as(0, wire::CreateAuthProof(fbb, sig));
 }
 
 }  // namespace switchyard::protocol

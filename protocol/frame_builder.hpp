@@ -22,6 +22,7 @@ struct hello_fields {
   std::string_view client_id;
   std::string_view credentials;
   std::span<const std::string_view> capabilities;
+  bytes_view public_key;  // Ed25519, 32 bytes; empty: none
 };
 
 struct welcome_fields {
@@ -154,6 +155,12 @@ class frame_builder {
   // Server administration (capability "admin"): drain over `window_ms`
   // (0 = the server's default window).
   bytes_view drain(std::uint64_t request_id, std::uint32_t window_ms);
+
+  // Authentication between Hello and Welcome (docs/security.md): the
+  // server's random nonce, and the client's signature of
+  // auth_challenge_message(nonce).
+  bytes_view auth_challenge(bytes_view nonce);
+  bytes_view auth_proof(bytes_view signature);
 
   // Escape hatch for tests and future messages: the builder to fill, then
   // finish(request_id, type, offset).

@@ -3,10 +3,12 @@
 // the version, the capability names and the default limits. docs/protocol.md
 // documents each of them; change both together.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace switchyard::protocol {
@@ -76,12 +78,30 @@ inline constexpr std::string_view log = "log";
 inline constexpr std::string_view stream_drops = "stream-drops";
 // Server administration: Drain (tag 40), and the reserved admin
 // connection slots (--admin-slots) at the connection cap. Granted to any
-// client that asks until authentication exists (then: admin principals only).
+// client that asks on a broker without an auth file; with one, to admin
+// principals only.
 inline constexpr std::string_view admin = "admin";
 }  // namespace capability
 
 inline constexpr std::array<std::string_view, 6> supported_capabilities{
     capability::dropped_notice, capability::publish_ack, capability::routing, capability::log,
     capability::stream_drops, capability::admin};
+
+// Ed25519 challenge-response in the hello (AuthChallenge, AuthProof).
+inline constexpr std::size_t auth_public_key_size = 32;
+inline constexpr std::size_t auth_nonce_size = 32;
+inline constexpr std::size_t auth_signature_size = 64;
+// What the client signs: this context, then the nonce. The context keeps a
+// signature made for Switchyard from meaning anything elsewhere.
+inline constexpr std::string_view auth_challenge_context = "switchyard-auth-v1";
+inline constexpr std::size_t auth_challenge_message_size = auth_challenge_context.size() + auth_nonce_size;
+// Precondition: nonce.size() == auth_nonce_size.
+inline std::array<std::uint8_t, auth_challenge_message_size> auth_challenge_message(
+    std::span<const std::uint8_t> nonce) noexcept {
+  std::array<std::uint8_t, auth_challenge_message_size> m{};
+  std::copy(auth_challenge_context.begin(), auth_challenge_context.end(), m.begin());
+  std::copy(nonce.begin(), nonce.begin() + auth_nonce_size, m.begin() + auth_challenge_context.size());
+  return m;
+}
 
 }  // namespace switchyard::protocol

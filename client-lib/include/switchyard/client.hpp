@@ -295,11 +295,25 @@ struct client_options {
   std::uint16_t port = 7878;
   std::string client_name = "switchyard-client";  // shown in the broker's logs
   std::string client_id;                          // stable id; empty = random per client
-  std::string credentials;                        // reserved for auth
+
+  // Authentication (docs/security.md), for a broker with an auth file; it
+  // refuses a client without valid credentials with errc::unauthorized
+  // (connect() fails; a reconnect gives up: on_closed). At most one of:
+  //  - token: a bearer token, sent in the hello (use TLS on a network);
+  //  - key_file / key: an Ed25519 secret key (the file `switchyard-cli
+  //    keygen` writes, or its 64 hex digits in `key`). The broker sends a
+  //    random challenge and checks the signature; the key never leaves this
+  //    process. A key that does not load fails connect() with
+  //    std::errc::invalid_argument (the log says why);
+  //  - neither, with TLS and tls.cert_file: the broker may bind a principal
+  //    to the client certificate's subject.
+  std::string token;
+  std::string key_file;
+  std::string key;
   // Ask for the "admin" capability: server administration (drain) and the
   // broker's reserved admin connection slots at its connection cap, and no
-  // hello rate limit (until authentication exists, the broker grants it to
-  // anyone who asks). For operators' tools such as switchyard-cli.
+  // hello rate limit. A broker with an auth file grants it to admin
+  // principals only. For operators' tools such as switchyard-cli.
   bool admin = false;
 
   std::chrono::milliseconds connect_timeout{5000};  // TCP connect + hello/welcome

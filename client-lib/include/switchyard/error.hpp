@@ -36,6 +36,7 @@ enum class errc {
   inbox_taken = 20,
   corrupted = 21,
   limit_exceeded = 22,
+  forbidden = 23,           // this principal may not do that (docs/security.md); the connection stays
 
   // Detected by the library.
   not_connected = 100,      // the connection is closed (or was never open)
