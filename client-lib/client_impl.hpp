@@ -853,7 +853,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     h.client_name = opts.client_name;
     h.client_version = SWITCHYARD_VERSION;
     h.client_id = opts.client_id;
-    h.credentials = opts.credentials;
+    h.credentials = opts.token;
     h.capabilities = std::span(wanted).first(opts.admin ? wanted.size() : wanted.size() - 1);
     const auto hello = local_builder().hello(0, h);
     co_await stream.async_write(asio::buffer(hello.data(), hello.size()), redirect_error(use_awaitable, ec));
