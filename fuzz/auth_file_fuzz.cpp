@@ -68,17 +68,23 @@ void check(bool ok) {
 }
 
 void check_patterns(const std::vector<const std::string*>& patterns) {
-  for (const auto* a : patterns) {
-    check(is_valid_rule_pattern(*a));
-    check(pattern_covers(*a, *a));
-    check(patterns_overlap(*a, *a));
-    check(pattern_matches(*a, witness(*a)));
-    for (const auto* b : patterns) {
-      const bool covers = pattern_covers(*a, *b);
-      const bool overlap = patterns_overlap(*a, *b);
-      check(overlap == patterns_overlap(*b, *a));
-      if (covers) check(overlap && pattern_matches(*a, witness(*b)));
-      if (!overlap) check(!pattern_matches(*a, witness(*b)) || !pattern_matches(*b, witness(*b)));
+  std::vector<std::string> witnesses;
+  for (const auto* a : patterns) witnesses.push_back(witness(*a));
+  for (std::size_t i = 0; i < patterns.size(); ++i) {
+    const std::string& a = *patterns[i];
+    check(is_valid_rule_pattern(a));
+    check(pattern_covers(a, a));
+    check(patterns_overlap(a, a));
+    check(pattern_matches(a, witnesses[i]));
+    for (std::size_t j = 0; j < patterns.size(); ++j) {
+      const std::string& b = *patterns[j];
+      const bool covers = pattern_covers(a, b);
+      const bool overlap = patterns_overlap(a, b);
+      check(overlap == patterns_overlap(b, a));
+      // b matches its witness: a covering b matches it too, and a pattern
+      // that does not overlap b does not.
+      if (covers) check(overlap && pattern_matches(a, witnesses[j]));
+      if (!overlap) check(!pattern_matches(a, witnesses[j]));
     }
   }
 }
