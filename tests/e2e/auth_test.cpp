@@ -437,7 +437,7 @@ TEST_CASE("registry put, get and delete are checked per key", "[e2e][auth]") {
   CHECK(gw->registry_get("config.x").error() == forbidden);
   auto svc = connect_ok(as_token(b.port(), "orders-token"));
   CHECK(svc->registry_get("user.1"));
-  CHECK(svc->registry_put("user.2", "svc", 0).error() == forbidden);  // no registry_put for orders
+  CHECK(svc->registry_put_ttl("user.2", "svc", std::chrono::seconds(5)).error() == forbidden);  // no registry_put
   CHECK(svc->registry_delete("user.1") == forbidden);
   CHECK_FALSE(gw->registry_delete("user.1"));
 }
@@ -535,16 +535,17 @@ TEST_CASE("registry entries and inboxes under a principal's lease cannot be take
   CHECK(other->registry_put("user.7", "gw2", l2->id).error() == forbidden);
   CHECK(other->registry_delete("user.7") == forbidden);
   CHECK(gw1->registry_get("user.7")->value == "gw1");
-  // The shared inbox id both may use: bound to gw1's lease, gw2 cannot open it.
-  REQUIRE_FALSE(gw1->open_inbox("shared", l1->id, [](const inbox_message&) {}));
-  REQUIRE_FALSE(gw1->close_inbox("shared"));
-  CHECK(other->open_inbox("shared", l2->id, [](const inbox_message&) {}) == forbidden);
   CHECK(other->open_inbox("gw2", l1->id, [](const inbox_message&) {}) == forbidden);
   CHECK_FALSE(other->open_inbox("gw2", l2->id, [](const inbox_message&) {}));
   // An entry with its own TTL belongs to its writer too.
   REQUIRE(gw1->registry_put_ttl("user.9", "gw1", std::chrono::seconds(30)));
   CHECK(other->registry_delete("user.9") == forbidden);
   CHECK_FALSE(gw1->registry_delete("user.9"));
+  // The inbox id both may use, bound to gw1's lease: while gw1 is away
+  // (its lease alive, so the inbox waits for it), gw2 cannot take it.
+  REQUIRE_FALSE(gw1->open_inbox("shared", l1->id, [](const inbox_message&) {}));
+  gw1->close();
+  CHECK(other->open_inbox("shared", l2->id, [](const inbox_message&) {}) == forbidden);
 }
 
 // ---- Reload ----
