@@ -5,8 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libboost-dev flatbuffers-compiler libflatbuffers-dev
       liblmdb-dev libxxhash-dev catch2 libspdlog-dev libfmt-dev
-      libcli11-dev libtomlplusplus-dev libssl-dev openssl
-      libsodium-dev  # switchyard-cli keygen / hash-token, switchyard-bench --auth
+      libcli11-dev libtomlplusplus-dev libssl-dev openssl libsodium-dev
       clang-14 libclang-rt-14-dev)  # the fuzz targets (libFuzzer, ASan, UBSan runtimes)
 missing=()
 for p in "${pkgs[@]}"; do
