@@ -25,6 +25,7 @@
 #include "auth/principal.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <expected>
 #include <filesystem>
 #include <memory>

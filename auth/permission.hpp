@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -84,10 +85,18 @@ class permission_rule {
  private:
   bool compute(std::string_view name) const;
 
+  // Transparent (a lookup with a string_view allocates nothing) and keyed
+  // with a random per-process key (SipHash), so clients cannot craft names
+  // that collide in the cache.
+  struct cache_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept;
+  };
+
   std::vector<std::string> allow_;
   std::vector<std::string> deny_;
   bool everything_ = false;
-  mutable std::unordered_map<std::string, bool> cache_;
+  mutable std::unordered_map<std::string, bool, cache_hash, std::equal_to<>> cache_;
 };
 
 }  // namespace switchyard::auth

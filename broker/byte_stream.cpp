@@ -68,6 +68,7 @@ class tls_session {
   std::vector<std::uint8_t> plain_;   // staged plaintext of the write being sealed
   std::vector<std::uint8_t> cipher_;  // ciphertext of the write in flight
   std::string detail_;                // after the handshake: what was agreed, or why it failed
+  std::string peer_subject_;  // the client certificate's subject, RFC 2253 ("CN=gw-1,O=Example"); empty: none
 };
 
 byte_stream::byte_stream(asio::ip::tcp::socket socket, std::shared_ptr<tls_context> tls) : socket_(std::move(socket)) {
@@ -152,6 +153,14 @@ asio::awaitable<asio_error_code> byte_stream::handshake() {
     char name[512];
     X509_NAME_oneline(X509_get_subject_name(peer), name, sizeof name);
     tls_->detail_ += std::string(", client ") + name;
+    if (BIO* mem = BIO_new(BIO_s_mem())) {
+      if (X509_NAME_print_ex(mem, X509_get_subject_name(peer), 0, XN_FLAG_RFC2253) >= 0) {
+        char* text = nullptr;
+        const long n = BIO_get_mem_data(mem, &text);
+        if (n > 0 && text) tls_->peer_subject_.assign(text, static_cast<std::size_t>(n));
+      }
+      BIO_free(mem);
+    }
   }
   co_return asio_error_code{};
 }
@@ -159,6 +168,11 @@ asio::awaitable<asio_error_code> byte_stream::handshake() {
 std::size_t byte_stream::send_plain(asio::const_buffer data) noexcept {
   const ssize_t n = ::send(socket_.native_handle(), data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   return n > 0 ? static_cast<std::size_t>(n) : 0;
+}
+
+const std::string& byte_stream::peer_subject() const noexcept {
+  static const std::string none;
+  return tls_ ? tls_->peer_subject_ : none;
 }
 
 std::string byte_stream::tls_description() const { return tls_ ? tls_->detail_ : std::string("plain TCP"); }

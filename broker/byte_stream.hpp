@@ -76,6 +76,10 @@ class byte_stream {
   // After a successful handshake: "TLSv1.3 TLS_AES_256_GCM_SHA384", and the
   // client certificate's subject when there was one.
   std::string tls_description() const;
+  // After a successful handshake with a client certificate: its subject
+  // in RFC 2253 form ("CN=gw-1,O=Example"), which an auth file's
+  // tls_subjects name. Empty for plain TCP or no client certificate.
+  const std::string& peer_subject() const noexcept;
 
   // `co_await wait_readable(ec)` completes once a read_some() would not
   // block (input, end of stream or an error, in `ec`); with TLS, at once

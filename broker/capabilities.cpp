@@ -31,6 +31,13 @@ negotiated_capabilities negotiate(const protocol::wire::Hello& hello, bool log_a
   return out;
 }
 
+void withhold_admin(negotiated_capabilities& caps) noexcept {
+  const auto end = caps.names.begin() + caps.count;
+  const auto kept = std::remove(caps.names.begin(), end, protocol::capability::admin);
+  caps.count = static_cast<std::size_t>(kept - caps.names.begin());
+  caps.set.admin = false;
+}
+
 std::string_view no_log_message(bool log_available) noexcept {
   return log_available ? std::string_view("this needs the \"log\" capability in the hello")
                        : std::string_view("the sequence log is off (the server has no data dir)");

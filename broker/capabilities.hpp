@@ -18,7 +18,7 @@ struct capability_set {
   bool routing = false;
   bool sequence_log = false;  // the "log" capability: Append, Read, stream admin, log positions
   bool stream_drops = false;  // granted only with "log" and "dropped-notice"
-  bool admin = false;         // Drain; may use the reserved --admin-slots (anyone may ask until auth exists)
+  bool admin = false;         // Drain; may use the reserved --admin-slots (with an auth file: admin principals only)
 };
 
 // The answer to a hello's capability list: the names granted (asked ∩
@@ -31,6 +31,10 @@ struct negotiated_capabilities {
   capability_set set;
 };
 negotiated_capabilities negotiate(const protocol::wire::Hello& hello, bool log_available) noexcept;
+// Takes "admin" out of what was negotiated (a principal that is not an
+// admin asked for it): it is then simply not granted, as an unknown
+// capability would not be.
+void withhold_admin(negotiated_capabilities& caps) noexcept;
 
 // Why a request for the sequence log is refused (unsupported_message): the
 // connection did not ask for "log", or the server has no log.

@@ -23,7 +23,13 @@ class channel_table {
   // The targets subscribed to `channel`, each once. The vector is the
   // index's cache: valid until the next subscribe or unsubscribe.
   // Precondition: protocol::is_valid_channel(channel).
-  const std::vector<delivery_target*>& match(std::string_view channel) { return index_.match(channel); }
+  // Targets that do not receive the channel (delivery_target::receives)
+  // are left out.
+  const std::vector<delivery_target*>& match(std::string_view channel) {
+    return index_.match(channel, [channel](delivery_target* t) { return t->receives(channel); });
+  }
+  // What targets receive changed (an auth file reload): forget the cached matches.
+  void permissions_changed() noexcept { index_.forget_matches(); }
 
   // Subscriptions (pattern, target pairs).
   std::size_t size() const noexcept { return index_.size(); }

@@ -1,5 +1,7 @@
 #include "broker/connection.hpp"
 
+#include "auth/credentials.hpp"
+#include "broker/authenticator.hpp"
 #include "broker/connection_registry.hpp"
 #include "broker/dispatcher.hpp"
 #include "broker/input_memory.hpp"
@@ -203,6 +205,10 @@ void connection::refuse(const refusal& r) {
 void connection::close_with_retry(errc code, std::string_view message, std::chrono::milliseconds retry_after) {
   if (closing_ || closed_) return;
   closing_ = true;
+  goodbye(code, message, retry_after);
+}
+
+void connection::goodbye(errc code, std::string_view message, std::chrono::milliseconds retry_after) {
   // Refusals come in storms: not one info line each.
   const bool refused_hello = refused_ && !welcomed_;
   ctx_.logger->log(refused_hello ? spdlog::level::debug : spdlog::level::info, "conn={} closing: {} ({})", id(),
@@ -253,6 +259,27 @@ asio::awaitable<void> connection::hello_watchdog(std::shared_ptr<connection> /*k
     ++ctx_.counters.protocol_errors;
     close_with_error(errc::hello_timeout, "no hello within the hello timeout");
   }
+}
+
+asio::awaitable<void> connection::auth_refusal(std::shared_ptr<connection> /*keep_alive*/) {
+  // The hello timer is free: the hello was handled (this cancels its watchdog).
+  hello_timer_.expires_after(ctx_.config.auth_failure_delay);
+  asio_error_code ec;
+  co_await hello_timer_.async_wait(redirect_error(use_awaitable, ec));
+  if (!closed_ && !goodbye_queued_) goodbye(errc::unauthorized, "authentication failed", {});
+}
+
+bool connection::fail_auth(std::string_view why) {
+  ++ctx_.counters.auth_failures;
+  challenge_.reset();
+  // The same answer for every cause, after the same delay: the client
+  // learns nothing about which part was wrong. The log says (never the
+  // credential itself).
+  ctx_.logger->info("conn={} from {}: authentication failed ({}); client_id='{}'", id(), peer_address_, why,
+                    client_id_);
+  closing_ = true;  // nothing more is handled or delivered
+  asio::co_spawn(stream_.executor(), auth_refusal(shared_from_this()), asio::detached);
+  return false;
 }
 
 asio::awaitable<void> connection::heartbeat(std::shared_ptr<connection> /*keep_alive*/) {
@@ -575,8 +602,16 @@ bool connection::check_partial_deadline(clock::time_point now) {
 
 
 
+bool connection::receives(std::string_view channel) const {
+  const auth::principal* p = principal();
+  if (!p || p->admin) return true;
+  const auto& rule = p->rule(auth::operation::subscribe);
+  return rule.allows_everything() || rule.allows(channel);
+}
+
 bool connection::handle(const wire::Frame& frame) {
   if (welcomed_) return ctx_.dispatch.dispatch(*this, frame);
+  if (challenge_) return handle_proof(frame);
   if (frame.message_type() != wire::Message::Hello) {
     ++ctx_.counters.protocol_errors;
     close_with_error(errc::hello_required, "the first frame must be a hello");
@@ -598,6 +633,51 @@ bool connection::handle_hello(const wire::Frame& frame) {
   if (hello.client_name()) client_name_ = hello.client_name()->str();
   if (hello.client_id()) client_id_ = hello.client_id()->str();
   const auto caps = negotiate(hello, ctx_.log_available);
+  if (!ctx_.auth.enabled()) return welcome(frame.request_id(), caps, nullptr);
+
+  const auto* key = hello.public_key();
+  authenticator::credentials given;
+  if (hello.credentials()) given.token = hello.credentials()->string_view();
+  if (key) given.public_key = {key->data(), key->size()};
+  given.tls_subject = stream_.peer_subject();
+  auto decided = ctx_.auth.on_hello(given, authenticator::address_of(peer_address_), clock::now());
+  switch (decided.next) {
+    case authenticator::step::welcome: return welcome(frame.request_id(), caps, std::move(decided.who));
+    case authenticator::step::refuse: return fail_auth(decided.why);
+    case authenticator::step::rate_limited:
+      ++ctx_.counters.auth_rate_limited;
+      refuse({errc::rate_limited, decided.retry_after, "too many failed authentications from this address"});
+      return false;
+    case authenticator::step::challenge: break;
+  }
+  challenge_ = std::make_unique<pending_challenge>();
+  challenge_->nonce = auth::random_nonce();
+  std::copy(key->begin(), key->end(), challenge_->public_key.begin());  // on_hello checked the size
+  challenge_->hello_request_id = frame.request_id();
+  challenge_->caps = caps;
+  send(ctx_.builder.auth_challenge(challenge_->nonce));
+  return true;
+}
+
+bool connection::handle_proof(const wire::Frame& frame) {
+  if (frame.message_type() != wire::Message::AuthProof) return fail_auth("a frame other than AuthProof after the challenge");
+  const auto* sig = frame.message_as_AuthProof()->signature();
+  const std::span<const std::uint8_t> signature =
+      sig ? std::span<const std::uint8_t>(sig->data(), sig->size()) : std::span<const std::uint8_t>{};
+  auto decided = ctx_.auth.on_proof(challenge_->public_key, challenge_->nonce, signature,
+                                    authenticator::address_of(peer_address_), clock::now());
+  if (decided.next != authenticator::step::welcome) return fail_auth(decided.why);
+  const auto pending = std::move(challenge_);
+  return welcome(pending->hello_request_id, pending->caps, std::move(decided.who));
+}
+
+bool connection::welcome(std::uint64_t request_id, negotiated_capabilities caps,
+                         std::shared_ptr<const auth::principal> who) {
+  if (who) {
+    if (!who->admin) withhold_admin(caps);
+    const owner_id owner = ctx_.auth.owner_of(who->name);
+    set_principal(std::move(who), owner);
+  }
   if (auto r = ctx_.admission.on_hello(caps.set.admin, ctx_.registry.counted(), clock::now())) {
     refuse(*r);
     return false;
@@ -613,12 +693,12 @@ bool connection::handle_hello(const wire::Frame& frame) {
   w.max_frame = ctx_.config.max_frame;
   w.capabilities = {caps.names.data(), caps.count};
   w.server_instance = ctx_.config.instance_id;
-  send(ctx_.builder.welcome(frame.request_id(), w));
+  send(ctx_.builder.welcome(request_id, w));
   welcomed_ = true;
   hello_timer_.cancel();
   parser_.set_max_frame(ctx_.config.max_frame);
-  ctx_.logger->info("conn={} hello from {} name='{}' client_id='{}' version={}.{}", id(), peer_address_,
-                    client_name_, client_id_, hello.protocol_major(), hello.protocol_minor());
+  ctx_.logger->info("conn={} hello from {} name='{}' client_id='{}'{}{}", id(), peer_address_, client_name_,
+                    client_id_, principal() ? " principal=" : "", principal() ? principal()->name : std::string());
   asio::co_spawn(stream_.executor(), heartbeat(shared_from_this()), asio::detached);
   return true;
 }

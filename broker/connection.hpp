@@ -13,6 +13,7 @@
 
 #include "broker/admission_control.hpp"
 #include "broker/byte_stream.hpp"
+#include "broker/capabilities.hpp"
 #include "broker/frame_arena.hpp"
 #include "broker/outbound_queue.hpp"
 #include "broker/peer.hpp"
@@ -24,6 +25,7 @@
 #include "protocol/frame_parser.hpp"
 #include "protocol/read_buffer.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -38,6 +40,7 @@ class logger;
 
 namespace switchyard::broker {
 
+class authenticator;
 class connection_registry;
 class dispatcher;
 class input_memory;
@@ -54,6 +57,7 @@ struct connection_context {
   input_memory& input;
   connection_registry& registry;
   admission_control& admission;  // decides on each hello (cap, rate, draining)
+  authenticator& auth;           // who each hello is from (docs/security.md)
   server_counters& counters;
   std::shared_ptr<spdlog::logger> logger;
   bool log_available = false;  // the server has a sequence log ("log" may be granted)
@@ -83,6 +87,9 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   // is dropped (slow consumer: maybe close, per policy).
   void deliver(const frame_ref& frame) override;
   void deliver(protocol::bytes_view frame) override;
+  // The principal's subscribe permissions for `channel` (a subscription
+  // that overlaps a denied channel receives nothing from it).
+  bool receives(std::string_view channel) const override;
 
   // peer
   void send(protocol::bytes_view frame) override;
@@ -106,6 +113,18 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   // Handles one verified frame; false to stop reading.
   bool handle(const protocol::wire::Frame& frame);
   bool handle_hello(const protocol::wire::Frame& frame);
+  // The AuthProof answering our AuthChallenge (any other frame fails).
+  bool handle_proof(const protocol::wire::Frame& frame);
+  // Sends the Welcome for `caps` to `who` (null: no auth file), after
+  // admission control; false when refused.
+  bool welcome(std::uint64_t request_id, negotiated_capabilities caps, std::shared_ptr<const auth::principal> who);
+  // Authentication failed: nothing more is handled, and the unauthorized
+  // goodbye goes after --auth-failure-delay-ms (the same for every
+  // failure). `why` is for the log only. Returns false (stop reading).
+  bool fail_auth(std::string_view why);
+  asio::awaitable<void> auth_refusal(std::shared_ptr<connection> self);
+  // Queues the fatal Error and starts the close watchdog (closing_ set).
+  void goodbye(protocol::errc code, std::string_view message, std::chrono::milliseconds retry_after);
   // Sends `r` as the goodbye and stops counting this connection against
   // the cap.
   void refuse(const refusal& r);
@@ -171,6 +190,14 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   clock::time_point partial_since_{};  // when the incomplete frame began; {} if none
   std::size_t read_size_;              // bytes one read may take into the shared buffer (adaptive)
   clock::time_point last_rx_;
+  // Between a Hello with a public key and its AuthProof only.
+  struct pending_challenge {
+    std::array<std::uint8_t, 32> nonce{};
+    std::array<std::uint8_t, 32> public_key{};
+    std::uint64_t hello_request_id = 0;
+    negotiated_capabilities caps;
+  };
+  std::unique_ptr<pending_challenge> challenge_;
   bool welcomed_ = false;
   bool closing_ = false;
   bool closed_ = false;

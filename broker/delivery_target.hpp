@@ -38,6 +38,12 @@ class delivery_target {
   // Whether frames for this target carry a log position (the "log"
   // capability: a field is only sent to a peer that declared it).
   virtual bool wants_log_positions() const noexcept = 0;
+  // Whether messages on `channel` may reach this target at all (a
+  // connection's principal may subscribe to a pattern that overlaps a
+  // channel it is denied). Asked once per channel when the channel table
+  // builds its match cache, not per message; the table forgets its cache
+  // when permissions change (channel_table::permissions_changed).
+  virtual bool receives(std::string_view /*channel*/) const { return true; }
 
  protected:
   ~delivery_target() = default;

@@ -6,6 +6,9 @@
 #include "broker/server_admin_handler.hpp"
 #include "broker/stream_admin_handler.hpp"
 
+#include "protocol/channel_name.hpp"
+
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <string>
@@ -106,6 +109,64 @@ void dispatcher::refuse(peer& from, std::uint64_t rid, requirement missing) {
   from.send_error(rid, errc::unsupported_message, no_log_message(handlers_.log != nullptr));
 }
 
+bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
+  const auth::principal& who = *from.principal();
+  if (who.admin) return true;
+  const auto rid = frame.request_id();
+  const auto forbid = [&](std::string what) {
+    ++counters_.forbidden;
+    from.send_error(rid, errc::forbidden, fmt::format("{} (principal '{}')", what, who.name));
+    return false;
+  };
+  // An empty name is not checked here: the handler refuses it (bad_request).
+  const auto check = [&](auth::operation op, std::string_view name) {
+    return name.empty() || who.may(op, name) ||
+           forbid(fmt::format("{} '{}' is not allowed", auth::to_string(op), name));
+  };
+  const auto text = [](const flatbuffers::String* s) { return s ? s->string_view() : std::string_view{}; };
+  const auto admin_only = [&](const char* what) { return forbid(fmt::format("{} needs an admin principal", what)); };
+  using M = wire::Message;
+  using op = auth::operation;
+  switch (frame.message_type()) {
+    case M::Publish: {
+      const auto& m = *frame.message_as_Publish();
+      return check(op::publish, m.channel()->string_view()) && check(op::stream_append, text(m.stream()));
+    }
+    case M::Subscribe: {
+      const std::string_view pattern = frame.message_as_Subscribe()->pattern()->string_view();
+      // An invalid pattern goes on to the handler's bad_request. One that
+      // only overlaps a denied name is allowed: fan-out leaves the denied
+      // channels out (connection::receives), checked once per channel.
+      if (!protocol::is_valid_pattern(pattern) ||
+          who.rule(op::subscribe).check_subscribe(pattern) != auth::permission_rule::subscribe_verdict::denied)
+        return true;
+      return forbid(fmt::format("subscribe '{}' is not allowed", pattern));
+    }
+    case M::Send: {
+      const auto& m = *frame.message_as_Send();
+      const auto& send_rule = who.rule(op::send);
+      if (!send_rule.allows_everything())
+        for (const auto* k : *m.route_keys())
+          if (!check(op::send, k->string_view())) return false;
+      return check(op::stream_append, text(m.stream()));
+    }
+    case M::RegistryPut: return check(op::registry_put, frame.message_as_RegistryPut()->key()->string_view());
+    case M::RegistryGet: return check(op::registry_get, frame.message_as_RegistryGet()->key()->string_view());
+    case M::RegistryDelete:
+      return check(op::registry_delete, frame.message_as_RegistryDelete()->key()->string_view());
+    case M::InboxOpen: return check(op::inbox, frame.message_as_InboxOpen()->inbox_id()->string_view());
+    case M::Append: return check(op::stream_append, frame.message_as_Append()->stream()->string_view());
+    case M::Read: return check(op::stream_read, frame.message_as_Read()->stream()->string_view());
+    case M::StreamInfo: return check(op::stream_read, frame.message_as_StreamInfo()->stream()->string_view());
+    case M::LeaseList: return admin_only("LeaseList");
+    case M::RegistryList: return admin_only("RegistryList");
+    case M::StreamList: return admin_only("StreamList");
+    case M::SetRetention: return admin_only("SetRetention");
+    case M::Drain: return admin_only("Drain");
+    default: return true;  // unsubscribe, lease requests (ownership: routing_handler), inbox close, ping, ...
+  }
+}
+
 bool dispatcher::dispatch(peer& from, const wire::Frame& frame) {
   const auto type = frame.message_type();
   const route& r = table_[static_cast<std::size_t>(type)];
@@ -123,6 +184,7 @@ bool dispatcher::dispatch(peer& from, const wire::Frame& frame) {
     refuse(from, frame.request_id(), r.needs);
     return true;
   }
+  if (from.principal() && !authorize(from, frame)) return true;
   r.fn(r.handler, from, frame);
   return true;
 }

@@ -1,9 +1,11 @@
 #pragma once
 // Dispatch: one table from message type to {required capability, handler}.
 // It is the one place where a welcomed connection's requests are checked
-// before any handler runs (capabilities now; permissions will be checked
-// here too), and the one place that knows which handler serves which
-// message.
+// before any handler runs: capabilities, then the principal's permissions
+// (authorize(): a denied request is answered forbidden and the connection
+// stays), and the one place that knows which handler serves which
+// message. Ownership of leases and what is bound to them needs the tables
+// and is checked by routing_handler.
 //
 //   Publish, Subscribe, Unsubscribe            pubsub_handler       (none)
 //   Lease*, Registry*, Inbox*, Send            routing_handler      "routing"
@@ -91,6 +93,10 @@ class dispatcher {
   template <auto Method, class Handler>
   void bind(protocol::wire::Message type, Handler* handler, requirement needs);
   void refuse(peer& from, std::uint64_t request_id, requirement missing);
+  // The principal's permissions for this request (docs/security.md): true
+  // when it may go on; otherwise it was answered forbidden. Always true
+  // without an auth file or for an admin principal.
+  bool authorize(peer& from, const protocol::wire::Frame& frame);
 
   static constexpr std::size_t table_size = static_cast<std::size_t>(protocol::wire::Message::MAX) + 1;
   std::array<route, table_size> table_{};

@@ -91,7 +91,7 @@ std::optional<lease_info> lease_table::info(std::uint32_t slot) const {
   return lease_info{id_of(slot), milliseconds(l.ttl_ms), duration_cast<milliseconds>(deadline - t)};
 }
 
-lease_info lease_table::grant(milliseconds ttl) {
+lease_info lease_table::grant(milliseconds ttl, owner_id owner) {
   ttl = std::clamp(ttl, config_.min_ttl, config_.max_ttl);
   std::uint32_t slot;
   if (!free_.empty()) {
@@ -104,6 +104,7 @@ lease_info lease_table::grant(milliseconds ttl) {
   lease& l = slots_[slot];
   if (id_of(slot) == 0) ++l.generation;  // 0 means "no lease" on the wire
   l.live = true;
+  l.owner = owner;
   l.attached = nullptr;
   l.ttl_ms = static_cast<std::uint32_t>(ttl.count());
   l.deadline = now() + ttl;
@@ -136,6 +137,12 @@ std::optional<lease_info> lease_table::time_to_live(lease_id id) const {
   const std::uint32_t slot = slot_of(id);
   if (slot == none) return std::nullopt;
   return info(slot);
+}
+
+std::optional<owner_id> lease_table::owner_of(lease_id id) const {
+  const std::uint32_t slot = slot_of(id);
+  if (slot == none || !info(slot)) return std::nullopt;
+  return slots_[slot].owner;
 }
 
 std::vector<lease_info> lease_table::list(std::size_t limit) const {

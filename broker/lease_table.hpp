@@ -39,6 +39,10 @@
 namespace switchyard::broker {
 
 using lease_id = std::uint64_t;
+// Who created a lease (the broker's number for an authenticated principal;
+// 0 = nobody in particular, as on a broker without an auth file). The
+// table only stores it: broker/routing_handler.cpp checks it.
+using owner_id = std::uint16_t;
 using mono_clock = std::chrono::steady_clock;
 // Injectable monotonic clock: tests drive time by hand.
 using clock_source = std::function<mono_clock::time_point()>;
@@ -85,7 +89,9 @@ class lease_table {
   // Grants a lease with `ttl` clamped to [min_ttl, max_ttl]. Ids are never
   // 0 and never reused by this table (with id_key 0 the first is 1; they
   // need not increase).
-  lease_info grant(std::chrono::milliseconds ttl);
+  lease_info grant(std::chrono::milliseconds ttl, owner_id owner = 0);
+  // The owner given at grant; nullopt: unknown or expired.
+  std::optional<owner_id> owner_of(lease_id id) const;
   // Resets the deadline to now + TTL. nullopt: unknown or expired.
   std::optional<lease_info> keepalive(lease_id id);
   // Remaining time. nullopt: unknown or expired (even if not swept yet).
@@ -144,7 +150,9 @@ class lease_table {
     std::uint32_t next = none;
     std::uint32_t bucket = 0;
     bool live = false;
+    owner_id owner = 0;                 // in the padding: still 40 bytes
   };
+  static_assert(sizeof(lease) == 40);
 
   std::uint64_t tick_of(mono_clock::time_point t) const;  // first tick at or after t
   std::uint32_t slot_of(lease_id id) const noexcept;       // `none` unless live

@@ -1,7 +1,8 @@
 // switchyard-server: flags and config file, then the server's event loop.
 // Exit codes: 0 after a clean stop (SIGINT/SIGTERM) or a drain (SIGUSR2, a
-// Drain request), 1 on a start-up error, 2 on bad flags or config. SIGHUP
-// re-reads the config file and SIGUSR1 logs the counters (server.hpp,
+// Drain request), 1 on a start-up error, 2 on bad flags or config (an auth
+// file that does not parse, a non-loopback address without authentication).
+// SIGHUP re-reads the config, TLS and auth files and SIGUSR1 logs the counters (server.hpp,
 // handle_signals); neither ends the process.
 //
 // With --verify-log it checks the sequence log in --data-dir instead and
@@ -134,6 +135,9 @@ int main(int argc, char** argv) {
     srv.run();
     spdlog::get("broker")->info("stopped");
     return 0;
+  } catch (const startup_error& e) {
+    std::fprintf(stderr, "switchyard-server: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "switchyard-server: %s\n", e.what());
     return 1;

@@ -7,8 +7,10 @@
 //
 // Loop thread only.
 
+#include "auth/principal.hpp"
 #include "broker/capabilities.hpp"
 #include "broker/delivery_target.hpp"
+#include "broker/lease_table.hpp"
 #include "protocol/errc.hpp"
 #include "protocol/frame_builder.hpp"
 
@@ -57,6 +59,28 @@ class peer : public delivery_target {
   // Answers a Ping: at once unless an earlier request still waits.
   void ping(std::uint64_t request_id);
 
+  // Who is on the other end (docs/security.md). Null on a broker without
+  // an auth file: anyone may do anything, and everything is owned by
+  // owner 0. The pointer is borrowed until the next set_principal (a
+  // reload may replace it).
+  const auth::principal* principal() const noexcept { return principal_.get(); }
+  // The number leases this peer grants are owned by (lease_table::owner_id).
+  owner_id owner() const noexcept { return owner_; }
+  // May this peer do `op` on `name`? True without an auth file and for an
+  // admin principal.
+  bool may(auth::operation op, std::string_view name) const {
+    return !principal_ || principal_->may(op, name);
+  }
+  // May it touch what `owner` created (a lease and what is bound to it)?
+  bool may_touch(owner_id of) const noexcept { return !principal_ || principal_->admin || of == owner_; }
+  // An admin principal, or no auth file.
+  bool is_admin() const noexcept { return !principal_ || principal_->admin; }
+  // Set at the hello and by a reload of the auth file.
+  void set_principal(std::shared_ptr<const auth::principal> p, owner_id owner) noexcept {
+    principal_ = std::move(p);
+    owner_ = owner;
+  }
+
   // State the handlers keep per connection (they read and change it; the
   // connection only holds it).
   std::unordered_set<std::string>& subscriptions() noexcept { return subscriptions_; }  // pubsub_handler
@@ -71,6 +95,8 @@ class peer : public delivery_target {
   capability_set granted_;  // set by the connection's hello
 
  private:
+  std::shared_ptr<const auth::principal> principal_;
+  owner_id owner_ = 0;
   const std::uint64_t id_;
   protocol::frame_builder& builder_;
   std::unordered_set<std::string> subscriptions_;

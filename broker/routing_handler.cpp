@@ -6,6 +6,7 @@
 #include "protocol/answer_budget.hpp"
 #include "protocol/limits.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -45,6 +46,15 @@ routing_handler::routing_handler(const server_config& config, lease_table& lease
     : config_(config), leases_(leases), routing_(routing), fanout_(fan), durable_(durable), builder_(builder),
       logger_(std::move(logger)) {}
 
+bool routing_handler::owns(peer& from, std::uint64_t rid, std::optional<lease_id> lease, std::string_view what) {
+  if (!from.principal() || !lease) return true;
+  const auto owner = leases_.owner_of(*lease);
+  if (!owner || from.may_touch(*owner)) return true;
+  from.send_error(rid, errc::forbidden,
+                  fmt::format("{} belongs to another principal (principal '{}')", what, from.principal()->name));
+  return false;
+}
+
 void routing_handler::lease_gone(peer& from, std::uint64_t rid) {
   from.send_error(rid, errc::not_found, "lease not found (expired or revoked)");
 }
@@ -56,18 +66,20 @@ void routing_handler::leases_full(peer& from, std::uint64_t rid) {
 
 void routing_handler::lease_grant(peer& from, std::uint64_t rid, const wire::LeaseGrant& m) {
   if (leases_.size() >= config_.max_leases) return leases_full(from, rid);
-  const auto l = leases_.grant(milliseconds(m.ttl_ms()));
+  const auto l = leases_.grant(milliseconds(m.ttl_ms()), from.owner());
   logger_->debug("conn={} lease={} granted ttl={}ms", from.id(), l.id, l.ttl.count());
   from.send(builder_.lease_info(rid, fields(l)));
 }
 
 void routing_handler::lease_keepalive(peer& from, std::uint64_t rid, const wire::LeaseKeepAlive& m) {
+  if (!owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
   if (auto l = leases_.keepalive(m.lease_id())) from.send(builder_.lease_info(rid, fields(*l)));
   else lease_gone(from, rid);
 }
 
 void routing_handler::lease_revoke(peer& from, std::uint64_t rid, const wire::LeaseRevoke& m) {
   const lease_id id = m.lease_id();
+  if (!owns(from, rid, id, fmt::format("lease {}", id))) return;
   const auto on_remove = [this](lease_id l, lease_attachment* first) { routing_.remove_lease(l, first); };
   if (!leases_.revoke(id, on_remove)) return lease_gone(from, rid);
   logger_->debug("conn={} lease={} revoked", from.id(), id);
@@ -75,6 +87,7 @@ void routing_handler::lease_revoke(peer& from, std::uint64_t rid, const wire::Le
 }
 
 void routing_handler::lease_time_to_live(peer& from, std::uint64_t rid, const wire::LeaseTimeToLive& m) {
+  if (!owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
   if (auto l = leases_.time_to_live(m.lease_id())) from.send(builder_.lease_info(rid, fields(*l)));
   else lease_gone(from, rid);
 }
@@ -102,7 +115,12 @@ void routing_handler::registry_put(peer& from, std::uint64_t rid, const wire::Re
                            "the registry holds max-registry-entries (" +
                                std::to_string(config_.max_registry_entries) + ") entries");
   if (m.lease_id() == 0 && leases_.size() >= config_.max_leases) return leases_full(from, rid);
-  if (!routing_.put(key, value, m.lease_id(), milliseconds(m.ttl_ms()))) return lease_gone(from, rid);
+  if (from.principal()) {
+    // Both the lease it goes under and the entry it replaces must be ours.
+    if (m.lease_id() != 0 && !owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
+    if (!owns(from, rid, routing_.entry_lease(key), fmt::format("registry key '{}'", key))) return;
+  }
+  if (!routing_.put(key, value, m.lease_id(), milliseconds(m.ttl_ms()), from.owner())) return lease_gone(from, rid);
   from.send(builder_.registry_entry(rid, fields(*routing_.get(key))));
 }
 
@@ -112,7 +130,9 @@ void routing_handler::registry_get(peer& from, std::uint64_t rid, const wire::Re
 }
 
 void routing_handler::registry_delete(peer& from, std::uint64_t rid, const wire::RegistryDelete& m) {
-  if (!routing_.erase(m.key()->string_view())) return from.send_error(rid, errc::not_found, "no such key (or it expired)");
+  const std::string_view key = m.key()->string_view();
+  if (!owns(from, rid, routing_.entry_lease(key), fmt::format("registry key '{}'", key))) return;
+  if (!routing_.erase(key)) return from.send_error(rid, errc::not_found, "no such key (or it expired)");
   if (rid != 0) from.send(builder_.ok(rid));
 }
 
@@ -142,6 +162,10 @@ void routing_handler::inbox_open(peer& from, std::uint64_t rid, const wire::Inbo
     return from.send_error(rid, errc::limit_exceeded,
                            "this connection has max-inboxes (" + std::to_string(config_.max_inboxes) +
                                ") inboxes open");
+  if (from.principal()) {
+    if (!owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
+    if (!owns(from, rid, routing_.inbox_lease(inbox_id), fmt::format("inbox '{}'", inbox_id))) return;
+  }
   if (const auto ec = routing_.open_inbox(inbox_id, m.lease_id(), &from))
     return from.send_error(rid, wire_code(ec),
                            ec == errc::inbox_taken ? "inbox is open on another live connection"

@@ -58,6 +58,12 @@ class routing_handler {
   void disconnected(peer& p);
 
  private:
+  // Ownership (docs/security.md, "Ownership"): a lease, and the registry
+  // entries and inbox bound to it, may be touched only by the principal
+  // that granted it, or an admin. True when `from` may touch `lease`
+  // (also when there is no such lease: the caller answers not_found);
+  // otherwise answers forbidden, naming `what`, and returns false.
+  bool owns(peer& from, std::uint64_t request_id, std::optional<lease_id> lease, std::string_view what);
   void lease_gone(peer& from, std::uint64_t request_id);
   void leases_full(peer& from, std::uint64_t request_id);
 

@@ -19,7 +19,7 @@ routing_table::~routing_table() {
 }
 
 std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_view key, std::string_view value,
-                                                                 lease_id lease, milliseconds ttl) {
+                                                                 lease_id lease, milliseconds ttl, owner_id owner) {
   const bool own = lease == 0;
   if (!own && !leases_.alive(lease)) return std::unexpected(make_error_code(errc::not_found));
   registry_entry* e = registry_.find(key);
@@ -37,13 +37,25 @@ std::expected<std::uint64_t, std::error_code> routing_table::put(std::string_vie
   } else {
     leases_.detach(*e);
   }
-  if (own) lease = leases_.grant(ttl).id;
+  if (own) lease = leases_.grant(ttl, owner).id;
   leases_.attach(lease, *e);
   e->set_own_lease(own);
   if (e->value != value) e->cached_generation = 0;  // names another inbox now
   e->value.assign(value);
   e->version = ++revision_;
   return e->version;
+}
+
+std::optional<lease_id> routing_table::entry_lease(std::string_view key) const {
+  const registry_entry* e = registry_.find(key);
+  if (!e || !live(*e)) return std::nullopt;
+  return e->lease;
+}
+
+std::optional<lease_id> routing_table::inbox_lease(std::string_view id) const {
+  const auto it = inboxes_.find(id);
+  if (it == inboxes_.end() || !live(it->second)) return std::nullopt;
+  return it->second.lease;
 }
 
 std::optional<registry_view> routing_table::get(std::string_view key) const {

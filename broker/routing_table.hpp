@@ -68,8 +68,14 @@ class routing_table {
 
   // key -> value under `lease` (non-zero) or a private TTL lease. Errors:
   // protocol not_found (the lease is unknown or expired). Returns the new version.
+  // A private TTL lease is granted to `owner` (lease_table::grant).
   std::expected<std::uint64_t, std::error_code> put(std::string_view key, std::string_view value, lease_id lease,
-                                                    std::chrono::milliseconds ttl);
+                                                    std::chrono::milliseconds ttl, owner_id owner = 0);
+  // The lease a live entry (its private one included) or an inbox is
+  // bound to: what ownership is checked against. nullopt: no live entry /
+  // no inbox with a live lease.
+  std::optional<lease_id> entry_lease(std::string_view key) const;
+  std::optional<lease_id> inbox_lease(std::string_view id) const;
   // Never an expired entry, even before the sweeper ran. The view is valid
   // until the next change.
   std::optional<registry_view> get(std::string_view key) const;

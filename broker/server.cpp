@@ -19,6 +19,8 @@
 #include "broker/server_admin_handler.hpp"
 #include "broker/stream_admin_handler.hpp"
 #include "broker/tls_context.hpp"
+#include "broker/authenticator.hpp"
+#include "auth/auth_config.hpp"
 #include "common/asio.hpp"
 #include "storage/log_verifier.hpp"
 
@@ -129,7 +131,8 @@ struct server::impl {
         routing(leases),
         fan(channels, routing, arena, builder, counters),
         input(config.max_incomplete_bytes),
-        admission(config, counters, std::chrono::steady_clock::now()) {}
+        admission(config, counters, std::chrono::steady_clock::now()),
+        auth(config) {}
 
   static std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
     auto log = spdlog::get("broker");
@@ -155,6 +158,7 @@ struct server::impl {
   input_memory input;
   connection_registry registry;
   admission_control admission;
+  authenticator auth;
   // Created by start(): they depend on whether there is a sequence log.
   std::unique_ptr<durable_pipeline> durable;
   std::unique_ptr<pubsub_handler> pubsub;
@@ -198,6 +202,11 @@ struct server::impl {
   // success new connections use them, else the old ones stay (logged).
   // Returns whether it did (true also with TLS off: nothing to do).
   bool reload_tls(const server_config& from);
+  // SIGHUP: reads the auth file again. Valid: its rules are in force at
+  // once, every connection's principal is replaced by the new one of the
+  // same name (a removed one is closed with unauthorized), and the channel
+  // table's matches are recomputed. Invalid: the rules in force stay (logged).
+  void reload_auth();
   asio::awaitable<void> sweep_loop();
   void begin_stop();
   // Drains (docs/protocol.md §9.1; SIGUSR2 and the Drain request):
@@ -254,7 +263,8 @@ void server::impl::wire_handlers() {
       dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get(), server_admin.get()},
       counters, logger);
   context = std::unique_ptr<connection_context>(new connection_context{
-      config, arena, builder, *dispatch, pressure, input, registry, admission, counters, logger, durable != nullptr});
+      config, arena, builder, *dispatch, pressure, input, registry, admission, auth, counters, logger,
+      durable != nullptr});
 }
 
 asio::awaitable<void> server::impl::accept_loop() {
@@ -475,11 +485,44 @@ void server::impl::wait_signal() {
   });
 }
 
+void server::impl::reload_auth() {
+  if (config.auth_file.empty()) return;
+  auto loaded = auth::auth_config::load(config.auth_file);
+  if (!loaded) {
+    logger->error("SIGHUP: auth file not applied, the rules in force stay: {}",
+                  loaded.error().to_string(config.auth_file));
+    return;
+  }
+  auto rules = std::make_shared<const auth::auth_config>(std::move(*loaded));
+  auth.set_rules(rules);
+  std::size_t updated = 0;
+  std::vector<std::shared_ptr<connection>> removed;
+  registry.for_each_owner([&](const std::shared_ptr<connection>& c) {
+    const auth::principal* p = c->principal();
+    if (!p) return;
+    if (auto fresh = rules->by_name(p->name)) {
+      c->set_principal(std::move(fresh), c->owner());
+      ++updated;
+    } else {
+      removed.push_back(c);
+    }
+  });
+  // Closed after the walk: closing may change the registry.
+  for (const auto& c : removed)
+    c->close_with_error(protocol::errc::unauthorized,
+                        "principal '" + c->principal()->name + "' was removed from the auth file");
+  channels.permissions_changed();
+  logger->info("SIGHUP: auth file {} reloaded: {} principals; {} connections updated, {} closed (principal removed)",
+               config.auth_file, rules->principals().size(), updated, removed.size());
+}
+
 void server::impl::reload() {
+  reload_auth();
   if (config.config_file.empty()) {
     reload_tls(config);
-    logger->warn("SIGHUP: the server was started without --config: no settings to re-read{}",
-                 tls ? " (TLS files re-read)" : ", nothing changed");
+    logger->log(config.auth_file.empty() ? spdlog::level::warn : spdlog::level::info,
+                "SIGHUP: the server was started without --config: no settings to re-read{}",
+                tls || !config.auth_file.empty() ? " (the TLS and auth files were re-read)" : ", nothing changed");
     return;
   }
   server_config fresh;
@@ -651,6 +694,12 @@ server::~server() {
 
 void server::start() {
   auto& d = *impl_;
+  if (!d.config.auth_file.empty()) {
+    auto loaded = auth::auth_config::load(d.config.auth_file);
+    if (!loaded) throw startup_error("auth file " + loaded.error().to_string(d.config.auth_file));
+    d.auth.set_rules(std::make_shared<const auth::auth_config>(std::move(*loaded)));
+    d.logger->info("auth: {} principals from {}", d.auth.rules()->principals().size(), d.config.auth_file);
+  }
   if (!d.config.data_dir.empty()) d.open_log();
   d.wire_handlers();
   if (!d.config.tls_cert.empty()) {

@@ -13,6 +13,12 @@
 
 namespace switchyard::broker {
 
+// A setting that looked right but does not work (an auth file that does
+// not parse): start() throws it, switchyard-server exits 2.
+struct startup_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 class server {
  public:
   // Validates the config (throws std::invalid_argument). Does not bind.
@@ -21,8 +27,9 @@ class server {
   server(const server&) = delete;
   server& operator=(const server&) = delete;
 
-  // Creates the data folder, binds and listens, writes the port file.
-  // Throws std::system_error (address in use, permission, ...).
+  // Loads the auth file, creates the data folder, binds and listens,
+  // writes the port file. Throws startup_error (the auth file, with the
+  // line at fault), std::system_error (address in use, permission, ...).
   void start();
 
   // The bound port (after start()).
@@ -47,8 +54,8 @@ class server {
   // shutdown grace).
   void stop();
 
-  // Thread-safe: what SIGHUP does (re-reads the --config file and the TLS
-  // files), on the loop thread, soon after the call.
+  // Thread-safe: what SIGHUP does (re-reads the --config file, the TLS
+  // files and the auth file), on the loop thread, soon after the call.
   void reload();
 
   // Counters, read on the loop thread (or after run() returned).

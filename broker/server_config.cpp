@@ -36,6 +36,17 @@ std::string listen_address(std::string_view host) {
   return text;
 }
 
+bool is_loopback_host(std::string_view host) {
+  const std::string address = listen_address(host);
+  if (address.empty()) return false;
+  in_addr v4{};
+  if (::inet_pton(AF_INET, address.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, address.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
 void validate(const server_config& cfg) {
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
   if (cfg.max_frame < protocol::min_max_frame || cfg.max_frame > (64u << 20))
@@ -89,6 +100,17 @@ void validate(const server_config& cfg) {
   if (cfg.tls_verify_client && cfg.tls_ca.empty())
     bad("tls-verify-client needs tls-ca (the CAs client certificates must chain to)");
   if (cfg.verify_json && !cfg.verify_log) bad("json is an output of --verify-log");
+  if (cfg.auth_failure_delay.count() < 0 || cfg.auth_failure_delay > std::chrono::seconds(10))
+    bad("auth-failure-delay-ms must be between 0 and 10000");
+  if (!cfg.auth_file.empty() && cfg.allow_anonymous)
+    bad("allow-anonymous and auth-file exclude each other: with an auth file every client authenticates");
+  // Protected mode: no authentication on an address others can reach is a
+  // mistake unless said on purpose.
+  if (cfg.auth_file.empty() && !cfg.allow_anonymous && !cfg.verify_log && !is_loopback_host(cfg.listen_host))
+    bad("refusing to listen on " + cfg.listen_host +
+        " without authentication (protected mode): anyone who reaches the port could publish, subscribe and "
+        "revoke anything. Give --auth-file FILE (docs/security.md), or --allow-anonymous to accept anonymous "
+        "clients on purpose, or listen on 127.0.0.1");
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {
@@ -112,6 +134,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::int64_t frame_timeout_ms = cfg.frame_timeout.count();
   std::int64_t grace_ms = cfg.shutdown_grace.count();
   std::int64_t drain_ms = cfg.drain_window.count();
+  std::int64_t auth_delay_ms = cfg.auth_failure_delay.count();
 
   app.add_option("--listen", listen, "host:port to listen on (port 0 = any free port)")
       ->capture_default_str();
@@ -171,6 +194,16 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.add_option("--tls-ca", cfg.tls_ca, "CAs (PEM) that client certificates must chain to");
   app.add_flag("--tls-verify-client", cfg.tls_verify_client,
                "mTLS: refuse clients without a certificate signed by --tls-ca");
+
+  app.add_option("--auth-file", cfg.auth_file,
+                 "authentication and permissions: TOML file of principals (docs/security.md). Re-read on SIGHUP");
+  app.add_flag("--allow-anonymous", cfg.allow_anonymous,
+               "without --auth-file, listen on a non-loopback address all the same (anyone may do anything)");
+  app.add_option("--auth-failure-delay-ms", auth_delay_ms, "how long a refused hello waits for its unauthorized")
+      ->capture_default_str();
+  app.add_option("--auth-failures-per-min", cfg.auth_failures_per_min,
+                 "failed hellos per source address per minute before it is rate limited (0 = no limit)")
+      ->capture_default_str();
 
   app.add_option("--lease-min-ttl-ms", min_ttl_ms, "shortest lease TTL granted (shorter asks are raised)")
       ->capture_default_str();
@@ -241,6 +274,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   if (grace_ms < 1 || drain_ms < 1) throw std::invalid_argument("shutdown-grace-ms and drain-window-ms must be at least 1");
   cfg.shutdown_grace = std::chrono::milliseconds(grace_ms);
   cfg.drain_window = std::chrono::milliseconds(drain_ms);
+  cfg.auth_failure_delay = std::chrono::milliseconds(auth_delay_ms);
   if (const auto* file = app.get_config_ptr(); file && file->count() > 0) cfg.config_file = file->as<std::string>();
   cfg.command_line.assign(argv, argv + argc);
   validate(cfg);

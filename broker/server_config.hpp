@@ -91,6 +91,20 @@ struct server_config {
   std::string tls_key;
   std::string tls_ca;
   bool tls_verify_client = false;
+  // Authentication and permissions (docs/security.md): the auth file
+  // (TOML: principals, credentials, permissions), read at start (an
+  // invalid one: exit 2 with the line at fault) and on SIGHUP (an invalid
+  // one keeps the rules in force). Empty: no authentication, and then a
+  // non-loopback listen address is refused unless allow_anonymous is set
+  // (protected mode, as Redis's).
+  std::string auth_file;
+  bool allow_anonymous = false;
+  // A hello refused unauthorized waits this long before its answer (the
+  // same for every failure), and each source address may fail this often
+  // per minute (also the burst) before its hellos are answered rate_limited;
+  // 0 = no limit.
+  std::chrono::milliseconds auth_failure_delay{200};
+  std::uint32_t auth_failures_per_min = 10;
 
   // Where the settings came from, for SIGHUP (server::reload): the --config
   // file (empty = none: nothing to reload) and the whole command line it
@@ -134,6 +148,9 @@ inline std::chrono::milliseconds stall_threshold_for(const server_config& c) {
 // host is none of these; host names are not resolved (a broker should not
 // depend on DNS to start).
 std::string listen_address(std::string_view host);
+// True when `host` (as listen_address takes it) is a loopback address
+// (127.0.0.0/8, ::1, ::ffff:127.x.y.z, localhost).
+bool is_loopback_host(std::string_view host);
 
 // Thrown by parse_server_args when the process should exit at once: after
 // --help/--version (code 0, text for stdout) or a flag/config error

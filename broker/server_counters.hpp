@@ -20,6 +20,10 @@ struct server_counters {
   std::uint64_t sends_routed = 0;          // route keys delivered into an inbox
   std::uint64_t sends_unrouted = 0;        // route keys with no route
   std::uint64_t write_waits = 0;           // turns a small write waited for more input (connection::writer)
+  // Authentication and permissions (docs/security.md).
+  std::uint64_t auth_failures = 0;         // hellos refused: unauthorized (bad or missing credentials)
+  std::uint64_t auth_rate_limited = 0;     // hellos refused: rate_limited, too many failures from the address
+  std::uint64_t forbidden = 0;             // requests refused by a permission list (not by ownership)
 };
 
 }  // namespace switchyard::broker

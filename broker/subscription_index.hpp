@@ -61,14 +61,24 @@ class subscription_index {
   // Every subscriber with a pattern matching `channel` (a valid channel
   // name), each once. The reference is valid until the next add/remove/match.
   const std::vector<Sub>& match(std::string_view channel) {
+    return match(channel, [](const Sub&) { return true; });
+  }
+  // The same, keeping only the subscribers `keep(sub)` accepts; asked once
+  // per subscriber when the channel's result is computed, then cached like
+  // the result (forget_matches() drops the cache when `keep` would answer
+  // differently).
+  template <class Keep>
+  const std::vector<Sub>& match(std::string_view channel, Keep&& keep) {
     if (auto it = cache_.find(channel); it != cache_.end()) return it->second;
     if (cache_.size() >= max_cache_entries) cache_.clear();
     std::vector<Sub> out;
     collect(root_, channel, out);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
+    std::erase_if(out, [&](const Sub& s) { return !keep(s); });
     return cache_.emplace(std::string(channel), std::move(out)).first->second;
   }
+  void forget_matches() noexcept { cache_.clear(); }
 
   std::size_t size() const noexcept { return count_; }
 

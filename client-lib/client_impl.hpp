@@ -9,6 +9,7 @@
 #include "byte_stream.hpp"
 #include "client_log.hpp"
 #include "reconnect_backoff.hpp"
+#include "signing_key.hpp"
 #include "stream_tracker.hpp"
 #include "common/asio.hpp"
 #include "protocol/channel_name.hpp"
@@ -172,6 +173,8 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // The connection's bytes go through it only (TLS can replace it).
   client_lib::byte_stream stream;
   bool tls_configured = false;  // loop thread: stream.configure_tls() done
+  // client_options::key / key_file, loaded at the first handshake (loop thread).
+  std::optional<signing_key> key;
   asio::steady_timer heartbeat_timer;
   protocol::frame_parser parser;
 
@@ -847,7 +850,16 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     static constexpr std::array<std::string_view, 6> wanted{
         protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing,
         protocol::capability::log, protocol::capability::stream_drops, protocol::capability::admin};
+    if (!key && (!opts.key.empty() || !opts.key_file.empty())) {
+      auto loaded = signing_key::load(opts.key, opts.key_file);
+      if (!loaded) {
+        log(log_level::error, "switchyard: {}", loaded.error());
+        co_return outcome(std::make_error_code(std::errc::invalid_argument));
+      }
+      key.emplace(std::move(*loaded));
+    }
     protocol::hello_fields h;
+    if (key) h.public_key = key->public_key();
     h.protocol_major = protocol::protocol_major;
     h.protocol_minor = protocol::protocol_minor;
     h.client_name = opts.client_name;
@@ -868,6 +880,18 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       co_return outcome(errc::tls_failed);
     }
     if (!r) co_return outcome(r.error());
+    if (r->frame->message_type() == wire::Message::AuthChallenge && key) {
+      // Sign the nonce (docs/security.md, "Credentials"), then the Welcome.
+      const auto* nonce = r->frame->message_as_AuthChallenge()->nonce();
+      if (!nonce || nonce->size() != protocol::auth_nonce_size) co_return outcome(errc::protocol_violation);
+      const auto signature = key->sign(protocol::auth_challenge_message({nonce->data(), nonce->size()}));
+      rbuf.begin += r->size;
+      const auto proof = local_builder().auth_proof(signature);
+      co_await stream.async_write(asio::buffer(proof.data(), proof.size()), redirect_error(use_awaitable, ec));
+      if (ec) co_return outcome(ec);
+      r = co_await read_frame();
+      if (!r) co_return outcome(r.error());
+    }
     const wire::Frame& f = *r->frame;
     if (f.message_type() == wire::Message::Error) {
       retry_after = std::chrono::milliseconds(f.message_as_Error()->retry_after_ms());
