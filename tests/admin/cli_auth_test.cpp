@@ -277,9 +277,6 @@ TEST_CASE("--tls-cert and --tls-key present a client certificate to a broker tha
 }
 
 // ---- tokens and keys against a broker with an auth file ----
-//
-// TODO(auth): hidden ([.]) until switchyard-server has --auth-file (the
-// broker side of issue 12 lands separately); then drop the "." from the tags.
 
 namespace {
 
@@ -293,7 +290,7 @@ bench::server_process auth_broker(const temp_dir& dir, const std::string& auth_t
 }  // namespace
 
 TEST_CASE("--token and SWITCHYARD_TOKEN authenticate; a wrong or missing token exits 4 with unauthorized",
-          "[.][auth-broker][admin][auth]") {
+          "[admin][auth]") {
   temp_dir dir;
   auto server = auth_broker(dir, "[principals.operator]\ntoken_sha256 = [\"" + sha256_hex("s3cret-token") +
                                      "\"]\nadmin = true\n");
@@ -311,7 +308,7 @@ TEST_CASE("--token and SWITCHYARD_TOKEN authenticate; a wrong or missing token e
   CHECK(std::count(err.begin(), err.end(), '\n') == 1);
 }
 
-TEST_CASE("a key from keygen authenticates with --key-file and SWITCHYARD_KEY_FILE", "[.][auth-broker][admin][auth]") {
+TEST_CASE("a key from keygen authenticates with --key-file and SWITCHYARD_KEY_FILE", "[admin][auth]") {
   temp_dir dir;
   const auto key = dir.path() / "op.key";
   const auto [kcode, public_key] = run_for_exit_code(bin + " keygen --out " + key.string() + " 2>/dev/null");
@@ -328,7 +325,7 @@ TEST_CASE("a key from keygen authenticates with --key-file and SWITCHYARD_KEY_FI
   CHECK(cli_at(server.port(), "ping --key-file " + other.string()).first == 4);
 }
 
-TEST_CASE("an operation the auth file does not permit exits 4 with forbidden", "[.][auth-broker][admin][auth]") {
+TEST_CASE("an operation the auth file does not permit exits 4 with forbidden", "[admin][auth]") {
   temp_dir dir;
   auto server = auth_broker(dir, "[principals.reader]\ntoken_sha256 = [\"" + sha256_hex("reader-token") +
                                      "\"]\nstream_read = { allow = [\"orders.>\"] }\n");
