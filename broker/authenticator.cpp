@@ -31,7 +31,10 @@ token_bucket* authenticator::bucket(std::string_view address, clock::time_point 
   }
   if (failures_.size() >= max_tracked_addresses) {
     // Forget the addresses whose bucket refilled; if none did, any one.
-    std::erase_if(failures_, [&](auto& kv) { return kv.second.tokens(now) >= kv.second.burst(); });
+    for (auto it = failures_.begin(); it != failures_.end();) {
+      if (it->second.tokens(now) >= it->second.burst()) it = failures_.erase(it);
+      else ++it;
+    }
     if (failures_.size() >= max_tracked_addresses) failures_.erase(failures_.begin());
   }
   return &failures_.try_emplace(std::string(address), per_min / 60.0, per_min, now).first->second;

@@ -174,7 +174,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   client_lib::byte_stream stream;
   bool tls_configured = false;  // loop thread: stream.configure_tls() done
   // client_options::key / key_file, loaded at the first handshake (loop thread).
-  std::optional<signing_key> key;
+  std::optional<client_lib::signing_key> key;
   asio::steady_timer heartbeat_timer;
   protocol::frame_parser parser;
 
@@ -851,7 +851,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
         protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing,
         protocol::capability::log, protocol::capability::stream_drops, protocol::capability::admin};
     if (!key && (!opts.key.empty() || !opts.key_file.empty())) {
-      auto loaded = signing_key::load(opts.key, opts.key_file);
+      auto loaded = client_lib::signing_key::load(opts.key, opts.key_file);
       if (!loaded) {
         log(log_level::error, "switchyard: {}", loaded.error());
         co_return outcome(std::make_error_code(std::errc::invalid_argument));

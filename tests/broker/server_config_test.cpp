@@ -87,7 +87,7 @@ TEST_CASE("server config without arguments has the documented defaults", "[broke
 
 TEST_CASE("server config accepts every option on the command line", "[broker]") {
   const server_config cfg =
-      parse({"--listen", "0.0.0.0:9000", "--data-dir", "/var/lib/sy", "--port-file", "/tmp/port",
+      parse({"--listen", "0.0.0.0:9000", "--allow-anonymous", "--data-dir", "/var/lib/sy", "--port-file", "/tmp/port",
              "--max-frame", "65536", "--max-connections", "12", "--hello-timeout-ms", "750",
              "--heartbeat-ms", "250", "--max-pending-bytes", "131072", "--log-level", "debug"});
   CHECK(cfg.listen_host == "0.0.0.0");
@@ -239,6 +239,7 @@ TEST_CASE("server config applies settings from a TOML file given with --config",
 TEST_CASE("server config file keys are the long option names without dashes", "[broker]") {
   temp_config file(
       "listen = \"0.0.0.0:9100\"\n"
+      "allow-anonymous = true\n"
       "data-dir = \"/srv/switchyard\"\n"
       "max-frame = 32768\n"
       "hello-timeout-ms = 900\n"
@@ -452,4 +453,44 @@ TEST_CASE("server config refuses a huge stall threshold instead of overflowing i
         400ms);
   CHECK_THROWS_AS(parse({"--lease-min-ttl-ms", "1000", "--sweep-ms", "100", "--stall-threshold-ms", "401"}),
                   std::invalid_argument);
+}
+
+TEST_CASE("protected mode: no auth file on a non-loopback address is refused, naming the flag that allows it",
+          "[broker]") {
+  for (const char* listen : {"0.0.0.0:7878", "10.1.2.3:7878", "[::]:7878"}) {
+    try {
+      parse({"--listen", listen});
+      FAIL("accepted " << listen);
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK(what.find("protected mode") != std::string::npos);
+      CHECK(what.find("--allow-anonymous") != std::string::npos);
+      CHECK(what.find("--auth-file") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("protected mode: loopback, --allow-anonymous or an auth file may listen anywhere", "[broker]") {
+  CHECK(parse({"--listen", "127.0.0.1:0"}).listen_host == "127.0.0.1");
+  CHECK(parse({"--listen", "127.8.9.10:0"}).listen_host == "127.8.9.10");
+  CHECK(parse({"--listen", "[::1]:0"}).listen_host == "[::1]");
+  CHECK(parse({"--listen", "localhost:0"}).listen_host == "localhost");
+  CHECK(parse({"--listen", "0.0.0.0:0", "--allow-anonymous"}).allow_anonymous);
+  CHECK(parse({"--listen", "0.0.0.0:0", "--auth-file", "/etc/switchyard/auth.toml"}).auth_file ==
+        "/etc/switchyard/auth.toml");
+  CHECK_THROWS_AS(parse({"--auth-file", "a.toml", "--allow-anonymous"}), std::invalid_argument);
+}
+
+TEST_CASE("is_loopback_host knows 127.0.0.0/8, ::1, mapped IPv4 loopback and localhost only", "[broker]") {
+  CHECK(is_loopback_host("127.0.0.1"));
+  CHECK(is_loopback_host("127.255.0.1"));
+  CHECK(is_loopback_host("::1"));
+  CHECK(is_loopback_host("[::1]"));
+  CHECK(is_loopback_host("::ffff:127.0.0.1"));
+  CHECK(is_loopback_host("localhost"));
+  CHECK_FALSE(is_loopback_host("0.0.0.0"));
+  CHECK_FALSE(is_loopback_host("128.0.0.1"));
+  CHECK_FALSE(is_loopback_host("::"));
+  CHECK_FALSE(is_loopback_host("::ffff:10.0.0.1"));
+  CHECK_FALSE(is_loopback_host("example.com"));
 }

@@ -100,3 +100,22 @@ TEST_CASE("a server killed with SIGKILL restarts on the same port with its log i
   REQUIRE(r->records.size() == 1);
   CHECK(r->records[0].seq == 1);
 }
+
+TEST_CASE("switchyard-server refuses a non-loopback address without authentication with exit code 2",
+          "[e2e][broker][auth]") {
+  const auto [code, out] =
+      run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --listen 0.0.0.0:0 --data-dir '' 2>&1");
+  CHECK(code == 2);
+  CHECK(out.find("--allow-anonymous") != std::string::npos);
+}
+
+TEST_CASE("switchyard-server reports an invalid auth file with its line and exits 2", "[e2e][broker][auth]") {
+  const auto file = std::filesystem::temp_directory_path() / ("switchyard-auth-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(file) << "[principals.a]\nadmin = true\ntoken_sha256 = [\"abc\"]\n";
+  const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) +
+                                             " --listen 127.0.0.1:0 --data-dir '' --auth-file " + file.string() + " 2>&1");
+  std::filesystem::remove(file);
+  CHECK(code == 2);
+  CHECK(out.find(":3:") != std::string::npos);
+  CHECK(out.find("token_sha256") != std::string::npos);
+}
