@@ -347,7 +347,11 @@ class cli {
     std::string message = what + ": " + ec.message();
     if (ec == errc::not_found) message = what + ": " + std::string(missing);
     else if (ec == errc::not_supported && what.starts_with("drain"))
-      message = what + ": the broker does not grant \"admin\" (an older broker without drain)";
+      message = what + ": the broker does not grant \"admin\" (" +
+                (s_.token.empty() && s_.key_file.empty()
+                     ? "an older broker without drain, or one with an auth file: connect as a principal with admin = true"
+                     : "the principal of these credentials is not an admin: admin = true in the broker's auth file") +
+                ")";
     else if (ec == errc::not_supported && what.starts_with("streams"))
       message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
     else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";

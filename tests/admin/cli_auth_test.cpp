@@ -333,4 +333,19 @@ TEST_CASE("an operation the auth file does not permit exits 4 with forbidden", "
   INFO(json);
   CHECK(code == 4);
   CHECK(json.starts_with(R"({"error":{"code":"forbidden","message":"streams read payroll.march: forbidden)"));
+  // Listing streams is for admin principals.
+  const auto [code2, list] = cli_at(server.port(), "streams list --json --token reader-token");
+  CHECK(code2 == 4);
+  CHECK(list.starts_with(R"({"error":{"code":"forbidden",)"));
+}
+
+TEST_CASE("drain as a principal that is not an admin says the auth file must make it one", "[admin][auth]") {
+  temp_dir dir;
+  auto server = auth_broker(dir, "[principals.reader]\ntoken_sha256 = [\"" + sha256_hex("reader-token") +
+                                     "\"]\nstream_read = { allow = [\"orders.>\"] }\n");
+  const auto [code, err] = cli_at(server.port(), "drain --token reader-token", true);
+  CHECK(code == 3);
+  CHECK(contains(err, "not an admin: admin = true in the broker's auth file"));
+  // Not drained.
+  CHECK(cli_at(server.port(), "ping --token reader-token").first == 0);
 }
