@@ -1,14 +1,24 @@
 #include "admin/cli.hpp"
 
+#include "admin/credentials_tool.hpp"
 #include "admin/format.hpp"
 
 #include <switchyard/client.hpp>
+#include <switchyard/log.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include <sodium.h>
+
+#include <termios.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <istream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -41,7 +51,52 @@ struct settings {
   bool set_limits = false;  // any --max-* given
   bool clear = false;
   std::string window;  // drain: "30s", "500ms", "2m"; empty = the broker's default
+  // TLS to the broker (client_options::tls). Every --tls-* option implies tls.
+  bool tls = false;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+  bool tls_insecure = false;
+  // Credentials, at most one: from --token / --key-file, else from the
+  // environment (SWITCHYARD_TOKEN / SWITCHYARD_KEY_FILE). hash-token uses
+  // the flag only.
+  std::string token;
+  std::string key_file;
+  // keygen / hash-token
+  std::string out_file;
+  bool generate = false;
 };
+
+// What the client library logged (warn and above) while connecting: the
+// reason behind tls_failed, or a key file that does not load. Filled on
+// the client's loop thread, read on the caller's.
+class connect_log {
+ public:
+  void add(std::string_view message) {
+    std::lock_guard lock(mu_);
+    last_ = std::string(message);
+  }
+  // The last line, without the library's "switchyard: " prefix and with
+  // line breaks as spaces (errors are one line); empty if none.
+  std::string last() const {
+    std::lock_guard lock(mu_);
+    std::string line = last_.starts_with("switchyard: ") ? last_.substr(12) : last_;
+    for (char& c : line)
+      if (c == '\n' || c == '\r') c = ' ';
+    return line;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::string last_;
+};
+
+// Overwrites a string holding a secret (the optimiser may not skip it).
+void wipe(std::string& secret) {
+  if (!secret.empty()) sodium_memzero(secret.data(), secret.size());
+  secret.clear();
+}
 
 // A drain window: a number with a unit (ms, s, m, h). nullopt if malformed
 // or above 24 h (the broker's limit).
@@ -65,9 +120,11 @@ std::optional<std::chrono::milliseconds> parse_window(std::string_view text) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(value * scale));
 }
 
-// Server-reported codes (and a missing capability) are the broker's answer;
+// A refusal of the credentials or of the operation, the other
+// server-reported codes (and a missing capability) are the broker's answer;
 // everything else means the connection did not work out.
 int exit_code_of(std::error_code ec) {
+  if (ec == errc::unauthorized || ec == errc::forbidden) return exit_refused;
   if (ec.category() == client_category() && ((ec.value() > 0 && ec.value() < 100) || ec == errc::not_supported))
     return exit_server_error;
   return exit_connection;
@@ -97,13 +154,27 @@ std::string_view text_of(const std::vector<std::byte>& b) {
 // One command run: the settings, the output streams and the connection.
 class cli {
  public:
-  cli(const settings& s, std::ostream& out, std::ostream& err) : s_(s), out_(out), err_(err) {}
+  cli(const settings& s, std::istream& in, std::ostream& out, std::ostream& err)
+      : s_(s), in_(in), out_(out), err_(err) {}
 
   int run() {
+    // Local commands: no broker.
+    if (s_.command == "keygen") return keygen();
+    if (s_.command == "hash-token") return hash_token();
     client_options o;
     if (!parse_address(s_.address, o.host, o.port))
       return fail(exit_usage, "usage", "--address must be host:port (port 1..65535), got '" + s_.address + "'");
     o.client_name = std::string(cli_name);
+    o.token = s_.token;
+    o.key_file = s_.key_file;
+    if (s_.tls) {
+      o.tls.enabled = true;
+      o.tls.ca_file = s_.tls_ca;
+      o.tls.cert_file = s_.tls_cert;
+      o.tls.key_file = s_.tls_key;
+      o.tls.server_name = s_.tls_server_name;
+      o.tls.verify_server = !s_.tls_insecure;
+    }
     // The broker keeps --admin-slots connections for this at its cap, and
     // does not rate-limit it: an operator is not locked out by a storm.
     o.admin = true;
@@ -111,10 +182,12 @@ class cli {
     // One command, one session: a lost connection ends the command with an
     // error instead of waiting for a restarted broker.
     o.reconnect.enabled = false;
+    // The library says why TLS or a key file failed only in its log.
+    auto log = std::make_shared<connect_log>();
+    set_log_sink([log](log_level, std::string_view message) { log->add(message); }, log_level::warn);
     auto c = client::connect(o);
-    if (!c)  // whatever the reason (refused, timeout, the broker's refusal): exit 2
-      return fail(exit_connection, error_code_name(c.error()),
-                  "cannot connect to " + s_.address + ": " + c.error().message());
+    set_log_sink(nullptr);
+    if (!c) return connect_failed(c.error(), log->last());
     client_ = std::move(*c);
     if (s_.command == "ping") return ping();
     if (s_.command == "streams list") return streams_list();
@@ -143,12 +216,142 @@ class cli {
   }
 
  private:
+  // A failed connect: refused credentials exit 4, bad key files 1, the
+  // rest (no broker, TLS, timeout, the broker's other refusals) 2. `why`:
+  // what the library logged.
+  int connect_failed(std::error_code ec, const std::string& why) {
+    const std::string at = "cannot connect to " + s_.address;
+    if (ec == errc::unauthorized) {
+      const std::string hint =
+          !s_.token.empty()      ? "its auth file has no principal with this token (token_sha256 = the token's hash)"
+          : !s_.key_file.empty() ? "its auth file has no principal with this key (ed25519_public_keys)"
+                                 : "it requires credentials: set SWITCHYARD_TOKEN or SWITCHYARD_KEY_FILE (or give "
+                                   "--token or --key-file)";
+      return fail(exit_refused, error_code_name(ec), at + ": the broker refused the credentials (unauthorized): " + hint);
+    }
+    if (ec == errc::forbidden)
+      return fail(exit_refused, error_code_name(ec),
+                  at + ": the broker refused the connection (forbidden): its auth file does not permit this principal "
+                       "that");
+    if (ec == errc::tls_failed)
+      return fail(exit_connection, error_code_name(ec),
+                  at + ": TLS failed: " + (why.empty() ? ec.message() : why) +
+                      (s_.tls_ca.empty() && !s_.tls_insecure ? " (the broker's certificate was checked against the "
+                                                               "system's CAs: give its CA with --tls-ca)"
+                                                             : ""));
+    if (ec == errc::bad_request && !s_.tls)
+      return fail(exit_connection, error_code_name(ec),
+                  at + ": the broker refused the hello (bad_request); a broker with TLS refuses plain connections: "
+                       "add --tls (and --tls-ca)");
+    if (ec == std::errc::invalid_argument && !s_.key_file.empty())
+      return fail(exit_usage, "usage", "--key-file " + s_.key_file + " cannot be used" + (why.empty() ? "" : ": " + why));
+    // Whatever else (refused, timeout, the broker's other refusals): exit 2.
+    return fail(exit_connection, error_code_name(ec), at + ": " + ec.message());
+  }
+
+  // keygen: a fresh key pair; the secret into --out (or stdout).
+  int keygen() {
+    auto keys = generate_key_pair();
+    if (!keys) return fail(exit_local, "no_randomness", "keygen: libsodium cannot be initialised: " + keys.error().message());
+    std::string text = key_file_text(*keys);
+    int code = exit_ok;
+    if (s_.out_file.empty()) {
+      if (::isatty(STDOUT_FILENO))
+        err_ << cli_name << ": the secret key is shown on this terminal only; keep it secret (keygen --out FILE "
+                            "writes it to a new file of mode 0600)\n";
+      if (s_.json) {
+        json_writer j;
+        j.begin_object().string("public_key", keys->public_key).string("secret_key", keys->seed).end_object();
+        std::string line = j.str();
+        out_ << line << "\n";
+        wipe(line);
+      } else {
+        out_ << text;
+      }
+    } else if (auto ec = write_secret_file(s_.out_file, text)) {
+      code = ec == std::errc::file_exists
+                 ? fail(exit_local, "file_exists",
+                        "keygen: " + s_.out_file + " exists; keygen never replaces a file (choose another --out)")
+                 : fail(exit_local, "write_failed", "keygen: cannot write " + s_.out_file + ": " + ec.message());
+    } else if (s_.json) {
+      json_writer j;
+      j.begin_object().string("public_key", keys->public_key).string("file", s_.out_file).end_object();
+      out_ << j.str() << "\n";
+    } else {
+      out_ << keys->public_key << "\n";
+      err_ << cli_name << ": wrote the secret key to " << s_.out_file
+           << " (mode 0600); the public key above goes into the broker's auth file (ed25519_public_keys)\n";
+    }
+    out_.flush();
+    wipe(keys->seed);
+    wipe(text);
+    return code;
+  }
+
+  // hash-token: the SHA-256 of a token from --token or stdin, or of a new one.
+  int hash_token() {
+    std::string token;
+    if (s_.generate) {
+      if (!s_.token.empty()) return fail(exit_usage, "usage", "hash-token --generate makes the token: no --token with it");
+      auto made = generate_token();
+      if (!made)
+        return fail(exit_local, "no_randomness", "hash-token: libsodium cannot be initialised: " + made.error().message());
+      token = std::move(*made);
+    } else if (!s_.token.empty()) {
+      token = s_.token;
+    } else if (!read_token(token)) {
+      return fail(exit_usage, "usage", "hash-token: no token on stdin (give one line, or --token, or --generate)");
+    }
+    if (token.empty()) return fail(exit_usage, "usage", "hash-token: the token is empty");
+    const std::string hash = token_sha256_hex(token);
+    if (s_.json) {
+      json_writer j;
+      j.begin_object();
+      if (s_.generate) j.string("token", token);
+      j.string("token_sha256", hash).end_object();
+      std::string line = j.str();
+      out_ << line << "\n";
+      wipe(line);
+    } else if (s_.generate) {
+      out_ << "token         " << token << "\ntoken_sha256  " << hash << "\n";
+    } else {
+      out_ << hash << "\n";
+    }
+    out_.flush();
+    wipe(token);
+    return exit_ok;
+  }
+
+  // One line from `in_`, without its line break ("\n", or "\r\n"). From a
+  // terminal: prompted on stderr, not echoed. False at end of input.
+  bool read_token(std::string& token) {
+    termios saved{};
+    const bool hide = ::isatty(STDIN_FILENO) && ::tcgetattr(STDIN_FILENO, &saved) == 0;
+    if (hide) {
+      termios quiet = saved;
+      quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+      ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
+      err_ << "token: " << std::flush;
+    }
+    const bool got = static_cast<bool>(std::getline(in_, token));
+    if (hide) {
+      ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
+      err_ << "\n";
+    }
+    if (got && token.ends_with('\r')) token.pop_back();
+    return got;
+  }
+
   // `missing` names what not_found means for this command.
   int fail(std::error_code ec, const std::string& what, std::string_view missing = "no such stream") {
     std::string message = what + ": " + ec.message();
     if (ec == errc::not_found) message = what + ": " + std::string(missing);
     else if (ec == errc::not_supported && what.starts_with("drain"))
-      message = what + ": the broker does not grant \"admin\" (an older broker without drain)";
+      message = what + ": the broker does not grant \"admin\" (" +
+                (s_.token.empty() && s_.key_file.empty()
+                     ? "an older broker without drain, or one with an auth file: connect as a principal with admin = true"
+                     : "the principal of these credentials is not an admin: admin = true in the broker's auth file") +
+                ")";
     else if (ec == errc::not_supported && what.starts_with("streams"))
       message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
     else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
@@ -158,6 +361,8 @@ class cli {
                        "--verify-log --data-dir <its data dir> on the broker's host";
     else if (ec == errc::bad_request)
       message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
+    else if (ec == errc::forbidden)
+      message = what + ": forbidden: the broker's auth file does not permit this principal that";
     return fail(exit_code_of(ec), error_code_name(ec), message);
   }
 
@@ -452,6 +657,7 @@ class cli {
   }
 
   const settings& s_;
+  std::istream& in_;
   std::ostream& out_;
   std::ostream& err_;
   std::unique_ptr<client> client_;
@@ -459,7 +665,7 @@ class cli {
 
 }  // namespace
 
-int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, std::ostream& err) {
   settings s;
   CLI::App app{"switchyard-cli: inspect and administer a Switchyard broker", std::string(cli_name)};
   app.require_subcommand(1, 1);
@@ -469,9 +675,36 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}))
       ->capture_default_str();
   app.add_flag("--json", s.json, "print one JSON object on stdout (errors too: {\"error\":{...}})");
+  auto* tls = app.add_flag("--tls", s.tls, "connect with TLS (a broker started with --tls-cert)");
+  auto* tls_ca = app.add_option("--tls-ca", s.tls_ca,
+                                "CA file (PEM) the broker's certificate must chain to (default: the system's CAs); "
+                                "implies --tls");
+  auto* tls_cert = app.add_option("--tls-cert", s.tls_cert,
+                                  "this client's certificate chain (PEM), for a broker with --tls-verify-client; "
+                                  "with --tls-key; implies --tls");
+  auto* tls_key = app.add_option("--tls-key", s.tls_key, "the private key of --tls-cert (PEM, unencrypted); implies --tls");
+  auto* tls_name = app.add_option("--tls-server-name", s.tls_server_name,
+                                  "the name (DNS or IP) the broker's certificate must carry (default: the host of "
+                                  "--address); implies --tls");
+  auto* tls_insecure =
+      app.add_flag("--tls-insecure", s.tls_insecure,
+                   "FOR TESTS ONLY: do not verify the broker's certificate (encrypted, but anyone in the path can "
+                   "read and change the traffic); implies --tls")
+          ->excludes(tls_ca)
+          ->excludes(tls_name);
+  auto* token = app.add_option("--token", s.token,
+                               "bearer token, for a broker with an auth file; prefer the environment variable "
+                               "SWITCHYARD_TOKEN (command lines are visible to every user in ps)");
+  app.add_option("--key-file", s.key_file,
+                 "Ed25519 secret key file (made by keygen), for a broker with an auth file; also "
+                 "SWITCHYARD_KEY_FILE")
+      ->excludes(token);
   app.footer(
-      "Global options may also follow the command. Exit codes: 0 ok, 1 usage error, 2 connection failed (or lost, "
-      "or timed out), 3 the broker answered an error (not_found, bad_request, ...).");
+      "Global options may also follow the command. Credentials: --token or --key-file, else SWITCHYARD_TOKEN or "
+      "SWITCHYARD_KEY_FILE from the environment (at most one of them). Exit codes: 0 ok, 1 usage error, 2 "
+      "connection failed (or lost, or timed out, or TLS failed), 3 the broker answered an error (not_found, "
+      "bad_request, ...), 4 the broker refused the credentials (unauthorized) or the operation (forbidden), 5 "
+      "keygen / hash-token failed here (the file exists, cannot write).");
 
   auto* ping = app.add_subcommand("ping", "round trip to the broker, and the capabilities it grants");
   auto* streams = app.add_subcommand("streams", "streams of the broker's sequence log");
@@ -529,13 +762,26 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       "told to reconnect elsewhere), then exit");
   drain->add_option("--window", s.window, "e.g. 30s, 500ms, 5m (default: the broker's --drain-window-ms)");
 
+  auto* keygen = app.add_subcommand(
+      "keygen",
+      "make an Ed25519 key pair for a broker's auth file (no broker involved): the secret key goes to --out (or "
+      "stdout), the public key (for ed25519_public_keys) is printed");
+  keygen->add_option("--out", s.out_file,
+                     "write the secret key file here: a new file of mode 0600 (an existing file is an error, never "
+                     "replaced)");
+  auto* hash = app.add_subcommand(
+      "hash-token",
+      "print the SHA-256 of a bearer token (an auth file's token_sha256): the token is one line on stdin (not "
+      "echoed from a terminal) or --token (no broker involved)");
+  hash->add_flag("--generate", s.generate, "make a random token (32 bytes, base64url) and print it with its hash");
+
   // --json decides the error format even when parsing fails.
   for (int i = 1; i < argc; ++i) s.json |= std::string_view(argv[i]) == "--json";
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
-    cli(s, out, err).fail(exit_usage, "usage", std::string(e.what()) + " (see --help)");
+    cli(s, in, out, err).fail(exit_usage, "usage", std::string(e.what()) + " (see --help)");
     return exit_usage;
   }
   s.set_limits = records->count() + age->count() + bytes->count() > 0;
@@ -548,11 +794,25 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   else if (route_list->parsed()) s.command = "routes list";
   else if (lease_list->parsed()) s.command = "leases list";
   else if (drain->parsed()) s.command = "drain";
+  else if (keygen->parsed()) s.command = "keygen";
+  else if (hash->parsed()) s.command = "hash-token";
+  const auto usage = [&](const std::string& message) { return cli(s, in, out, err).fail(exit_usage, "usage", message); };
   if (!s.window.empty() && !parse_window(s.window))
-    return cli(s, out, err).fail(exit_usage, "usage",
-                                 "--window must be a duration with a unit up to 24h, e.g. 30s, 500ms, 5m; got '" +
-                                     s.window + "'");
-  return cli(s, out, err).run();
+    return usage("--window must be a duration with a unit up to 24h, e.g. 30s, 500ms, 5m; got '" + s.window + "'");
+  s.tls = tls->count() + tls_ca->count() + tls_cert->count() + tls_key->count() + tls_name->count() +
+              tls_insecure->count() > 0;
+  if (s.tls_cert.empty() != s.tls_key.empty()) return usage("--tls-cert and --tls-key go together (mTLS)");
+  const bool local = s.command == "keygen" || s.command == "hash-token";
+  if (!local && s.token.empty() && s.key_file.empty()) {
+    // The environment, when no flag gave credentials.
+    const char* env_token = std::getenv("SWITCHYARD_TOKEN");
+    const char* env_key = std::getenv("SWITCHYARD_KEY_FILE");
+    if (env_token && *env_token) s.token = env_token;
+    if (env_key && *env_key) s.key_file = env_key;
+    if (!s.token.empty() && !s.key_file.empty())
+      return usage("SWITCHYARD_TOKEN and SWITCHYARD_KEY_FILE are both set: unset one, or give --token or --key-file");
+  }
+  return cli(s, in, out, err).run();
 }
 
 }  // namespace switchyard::admin

@@ -1,6 +1,7 @@
 #pragma once
 // switchyard-cli: the operators' command-line tool (streams list / info /
-// retention / read, routes, leases, ping, drain), over the client library.
+// retention / read, routes, leases, ping, drain), over the client library,
+// and the credentials an auth file needs (keygen, hash-token), made locally.
 
 #include <iosfwd>
 
@@ -12,12 +13,19 @@ enum exit_code : int {
   exit_usage = 1,         // bad flags or arguments (nothing was sent)
   exit_connection = 2,    // could not connect, or the connection was lost or timed out
   exit_server_error = 3,  // the broker answered an error (not_found, bad_request, ...)
+  exit_refused = 4,       // the broker refused the credentials (unauthorized) or the operation (forbidden)
+  exit_local = 5,         // keygen / hash-token could not do it here (the file exists, cannot write, no randomness)
 };
 
-// Parses argv, runs the command against the broker and writes its result
-// to `out` (human-readable, or one JSON object with --json) and errors to
-// `err` (with --json, also a JSON error object to `out`). Returns the exit
-// code. Blocking; one connection per call.
-int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+// Parses argv, runs the command against the broker (keygen and hash-token:
+// locally, without one) and writes its result to `out` (human-readable, or
+// one JSON object with --json) and errors to `err` (with --json, also a
+// JSON error object to `out`). `in`: hash-token reads the token from it.
+// Reads the environment (SWITCHYARD_TOKEN, SWITCHYARD_KEY_FILE) and, for
+// keygen's terminal warning and hash-token's hidden input, whether file
+// descriptors 0 and 1 are terminals. Returns the exit code. Blocking; one
+// connection per call. Not thread-safe (installs the client library's log
+// sink while it connects).
+int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, std::ostream& err);
 
 }  // namespace switchyard::admin

@@ -4,4 +4,4 @@
 
 #include <iostream>
 
-int main(int argc, char** argv) { return switchyard::admin::run(argc, argv, std::cout, std::cerr); }
+int main(int argc, char** argv) { return switchyard::admin::run(argc, argv, std::cin, std::cout, std::cerr); }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace switchyard::bench {
 
@@ -57,6 +58,12 @@ struct settings {
   // openssl tool; with --address, tls_ca names the CA to trust.
   bool tls = false;
   std::string tls_ca;
+  // Credentials for every client (client_options::token / key_file): from
+  // --token / --key-file, or with --auth a token the bench makes and puts
+  // into the auth file of the broker it starts (see auth_file.hpp).
+  std::string token;
+  std::string key_file;
+  bool auth = false;
   // route / leases
   long users = 100'000;
   int gateways = 200;
@@ -133,10 +140,32 @@ struct target {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
   std::string tls_ca;  // non-empty: TLS, trusting this CA file
+  std::string token;     // non-empty: every client's bearer token
+  std::string key_file;  // non-empty: every client's Ed25519 key file
+  // For a client asking for "admin" (the reconnect workload's drain): the
+  // token of the admin principal of the bench's auth file (--auth); empty:
+  // the same credentials as every client.
+  std::string admin_token;
+  // The arguments a broker the bench started got for TLS and its auth file:
+  // a restarted broker (reconnect workload) gets them again.
+  std::vector<std::string> server_security_args;
 };
 
-inline void emit(const settings& s, const std::string& summary, const json_line& j) {
-  std::fputs(summary.c_str(), s.json ? stderr : stdout);
+// "none", "token" or "key": the credentials the clients present.
+inline const char* auth_mode(const settings& s) {
+  return !s.key_file.empty() ? "key" : (!s.token.empty() || s.auth) ? "token" : "none";
+}
+
+// Prints the summary and, with --json, the JSON line; both say whether TLS
+// and authentication were on ("tls", "auth", and "auth_file": the bench
+// started its broker with its own auth file, so every message's permission
+// was checked).
+inline void emit(const settings& s, const std::string& summary, json_line j) {
+  j.raw("tls", s.tls ? "true" : "false").str("auth", auth_mode(s)).raw("auth_file", s.auth ? "true" : "false");
+  const std::string security =
+      fmt::format("  security: TLS {}, auth {}{}\n", s.tls ? "on" : "off", auth_mode(s),
+                  s.auth ? " (the bench's auth file: permissions checked on every operation)" : "");
+  std::fputs((summary + security).c_str(), s.json ? stderr : stdout);
   if (s.json) std::printf("%s\n", j.done().c_str());
   std::fflush(stdout);
 }
@@ -154,6 +183,8 @@ inline client_options options_for(const target& t, std::string name) {
   o.port = t.port;
   o.client_name = std::move(name);
   o.max_pending_bytes = 4u << 20;
+  o.token = t.token;
+  o.key_file = t.key_file;
   if (!t.tls_ca.empty()) {
     o.tls.enabled = true;
     o.tls.ca_file = t.tls_ca;
@@ -196,6 +227,7 @@ int run_durable(const settings& s, const target& t);
 int run_replay(const settings& s, const target& t);
 int run_connections(const settings& s, const target& t, int server_pid);
 class server_process;
-int run_reconnect(const settings& s, server_process& server);
+// `t`: its credentials, TLS and security arguments (host and port are the server's).
+int run_reconnect(const settings& s, const target& t, server_process& server);
 
 }  // namespace switchyard::bench

@@ -69,6 +69,7 @@ int run_connections(const settings& s, const target& t, int server_pid) {
   protocol::hello_fields h;
   h.protocol_major = 1;
   h.client_name = "bench-connections";
+  h.credentials = t.token;  // --token or --auth (raw hellos cannot answer a key's challenge)
   const auto hello = b.hello(1, h);
   std::vector<int> fds;
   fds.reserve(static_cast<std::size_t>(n));

@@ -14,9 +14,15 @@
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
 // fresh one per run). Progress goes to stderr; the summary to stdout, or to
 // stderr with --json, where stdout's last line is the JSON result.
+// Security, with any workload: --tls (a started broker gets a throw-away
+// certificate), --auth (a started broker gets an auth file, every client
+// its token: bench/auth_file.hpp), or --token / --key-file for a broker of
+// your own.
 
+#include "bench/auth_file.hpp"
 #include "bench/bench_common.hpp"
 #include "bench/server_process.hpp"
+#include "bench/temp_folder.hpp"
 #include "switchyard/client.hpp"
 
 #include <CLI/CLI.hpp>
@@ -310,6 +316,18 @@ int main(int argc, char** argv) {
   app.add_flag("--json", s.json, "print one JSON line (the last line of stdout)");
   app.add_flag("--tls", s.tls, "TLS to the broker (a started broker gets a self-signed certificate made with openssl)");
   app.add_option("--tls-ca", s.tls_ca, "with --tls and --address: the CA file to trust");
+  auto* token = app.add_option("--token", s.token,
+                               "bearer token every client presents (a broker with an auth file; also "
+                               "SWITCHYARD_TOKEN, which ps does not show)");
+  auto* key_file = app.add_option("--key-file", s.key_file,
+                                  "Ed25519 key file (switchyard-cli keygen) every client signs in with (also "
+                                  "SWITCHYARD_KEY_FILE)")
+                       ->excludes(token);
+  app.add_flag("--auth", s.auth,
+               "start the broker with an auth file (a token for every client, permissions on every operation "
+               "checked per message: several allow patterns and a deny pattern, as an operator would write them)")
+      ->excludes(token)
+      ->excludes(key_file);
   app.add_option("--timeout", s.timeout, "hard limit for the whole run, seconds")->capture_default_str();
 
   auto* fanout = app.add_subcommand("fanout", "S subscribers, one publisher sending N messages as fast as it can");
@@ -372,6 +390,15 @@ int main(int argc, char** argv) {
   for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, storm}) sub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   s.workload = app.get_subcommands().front()->get_name();
+  if (!s.auth && s.token.empty() && s.key_file.empty()) {
+    // The environment, when no flag chose the credentials.
+    const char* env_token = std::getenv("SWITCHYARD_TOKEN");
+    const char* env_key = std::getenv("SWITCHYARD_KEY_FILE");
+    if (env_token && *env_token) s.token = env_token;
+    if (env_key && *env_key) s.key_file = env_key;
+    if (!s.token.empty() && !s.key_file.empty())
+      return fail_line(s, "SWITCHYARD_TOKEN and SWITCHYARD_KEY_FILE are both set: unset one", 2);
+  }
 
   if (s.workload == "latency" && s.rate * s.seconds > 5e7) return fail_line(s, "rate*seconds too large", 2);
   if (s.workload == "reconnect" && !s.address.empty())
@@ -387,7 +414,16 @@ int main(int argc, char** argv) {
     std::_Exit(3);
   }).detach();
 
+  if (s.workload == "connections" && (s.tls || !s.key_file.empty()))
+    return fail_line(s, "connections writes raw hellos on plain sockets: no --tls or --key-file (--token and --auth work)",
+                     2);
+
   target t;
+  t.token = s.token;
+  t.key_file = s.key_file;
+  // The certificate of --tls and the auth file of --auth; removed at exit
+  // (declared before `server`, so the broker is stopped first).
+  std::optional<temp_folder> scratch;
   std::optional<switchyard::bench::server_process> server;
   if (!s.address.empty()) {
     const auto colon = s.address.rfind(':');
@@ -395,6 +431,7 @@ int main(int argc, char** argv) {
     t.host = s.address.substr(0, colon);
     t.port = static_cast<std::uint16_t>(std::stoul(s.address.substr(colon + 1)));
     if (s.tls && s.tls_ca.empty()) return fail_line(s, "--tls with --address needs --tls-ca", 2);
+    if (s.auth) return fail_line(s, "--auth writes the auth file of the broker the bench starts: with --address give --token or --key-file", 2);
     if (s.tls) t.tls_ca = s.tls_ca;
   } else {
     const std::string binary = s.server_binary.empty() ? switchyard::bench::default_server_binary() : s.server_binary;
@@ -406,19 +443,29 @@ int main(int argc, char** argv) {
     if (s.workload == "connections") args = {"--max-connections", "20000", "--max-frame", "16777216", "--max-pending-bytes", "16777216"};
     // Set-up is not rate limited; the broker restarted in each phase is.
     if (s.workload == "reconnect") args = {"--max-connections", "20000", "--lease-min-ttl-ms", "100", "--log-level", "error"};
+    if (s.tls || s.auth) {
+      scratch = temp_folder::make("switchyard-bench-security-");
+      if (!scratch) return fail_line(s, "cannot create a temporary folder for --tls / --auth");
+    }
     if (s.tls) {
-      // A self-signed certificate for 127.0.0.1, in a fresh folder.
-      char dir_template[] = "/tmp/switchyard-bench-tls-XXXXXX";
-      const char* dir = ::mkdtemp(dir_template);
-      if (!dir) return fail_line(s, "--tls: cannot create a temporary folder");
-      const std::string cert = std::string(dir) + "/broker.pem", key = std::string(dir) + "/broker.key";
+      // A self-signed certificate for 127.0.0.1.
+      const std::string dir = scratch->path().string();
+      const std::string cert = dir + "/broker.pem", key = dir + "/broker.key";
       const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
                               "-subj /CN=switchyard-bench -addext subjectAltName=IP:127.0.0.1 -keyout " +
                               key + " -out " + cert + " >/dev/null 2>&1";
       if (std::system(cmd.c_str()) != 0) return fail_line(s, "--tls: openssl could not make a certificate");
-      args.insert(args.end(), {"--tls-cert", cert, "--tls-key", key});
+      t.server_security_args.insert(t.server_security_args.end(), {"--tls-cert", cert, "--tls-key", key});
       t.tls_ca = cert;
     }
+    if (s.auth) {
+      auto written = write_bench_auth_file(scratch->path());
+      if (!written) return fail_line(s, written.error());
+      t.server_security_args.insert(t.server_security_args.end(), {"--auth-file", written->file.string()});
+      t.token = written->token;
+      t.admin_token = written->admin_token;
+    }
+    args.insert(args.end(), t.server_security_args.begin(), t.server_security_args.end());
     auto started = switchyard::bench::server_process::start(binary, args, 10s);
     if (!started) return fail_line(s, started.error());
     server.emplace(std::move(*started));
@@ -430,7 +477,7 @@ int main(int argc, char** argv) {
   else if (s.workload == "replay") rc = run_replay(s, t);
   else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
   else if (s.workload == "connections") rc = run_connections(s, t, server ? server->pid() : -1);
-  else if (s.workload == "reconnect") rc = run_reconnect(s, *server);
+  else if (s.workload == "reconnect") rc = run_reconnect(s, t, *server);
   else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;

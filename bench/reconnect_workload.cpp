@@ -98,12 +98,14 @@ double pct_s(std::vector<double> sorted_times, long clients, double p) {
 
 }  // namespace
 
-int run_reconnect(const settings& s, server_process& server) {
+int run_reconnect(const settings& s, const target& security, server_process& server) {
   raise_fd_limit();
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   const long nclients = s.clients;
   const long ngw = std::min<long>(s.rc_gateways, nclients);
-  const target t{"127.0.0.1", server.port()};
+  target t = security;
+  t.host = "127.0.0.1";
+  t.port = server.port();
   std::vector<std::shared_ptr<event_loop>> loops;
   for (int i = 0; i < std::max(1, s.rc_loops); ++i) loops.push_back(std::make_shared<event_loop>());
 
@@ -187,9 +189,11 @@ int run_reconnect(const settings& s, server_process& server) {
     return fail_line(s, fmt::format("before any disruption only {}/{} subscriptions and {}/{} routes work",
                                     baseline.subscriptions_ok, nclients, baseline.routes_ok, baseline.routes_total));
 
-  const std::vector<std::string> limited{"--max-hellos-per-s", fmt::format("{}", s.max_hellos_per_s),
-                                         "--max-connections", "20000", "--lease-min-ttl-ms", "100",
-                                         "--log-level", "error"};
+  std::vector<std::string> limited{"--max-hellos-per-s", fmt::format("{}", s.max_hellos_per_s),
+                                   "--max-connections", "20000", "--lease-min-ttl-ms", "100",
+                                   "--log-level", "error"};
+  // The same certificate and auth file as before the restart.
+  limited.insert(limited.end(), t.server_security_args.begin(), t.server_security_args.end());
   auto run_phase = [&](const std::string& name) {
     phase_result r;
     r.name = name;
@@ -223,6 +227,7 @@ int run_reconnect(const settings& s, server_process& server) {
     } else {
       auto admin_options = options_for(t, "bench-rc-admin");
       admin_options.admin = true;
+      if (!t.admin_token.empty()) admin_options.token = t.admin_token;  // --auth: the admin principal
       admin_options.reconnect.enabled = false;
       auto admin = client::connect(admin_options);
       t0 = now_ns();

@@ -49,7 +49,8 @@ void append(client& c, std::string_view stream, std::string_view payload) {
 TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") {
   for (const char* args : {"--help", "ping --help", "streams --help", "streams list --help", "streams info --help",
                            "streams retention --help", "streams read --help", "routes --help", "routes get --help",
-                           "routes list --help", "leases --help", "leases list --help", "drain --help"}) {
+                           "routes list --help", "leases --help", "leases list --help", "drain --help", "keygen --help",
+                           "hash-token --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);

@@ -1,0 +1,131 @@
+// The real switchyard-bench binary, starting its own switchyard-server:
+// what it says about TLS and authentication, and what it leaves behind.
+// Small workloads only (a thousand messages): these check behaviour, not
+// speed.
+
+#include "auth/auth_config.hpp"
+#include "bench/auth_file.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+
+using switchyard::test::run_for_exit_code;
+using switchyard::test::temp_dir;
+
+namespace {
+
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+
+// switchyard-bench `args` --json with TMPDIR=`tmp`: exit code and stdout's
+// JSON line (progress and the summary go to stderr, dropped).
+std::pair<int, std::string> run_bench(const temp_dir& tmp, const std::string& args) {
+  return run_for_exit_code("TMPDIR=" + tmp.path().string() + " " + SWITCHYARD_BENCH_BINARY + " --server " +
+                           SWITCHYARD_SERVER_BINARY + " --json " + args + " 2>/dev/null");
+}
+
+bool is_empty_dir(const std::filesystem::path& dir) {
+  return std::filesystem::directory_iterator(dir) == std::filesystem::directory_iterator();
+}
+
+}  // namespace
+
+TEST_CASE("switchyard-bench --json says TLS and auth were off on a plain run", "[bench]") {
+  temp_dir tmp;
+  const auto [code, json] = run_bench(tmp, "fanout --count 1000 --size 64");
+  INFO(json);
+  CHECK(code == 0);
+  CHECK(contains(json, R"("workload":"fanout")"));
+  CHECK(contains(json, R"("tls":false,"auth":"none","auth_file":false})"));
+}
+
+TEST_CASE("switchyard-bench --tls runs over TLS and removes its certificate folder at exit", "[bench][tls]") {
+  temp_dir tmp;
+  const auto [code, json] = run_bench(tmp, "--tls fanout --count 1000 --size 64");
+  INFO(json);
+  CHECK(code == 0);
+  CHECK(contains(json, R"("recv_total":1000,)"));
+  CHECK(contains(json, R"("tls":true,"auth":"none","auth_file":false})"));
+  CHECK(is_empty_dir(tmp.path()));
+}
+
+TEST_CASE("switchyard-bench removes its certificate folder when the run fails", "[bench][tls]") {
+  temp_dir tmp;
+  // No broker binary there: start-up fails after the certificate was made.
+  const auto [code, json] = run_for_exit_code("TMPDIR=" + tmp.path().string() + " " + SWITCHYARD_BENCH_BINARY +
+                                              " --server " + (tmp.path() / "no-such-server").string() +
+                                              " --json --tls fanout --count 10 2>/dev/null");
+  INFO(json);
+  CHECK(code != 0);
+  CHECK(contains(json, R"("error":)"));
+  CHECK(is_empty_dir(tmp.path()));
+}
+
+TEST_CASE("switchyard-bench --auth without its own broker is refused", "[bench][auth]") {
+  temp_dir tmp;
+  const auto [code, json] = run_bench(tmp, "--auth --address 127.0.0.1:1 fanout --count 10");
+  CHECK(code == 2);
+  CHECK(contains(json, "--auth writes the auth file of the broker the bench starts"));
+}
+
+TEST_CASE("switchyard-bench --auth runs every client workload against a broker checking each permission",
+          "[bench][auth]") {
+  temp_dir tmp;
+  for (const char* args : {"fanout --count 1000 --size 64", "latency --rate 1000 --seconds 0.2 --size 64",
+                           "durable --count 200 --size 64 --durability none", "replay --count 200 --size 64",
+                           "route --users 100 --gateways 4 --count 500 --size 64 --window 16",
+                           "leases --leases 100 --window 16", "connections --count 20"}) {
+    INFO(args);
+    const auto [code, json] = run_bench(tmp, std::string("--auth ") + args);
+    INFO(json);
+    CHECK(code == 0);
+    CHECK_FALSE(contains(json, R"("error")"));
+    CHECK(contains(json, R"("tls":false,"auth":"token","auth_file":true})"));
+  }
+  CHECK(is_empty_dir(tmp.path()));
+}
+
+TEST_CASE("the bench's auth file gives its principal every name the workloads use through real allow and deny rules",
+          "[bench][auth]") {
+  const std::string token = "bench-token", admin_token = "bench-admin-token";
+  const auto config = switchyard::auth::auth_config::parse(switchyard::bench::bench_auth_file_text(token, admin_token));
+  if (!config) FAIL(config.error().to_string("the bench's auth file"));
+  const auto principal = config->by_token(token);
+  REQUIRE(principal);
+  CHECK_FALSE(principal->admin);
+  for (std::size_t op = 0; op < switchyard::auth::operation_count; ++op) {
+    const auto& rule = principal->rules[op];
+    INFO(switchyard::auth::to_string(static_cast<switchyard::auth::operation>(op)));
+    // Not the allow-everything short cut: the broker matches every name.
+    CHECK_FALSE(rule.allows_everything());
+    CHECK(rule.allow().size() >= 2);
+    CHECK_FALSE(rule.deny().empty());
+  }
+  using op = switchyard::auth::operation;
+  // The names of bench/*.cpp (fanout, latency, reconnect, route, leases, durable, replay).
+  const std::pair<op, const char*> used[] = {
+      {op::publish, "bench.fanout"},          {op::publish, "bench.rc.17"},
+      {op::send, "user:4711"},                {op::send, "rc.u.3.7"},
+      {op::registry_put, "user:4711"},        {op::registry_put, "rc.u.3.7"},
+      {op::registry_get, "user:4711"},        {op::registry_delete, "rc.u.3.7"},
+      {op::inbox, "gw-199"},                  {op::inbox, "rc-gw-12"},
+      {op::stream_append, "bench:durable"},   {op::stream_append, "bench:replay"},
+      {op::stream_read, "bench:durable"},     {op::stream_read, "bench:replay"}};
+  for (const auto& [operation, name] : used) {
+    INFO(switchyard::auth::to_string(operation) << " " << name);
+    CHECK(principal->may(operation, name));
+  }
+  for (const char* pattern : {"bench.fanout", "bench.rc.17"})
+    CHECK(principal->rule(op::subscribe).check_subscribe(pattern) == switchyard::auth::permission_rule::subscribe_verdict::allowed);
+  // The deny rules are real: they refuse names beside the bench's.
+  CHECK_FALSE(principal->may(op::publish, "bench.admin.reset"));
+  CHECK_FALSE(principal->may(op::send, "admin"));
+  CHECK_FALSE(principal->may(op::publish, "orders.eu"));
+  // The reconnect workload's drain: the second principal.
+  const auto admin = config->by_token(admin_token);
+  REQUIRE(admin);
+  CHECK(admin->admin);
+}
