@@ -1,6 +1,6 @@
 #pragma once
 // The credentials switchyard-cli makes without a broker (`keygen`,
-// `hash-token`; docs/cli-auth.md): Ed25519 key pairs in the key file format
+// `hash-token`; docs/security.md, "Keys and tokens with switchyard-cli"): Ed25519 key pairs in the key file format
 // the client library reads (client_options::key_file), bearer tokens and
 // the SHA-256 hashes an auth file stores (token_sha256). Over libsodium.
 // Thread-safe; secrets are wiped from this module's own buffers once used.
