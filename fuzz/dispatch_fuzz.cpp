@@ -81,11 +81,34 @@ struct broker_state : fake_clock {
     for (std::size_t i = 0; i < peer_count; ++i) peers[i] = make_peer(i);
   }
 
+  // Peers 1 and 2 are principals of an auth file with narrow permissions
+  // (one of them admin), so the permission checks and lease ownership run;
+  // peer 0 is anonymous (no auth file).
+  static std::shared_ptr<const switchyard::auth::principal> make_principal(std::size_t i) {
+    using switchyard::auth::operation;
+    using switchyard::auth::permission_rule;
+    auto p = std::make_shared<switchyard::auth::principal>();
+    p->name = i == 1 ? "gw-a" : "ops";
+    p->admin = i == 2;
+    const auto rule = [&](operation op, std::vector<std::string> allow, std::vector<std::string> deny) {
+      p->rules[static_cast<std::size_t>(op)] = permission_rule(std::move(allow), std::move(deny));
+    };
+    rule(operation::publish, {"a.>", "*.b"}, {"a.secret"});
+    rule(operation::subscribe, {">"}, {"a.secret", "x.*.y"});
+    rule(operation::send, {"u.*"}, {"u.vip"});
+    rule(operation::registry_put, {"u.*"}, {});
+    rule(operation::registry_get, {">"}, {"u.vip"});
+    rule(operation::registry_delete, {"u.*"}, {});
+    rule(operation::inbox, {"gw-a", "i.>"}, {});
+    return p;
+  }
   std::shared_ptr<recording_peer> make_peer(std::size_t i) {
     capability_set c;
     c.routing = i >= 1;
     c.admin = i >= 2;
-    return std::make_shared<recording_peer>(next_id++, builder, c);
+    auto p = std::make_shared<recording_peer>(next_id++, builder, c);
+    if (i >= 1) p->set_principal(make_principal(i), static_cast<switchyard::broker::owner_id>(i));
+    return p;
   }
   void replace(std::size_t i) {
     dispatch.disconnected(*peers[i]);
