@@ -2,6 +2,7 @@
 // with the openssl tool (tests/support/tls_certs.hpp): a real broker, real
 // TLS sessions through the client library.
 
+#include "protocol/limits.hpp"
 #include "switchyard/client.hpp"
 #include "tests/support/byte_pattern.hpp"
 #include "tests/support/clients.hpp"
