@@ -17,8 +17,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <fstream>
+#include <iterator>
+#include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 

@@ -12,8 +12,9 @@
 
 #include <array>
 #include <cerrno>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -36,15 +37,21 @@ asio_error_code ssl_error(unsigned long e) {
 // flights, alerts) to the std::vector<std::uint8_t> in its data pointer.
 // Never fails and never blocks, so SSL_write completes in one call; the
 // stream writes the vector to the socket itself.
-int out_write(BIO* b, const char* data, int len) {
+// Out of memory fails the write (OpenSSL sees -1); nothing is thrown
+// through OpenSSL.
+int out_write(BIO* b, const char* data, int len) noexcept {
   auto* into = static_cast<std::vector<std::uint8_t>*>(BIO_get_data(b));
   if (len <= 0) return 0;
   const auto* p = reinterpret_cast<const std::uint8_t*>(data);
-  into->insert(into->end(), p, p + len);
+  try {
+    into->insert(into->end(), p, p + len);
+  } catch (const std::bad_alloc&) {
+    return -1;
+  }
   return len;
 }
 
-long out_ctrl(BIO* b, int cmd, long /*num*/, void* /*ptr*/) {
+long out_ctrl(BIO* b, int cmd, long /*num*/, void* /*ptr*/) noexcept {
   switch (cmd) {
     case BIO_CTRL_FLUSH:
       return 1;
@@ -56,7 +63,7 @@ long out_ctrl(BIO* b, int cmd, long /*num*/, void* /*ptr*/) {
   }
 }
 
-int out_create(BIO* b) {
+int out_create(BIO* b) noexcept {
   BIO_set_init(b, 1);
   return 1;
 }
