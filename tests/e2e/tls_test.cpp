@@ -77,9 +77,9 @@ std::error_code connect_error(const client_options& o) {
 
 // A TLS client made by hand with OpenSSL, so that the test decides which
 // records go out together: what it writes stays in a memory BIO until
-// send_pending() sends all of it with one send(). Reads come straight from
-// the (blocking) socket, each within `read_timeout`. No verification of
-// the broker (not what these tests are about).
+// send_pending() sends all of it with one send(); what it reads comes
+// from the socket through another memory BIO, each recv within 5 s. No
+// verification of the broker (not what these tests are about).
 class manual_tls_client {
  public:
   explicit manual_tls_client(std::uint16_t port) {
@@ -88,7 +88,7 @@ class manual_tls_client {
     SSL_CTX_set_verify(ctx_, SSL_VERIFY_NONE, nullptr);
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd_ >= 0);
-    timeval tv{5, 0};  // read_timeout
+    timeval tv{5, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -97,8 +97,9 @@ class manual_tls_client {
     REQUIRE(::connect(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
     ssl_ = SSL_new(ctx_);
     REQUIRE(ssl_ != nullptr);
-    out_ = BIO_new(BIO_s_mem());
-    SSL_set_bio(ssl_, BIO_new_socket(fd_, BIO_NOCLOSE), out_);
+    in_bio_ = BIO_new(BIO_s_mem());
+    out_bio_ = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl_, in_bio_, out_bio_);
     SSL_set_connect_state(ssl_);
   }
   ~manual_tls_client() {
@@ -110,13 +111,14 @@ class manual_tls_client {
   manual_tls_client& operator=(const manual_tls_client&) = delete;
 
   // Runs the handshake; the client's last flight (its Finished) stays
-  // unsent. Bounded: a TLS 1.3 handshake takes two turns.
+  // unsent. Bounded: a TLS 1.3 handshake takes a few reads.
   bool handshake() {
-    for (int turn = 0; turn < 10; ++turn) {
+    for (int turn = 0; turn < 50; ++turn) {
       const int r = SSL_connect(ssl_);
       if (r == 1) return true;
       if (SSL_get_error(ssl_, r) != SSL_ERROR_WANT_READ) return false;
       send_pending();
+      if (!receive()) return false;
     }
     return false;
   }
@@ -127,9 +129,9 @@ class manual_tls_client {
   }
   void send_pending() {
     char* data = nullptr;
-    const long n = BIO_get_mem_data(out_, &data);
+    const long n = BIO_get_mem_data(out_bio_, &data);
     if (n > 0) REQUIRE(::send(fd_, data, static_cast<std::size_t>(n), MSG_NOSIGNAL) == n);
-    (void)BIO_reset(out_);
+    (void)BIO_reset(out_bio_);
   }
   // The next frame the broker sends, or nothing within the read timeout.
   std::optional<test::raw_frame> read_frame() {
@@ -145,20 +147,32 @@ class manual_tls_client {
   }
 
  private:
+  // One recv from the socket into OpenSSL's input; false on timeout or close.
+  bool receive() {
+    char buf[16384];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    BIO_write(in_bio_, buf, static_cast<int>(n));
+    return true;
+  }
   bool fill(std::size_t n) {
-    // Bounded by the read timeout: each SSL_read either returns bytes or fails.
-    while (in_.size() < n) {
+    // Bounded: every turn decrypts bytes or receives some, else gives up.
+    for (int turn = 0; turn < 1000 && in_.size() < n; ++turn) {
       std::uint8_t buf[16384];
       std::size_t got = 0;
-      if (SSL_read_ex(ssl_, buf, sizeof buf, &got) != 1) return false;
-      in_.insert(in_.end(), buf, buf + got);
+      if (SSL_read_ex(ssl_, buf, sizeof buf, &got) == 1) {
+        in_.insert(in_.end(), buf, buf + got);
+        continue;
+      }
+      if (SSL_get_error(ssl_, 0) != SSL_ERROR_WANT_READ || !receive()) return false;
     }
-    return true;
+    return in_.size() >= n;
   }
 
   SSL_CTX* ctx_ = nullptr;
   SSL* ssl_ = nullptr;
-  BIO* out_ = nullptr;  // owned by ssl_
+  BIO* in_bio_ = nullptr;   // owned by ssl_
+  BIO* out_bio_ = nullptr;  // owned by ssl_
   int fd_ = -1;
   std::vector<std::uint8_t> in_;
 };
