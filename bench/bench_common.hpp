@@ -82,6 +82,8 @@ struct settings {
   double drain_window = 10;      // seconds
   double phase_timeout = 120;    // seconds per phase until every client is back
   int rc_loops = 2;              // client I/O threads
+  // handshakes
+  int hs_clients = 4;  // client threads connecting in a loop
 };
 
 // Minimal JSON object writer: keys are ours, strings are escaped.
@@ -226,6 +228,7 @@ int run_leases(const settings& s, const target& t, int server_pid);
 int run_durable(const settings& s, const target& t);
 int run_replay(const settings& s, const target& t);
 int run_connections(const settings& s, const target& t, int server_pid);
+int run_handshakes(const settings& s, const target& t, int server_pid);
 class server_process;
 // `t`: its credentials, TLS and security arguments (host and port are the server's).
 int run_reconnect(const settings& s, const target& t, server_process& server);

@@ -9,6 +9,7 @@
 //   switchyard-bench route   --users U --gateways G --count N --size P --window W [--json]
 //   switchyard-bench leases  --leases L --window W [--json]
 //   switchyard-bench connections --count C [--declare BYTES] [--json]
+//   switchyard-bench handshakes --clients C --seconds D [--tls] [--json]
 //   switchyard-bench reconnect --clients C --max-hellos-per-s R [--mode kill|drain|both] [--json]
 //
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
@@ -371,6 +372,11 @@ int main(int argc, char** argv) {
   conns->add_option("--declare", s.declare, "each then starts a frame declaring this many bytes (0 = stay idle)")
       ->check(CLI::Range(0L, 64L << 20))->capture_default_str();
 
+  auto* shakes = app.add_subcommand(
+      "handshakes", "C clients connect (TCP, TLS handshake with --tls, hello) and close in a loop for D seconds");
+  shakes->add_option("--clients", s.hs_clients, "client threads")->check(CLI::Range(1, 256))->capture_default_str();
+  shakes->add_option("--seconds", s.seconds, "duration")->check(CLI::Range(0.1, 600.0))->capture_default_str();
+
   auto* storm = app.add_subcommand(
       "reconnect", "a reconnect storm: C clients (G of them gateways) come back after SIGKILL and restart, then a drain");
   storm->add_option("--clients", s.clients, "clients, each with a subscription")->check(CLI::Range(1L, 15'000L))->capture_default_str();
@@ -387,7 +393,7 @@ int main(int argc, char** argv) {
   storm->add_option("--loops", s.rc_loops, "client I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
 
   // Flags may come before or after the workload name.
-  for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, storm}) sub->fallthrough();
+  for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, shakes, storm}) sub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   s.workload = app.get_subcommands().front()->get_name();
   if (!s.auth && s.token.empty() && s.key_file.empty()) {
@@ -478,6 +484,7 @@ int main(int argc, char** argv) {
   else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
   else if (s.workload == "connections") rc = run_connections(s, t, server ? server->pid() : -1);
   else if (s.workload == "reconnect") rc = run_reconnect(s, t, *server);
+  else if (s.workload == "handshakes") rc = run_handshakes(s, t, server ? server->pid() : -1);
   else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;

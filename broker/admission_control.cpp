@@ -45,6 +45,19 @@ std::optional<refusal> admission_control::on_accept(std::size_t open, clock::tim
   return std::nullopt;
 }
 
+bool admission_control::on_tls_accept(std::size_t open) noexcept {
+  if (open + tls_handshakes_ >= std::size_t{config_.max_connections} + config_.admin_slots) {
+    ++counters_.connections_rejected;
+    return false;
+  }
+  ++tls_handshakes_;
+  return true;
+}
+
+void admission_control::tls_handshake_done() noexcept {
+  if (tls_handshakes_ > 0) --tls_handshakes_;
+}
+
 std::optional<refusal> admission_control::on_hello(bool admin, std::size_t open, clock::time_point now) {
   if (draining_) return drain_refusal();
   if (admin) return std::nullopt;  // within max_connections + admin_slots (on_accept), and not rate limited

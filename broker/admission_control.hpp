@@ -11,6 +11,16 @@
 //    included) are more than max_connections: the last admin_slots
 //    connections are kept for admins (the CLI). `too_many_connections`,
 //    retry_after_ms = 1 s, or the hello rate's reservation if that is later;
+//  - TLS: a connection counts from its accept, as a plain one does, but it
+//    is registered only once its handshake is done: until then it is a
+//    handshake in progress, counted here. At accept, a TLS connection is
+//    closed at once, without a handshake, when the open connections plus
+//    the handshakes in progress are max_connections + admin_slots or more
+//    (no `too_many_connections` frame: there is no session to send it
+//    in; the client's handshake fails). So a flood of connections that
+//    never finish their handshake holds at most the cap's places, each
+//    until the hello timeout. Its hello is then checked as a plain one's,
+//    against the open connections (handshakes in progress not counted);
 //  - the hello rate: a hello without "admin" takes a token of the bucket
 //    (token_bucket.hpp); without one it is refused with `rate_limited`,
 //    retry_after_ms from the bucket's reservations.
@@ -65,6 +75,16 @@ class admission_control {
   // A new connection before anything is read from it; `open` = the
   // counted connections without it. nullopt = go on and read its hello.
   std::optional<refusal> on_accept(std::size_t open, clock::time_point now);
+  // A TLS connection before its handshake; `open` = the counted
+  // connections. True: go on with the handshake, which now holds a place
+  // until tls_handshake_done(). False: close it at once (counted in
+  // connections_rejected).
+  bool on_tls_accept(std::size_t open) noexcept;
+  // The handshake that on_tls_accept() allowed ended (done, failed or
+  // timed out).
+  void tls_handshake_done() noexcept;
+  std::size_t tls_handshakes() const noexcept { return tls_handshakes_; }
+
   // Its hello; `open` = the counted connections, itself included. `admin`:
   // the hello asked for the "admin" capability. nullopt = welcome it.
   std::optional<refusal> on_hello(bool admin, std::size_t open, clock::time_point now);
@@ -90,6 +110,7 @@ class admission_control {
   const server_config& config_;
   server_counters& counters_;
   token_bucket bucket_;
+  std::size_t tls_handshakes_ = 0;  // in progress
   bool draining_ = false;
   std::chrono::milliseconds reconnect_window_{0};
 };

@@ -16,9 +16,12 @@
 // reads records straight from the socket and decrypts into read_some()'s
 // buffer; bytes it decrypted but that did not fit stay in the session, and
 // wait_readable() completes at once while there are any (the socket may
-// never become readable for them). A write copies the buffer list into
-// one plaintext staging buffer, seals it into records of up to 16 KiB and
-// writes the ciphertext with one socket write.
+// never become readable for them); OpenSSL reads ahead, so one recv takes
+// several records and a read decrypts record after record until its buffer
+// is full or the socket has no more. A write seals the buffer list into
+// records of 16 KiB of plaintext (a buffer's whole records straight from
+// it, the small pieces gathered first) and writes all the ciphertext with
+// one socket write.
 //
 // The waits return Asio's asynchronous operations themselves (not a
 // coroutine of ours around them, not virtual): the hot path costs what the
@@ -121,9 +124,9 @@ class byte_stream {
             return;
           }
           for (auto it = asio::buffer_sequence_begin(*b); it != asio::buffer_sequence_end(*b); ++it)
-            tls_stage(asio::const_buffer(*it));
+            tls_seal(asio::const_buffer(*it));
           asio_error_code sealed;
-          const asio::const_buffer out = tls_seal(sealed);
+          const asio::const_buffer out = tls_flush(sealed);
           if (sealed) {
             asio::post(socket_.get_executor(),
                        [h = std::move(handler), sealed]() mutable { std::move(h)(sealed, std::size_t{0}); });
@@ -143,10 +146,13 @@ class byte_stream {
  private:
   bool tls_has_pending() const noexcept;
   std::size_t tls_read(asio::mutable_buffer into, asio_error_code& ec);
-  // Appends plaintext to the staging buffer; tls_seal() encrypts all of it
-  // into records and returns the ciphertext (valid until the next seal).
-  void tls_stage(asio::const_buffer plain);
-  asio::const_buffer tls_seal(asio_error_code& ec);
+  // One write's plaintext, buffer by buffer: whole 16 KiB records are
+  // sealed straight from `plain`, smaller pieces are gathered into a
+  // record first (so small frames share records). tls_flush() seals what
+  // is left and returns the write's ciphertext (valid until the next
+  // write); its error: OpenSSL's, when a record could not be sealed.
+  void tls_seal(asio::const_buffer plain);
+  asio::const_buffer tls_flush(asio_error_code& ec);
 
   asio::ip::tcp::socket socket_;
   std::string remote_;

@@ -293,6 +293,18 @@ void server::impl::admit(byte_stream stream) {
 }
 
 asio::awaitable<void> server::impl::tls_accept(asio::ip::tcp::socket socket) {
+  // The handshake holds a place under the connection cap until it ends
+  // (admission_control: beyond the cap, closed without a handshake).
+  if (!admission.on_tls_accept(registry.counted())) {
+    asio_error_code ignored;
+    socket.close(ignored);
+    co_return;
+  }
+  struct handshake_slot {
+    admission_control* admission;
+    void release() noexcept { if (admission) std::exchange(admission, nullptr)->tls_handshake_done(); }
+    ~handshake_slot() { release(); }
+  } slot{&admission};
   auto stream = std::make_unique<byte_stream>(std::move(socket), tls);
   // A client that connects and says nothing must not hold the socket: the
   // handshake has the hello timeout.
@@ -309,6 +321,7 @@ asio::awaitable<void> server::impl::tls_accept(asio::ip::tcp::socket socket) {
   if (registry.stopping()) co_return;
   if (!ec) {
     logger->debug("TLS from {}: {}", stream->remote_address(), stream->tls_description());
+    slot.release();  // counted by the registry from now on
     admit(std::move(*stream));
     co_return;
   }

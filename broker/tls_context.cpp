@@ -34,6 +34,14 @@ std::expected<std::shared_ptr<tls_context>, std::string> tls_context::load(const
   // stream, as a plain connection's close does.
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
   SSL_CTX_set_num_tickets(ctx, 0);
+  // Reads: OpenSSL reads ahead, up to read_buffer bytes per recv (several
+  // records), and byte_stream decrypts record after record from that
+  // buffer. A session's record buffers are freed while empty, so an idle
+  // TLS connection holds none (allocating one per read or write call is
+  // small beside the recv or the records' encryption).
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, read_buffer);
+  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   if (SSL_CTX_use_certificate_chain_file(ctx, cfg.tls_cert.c_str()) != 1)
     return failed("tls-cert " + cfg.tls_cert + " cannot be used");

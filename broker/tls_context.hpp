@@ -10,6 +10,7 @@
 
 #include <boost/asio/ssl/context.hpp>
 
+#include <cstddef>
 #include <expected>
 #include <memory>
 #include <string>
@@ -20,6 +21,9 @@ struct server_config;
 
 class tls_context {
  public:
+  // Ciphertext a session's recv may take at once (4 full records).
+  static constexpr std::size_t read_buffer = 4 * (16384 + 256);
+
   // Builds the context from the config's TLS settings (which must be on:
   // cfg.tls_cert set). Errors: a message naming the file and OpenSSL's
   // reason (unreadable, not PEM, key does not match the certificate).

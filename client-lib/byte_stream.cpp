@@ -67,6 +67,10 @@ asio::awaitable<std::error_code> byte_stream::connect(const asio::ip::tcp::resol
 
   tls_.emplace(socket_, *tls_ctx_);
   SSL* ssl = tls_->native_handle();
+  // Asio asks OpenSSL to free a session's record buffers whenever they are
+  // empty, which costs an allocation and a free per record read or
+  // written; a client has few sessions, so it keeps them.
+  SSL_clear_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
   const std::string& name = tls_options_.server_name.empty() ? host : tls_options_.server_name;
   asio_error_code parse_ec;
   const bool is_ip = !asio::ip::make_address(name, parse_ec).is_unspecified() && !parse_ec;
@@ -86,7 +90,8 @@ asio::awaitable<std::error_code> byte_stream::connect(const asio::ip::tcp::resol
     if (const long v = SSL_get_verify_result(ssl); v != X509_V_OK)
       tls_error_ += std::string(" (broker certificate: ") + X509_verify_cert_error_string(v) + ")";
     if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
-      tls_error_ += " (the broker closed the connection: it may require a client certificate)";
+      tls_error_ += " (the broker closed the connection: it may require a client certificate, or be at its "
+                    "connection cap)";
     if (!socket_.is_open()) co_return ec;  // closed meanwhile (the connect timeout): not a TLS verdict
     co_return make_error_code(errc::tls_failed);
   }
