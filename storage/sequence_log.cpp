@@ -2,6 +2,7 @@
 
 #include "storage/data_file.hpp"
 #include "storage/lmdb_guard.hpp"
+#include "storage/raw_access.hpp"
 
 #include <fcntl.h>
 #include <lmdb.h>
@@ -933,6 +934,14 @@ struct sequence_log::impl {
         if (get_be64(kb) != m.id) break;
       }
       const std::uint64_t seq = get_be64(kb + 8);
+      // The stream's records are first..last, every one there: a record
+      // after a hole (or past last) is not the front one. Trimming it
+      // would leave metadata whose count no longer fits first..last (the
+      // stream unreadable). A missing record is damage: stop before it.
+      if (seq != m.first) {
+        if (removed == 0 && m.first <= m.last) return std::unexpected(make_error_code(errc::corrupted));
+        break;
+      }
       if (v.mv_size < record_header) return std::unexpected(make_error_code(errc::corrupted));
       const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
       if (!more(m, seq, ts)) break;
@@ -1679,6 +1688,33 @@ durability sequence_log::mode() const noexcept { return impl_->opts.mode; }
 
 sequence_log::space_info sequence_log::space() const noexcept {
   return {impl_->allocated, std::uint64_t{impl_->disk_reserve_pages()} * impl_->page};
+}
+
+std::error_code rewrite_raw(sequence_log& log, std::span<const raw_entry> entries) {
+  auto& p = *log.impl_;
+  if (p.opts.read_only) return make_error_code(errc::invalid_argument);
+  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
+    for (const MDB_dbi dbi : {p.streams, p.records, p.own_retention})
+      if (const int rc = mdb_drop(t, dbi, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+    for (const auto& e : entries) {
+      const MDB_dbi dbi = e.db == raw_db::streams   ? p.streams
+                          : e.db == raw_db::records ? p.records
+                          : e.db == raw_db::meta    ? p.metadata
+                                                    : p.own_retention;
+      MDB_val k{e.key.size(), const_cast<std::byte*>(e.key.data())};
+      MDB_val v{e.value.size(), const_cast<std::byte*>(e.value.data())};
+      if (const int rc = mdb_put(t, dbi, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+    }
+    return {};
+  }, true);
+  // Like a trim, this may have used the reserves: appends get their limit back.
+  const auto shrink = p.keep_reserve();
+  return ec ? ec : shrink;
+}
+
+std::uint64_t record_checksum(std::uint64_t seq, std::span<const std::byte> value) {
+  if (value.size() < record_header) return 0;
+  return checksum(seq, get_le<std::uint64_t>(value.data() + 8), value.data(), value.size());
 }
 
 }  // namespace switchyard::storage
