@@ -18,7 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-1}
 targets=("$@")
-(( ${#targets[@]} )) || targets=(frame dispatch destination config)
+(( ${#targets[@]} )) || targets=(frame dispatch destination config log_record)
 
 dir=build/fuzz
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DSWITCHYARD_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
