@@ -1418,6 +1418,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
     std::string name;
     meta m;
     std::uint64_t next = 0;     // the sequence the walk expects next
+    bool ended = false;         // the walk met record last_seq (next may have wrapped past 2^64 - 1)
     std::uint64_t present = 0;  // records found in first..last
     std::uint64_t bytes = 0;    // their destination + payload bytes
     bool holes = false;         // a missing or damaged record was reported
@@ -1550,6 +1551,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
                     (seq > st.next + 1 ? " (records up to " + std::to_string(seq - 1) + " too)" : std::string{}));
       }
       st.next = seq + 1;
+      st.ended = seq == st.m.last;
       ++st.present;
       if (const char* why = p.check_record(k, v)) {
         st.holes = true;
@@ -1583,7 +1585,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
   }
   for (auto& [id, st] : by_id) {
     if (walk_stopped_at && id >= *walk_stopped_at) continue;
-    if (st.next <= st.m.last) {
+    if (!st.ended && st.next <= st.m.last) {
       problem(st.name, st.next,
               where(st.name, st.next) + ": missing" +
                   (st.m.last > st.next ? " (records up to " + std::to_string(st.m.last) + " too)" : std::string{}));
