@@ -334,16 +334,18 @@ model parse(const std::uint8_t* data, std::size_t size) {
 
 // Whether the model is a log without any damage: what verify() must find
 // intact. Stream a: metadata of 56 bytes with id 1 (b has 2, the highest id
-// handed out), first >= 1, consistent (records = last - first + 1, or none
-// and first = last + 1), every sequence first..last present with a valid
+// handed out), consistent (records = last - first + 1 with first >= 1, or
+// none and first = last + 1), every sequence first..last present with a valid
 // value and nothing else under id 1, its byte count their destination +
 // payload bytes; a retention entry, if any, of at least 24 bytes with an
 // age that fits an int64. Stream b: its record valid and of its size. No
 // records of other stream ids.
 bool well_formed(const model& m) {
   const auto a = meta::decode(m.meta_a);
-  if (!a || a->id != 1 || a->first < 1) return false;
-  if (a->records == 0 ? a->first != a->last + 1 : a->first > a->last || a->records != a->last - a->first + 1)
+  if (!a || a->id != 1) return false;
+  // Empty: first = last + 1 (0 after sequence 2^64 - 1).
+  if (a->records == 0 ? a->first != a->last + 1
+                      : a->first < 1 || a->first > a->last || a->records != a->last - a->first + 1)
     return false;
   if (m.retention_a &&
       (m.retention_a->size() < 24 || le<std::uint64_t>(m.retention_a->data() + 8) > std::uint64_t{INT64_MAX}))
@@ -382,6 +384,12 @@ bool read_all(const model& m, std::string_view name, const std::optional<meta>& 
   if (!md) {
     auto r = log_->read(name, 1, 4, 64u << 10, &diag);
     check(!r && is(r.error(), sy::errc::corrupted) && diag.seq == 0);
+    return false;
+  }
+  if (md->records == 0) {  // empty (or, if inconsistent, damaged) metadata
+    auto r = log_->read(name, md->first, 4, 64u << 10, &diag);
+    if (r) return check(r->records.empty() && r->damaged_seq == 0), clean;
+    check(is(r.error(), sy::errc::corrupted) && diag.seq == 0);
     return false;
   }
   std::uint64_t from = md->first, returned = 0;

@@ -1216,7 +1216,9 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
   out.epoch = m->epoch;
   out.first_seq = m->first;
   out.last_seq = m->last;
-  if (from > m->last || max_count == 0) return out;
+  // (records == 0: empty, also when first = last + 1 wrapped to 0 after
+  // sequence 2^64 - 1.)
+  if (from > m->last || m->records == 0 || max_count == 0) return out;
   cursor c(t.get(), p.records);
   if (c.status() != MDB_SUCCESS) return std::unexpected(from_lmdb(c.status()));
   record_key start(m->id, from);
@@ -1585,7 +1587,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
   }
   for (auto& [id, st] : by_id) {
     if (walk_stopped_at && id >= *walk_stopped_at) continue;
-    if (!st.ended && st.next <= st.m.last) {
+    if (st.m.records != 0 && !st.ended && st.next <= st.m.last) {
       problem(st.name, st.next,
               where(st.name, st.next) + ": missing" +
                   (st.m.last > st.next ? " (records up to " + std::to_string(st.m.last) + " too)" : std::string{}));

@@ -113,3 +113,30 @@ TEST_CASE("verify finds a stream that ends at the last sequence there is intact"
   for (const auto& p : report.problems) UNSCOPED_INFO(p.what);
   CHECK(report.intact());  // not "record 0 missing (records up to 2^64 - 1 too)"
 }
+
+TEST_CASE("a stream trimmed empty at the last sequence there is reads empty and verifies intact", "[storage][damage]") {
+  temp_dir dir{"switchyard-damaged"};
+  auto log = open_log(dir);
+  constexpr std::uint64_t last = std::numeric_limits<std::uint64_t>::max();
+  const bytes r = record_value(last, 10, "", "end"), meta = stream_meta(1, last, last, 1, 3), k = record_key(1, last);
+  bytes last_id;
+  switchyard::test::put_le<std::uint64_t>(last_id, 1);
+  const sy::raw_entry entries[] = {{sy::raw_db::streams, bytes_of("s"), meta},
+                                   {sy::raw_db::records, k, r},
+                                   {sy::raw_db::meta, bytes_of("last_stream_id"), last_id}};
+  REQUIRE_FALSE(sy::rewrite_raw(*log, entries));
+  REQUIRE(log->trim("s", last, 10) == 0u);
+  REQUIRE(log->enforce("s", sy::retention{0, {}, 1}, 10) == 1u);  // over its byte limit
+
+  // first = last + 1 wraps to 0: still the empty stream after last.
+  auto info = log->info("s");
+  REQUIRE(info);
+  CHECK(info->records == 0);
+  CHECK(info->last_seq == last);
+  auto read = log->read("s", info->first_seq, 10, 1u << 20);
+  REQUIRE(read);  // not "record 0 missing"
+  CHECK(read->records.empty());
+  const auto report = log->verify();
+  for (const auto& p : report.problems) UNSCOPED_INFO(p.what);
+  CHECK(report.intact());
+}
