@@ -45,6 +45,9 @@
 // Seeds (SWITCHYARD_FUZZ_SEEDS): a real log written by sequence_log
 // (records with and without destination, an overflow record, a trimmed
 // front, a retention entry), read back with LMDB, values verbatim.
+// Triage: a failed check prints its line; SWITCHYARD_FUZZ_DEBUG=1 also
+// prints verify()'s problems. The log's folder ($TMPDIR or /tmp,
+// switchyard-log-fuzz-*) is removed at exit, not after a crash.
 
 #include "fuzz/seeds.hpp"
 #include "storage/errc.hpp"
