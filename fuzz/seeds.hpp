@@ -6,7 +6,9 @@
 //   SWITCHYARD_FUZZ_SEEDS=<dir> ./<name>_fuzz
 //
 // (from LLVMFuzzerInitialize: one file per seed, seed-<i>, then exit 0).
-// scripts/run-fuzz.sh does this before each run, so no corpus is committed.
+// scripts/run-fuzz.sh does this before each run, so no corpus is committed;
+// only the inputs of crashes found are, in fuzz/seeds/<name>/ (each a
+// regression test too), and the script adds them to the run.
 
 #include <cstdint>
 #include <cstdio>

@@ -8,7 +8,8 @@
 #   scripts/run-fuzz.sh dispatch frame     # some targets only
 #
 # Seeds come from the targets themselves (SWITCHYARD_FUZZ_SEEDS, frames and
-# values built with the project's encoders); what a run finds is kept in
+# values built with the project's encoders), plus the inputs of crashes
+# found earlier, committed in fuzz/seeds/<target>/; what a run finds is kept in
 # build/fuzz/corpus/<target> and reused by the next run. A crash fails the
 # script; its input is in build/fuzz/crashes/<target>/. FUZZ_JOBS runs
 # that many workers per target (default 1). docs/security.md, "Fuzzing".
@@ -18,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-1}
 targets=("$@")
-(( ${#targets[@]} )) || targets=(frame dispatch destination config auth_file)
+(( ${#targets[@]} )) || targets=(frame dispatch destination config auth_file log_record)
 
 dir=build/fuzz
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DSWITCHYARD_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -30,6 +31,8 @@ failed=()
 for t in "${targets[@]}"; do
   bin=$dir/fuzz/${t}_fuzz
   seeds=$dir/seeds/$t corpus=$dir/corpus/$t crashes=$dir/crashes/$t
+  found=()
+  [[ -d fuzz/seeds/$t ]] && found=("fuzz/seeds/$t")
   rm -rf "$seeds"
   mkdir -p "$corpus" "$crashes"
   SWITCHYARD_FUZZ_SEEDS=$seeds "$bin" >/dev/null
@@ -38,10 +41,10 @@ for t in "${targets[@]}"; do
   rc=0
   if (( jobs > 1 )); then
     "$bin" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$crashes/" \
-      -fork="$jobs" "$corpus" "$seeds" >"$log" 2>&1 || rc=$?
+      -fork="$jobs" "$corpus" "$seeds" "${found[@]}" >"$log" 2>&1 || rc=$?
   else
     "$bin" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$crashes/" \
-      "$corpus" "$seeds" >"$log" 2>&1 || rc=$?
+      "$corpus" "$seeds" "${found[@]}" >"$log" 2>&1 || rc=$?
   fi
   # The last status line (executions, cov, ft, corpus) and the final stats.
   { grep -E '^#[0-9]+[[:space:]]+(DONE|pulse|NEW|REDUCE|INITED)' "$log" || true; } | tail -1 | sed "s/^/fuzz: $t: /"

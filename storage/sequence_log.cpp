@@ -2,6 +2,7 @@
 
 #include "storage/data_file.hpp"
 #include "storage/lmdb_guard.hpp"
+#include "storage/raw_access.hpp"
 
 #include <fcntl.h>
 #include <lmdb.h>
@@ -933,6 +934,14 @@ struct sequence_log::impl {
         if (get_be64(kb) != m.id) break;
       }
       const std::uint64_t seq = get_be64(kb + 8);
+      // The stream's records are first..last, every one there: a record
+      // after a hole (or past last) is not the front one. Trimming it
+      // would leave metadata whose count no longer fits first..last (the
+      // stream unreadable). A missing record is damage: stop before it.
+      if (seq != m.first) {
+        if (removed == 0 && m.first <= m.last) return std::unexpected(make_error_code(errc::corrupted));
+        break;
+      }
       if (v.mv_size < record_header) return std::unexpected(make_error_code(errc::corrupted));
       const std::uint64_t ts = get_le<std::uint64_t>(static_cast<const std::byte*>(v.mv_data) + 8);
       if (!more(m, seq, ts)) break;
@@ -1207,7 +1216,9 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
   out.epoch = m->epoch;
   out.first_seq = m->first;
   out.last_seq = m->last;
-  if (from > m->last || max_count == 0) return out;
+  // (records == 0: empty, also when first = last + 1 wrapped to 0 after
+  // sequence 2^64 - 1.)
+  if (from > m->last || m->records == 0 || max_count == 0) return out;
   cursor c(t.get(), p.records);
   if (c.status() != MDB_SUCCESS) return std::unexpected(from_lmdb(c.status()));
   record_key start(m->id, from);
@@ -1409,6 +1420,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
     std::string name;
     meta m;
     std::uint64_t next = 0;     // the sequence the walk expects next
+    bool ended = false;         // the walk met record last_seq (next may have wrapped past 2^64 - 1)
     std::uint64_t present = 0;  // records found in first..last
     std::uint64_t bytes = 0;    // their destination + payload bytes
     bool holes = false;         // a missing or damaged record was reported
@@ -1541,6 +1553,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
                     (seq > st.next + 1 ? " (records up to " + std::to_string(seq - 1) + " too)" : std::string{}));
       }
       st.next = seq + 1;
+      st.ended = seq == st.m.last;
       ++st.present;
       if (const char* why = p.check_record(k, v)) {
         st.holes = true;
@@ -1574,7 +1587,7 @@ verify_report sequence_log::verify(std::size_t max_problems,
   }
   for (auto& [id, st] : by_id) {
     if (walk_stopped_at && id >= *walk_stopped_at) continue;
-    if (st.next <= st.m.last) {
+    if (st.m.records != 0 && !st.ended && st.next <= st.m.last) {
       problem(st.name, st.next,
               where(st.name, st.next) + ": missing" +
                   (st.m.last > st.next ? " (records up to " + std::to_string(st.m.last) + " too)" : std::string{}));
@@ -1679,6 +1692,33 @@ durability sequence_log::mode() const noexcept { return impl_->opts.mode; }
 
 sequence_log::space_info sequence_log::space() const noexcept {
   return {impl_->allocated, std::uint64_t{impl_->disk_reserve_pages()} * impl_->page};
+}
+
+std::error_code rewrite_raw(sequence_log& log, std::span<const raw_entry> entries) {
+  auto& p = *log.impl_;
+  if (p.opts.read_only) return make_error_code(errc::invalid_argument);
+  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
+    for (const MDB_dbi dbi : {p.streams, p.records, p.own_retention})
+      if (const int rc = mdb_drop(t, dbi, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+    for (const auto& e : entries) {
+      const MDB_dbi dbi = e.db == raw_db::streams   ? p.streams
+                          : e.db == raw_db::records ? p.records
+                          : e.db == raw_db::meta    ? p.metadata
+                                                    : p.own_retention;
+      MDB_val k{e.key.size(), const_cast<std::byte*>(e.key.data())};
+      MDB_val v{e.value.size(), const_cast<std::byte*>(e.value.data())};
+      if (const int rc = mdb_put(t, dbi, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+    }
+    return {};
+  }, true);
+  // Like a trim, this may have used the reserves: appends get their limit back.
+  const auto shrink = p.keep_reserve();
+  return ec ? ec : shrink;
+}
+
+std::uint64_t record_checksum(std::uint64_t seq, std::span<const std::byte> value) {
+  if (value.size() < record_header) return 0;
+  return checksum(seq, get_le<std::uint64_t>(value.data() + 8), value.data(), value.size());
 }
 
 }  // namespace switchyard::storage

@@ -228,6 +228,8 @@ struct verify_report {
   bool intact() const noexcept { return problem_count == 0 && signal == 0 && !timed_out; }
 };
 
+struct raw_entry;
+
 class sequence_log {
  public:
   // Opens (or creates) the log in options.dir; a new log is stamped with
@@ -309,8 +311,9 @@ class sequence_log {
   // with half the records, down to one, so it makes progress.
   // Never deletes by a damaged length: before deleting from a leaf page it
   // checks that page and its neighbours (LMDB may merge them), and it
-  // stops before a damaged record or page; a trim that cannot remove
-  // anything for that reason fails with corrupted (so does enforce).
+  // stops before a damaged record or page, and before a missing record (a
+  // hole in first..last); a trim that cannot remove anything for that
+  // reason fails with corrupted (so does enforce).
   std::expected<std::size_t, std::error_code> trim(std::string_view stream, std::uint64_t before_seq,
                                                    std::size_t max_records);
   // One bounded retention step: trims by count, bytes (payload + destination)
@@ -364,6 +367,9 @@ class sequence_log {
   struct impl;
 
  private:
+  // Tests and fuzzing: storage/raw_access.hpp.
+  friend std::error_code rewrite_raw(sequence_log& log, std::span<const raw_entry> entries);
+
   explicit sequence_log(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };
