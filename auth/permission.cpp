@@ -162,6 +162,9 @@ bool permission_rule::compute(std::string_view name) const {
 bool permission_rule::allows(std::string_view name) const {
   if (everything_) return true;
   if (allow_.empty()) return false;
+  // A few patterns are matched directly: cheaper than the cache's hash,
+  // and no allocation for a name seen once (route keys: one per user).
+  if (allow_.size() + deny_.size() <= direct_match_limit) return compute(name);
   if (const auto it = cache_.find(name); it != cache_.end()) return it->second;
   const bool allowed = compute(name);
   if (cache_.size() >= max_cached) cache_.clear();

@@ -57,8 +57,10 @@ class permission_rule {
   permission_rule(std::vector<std::string> allow, std::vector<std::string> deny);
 
   // A concrete name: some allow pattern matches and no deny pattern does.
-  // Answers are cached (at most max_cached names; the cache is cleared
-  // when full), so a steady stream of the same names costs one lookup.
+  // With at most direct_match_limit patterns in all, the patterns are
+  // matched directly (no allocation); with more, answers are cached (at
+  // most max_cached names; the cache is cleared when full), so a steady
+  // stream of the same names costs one lookup.
   bool allows(std::string_view name) const;
 
   enum class subscribe_verdict : std::uint8_t {
@@ -81,6 +83,7 @@ class permission_rule {
   const std::vector<std::string>& deny() const noexcept { return deny_; }
 
   static constexpr std::size_t max_cached = 4096;
+  static constexpr std::size_t direct_match_limit = 8;
 
  private:
   bool compute(std::string_view name) const;

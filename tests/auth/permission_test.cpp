@@ -183,7 +183,10 @@ TEST_CASE("an allow of > with no deny allows everything") {
 }
 
 TEST_CASE("cached answers stay right past max_cached distinct names") {
-  const permission_rule rule({"n.>"}, {"n.*.odd"});
+  // More patterns than direct_match_limit, so answers go through the cache.
+  std::vector<std::string> allow{"n.>"};
+  for (std::size_t i = 0; i < permission_rule::direct_match_limit; ++i) allow.push_back("filler." + std::to_string(i));
+  const permission_rule rule(allow, {"n.*.odd"});
   // Three rounds over more names than the cache holds: every answer, fresh
   // or cached, agrees with the rule.
   const std::size_t names = permission_rule::max_cached + 100;
