@@ -108,6 +108,16 @@ std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std:
 const std::error_code forbidden = make_error_code(errc::forbidden);
 const std::error_code unauthorized = make_error_code(errc::unauthorized);
 
+// Sends a hello by hand (request id 1) with a token or a public key.
+void send_hello(raw_connection& raw, std::string_view token, std::span<const std::uint8_t> public_key = {}) {
+  protocol::frame_builder fb;
+  protocol::hello_fields h;
+  h.protocol_major = protocol::protocol_major;
+  h.credentials = token;
+  h.public_key = public_key;
+  raw.send(fb.hello(1, h));
+}
+
 // The auth file most tests use: a service, two gateways and an operator.
 std::string standard_file(const key_pair& gw2_key) {
   return "[principals.orders]\n"
@@ -170,11 +180,7 @@ TEST_CASE("a refused hello is answered unauthorized and closed, without a welcom
   key_pair gw2;
   auth_broker b(standard_file(gw2));
   raw_connection raw(b.port());
-  protocol::frame_builder fb;
-  protocol::hello_fields h;
-  h.protocol_major = protocol::protocol_major;
-  h.credentials = "not-a-token";
-  raw.send(fb.hello(1, h));
+  send_hello(raw, "not-a-token");
   raw_frame storage;
   const auto* f = raw.next(storage);
   REQUIRE(f != nullptr);
@@ -192,11 +198,7 @@ TEST_CASE("a refused hello waits the failure delay before its answer", "[e2e][au
   cfg.auth_failures_per_min = 0;
   auth_broker b(standard_file(gw2), cfg);
   raw_connection raw(b.port());
-  protocol::frame_builder fb;
-  protocol::hello_fields h;
-  h.protocol_major = protocol::protocol_major;
-  h.credentials = "not-a-token";
-  raw.send(fb.hello(1, h));
+  send_hello(raw, "not-a-token");
   raw_frame storage;
   // Nothing within the first 150 ms (half the delay: a lower bound, not a
   // speed assertion), then the refusal.
@@ -246,14 +248,11 @@ TEST_CASE("a signature of another connection's challenge is refused (no replay)"
   key_pair gw2;
   auth_broker b(standard_file(gw2));
   protocol::frame_builder fb;
-  protocol::hello_fields h;
-  h.protocol_major = protocol::protocol_major;
-  h.public_key = gw2.public_key;
   raw_frame storage;
 
   // First connection: a correct proof is welcomed.
   raw_connection first(b.port());
-  first.send(fb.hello(1, h));
+  send_hello(first, "", gw2.public_key);
   const auto* c1 = first.next(storage);
   REQUIRE(c1 != nullptr);
   REQUIRE(c1->message_type() == wire::Message::AuthChallenge);
@@ -268,7 +267,7 @@ TEST_CASE("a signature of another connection's challenge is refused (no replay)"
 
   // Second connection: its nonce is another one, and the first proof does not answer it.
   raw_connection second(b.port());
-  second.send(fb.hello(1, h));
+  send_hello(second, "", gw2.public_key);
   const auto* c2 = second.next(storage);
   REQUIRE(c2 != nullptr);
   REQUIRE(c2->message_type() == wire::Message::AuthChallenge);
@@ -284,13 +283,10 @@ TEST_CASE("a signature of another connection's challenge is refused (no replay)"
 TEST_CASE("a hello with a key that answers the challenge with another frame is refused", "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));
-  protocol::frame_builder fb;
-  protocol::hello_fields h;
-  h.protocol_major = protocol::protocol_major;
-  h.public_key = gw2.public_key;
   raw_connection raw(b.port());
-  raw.send(fb.hello(1, h));
+  send_hello(raw, "", gw2.public_key);
   raw_frame storage;
+  protocol::frame_builder fb;
   REQUIRE(raw.next_of(wire::Message::AuthChallenge, storage) != nullptr);
   raw.send(fb.ping(2));
   const auto* f = raw.next(storage);
@@ -352,14 +348,11 @@ TEST_CASE("a forbidden answer names the operation, the resource and the principa
   key_pair gw2;
   auth_broker b(standard_file(gw2));
   raw_connection raw(b.port());
-  protocol::frame_builder fb;
-  protocol::hello_fields h;
-  h.protocol_major = protocol::protocol_major;
-  h.credentials = "orders-token";
-  raw.send(fb.hello(1, h));
+  send_hello(raw, "orders-token");
   raw_frame storage;
   REQUIRE(raw.next_of(wire::Message::Welcome, storage) != nullptr);
   const std::array<std::uint8_t, 1> payload{1};
+  protocol::frame_builder fb;
   raw.send(fb.publish(7, "admin.x", payload, {}));
   const auto* f = raw.next(storage);
   REQUIRE(f != nullptr);
