@@ -231,8 +231,8 @@ class cli {
     }
     if (ec == errc::forbidden)
       return fail(exit_refused, error_code_name(ec),
-                  at + ": the broker refused the connection (forbidden): its auth file does not permit this principal "
-                       "that");
+                  at + ": the broker refused the connection (forbidden): its auth file does not allow this principal "
+                       "to do that");
     if (ec == errc::tls_failed)
       return fail(exit_connection, error_code_name(ec),
                   at + ": TLS failed: " + (why.empty() ? ec.message() : why) +
@@ -362,7 +362,7 @@ class cli {
     else if (ec == errc::bad_request)
       message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
     else if (ec == errc::forbidden)
-      message = what + ": forbidden: the broker's auth file does not permit this principal that";
+      message = what + ": forbidden: the broker's auth file does not allow this principal to do that";
     return fail(exit_code_of(ec), error_code_name(ec), message);
   }
 
