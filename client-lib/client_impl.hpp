@@ -18,6 +18,8 @@
 #include "protocol/limits.hpp"
 #include "protocol/read_buffer.hpp"
 
+#include <openssl/crypto.h>
+
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -46,7 +48,15 @@ struct event_loop::impl {
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   std::thread thread;
 
-  impl() : thread([this] { io.run(); }) {}
+  // OpenSSL keeps per-thread state (its random generator) for a thread
+  // that made a TLS context or session; OPENSSL_thread_stop frees it when
+  // the loop's thread ends, else every event_loop that ever did TLS
+  // leaves it behind.
+  impl()
+      : thread([this] {
+          io.run();
+          OPENSSL_thread_stop();
+        }) {}
   // Never runs on `thread` itself (see ~event_loop).
   ~impl() {
     work.reset();

@@ -219,7 +219,7 @@ TEST_CASE("hash-token --generate prints a new random token and its SHA-256", "[a
 
 // ---- TLS ----
 
-TEST_CASE("--tls with --tls-ca talks to a TLS broker", "[admin][tls]") {
+TEST_CASE("switchyard-cli --tls with --tls-ca talks to a TLS broker", "[admin][tls]") {
   test_server server(tls_config());
   const auto [code, out] = cli_at(server.port(), "ping --json --tls --tls-ca " + certs().pem("ca"));
   INFO(out);
@@ -260,7 +260,7 @@ TEST_CASE("a broker certificate that does not verify exits 2 with tls_failed and
   CHECK(cli_at(server.port(), "ping --tls-ca " + certs().pem("ca") + " --tls-server-name broker.example").first == 2);
 }
 
-TEST_CASE("--tls-cert and --tls-key present a client certificate to a broker that verifies clients", "[admin][tls]") {
+TEST_CASE("switchyard-cli --tls-cert and --tls-key present a client certificate to a broker that verifies clients", "[admin][tls]") {
   auto cfg = tls_config();
   cfg.tls_ca = certs().pem("ca");
   cfg.tls_verify_client = true;
@@ -289,7 +289,7 @@ bench::server_process auth_broker(const temp_dir& dir, const std::string& auth_t
 
 }  // namespace
 
-TEST_CASE("--token and SWITCHYARD_TOKEN authenticate; a wrong or missing token exits 4 with unauthorized",
+TEST_CASE("switchyard-cli --token and SWITCHYARD_TOKEN authenticate; a wrong or missing token exits 4 with unauthorized",
           "[admin][auth]") {
   temp_dir dir;
   auto server = auth_broker(dir, "[principals.operator]\ntoken_sha256 = [\"" + sha256_hex("s3cret-token") +

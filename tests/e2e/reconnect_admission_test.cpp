@@ -27,7 +27,6 @@ namespace {
 // A library client subscribed to `channel`, counting what arrives there and
 // what its reconnect reports.
 struct watched_client {
-  std::unique_ptr<client> conn;
   std::atomic<int> received{0};
   std::atomic<int> reconnected{0};
   std::atomic<std::uint32_t> refused{0};
@@ -38,6 +37,9 @@ struct watched_client {
     std::lock_guard lock(mu);
     return losses.empty() ? std::error_code{} : losses.front();
   }
+  // Last, so destroyed first: its loop thread calls the callbacks above
+  // until it is gone.
+  std::unique_ptr<client> conn;
 };
 
 std::unique_ptr<watched_client> watched(std::uint16_t port, const std::string& channel, reconnect_options r) {
