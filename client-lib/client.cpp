@@ -68,6 +68,16 @@ std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_o
   // which closing the socket cannot interrupt.
   if (result.wait_for(limit + std::chrono::seconds(2)) != std::future_status::ready)
     return std::unexpected(make_error_code(errc::timeout));
+  // The handler that answered still holds the loop (and, after a failure,
+  // the attempt with its TLS context) until it returns. Waiting for the
+  // loop to get past it means the caller's references are the last ones:
+  // dropping them joins the loop thread, which then frees OpenSSL's
+  // per-thread state, rather than a detached thread doing so while the
+  // caller may already be exiting.
+  auto passed = std::make_shared<std::promise<void>>();
+  auto barrier = passed->get_future();
+  asio::post(detail::access::state(*loop).io, [passed] { passed->set_value(); });
+  barrier.wait_for(std::chrono::seconds(2));
   return result.get();
 }
 

@@ -942,9 +942,16 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   }
 
   // The first connect: each address once, in the shuffled order, until one
-  // answers. Calls `ready` once with the outcome (on the loop thread), then
-  // keeps reading. Not retried: connect() fails fast when no broker answers.
+  // answers. Calls `ready_fn` once with the outcome (on the loop thread) and
+  // destroys it right after (what it holds, such as the event_loop, is not
+  // kept for the session's life), then keeps reading. Not retried:
+  // connect() fails fast when no broker answers.
   asio::awaitable<void> run(std::shared_ptr<impl> self, std::function<void(std::error_code)> ready_fn) {
+    const auto answer = [&ready_fn](std::error_code outcome) {
+      const auto fn = std::move(ready_fn);
+      ready_fn = nullptr;
+      fn(outcome);
+    };
     std::error_code ec = make_error_code(std::errc::invalid_argument);
     for (std::size_t i = 0; i < addresses.size() && !closed_by_user; ++i) {
       address_index = i;
@@ -953,7 +960,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       if (!ec) break;
     }
     if (ec) {
-      ready_fn(ec);
+      answer(ec);
       co_return;
     }
     established = true;
@@ -963,7 +970,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       state = link::up;
     }
     ready = true;
-    ready_fn({});
+    answer({});
     co_await read_loop(self);
   }
 

@@ -25,7 +25,6 @@ cmake --build "$dir" -j2
 # Sanitizer reports fail the test that triggers them.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 300 "$@"
 if [[ ${FUZZ:-1} == 1 && $# -eq 0 ]]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/run-fuzz.sh

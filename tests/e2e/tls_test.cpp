@@ -262,6 +262,23 @@ TEST_CASE("a client that does not trust the broker's CA refuses the broker with 
   CHECK(connect_error(tls_client(server.port(), "other-ca")) == errc::tls_failed);
 }
 
+TEST_CASE("after connect returns, over TLS or not and either outcome, only the caller and the client hold the loop",
+          "[e2e][tls]") {
+  // The last reference to an event_loop must be the user's: dropped on the
+  // loop's own thread, the loop is only detached, and a process that exits
+  // then leaks that thread's OpenSSL state and the attempt's TLS context.
+  test_server server(tls_config());
+  auto loop = std::make_shared<event_loop>();
+  {
+    auto c = client::connect(tls_client(server.port()), loop);
+    REQUIRE(c);
+    CHECK(loop.use_count() == 2);  // here and in the client
+  }
+  CHECK(loop.use_count() == 1);
+  CHECK_FALSE(client::connect(tls_client(server.port(), "other-ca"), loop));
+  CHECK(loop.use_count() == 1);
+}
+
 TEST_CASE("a client verifies the broker's name: a certificate without it is refused", "[e2e][tls]") {
   test_server server(tls_config());
   auto o = tls_client(server.port());
