@@ -23,6 +23,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace switchyard::admin {
@@ -51,6 +52,8 @@ struct settings {
   bool set_limits = false;  // any --max-* given
   bool clear = false;
   std::string window;  // drain: "30s", "500ms", "2m"; empty = the broker's default
+  std::string sort = "id";   // conns
+  std::uint64_t cursor = 0;  // conns
   // TLS to the broker (client_options::tls). Every --tls-* option implies tls.
   bool tls = false;
   std::string tls_ca;
@@ -96,6 +99,21 @@ class connect_log {
 void wipe(std::string& secret) {
   if (!secret.empty()) sodium_memzero(secret.data(), secret.size());
   secret.clear();
+}
+
+// A conns --sort name; nullopt for an unknown one.
+std::optional<connection_order> parse_order(std::string_view name) {
+  static constexpr std::pair<std::string_view, connection_order> orders[]{
+      {"id", connection_order::id},
+      {"idle", connection_order::idle},
+      {"pending", connection_order::pending_bytes},
+      {"dropped", connection_order::dropped},
+      {"subs", connection_order::subscriptions},
+      {"bytes-in", connection_order::bytes_in},
+      {"bytes-out", connection_order::bytes_out}};
+  for (const auto& [n, o] : orders)
+    if (n == name) return o;
+  return std::nullopt;
 }
 
 // A drain window: a number with a unit (ms, s, m, h). nullopt if malformed
@@ -198,6 +216,8 @@ class cli {
     if (s_.command == "routes list") return routes_list();
     if (s_.command == "leases list") return leases_list();
     if (s_.command == "drain") return drain();
+    if (s_.command == "stats") return stats();
+    if (s_.command == "conns") return conns();
     return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");
   }
 
@@ -488,6 +508,94 @@ class cli {
         });
   }
 
+  // ---- server statistics (capability "admin") ----
+
+  int stats() {
+    auto st = client_->stats();
+    if (!st) return fail(st.error(), "stats");
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().string("address", s_.address).string("version", st->version);
+      j.string("server_instance", std::to_string(st->instance_id));
+      j.number("uptime_ms", static_cast<std::uint64_t>(st->uptime.count()));
+      j.key("settings").begin_object();
+      for (const auto& [name, value] : st->settings) j.string(name, value);
+      j.end_object().key("counters").begin_object();
+      for (const auto& v : st->values)
+        if (v.counter) j.number(v.name, v.value);
+      j.end_object().key("gauges").begin_object();
+      for (const auto& v : st->values)
+        if (!v.counter) j.number(v.name, v.value);
+      j.end_object().end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    std::vector<std::vector<std::string>> rows{
+        {"address", s_.address},
+        {"version", st->version},
+        {"server instance", std::to_string(st->instance_id)},
+        {"uptime", format_elapsed(static_cast<std::uint64_t>(st->uptime.count()))}};
+    for (const auto& [name, value] : st->settings) rows.push_back({name, value});
+    out_ << format_table(rows, {false, false}) << "\n";
+    std::vector<std::vector<std::string>> counters{{"COUNTER", "TOTAL"}}, gauges{{"GAUGE", "NOW"}};
+    for (const auto& v : st->values) (v.counter ? counters : gauges).push_back({v.name, std::to_string(v.value)});
+    out_ << format_table(counters, {false, true}) << "\n" << format_table(gauges, {false, true});
+    return exit_ok;
+  }
+
+  int conns() {
+    auto page = client_->connections(*parse_order(s_.sort), s_.limit, s_.cursor);
+    if (!page) return fail(page.error(), "conns");
+    const auto& list = page->connections;
+    const auto join = [](const std::vector<std::string>& items) {
+      std::string out;
+      for (const auto& x : items) out += (out.empty() ? "" : ",") + x;
+      return out;
+    };
+    if (s_.json) {
+      json_writer j;
+      j.begin_object().number("total", page->total).number("next_cursor", page->next_cursor);
+      j.key("conns").begin_array();
+      for (const auto& c : list) {
+        j.begin_object().number("id", c.id).string("name", c.name).string("client_id", c.client_id);
+        j.string("principal", c.principal).string("address", c.address);
+        j.number("age_ms", static_cast<std::uint64_t>(c.age.count()));
+        j.number("idle_ms", static_cast<std::uint64_t>(c.idle.count()));
+        j.key("capabilities").begin_array();
+        for (const auto& cap : c.capabilities) j.string(cap);
+        j.end_array().number("subscriptions", c.subscriptions).key("inboxes").begin_array();
+        for (std::size_t i = 0; i < c.inboxes.size(); ++i) {
+          j.begin_object().string("id", c.inboxes[i]);
+          j.string("lease", std::to_string(i < c.inbox_leases.size() ? c.inbox_leases[i] : 0)).end_object();
+        }
+        j.end_array().number("pending_bytes", c.pending_bytes).number("dropped", c.dropped);
+        j.number("bytes_in", c.bytes_in).number("bytes_out", c.bytes_out).boolean("tls", c.tls).end_object();
+      }
+      j.end_array().end_object();
+      out_ << j.str() << "\n";
+      return exit_ok;
+    }
+    if (list.empty()) {
+      out_ << "no connections" << (s_.cursor ? " after this cursor" : "") << "\n";
+      return exit_ok;
+    }
+    std::vector<std::vector<std::string>> rows{{"ID", "NAME", "PRINCIPAL", "ADDRESS", "AGE", "IDLE", "SUBS", "INBOXES",
+                                                "PENDING B", "DROPPED", "IN B", "OUT B", "CAPABILITIES"}};
+    for (const auto& c : list)
+      rows.push_back({std::to_string(c.id), c.name.empty() ? "-" : c.name, c.principal.empty() ? "-" : c.principal,
+                      c.address + (c.tls ? " (tls)" : ""),
+                      format_elapsed(static_cast<std::uint64_t>(c.age.count())),
+                      format_elapsed(static_cast<std::uint64_t>(c.idle.count())), std::to_string(c.subscriptions),
+                      c.inboxes.empty() ? "-" : join(c.inboxes), std::to_string(c.pending_bytes),
+                      std::to_string(c.dropped), std::to_string(c.bytes_in), std::to_string(c.bytes_out),
+                      join(c.capabilities)});
+    out_ << format_table(rows, {true, false, false, false, true, true, true, false, true, true, true, true, false});
+    out_ << list.size() << " of " << page->total << " connections";
+    if (page->next_cursor != 0) out_ << "; next page: --cursor " << page->next_cursor;
+    out_ << "\n";
+    return exit_ok;
+  }
+
   int drain() {
     std::chrono::milliseconds window{0};
     if (!s_.window.empty()) window = *parse_window(s_.window);  // checked before connecting
@@ -762,6 +870,15 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
       "told to reconnect elsewhere), then exit");
   drain->add_option("--window", s.window, "e.g. 30s, 500ms, 5m (default: the broker's --drain-window-ms)");
 
+  auto* stats = app.add_subcommand("stats", "the broker's version, uptime, settings, and every counter and gauge");
+  auto* conns = app.add_subcommand("conns", "the broker's open connections, a page at a time");
+  conns->add_option("--sort", s.sort, "id (oldest first), idle, pending, dropped, subs, bytes-in or bytes-out (largest first)")
+      ->capture_default_str();
+  conns->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 100; at most 1000)")
+      ->capture_default_str();
+  conns->add_option("--cursor", s.cursor, "the next page: the cursor the page before printed (0 = the first page)")
+      ->capture_default_str();
+
   auto* keygen = app.add_subcommand(
       "keygen",
       "make an Ed25519 key pair for a broker's auth file (no broker involved): the secret key goes to --out (or "
@@ -794,9 +911,13 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   else if (route_list->parsed()) s.command = "routes list";
   else if (lease_list->parsed()) s.command = "leases list";
   else if (drain->parsed()) s.command = "drain";
+  else if (stats->parsed()) s.command = "stats";
+  else if (conns->parsed()) s.command = "conns";
   else if (keygen->parsed()) s.command = "keygen";
   else if (hash->parsed()) s.command = "hash-token";
   const auto usage = [&](const std::string& message) { return cli(s, in, out, err).fail(exit_usage, "usage", message); };
+  if (!parse_order(s.sort))
+    return usage("--sort must be id, idle, pending, dropped, subs, bytes-in or bytes-out; got '" + s.sort + "'");
   if (!s.window.empty() && !parse_window(s.window))
     return usage("--window must be a duration with a unit up to 24h, e.g. 30s, 500ms, 5m; got '" + s.window + "'");
   s.tls = tls->count() + tls_ca->count() + tls_cert->count() + tls_key->count() + tls_name->count() +

@@ -216,6 +216,18 @@ std::string format_duration_ms(std::uint64_t ms) {
   return std::to_string(ms) + "ms";
 }
 
+std::string format_elapsed(std::uint64_t ms) {
+  if (ms < 1000) return std::to_string(ms) + "ms";
+  char out[48];
+  const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+  const std::uint64_t s = ms / 1000;
+  if (ms < 60'000) std::snprintf(out, sizeof out, "%llu.%llus", u(s), u(ms % 1000 / 100));
+  else if (s < 3600) std::snprintf(out, sizeof out, "%llum%02llus", u(s / 60), u(s % 60));
+  else if (s < 86'400) std::snprintf(out, sizeof out, "%lluh%02llum", u(s / 3600), u(s % 3600 / 60));
+  else std::snprintf(out, sizeof out, "%llud%02lluh", u(s / 86'400), u(s % 86'400 / 3600));
+  return out;
+}
+
 std::string_view error_code_name(std::error_code ec) {
   if (ec.category() != client_category()) return "connection_failed";
   return error_name(static_cast<errc>(ec.value()));

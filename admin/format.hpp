@@ -74,4 +74,8 @@ std::string format_utc(std::uint64_t ms);
 // "2h", "1500ms", "7d").
 std::string format_duration_ms(std::uint64_t ms);
 
+// An elapsed time (an age, an uptime) in its two largest units, rounded
+// down: "12ms", "4.5s", "4m38s", "3h05m", "2d07h".
+std::string format_elapsed(std::uint64_t ms);
+
 }  // namespace switchyard::admin

@@ -143,19 +143,50 @@ std::size_t permission_rule::cache_hash::operator()(std::string_view s) const no
 permission_rule::permission_rule(std::vector<std::string> allow, std::vector<std::string> deny)
     : allow_(std::move(allow)), deny_(std::move(deny)) {
   everything_ = deny_.empty() && std::find(allow_.begin(), allow_.end(), ">") != allow_.end();
+  for (const auto& p : allow_) allow_shapes_.push_back(shape_of(p));
+  for (const auto& p : deny_) deny_shapes_.push_back(shape_of(p));
+}
+
+permission_rule::shape permission_rule::shape_of(std::string_view pattern) noexcept {
+  if (pattern == ">") return shape::any;
+  if (pattern == "*") return shape::one_token;
+  const bool tail = pattern.ends_with(".>");
+  const std::string_view fixed = tail ? pattern.substr(0, pattern.size() - 2) : pattern;
+  token_cursor c(fixed);
+  std::string_view t;
+  while (c.next(t))
+    if (t == "*" || t == ">") return shape::general;
+  return tail ? shape::literal_tail : shape::literal;
+}
+
+bool permission_rule::matches(shape kind, const std::string& pattern, std::string_view name) noexcept {
+  if (name.empty()) return false;
+  switch (kind) {
+    case shape::any: return true;
+    case shape::one_token: return name.find('.') == std::string_view::npos;
+    case shape::literal: return name == pattern;
+    case shape::literal_tail: {
+      // "a.b.>" against "a.b." + rest: `>` takes rest's one or more tokens
+      // (an empty rest is one empty token, as pattern_matches reads it).
+      const std::size_t dot = pattern.size() - 2;
+      return name.size() > dot && name[dot] == '.' && name.compare(0, dot, pattern, 0, dot) == 0;
+    }
+    case shape::general: return pattern_matches(pattern, name);
+  }
+  return false;
 }
 
 bool permission_rule::compute(std::string_view name) const {
   bool allowed = false;
-  for (const auto& p : allow_) {
-    if (pattern_matches(p, name)) {
+  for (std::size_t i = 0; i < allow_.size(); ++i) {
+    if (matches(allow_shapes_[i], allow_[i], name)) {
       allowed = true;
       break;
     }
   }
   if (!allowed) return false;
-  for (const auto& p : deny_)
-    if (pattern_matches(p, name)) return false;
+  for (std::size_t i = 0; i < deny_.size(); ++i)
+    if (matches(deny_shapes_[i], deny_[i], name)) return false;
   return true;
 }
 

@@ -86,6 +86,18 @@ class permission_rule {
   static constexpr std::size_t direct_match_limit = 8;
 
  private:
+  // A pattern's shape, found once when the rule is made, so the common ones
+  // match a name without splitting it into tokens. Each answers exactly as
+  // pattern_matches does.
+  enum class shape : std::uint8_t {
+    any,          // ">": every name
+    one_token,    // "*": a name without '.'
+    literal,      // no wildcard token: the name equals the pattern
+    literal_tail, // "a.b.>": the name starts with "a.b." (a wildcard-free prefix)
+    general,      // anything else: pattern_matches
+  };
+  static shape shape_of(std::string_view pattern) noexcept;
+  static bool matches(shape kind, const std::string& pattern, std::string_view name) noexcept;
   bool compute(std::string_view name) const;
 
   // Transparent (a lookup with a string_view allocates nothing) and keyed
@@ -98,6 +110,8 @@ class permission_rule {
 
   std::vector<std::string> allow_;
   std::vector<std::string> deny_;
+  std::vector<shape> allow_shapes_;  // allow_shapes_[i] is shape_of(allow_[i])
+  std::vector<shape> deny_shapes_;
   bool everything_ = false;
   mutable std::unordered_map<std::string, bool, cache_hash, std::equal_to<>> cache_;
 };

@@ -43,4 +43,16 @@ std::string_view no_log_message(bool log_available) noexcept {
                        : std::string_view("the sequence log is off (the server has no data dir)");
 }
 
+std::vector<std::string_view> names_of(const capability_set& set) {
+  namespace cap = protocol::capability;
+  std::vector<std::string_view> out;
+  if (set.dropped_notice) out.push_back(cap::dropped_notice);
+  if (set.publish_ack) out.push_back(cap::publish_ack);
+  if (set.routing) out.push_back(cap::routing);
+  if (set.sequence_log) out.push_back(cap::log);
+  if (set.stream_drops) out.push_back(cap::stream_drops);
+  if (set.admin) out.push_back(cap::admin);
+  return out;
+}
+
 }  // namespace switchyard::broker

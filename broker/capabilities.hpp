@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <string_view>
+#include <vector>
 
 namespace switchyard::broker {
 
@@ -31,6 +32,10 @@ struct negotiated_capabilities {
   capability_set set;
 };
 negotiated_capabilities negotiate(const protocol::wire::Hello& hello, bool log_available) noexcept;
+// The wire names of the capabilities in `set`, in supported_capabilities
+// order (static strings).
+std::vector<std::string_view> names_of(const capability_set& set);
+
 // Takes "admin" out of what was negotiated (a principal that is not an
 // admin asked for it): it is then simply not granted, as an unknown
 // capability would not be.

@@ -64,7 +64,8 @@ connection::connection(connection_context& context, byte_stream stream, std::uin
       queue_(context.config.max_pending_bytes),
       parser_(protocol::pre_hello_max_frame),
       read_size_(initial_read_size),
-      last_rx_(clock::now()) {}
+      last_rx_(clock::now()),
+      accepted_at_(last_rx_) {}
 
 connection::~connection() = default;
 
@@ -177,6 +178,13 @@ void connection::delivered(bool queued) {
   }
   ctx_.pressure.note_backlog();
   ++ctx_.counters.dropped;
+  ++dropped_;
+  if (!dropping_) {
+    dropping_ = true;
+    ++ctx_.counters.slow_consumers;
+    ctx_.logger->info("conn={} slow consumer: {} bytes queued, dropping deliveries until it catches up", id(),
+                      queue_.queued_bytes());
+  }
   if (ctx_.config.slow_consumer == slow_consumer_policy::disconnect && !closing_)
     close_slow_consumer("outbound queue passed max-pending-bytes");
 }
@@ -226,7 +234,15 @@ void connection::fail(asio_error_code ec, std::string_view what) {
   closed_ = true;
   closing_ = true;
   if (refused_) ctx_.registry.rejected_closing(-1);
-  if (is_normal_close(ec))
+  // Connections refused at accept or before their hello are summarised
+  // elsewhere (report_refusals, the hello timeout): one line each would
+  // flood the log in a storm.
+  if (is_normal_close(ec) && welcomed_)
+    ctx_.logger->info("conn={} closed ({}{}{}) after {} ms: {} bytes in, {} out, {} dropped", id(), what,
+                      ec ? ": " : "", ec ? ec.message() : "",
+                      std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - accepted_at_).count(),
+                      bytes_in_, bytes_out_, dropped_);
+  else if (is_normal_close(ec))
     ctx_.logger->debug("conn={} closed ({}{}{})", id(), what, ec ? ": " : "", ec ? ec.message() : "");
   else
     ctx_.logger->warn("conn={} closed on {} error: {}", id(), what, ec.message());
@@ -341,17 +357,30 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
     spans.clear();
     buffers.clear();
     queue_.begin_write(spans);
-    for (const auto& s : spans) buffers.emplace_back(s.data(), s.size());
+    std::size_t writing = 0;
+    for (const auto& s : spans) {
+      buffers.emplace_back(s.data(), s.size());
+      writing += s.size();
+    }
     asio_error_code ec;
     co_await stream_.write(buffers, ec);
     if (closed_) co_return;
     queue_.end_write();
     // Drained: give the lane's chunk back, so an idle connection holds none.
-    if (!queue_.has_pending()) lane_.reset();
+    if (!queue_.has_pending()) {
+      lane_.reset();
+      if (dropping_ && !ec) {
+        dropping_ = false;
+        ctx_.logger->info("conn={} slow consumer caught up: {} deliveries dropped since it connected", id(),
+                          dropped_);
+      }
+    }
     if (ec) {
       fail(ec, "write");
       co_return;
     }
+    bytes_out_ += writing;
+    ctx_.counters.bytes_out += writing;
     if (granted_.dropped_notice && !closing_ && queue_.notice_due()) {
       const auto n = queue_.take_dropped();
       ctx_.logger->info("conn={} slow consumer: {} deliveries dropped", id(), n);
@@ -446,6 +475,8 @@ asio::awaitable<void> connection::read_frames() {
       co_return;
     }
     last_rx_ = clock::now();
+    bytes_in_ += n;
+    ctx_.counters.bytes_in += n;
     buf.end += n;
     ctx_.pressure.begin_read(more_waiting);  // deliveries this read causes note a backlog
     const std::size_t handled = handle_input(buf);
@@ -701,6 +732,28 @@ bool connection::welcome(std::uint64_t request_id, negotiated_capabilities caps,
                     client_id_, principal() ? " principal=" : "", principal() ? principal()->name : std::string());
   asio::co_spawn(stream_.executor(), heartbeat(shared_from_this()), asio::detached);
   return true;
+}
+
+protocol::conn_info_fields connection::info(clock::time_point now) const {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  protocol::conn_info_fields f;
+  f.id = id();
+  f.name = client_name_;
+  f.client_id = client_id_;
+  if (const auto* who = principal()) f.principal = who->name;
+  f.address = peer_address_;
+  f.age_ms = static_cast<std::uint64_t>(duration_cast<milliseconds>(now - accepted_at_).count());
+  f.idle_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(0, duration_cast<milliseconds>(now - last_rx_).count()));
+  f.capabilities = names_of(granted_);
+  f.subscriptions = static_cast<std::uint32_t>(subscriptions().size());
+  f.inboxes = inboxes();
+  f.pending_bytes = queue_.queued_bytes();
+  f.dropped = dropped_;
+  f.bytes_in = bytes_in_;
+  f.bytes_out = bytes_out_;
+  f.tls = stream_.is_tls();
+  return f;
 }
 
 }  // namespace switchyard::broker

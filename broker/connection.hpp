@@ -100,6 +100,16 @@ class connection final : public peer, public std::enable_shared_from_this<connec
 
   // Bytes queued for this connection (its outbound queue), for metrics.
   std::size_t queued_bytes() const noexcept { return queue_.queued_bytes(); }
+  // Past its hello (a Welcome was sent): listed by ConnList.
+  bool welcomed() const noexcept { return welcomed_; }
+  // What ConnList reports of it at `now` (docs/protocol.md §14); the
+  // leases of its inboxes are the caller's to fill in.
+  protocol::conn_info_fields info(clock::time_point now) const;
+  // For sorting ConnList without building every entry.
+  clock::time_point last_received() const noexcept { return last_rx_; }
+  std::uint64_t dropped_count() const noexcept { return dropped_; }
+  std::uint64_t bytes_in() const noexcept { return bytes_in_; }
+  std::uint64_t bytes_out() const noexcept { return bytes_out_; }
 
  private:
   asio::awaitable<void> reader(std::shared_ptr<connection> self);
@@ -190,6 +200,11 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   clock::time_point partial_since_{};  // when the incomplete frame began; {} if none
   std::size_t read_size_;              // bytes one read may take into the shared buffer (adaptive)
   clock::time_point last_rx_;
+  const clock::time_point accepted_at_;
+  std::uint64_t bytes_in_ = 0;   // read from the socket (after TLS: plaintext)
+  std::uint64_t bytes_out_ = 0;  // written to it (plaintext)
+  std::uint64_t dropped_ = 0;    // deliveries dropped for it
+  bool dropping_ = false;        // dropped since its queue last drained (a slow consumer now)
   // Between a Hello with a public key and its AuthProof only.
   struct pending_challenge {
     std::array<std::uint8_t, 32> nonce{};

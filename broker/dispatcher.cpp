@@ -97,8 +97,13 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&stream_admin_handler::stream_list>(M::StreamList, h.stream_admin, R::sequence_log);
     bind<&stream_admin_handler::set_retention>(M::SetRetention, h.stream_admin, R::sequence_log);
   }
-  table_[static_cast<std::size_t>(M::Drain)] = {true, R::admin, nullptr, nullptr};
-  if (h.admin) bind<&server_admin_handler::drain>(M::Drain, h.admin, R::admin);
+  for (M type : {M::Drain, M::Stats, M::ConnList})
+    table_[static_cast<std::size_t>(type)] = {true, R::admin, nullptr, nullptr};
+  if (h.admin) {
+    bind<&server_admin_handler::drain>(M::Drain, h.admin, R::admin);
+    bind<&server_admin_handler::stats>(M::Stats, h.admin, R::admin);
+    bind<&server_admin_handler::conn_list>(M::ConnList, h.admin, R::admin);
+  }
 }
 
 void dispatcher::refuse(peer& from, std::uint64_t rid, requirement missing) {
@@ -163,6 +168,8 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
     case M::StreamList: return admin_only("StreamList");
     case M::SetRetention: return admin_only("SetRetention");
     case M::Drain: return admin_only("Drain");
+    case M::Stats: return admin_only("Stats");
+    case M::ConnList: return admin_only("ConnList");
     default: return true;  // unsubscribe, lease requests (ownership: routing_handler), inbox close, ping, ...
   }
 }

@@ -85,6 +85,8 @@ class peer : public delivery_target {
   // connection only holds it).
   std::unordered_set<std::string>& subscriptions() noexcept { return subscriptions_; }  // pubsub_handler
   std::vector<std::string>& inboxes() noexcept { return inboxes_; }                     // routing_handler
+  const std::unordered_set<std::string>& subscriptions() const noexcept { return subscriptions_; }
+  const std::vector<std::string>& inboxes() const noexcept { return inboxes_; }
 
  protected:
   // `builder` encodes the peer's own answers (errors, pongs): borrowed for

@@ -17,6 +17,7 @@
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
 #include "broker/server_admin_handler.hpp"
+#include "broker/metric_catalog.hpp"
 #include "broker/stream_admin_handler.hpp"
 #include "broker/tls_context.hpp"
 #include "broker/authenticator.hpp"
@@ -231,6 +232,14 @@ struct server::impl {
   // SIGUSR1: logs the counters and gauges.
   void log_metrics() const;
   metrics_snapshot metrics() const;
+  // The Stats answer: identity, a summary of the settings, metrics_of().
+  stats_report stats() const;
+  // ConnList's sources: the sort keys of the connections past their hello,
+  // and one connection's entry (with the leases of its inboxes).
+  std::vector<conn_key> conn_keys() const;
+  std::vector<protocol::conn_info_fields> conn_info(std::span<const std::uint64_t> ids) const;
+
+  const std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
 };
 
 void server::impl::open_log() {
@@ -257,8 +266,13 @@ void server::impl::wire_handlers() {
     log_requests = std::make_unique<log_handler>(config, *durable, builder, logger);
     stream_admin = std::make_unique<stream_admin_handler>(config, *durable, io.get_executor(), builder, logger);
   }
-  server_admin = std::make_unique<server_admin_handler>(
-      [this](std::chrono::milliseconds window) { begin_drain(window); }, config.drain_window, builder, logger);
+  server_admin_handler::sources admin_sources{
+      [this](std::chrono::milliseconds window) { begin_drain(window); },
+      [this] { return stats(); },
+      [this] { return conn_keys(); },
+      [this](std::span<const std::uint64_t> ids) { return conn_info(ids); },
+  };
+  server_admin = std::make_unique<server_admin_handler>(std::move(admin_sources), config.drain_window, builder, logger);
   dispatch = std::make_unique<dispatcher>(
       dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get(), server_admin.get()},
       counters, logger);
@@ -682,6 +696,60 @@ metrics_snapshot server::impl::metrics() const {
     m.group_commit = durable->stats();
   }
   return m;
+}
+
+stats_report server::impl::stats() const {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  stats_report r;
+  r.version = SWITCHYARD_VERSION;
+  r.instance_id = config.instance_id;
+  r.uptime_ms = static_cast<std::uint64_t>(
+      duration_cast<milliseconds>(std::chrono::steady_clock::now() - started_at).count());
+  const auto setting = [&r](std::string name, std::string value) { r.settings.emplace_back(std::move(name), std::move(value)); };
+  setting("listen", fmt::format("{}:{}", config.listen_host, port));
+  setting("data_dir", config.data_dir.empty() ? "(none: no sequence log)" : config.data_dir);
+  setting("durability", std::string(storage::durability_name(config.durability)));
+  setting("tls", config.tls_cert.empty() ? "off" : (config.tls_verify_client ? "on, clients verified" : "on"));
+  setting("auth", config.auth_file.empty() ? "off (anonymous)" : config.auth_file);
+  setting("max_connections", std::to_string(config.max_connections));
+  setting("max_frame", std::to_string(config.max_frame));
+  setting("max_pending_bytes", std::to_string(config.max_pending_bytes));
+  setting("slow_consumer", config.slow_consumer == slow_consumer_policy::drop ? "drop" : "disconnect");
+  setting("heartbeat_ms", std::to_string(config.heartbeat_interval.count()));
+  for (const auto& m : metrics_of(metrics())) r.values.push_back({m.name, m.value, m.counter});
+  return r;
+}
+
+std::vector<conn_key> server::impl::conn_keys() const {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<conn_key> keys;
+  keys.reserve(registry.size());
+  registry.for_each([&](const connection& c) {
+    if (!c.welcomed() || c.closing()) return;
+    keys.push_back({c.id(),
+                    static_cast<std::uint64_t>(std::max<std::int64_t>(
+                        0, duration_cast<milliseconds>(now - c.last_received()).count())),
+                    c.queued_bytes(), c.dropped_count(), c.subscriptions().size(), c.bytes_in(), c.bytes_out()});
+  });
+  return keys;
+}
+
+std::vector<protocol::conn_info_fields> server::impl::conn_info(std::span<const std::uint64_t> ids) const {
+  std::unordered_map<std::uint64_t, const connection*> by_id;
+  registry.for_each([&](const connection& c) { by_id.emplace(c.id(), &c); });
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<protocol::conn_info_fields> out;
+  out.reserve(ids.size());
+  for (const auto id : ids) {
+    const auto it = by_id.find(id);
+    if (it == by_id.end()) continue;
+    auto& f = out.emplace_back(it->second->info(now));
+    for (const auto& box : f.inboxes) f.inbox_leases.push_back(routing.inbox_lease(box).value_or(0));
+  }
+  return out;
 }
 
 server::server(server_config config) : impl_(std::make_unique<impl>((validate(config), std::move(config)))) {}

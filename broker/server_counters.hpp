@@ -20,6 +20,9 @@ struct server_counters {
   std::uint64_t sends_routed = 0;          // route keys delivered into an inbox
   std::uint64_t sends_unrouted = 0;        // route keys with no route
   std::uint64_t write_waits = 0;           // turns a small write waited for more input (connection::writer)
+  std::uint64_t slow_consumers = 0;        // times a connection began dropping deliveries (until its queue drained)
+  std::uint64_t bytes_in = 0;              // read from clients (plaintext, after TLS)
+  std::uint64_t bytes_out = 0;             // written to clients (plaintext, before TLS)
   // Authentication and permissions (docs/security.md).
   std::uint64_t auth_failures = 0;         // hellos refused: unauthorized (bad or missing credentials)
   std::uint64_t auth_rate_limited = 0;     // hellos refused: rate_limited, too many failures from the address

@@ -15,6 +15,13 @@ namespace {
 template <class T>
 using result = std::expected<T, std::error_code>;
 
+// Whether the broker granted "admin" to this session.
+template <class State>
+bool granted_admin(State& c) {
+  std::lock_guard lock(c.mu);
+  return std::find(c.caps.begin(), c.caps.end(), protocol::capability::admin) != c.caps.end();
+}
+
 stream_summary to_summary(const wire::StreamInfoResult& m) {
   stream_summary s;
   if (m.stream()) s.name = m.stream()->str();
@@ -84,10 +91,71 @@ result<stream_summary> client::clear_stream_retention(std::string_view stream) {
 }
 
 std::error_code client::drain(std::chrono::milliseconds window) {
-  if (std::find(impl_->caps.begin(), impl_->caps.end(), protocol::capability::admin) == impl_->caps.end())
-    return errc::not_supported;
+  if (!granted_admin(*impl_)) return errc::not_supported;
   const auto ms = static_cast<std::uint32_t>(std::clamp<std::int64_t>(window.count(), 0, UINT32_MAX));
   return impl_->request_sync([&](std::uint64_t r) { return local_builder().drain(r, ms); });
+}
+
+result<server_stats> client::stats() {
+  if (!granted_admin(*impl_)) return std::unexpected(make_error_code(errc::not_supported));
+  return impl_->call<server_stats>(
+      [](std::uint64_t r) { return local_builder().stats(r); },
+      [](const wire::Frame& f) -> result<server_stats> {
+        const auto* m = f.message_as_StatsResult();
+        if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+        server_stats s;
+        if (m->version()) s.version = m->version()->str();
+        s.instance_id = m->instance_id();
+        s.uptime = std::chrono::milliseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(m->uptime_ms(), INT64_MAX)));
+        if (m->settings())
+          for (const auto* x : *m->settings())
+            s.settings.emplace_back(x->name()->str(), x->value() ? x->value()->str() : std::string());
+        if (m->values())
+          for (const auto* v : *m->values()) s.values.push_back({v->name()->str(), v->value(), v->counter()});
+        return s;
+      });
+}
+
+result<connection_page> client::connections(connection_order order, std::size_t limit, std::uint64_t cursor) {
+  if (!granted_admin(*impl_)) return std::unexpected(make_error_code(errc::not_supported));
+  const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX));
+  const auto ms = [](std::uint64_t v) {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX)));
+  };
+  return impl_->call<connection_page>(
+      [&](std::uint64_t r) { return local_builder().conn_list(r, static_cast<std::uint8_t>(order), n, cursor); },
+      [ms](const wire::Frame& f) -> result<connection_page> {
+        const auto* m = f.message_as_ConnListResult();
+        if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+        const auto text = [](const flatbuffers::String* x) { return x ? x->str() : std::string(); };
+        connection_page page;
+        page.total = m->total();
+        page.next_cursor = m->next_cursor();
+        if (!m->conns()) return page;
+        for (const auto* c : *m->conns()) {
+          connection_summary s;
+          s.id = c->id();
+          s.name = text(c->name());
+          s.client_id = text(c->client_id());
+          s.principal = text(c->principal());
+          s.address = text(c->address());
+          s.age = ms(c->age_ms());
+          s.idle = ms(c->idle_ms());
+          if (c->capabilities())
+            for (const auto* x : *c->capabilities()) s.capabilities.push_back(x->str());
+          s.subscriptions = c->subscriptions();
+          if (c->inboxes())
+            for (const auto* x : *c->inboxes()) s.inboxes.push_back(x->str());
+          if (c->inbox_leases()) s.inbox_leases.assign(c->inbox_leases()->begin(), c->inbox_leases()->end());
+          s.pending_bytes = c->pending_bytes();
+          s.dropped = c->dropped();
+          s.bytes_in = c->bytes_in();
+          s.bytes_out = c->bytes_out();
+          s.tls = c->tls();
+          page.connections.push_back(std::move(s));
+        }
+        return page;
+      });
 }
 
 }  // namespace switchyard

@@ -704,6 +704,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       case wire::Message::Appended:
       case wire::Message::Records:
       case wire::Message::StreamInfoResult: case wire::Message::StreamListResult:  // client_admin.cpp
+      case wire::Message::StatsResult: case wire::Message::ConnListResult:         // client_admin.cpp
         if (f.request_id() != 0) complete(f.request_id(), {}, &f);
         return true;
       case wire::Message::InboxDelivery:

@@ -72,7 +72,12 @@ struct broker_state : fake_clock {
   pubsub_handler pubsub{config, channels, fan, nullptr, builder, logger};
   routing_handler routing_requests{config, leases, routing, fan, nullptr, builder, logger};
   std::chrono::milliseconds default_drain_window{30'000};  // borrowed by the admin handler
-  server_admin_handler admin{[](std::chrono::milliseconds) {}, default_drain_window, builder, logger};
+  server_admin_handler admin{{[](std::chrono::milliseconds) {}, [] { return stats_report{}; },
+                              [] { return std::vector<conn_key>{{.id = 1}, {.id = 2}}; },
+                              [](std::span<const std::uint64_t> ids) {
+                                return std::vector<protocol::conn_info_fields>(ids.size());
+                              }},
+                             default_drain_window, builder, logger};
   dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr, &admin}, counters, logger};
   std::array<std::shared_ptr<recording_peer>, peer_count> peers;
   std::uint64_t next_id = 1;

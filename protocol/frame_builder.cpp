@@ -369,6 +369,61 @@ bytes_view frame_builder::set_retention(std::uint64_t request_id, std::string_vi
                                                         limits.max_bytes, clear));
 }
 
+bytes_view frame_builder::stats(std::uint64_t request_id) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateStats(fbb));
+}
+
+bytes_view frame_builder::stats_result(std::uint64_t request_id, const stats_fields& f) {
+  auto& fbb = start();
+  const auto version = string_or_null(fbb, f.version);
+  std::vector<Offset<wire::StatsSetting>> settings;
+  settings.reserve(f.settings.size());
+  for (const auto& s : f.settings)
+    settings.push_back(wire::CreateStatsSetting(fbb, fbb.CreateString(s.name.data(), s.name.size()),
+                                                string_or_null(fbb, s.value)));
+  const auto settings_vec = fbb.CreateVector(settings);
+  std::vector<Offset<wire::StatsValue>> values;
+  values.reserve(f.values.size());
+  for (const auto& v : f.values)
+    values.push_back(wire::CreateStatsValue(fbb, fbb.CreateString(v.name.data(), v.name.size()), v.value, v.counter));
+  const auto values_vec = fbb.CreateVector(values);
+  return finish_as(request_id,
+                   wire::CreateStatsResult(fbb, version, f.instance_id, f.uptime_ms, settings_vec, values_vec));
+}
+
+bytes_view frame_builder::conn_list(std::uint64_t request_id, std::uint8_t sort, std::uint32_t limit,
+                                    std::uint64_t cursor) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateConnList(fbb, static_cast<wire::ConnSort>(sort), limit, cursor));
+}
+
+bytes_view frame_builder::conn_list_result(std::uint64_t request_id, std::span<const conn_info_fields> conns,
+                                           std::uint64_t total, std::uint64_t next_cursor) {
+  auto& fbb = start();
+  std::vector<Offset<wire::ConnInfo>> items;
+  items.reserve(conns.size());
+  std::vector<Offset<String>> strings;
+  for (const auto& c : conns) {
+    strings.clear();
+    for (const auto cap : c.capabilities) strings.push_back(fbb.CreateString(cap.data(), cap.size()));
+    const auto caps = fbb.CreateVector(strings);
+    strings.clear();
+    for (const auto& box : c.inboxes) strings.push_back(fbb.CreateString(box));
+    const auto inboxes = fbb.CreateVector(strings);
+    const auto leases = fbb.CreateVector(c.inbox_leases);
+    const auto name = string_or_null(fbb, c.name);
+    const auto client_id = string_or_null(fbb, c.client_id);
+    const auto principal = string_or_null(fbb, c.principal);
+    const auto address = string_or_null(fbb, c.address);
+    items.push_back(wire::CreateConnInfo(fbb, c.id, name, client_id, principal, address, c.age_ms, c.idle_ms, caps,
+                                         c.subscriptions, inboxes, leases, c.pending_bytes, c.dropped, c.bytes_in,
+                                         c.bytes_out, c.tls));
+  }
+  const auto list = fbb.CreateVector(items);
+  return finish_as(request_id, wire::CreateConnListResult(fbb, list, total, next_cursor));
+}
+
 bytes_view frame_builder::dropped(std::uint64_t count) {
   auto& fbb = start();
   return finish(0, static_cast<std::uint8_t>(wire::Message::Dropped),

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -57,6 +58,45 @@ struct registry_entry_fields {
   std::uint64_t version = 0;
   std::uint64_t lease_id = 0;
   std::uint32_t remaining_ms = 0;
+};
+
+// StatsResult (docs/protocol.md §14).
+struct stats_value_fields {
+  std::string_view name;
+  std::uint64_t value = 0;
+  bool counter = false;  // else a gauge
+};
+struct stats_setting_fields {
+  std::string_view name;
+  std::string_view value;
+};
+struct stats_fields {
+  std::string_view version;
+  std::uint64_t instance_id = 0;
+  std::uint64_t uptime_ms = 0;
+  std::span<const stats_setting_fields> settings;
+  std::span<const stats_value_fields> values;
+};
+
+// ConnInfo: one connection of a ConnListResult. Owns its strings (an admin
+// answer, not a hot path).
+struct conn_info_fields {
+  std::uint64_t id = 0;
+  std::string name;
+  std::string client_id;
+  std::string principal;
+  std::string address;
+  std::uint64_t age_ms = 0;
+  std::uint64_t idle_ms = 0;
+  std::vector<std::string_view> capabilities;  // static names (capabilities.hpp)
+  std::uint32_t subscriptions = 0;
+  std::vector<std::string> inboxes;
+  std::vector<std::uint64_t> inbox_leases;  // the lease of each of `inboxes`
+  std::uint64_t pending_bytes = 0;
+  std::uint64_t dropped = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  bool tls = false;
 };
 
 // Retention limits as on the wire (0 = no limit).
@@ -155,6 +195,14 @@ class frame_builder {
   // Server administration (capability "admin"): drain over `window_ms`
   // (0 = the server's default window).
   bytes_view drain(std::uint64_t request_id, std::uint32_t window_ms);
+
+  // Server statistics (capability "admin").
+  bytes_view stats(std::uint64_t request_id);
+  bytes_view stats_result(std::uint64_t request_id, const stats_fields& f);
+  // `sort` is a wire::ConnSort value.
+  bytes_view conn_list(std::uint64_t request_id, std::uint8_t sort, std::uint32_t limit, std::uint64_t cursor);
+  bytes_view conn_list_result(std::uint64_t request_id, std::span<const conn_info_fields> conns, std::uint64_t total,
+                              std::uint64_t next_cursor);
 
   // Authentication between Hello and Welcome (docs/security.md): the
   // server's random nonce, and the client's signature of

@@ -50,7 +50,7 @@ TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") 
   for (const char* args : {"--help", "ping --help", "streams --help", "streams list --help", "streams info --help",
                            "streams retention --help", "streams read --help", "routes --help", "routes get --help",
                            "routes list --help", "leases --help", "leases list --help", "drain --help", "keygen --help",
-                           "hash-token --help"}) {
+                           "hash-token --help", "stats --help", "conns --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);
@@ -337,4 +337,66 @@ TEST_CASE("drain with a window without a unit is a usage error and sends nothing
   CHECK(code == 1);
   CHECK(contains(out, "--window must be a duration"));
   CHECK(server.live_metrics().ready);
+}
+
+TEST_CASE("stats --json prints the settings, counters and gauges as one JSON object", "[admin]") {
+  test_server server;
+  auto c = connect_to(server, "publisher");
+  for (int i = 0; i < 3; ++i) REQUIRE_FALSE(c->publish("orders.eu", std::string_view("o")));
+  REQUIRE_FALSE(c->flush());
+  const auto [code, out] = cli(server.port(), "stats --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(contains(out, R"("version":")" SWITCHYARD_VERSION R"(")"));
+  CHECK(contains(out, R"("listen":"127.0.0.1:)" + std::to_string(server.port()) + "\""));
+  CHECK(contains(out, R"("published_total":3)"));
+  CHECK(contains(out, R"("connections":2)"));  // the publisher and the CLI
+  CHECK(contains(out, R"("counters":{)"));
+  CHECK(contains(out, R"("gauges":{)"));
+}
+
+TEST_CASE("stats prints the settings, then counters and gauges as aligned columns", "[admin]") {
+  test_server server;
+  const auto [code, out] = cli(server.port(), "stats");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, "\nCOUNTER "));
+  CHECK(contains(out, "\nGAUGE "));
+  CHECK(contains(out, "\nconnections_accepted_total "));
+  CHECK(contains(out, "\nready "));
+}
+
+TEST_CASE("conns lists the connections with their names, a page at a time with a cursor", "[admin]") {
+  test_server server;
+  auto a = connect_to(server, "gateway-a");
+  auto b = connect_to(server, "gateway-b");
+  REQUIRE(b->subscribe("x.>", [](const message&) {}));
+  const auto [code, out] = cli(server.port(), "conns --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(out.starts_with(R"({"total":3,"next_cursor":0,"conns":[{"id":)"));
+  CHECK(contains(out, R"("name":"gateway-a")"));
+  CHECK(contains(out, R"("name":"gateway-b")"));
+  CHECK(contains(out, R"("name":"switchyard-cli")"));
+  CHECK(contains(out, R"("subscriptions":1)"));
+  // Sorted by subscriptions, one a page: gateway-b first, then a cursor.
+  const auto [code1, first] = cli(server.port(), "conns --sort subs --limit 1");
+  INFO(first);
+  CHECK(code1 == 0);
+  CHECK(contains(first, "gateway-b"));
+  CHECK(contains(first, "1 of 3 connections; next page: --cursor 1"));
+  const auto [code2, second] = cli(server.port(), "conns --sort subs --limit 1 --cursor 1 --json");
+  CHECK(code2 == 0);
+  CHECK_FALSE(contains(second, "gateway-b"));
+  CHECK(contains(second, R"("next_cursor":2)"));
+}
+
+TEST_CASE("conns with an unknown sort is a usage error and sends nothing", "[admin]") {
+  test_server server;
+  const auto [code, out] = cli(server.port(), "conns --sort size --json");
+  CHECK(code == 1);
+  CHECK(contains(out, "--sort must be id, idle, pending, dropped, subs, bytes-in or bytes-out"));
+  CHECK(server.live_metrics().counters.connections_accepted == 0);
 }

@@ -106,3 +106,15 @@ TEST_CASE("the CLI's JSON names the library's own errors by their enumerators an
   CHECK(error_code_name(errc::payload_too_large) == "payload_too_large");
   CHECK(error_code_name(std::make_error_code(std::errc::connection_refused)) == "connection_failed");
 }
+
+TEST_CASE("an elapsed time is shown in its two largest units, rounded down") {
+  CHECK(format_elapsed(0) == "0ms");
+  CHECK(format_elapsed(999) == "999ms");
+  CHECK(format_elapsed(1000) == "1.0s");
+  CHECK(format_elapsed(4'567) == "4.5s");
+  CHECK(format_elapsed(59'999) == "59.9s");
+  CHECK(format_elapsed(60'000) == "1m00s");
+  CHECK(format_elapsed(278'702) == "4m38s");
+  CHECK(format_elapsed(3'600'000 + 5 * 60'000 + 59'000) == "1h05m");
+  CHECK(format_elapsed(2 * 86'400'000ULL + 7 * 3'600'000 + 1) == "2d07h");
+}

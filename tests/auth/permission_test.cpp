@@ -182,6 +182,28 @@ TEST_CASE("an allow of > with no deny allows everything") {
   CHECK_FALSE(permission_rule({"*"}, {}).allows_everything());
 }
 
+TEST_CASE("a rule answers for every shape of pattern exactly as pattern_matches does") {
+  // allows() sorts patterns by shape (>, *, literal, literal with a > tail,
+  // the rest) to match without splitting names; each shape, alone as the
+  // allow list, must agree with the token-by-token matcher on every name.
+  const std::vector<std::string> patterns{">",       "*",       "a",       "a.b",     "a.>",   "a.b.>", "ab.>",
+                                          "a.*",     "*.b",     "*.>",     "a.*.c",   "a.*.>", "x",     "a.b.c",
+                                          "orders.>", "user:1",  "a-b.c_d"};
+  const std::vector<std::string> names{"a",      "a.",    "a.b",   "a.b.",  "a.b.c", "a.bc",  "ab",   "ab.c",  "b",
+                                       ".a",     "a..b",  ".",     "..",    "a.*",   "a.>",   "*",    ">",     "x.a.b",
+                                       "a.b.c.d", "aa.b", "orders", "orders.", "orders.x", "user:1", "user:10",
+                                       "a-b.c_d", "a-b.c_d.e"};
+  for (const auto& p : patterns) {
+    const permission_rule alone({p}, {});
+    const permission_rule denied({">"}, {p});
+    for (const auto& n : names) {
+      INFO("pattern '" << p << "', name '" << n << "'");
+      CHECK(alone.allows(n) == pattern_matches(p, n));
+      CHECK(denied.allows(n) == !pattern_matches(p, n));
+    }
+  }
+}
+
 TEST_CASE("cached answers stay right past max_cached distinct names") {
   // More patterns than direct_match_limit, so answers go through the cache.
   std::vector<std::string> allow{"n.>"};

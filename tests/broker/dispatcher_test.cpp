@@ -54,8 +54,22 @@ struct fixture : fake_clock {
   routing_handler routing_requests{config, leases, routing, fan, nullptr, builder, logger};
   std::vector<std::chrono::milliseconds> drains;  // what the admin handler was asked
   std::chrono::milliseconds default_drain_window{30'000};
-  server_admin_handler admin{[this](std::chrono::milliseconds w) { drains.push_back(w); }, default_drain_window,
-                             builder, logger};
+  // The server's side of Stats and ConnList: connections 7 and 9.
+  server_admin_handler admin{
+      {[this](std::chrono::milliseconds w) { drains.push_back(w); },
+       [] {
+         stats_report r;
+         r.version = "9.9.9";
+         r.values.push_back({"published_total", 42, true});
+         return r;
+       },
+       [] { return std::vector<conn_key>{{.id = 9}, {.id = 7}}; },
+       [](std::span<const std::uint64_t> ids) {
+         std::vector<protocol::conn_info_fields> out;
+         for (const auto id : ids) out.push_back({.id = id, .name = "conn-" + std::to_string(id)});
+         return out;
+       }},
+      default_drain_window, builder, logger};
   dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr, &admin}, counters, logger};
   std::vector<std::vector<std::uint8_t>> frames;  // keeps each request's bytes
 
@@ -142,7 +156,7 @@ TEST_CASE("every message type is either served to clients or refused as server-o
                                     M::RegistryPut, M::RegistryGet,    M::RegistryDelete, M::RegistryList,
                                     M::InboxOpen,   M::InboxClose,     M::Send,          M::Append,
                                     M::Read,        M::StreamInfo,     M::StreamList,    M::SetRetention,
-                                    M::Drain};
+                                    M::Drain,       M::Stats,          M::ConnList};
   for (int t = 0; t <= static_cast<int>(M::MAX); ++t) {
     const auto type = static_cast<M>(t);
     INFO(wire::EnumNameMessage(type));
@@ -155,6 +169,8 @@ TEST_CASE("every message type is either served to clients or refused as server-o
   CHECK(f.dispatch.needs(M::SetRetention) == dispatcher::requirement::sequence_log);
   CHECK(f.dispatch.needs(M::Publish) == dispatcher::requirement::none);
   CHECK(f.dispatch.needs(M::Drain) == dispatcher::requirement::admin);
+  CHECK(f.dispatch.needs(M::Stats) == dispatcher::requirement::admin);
+  CHECK(f.dispatch.needs(M::ConnList) == dispatcher::requirement::admin);
 }
 
 TEST_CASE("a drain request without the admin capability is refused and drains nothing", "[broker][dispatch]") {
@@ -184,6 +200,55 @@ TEST_CASE("a drain request with the admin capability is answered Ok and drains o
   REQUIRE(f.drains.size() == 2);
   CHECK(f.drains[0] == 1500ms);
   CHECK(f.drains[1] == 30'000ms);
+}
+
+TEST_CASE("stats and connection lists without the admin capability are refused and the connection stays",
+          "[broker][dispatch]") {
+  fixture f;
+  auto p = f.peer(routing_caps());
+  CHECK(f.from(*p, f.requests.stats(5)));
+  CHECK(f.from(*p, f.requests.conn_list(6, 0, 0, 0)));
+  REQUIRE(p->sent.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto* e = p->answer(i).message_as_Error();
+    REQUIRE(e != nullptr);
+    CHECK(e->code() == wire::ErrorCode::unsupported_message);
+  }
+  CHECK_FALSE(p->closed());
+}
+
+TEST_CASE("a stats request with the admin capability is answered with what the server reports",
+          "[broker][dispatch]") {
+  fixture f;
+  capability_set admin;
+  admin.admin = true;
+  auto p = f.peer(admin);
+  CHECK(f.from(*p, f.requests.stats(5)));
+  REQUIRE(p->sent.size() == 1);
+  CHECK(p->answer(0).request_id() == 5);
+  const auto* r = p->answer(0).message_as_StatsResult();
+  REQUIRE(r != nullptr);
+  CHECK(r->version()->string_view() == "9.9.9");
+  REQUIRE(r->values()->size() == 1);
+  CHECK(r->values()->Get(0)->name()->string_view() == "published_total");
+  CHECK(r->values()->Get(0)->value() == 42);
+  CHECK(r->values()->Get(0)->counter());
+}
+
+TEST_CASE("a connection list with the admin capability is answered with a page in id order", "[broker][dispatch]") {
+  fixture f;
+  capability_set admin;
+  admin.admin = true;
+  auto p = f.peer(admin);
+  CHECK(f.from(*p, f.requests.conn_list(5, static_cast<std::uint8_t>(wire::ConnSort::id), 1, 0)));
+  REQUIRE(p->sent.size() == 1);
+  const auto* r = p->answer(0).message_as_ConnListResult();
+  REQUIRE(r != nullptr);
+  CHECK(r->total() == 2);
+  REQUIRE(r->conns()->size() == 1);
+  CHECK(r->conns()->Get(0)->id() == 7);
+  CHECK(r->conns()->Get(0)->name()->string_view() == "conn-7");
+  CHECK(r->next_cursor() == 7);
 }
 
 TEST_CASE("a ping is answered only after the requests before it that wait for the log", "[broker][dispatch]") {

@@ -489,6 +489,26 @@ TEST_CASE("lists, retention and drain need an admin principal", "[e2e][auth]") {
   CHECK(op->set_stream_retention("orders", {.max_records = 5}));
 }
 
+TEST_CASE("stats and the connection list need an admin principal, and the list names each connection's principal",
+          "[e2e][auth]") {
+  key_pair gw2;
+  auth_broker b(standard_file(gw2));
+  client_options ask_admin = as_token(b.port(), "orders-token");
+  ask_admin.admin = true;
+  auto svc = connect_ok(ask_admin);  // asks for admin, is not granted it
+  CHECK(svc->stats().error() == make_error_code(errc::not_supported));
+  CHECK(svc->connections().error() == make_error_code(errc::not_supported));
+  client_options op_opts = as_token(b.port(), "operator-token");
+  op_opts.admin = true;
+  auto op = connect_ok(op_opts);
+  REQUIRE(op->stats());
+  const auto page = op->connections();
+  REQUIRE(page);
+  REQUIRE(page->connections.size() == 2);
+  CHECK(page->connections[0].principal == "orders");
+  CHECK(page->connections[1].principal == "operator");
+}
+
 // ---- Ownership ----
 
 TEST_CASE("a lease belongs to its principal: another cannot keep it alive, read or revoke it; an admin can",
@@ -554,6 +574,7 @@ TEST_CASE("a reload applies at once: an added principal connects, a removed one 
   gw_opts.on_disconnect = [&](std::error_code ec) { closed_code = ec.value(); };
   auto gw = connect_ok(gw_opts);
   CHECK(connect_error(as_token(b.port(), "new-token")) == unauthorized);
+  CHECK_FALSE(svc->publish_confirmed("orders.x", bytes("x")));  // the connection's last allowed channel
   CHECK(svc->publish_confirmed("billing.x", bytes("x")) == forbidden);
 
   // orders may now publish to billing.>, gw1 is gone, newcomer exists.

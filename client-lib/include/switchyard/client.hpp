@@ -226,6 +226,51 @@ struct stream_summary {
   bool own_retention = false;    // true: the stream's own limits; false: the broker's default
 };
 
+// The broker's identity and figures (client::stats). docs/operations.md
+// explains every value's name.
+struct server_stats {
+  std::string version;
+  std::uint64_t instance_id = 0;
+  std::chrono::milliseconds uptime{0};
+  std::vector<std::pair<std::string, std::string>> settings;  // name, value (a summary of its configuration)
+  struct value {
+    std::string name;
+    std::uint64_t value = 0;
+    bool counter = false;  // only grows while the broker runs; else a gauge
+  };
+  std::vector<value> values;  // in the broker's order (counters, then gauges)
+};
+
+// One open connection of the broker (client::connections).
+struct connection_summary {
+  std::uint64_t id = 0;  // the broker's connection id, as in its logs
+  std::string name;      // client_options::client_name
+  std::string client_id;
+  std::string principal;  // empty without an auth file
+  std::string address;    // host:port as the broker sees it
+  std::chrono::milliseconds age{0};
+  std::chrono::milliseconds idle{0};  // since it last sent anything
+  std::vector<std::string> capabilities;
+  std::uint32_t subscriptions = 0;
+  std::vector<std::string> inboxes;
+  std::vector<lease_id> inbox_leases;  // the lease of each inbox, same order
+  std::uint64_t pending_bytes = 0;     // queued for it, not yet written
+  std::uint64_t dropped = 0;           // deliveries dropped for it (slow consumer)
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  bool tls = false;
+};
+
+// How client::connections orders the list.
+enum class connection_order : std::uint8_t { id, idle, pending_bytes, dropped, subscriptions, bytes_in, bytes_out };
+
+// One page of client::connections.
+struct connection_page {
+  std::vector<connection_summary> connections;
+  std::uint64_t total = 0;        // open connections past their hello, in all
+  std::uint64_t next_cursor = 0;  // give it for the next page; 0: this was the last
+};
+
 struct send_result {
   std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (no route)
   std::size_t routed = 0;
@@ -538,6 +583,18 @@ class client {
   // broker accepted the request (blocking, request_timeout). Errors:
   // not_supported (admin not granted), not_connected, timeout.
   std::error_code drain(std::chrono::milliseconds window);
+  // The broker's version, uptime, settings and every counter and gauge.
+  // Errors: not_supported (admin not granted), forbidden, not_connected,
+  // timeout.
+  std::expected<server_stats, std::error_code> stats();
+  // A page of the broker's open connections in `order`, at most `limit`
+  // (0 = 100; at most 1000), after `cursor` (0 = the first page, else the
+  // next_cursor of the page before). In id order a walk sees every
+  // connection that stays open; in the other orders the cursor counts
+  // entries, so connections that move between pages may be seen twice or
+  // not at all. Errors as stats().
+  std::expected<connection_page, std::error_code> connections(connection_order order = connection_order::id,
+                                                              std::size_t limit = 0, std::uint64_t cursor = 0);
 
   // Non-blocking forms for pipelining (many requests in flight): `done`
   // runs on the loop thread; views in it are valid during the call only.

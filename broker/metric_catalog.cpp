@@ -1,0 +1,62 @@
+#include "broker/metric_catalog.hpp"
+
+namespace switchyard::broker {
+
+std::vector<metric> metrics_of(const metrics_snapshot& m) {
+  const auto& n = m.counters;
+  const auto& log = m.group_commit;
+  const auto counter = [](std::string_view name, std::string_view help, std::uint64_t v) {
+    return metric{name, help, v, true};
+  };
+  const auto gauge = [](std::string_view name, std::string_view help, std::uint64_t v) {
+    return metric{name, help, v, false};
+  };
+  return {
+      counter("connections_accepted_total", "Connections accepted (past admission control at accept).",
+              n.connections_accepted),
+      counter("connections_rejected_total", "Connections refused with too_many_connections.",
+              n.connections_rejected),
+      counter("hellos_rate_limited_total", "Hellos refused with rate_limited (--max-hellos-per-s).",
+              n.hellos_rate_limited),
+      counter("hellos_draining_total", "Hellos refused with draining during a drain.", n.hellos_draining),
+      counter("connections_drained_total", "Open connections a drain closed.", n.connections_drained),
+      counter("protocol_errors_total", "Connections closed for bad input (malformed frames and the like).",
+              n.protocol_errors),
+      counter("auth_failures_total", "Hellos refused with unauthorized.", n.auth_failures),
+      counter("auth_rate_limited_total", "Hellos refused for too many failed attempts from the address.",
+              n.auth_rate_limited),
+      counter("forbidden_total", "Requests refused by a permission list.", n.forbidden),
+      counter("published_total", "Publishes routed.", n.published),
+      counter("delivered_total", "Deliveries queued, one per subscribed connection per publish.", n.delivered),
+      counter("dropped_total", "Deliveries dropped for slow consumers.", n.dropped),
+      counter("slow_consumers_total", "Times a connection began dropping deliveries.", n.slow_consumers),
+      counter("sends_routed_total", "Route keys of sends delivered into an inbox.", n.sends_routed),
+      counter("sends_unrouted_total", "Route keys of sends with no route.", n.sends_unrouted),
+      counter("leases_expired_total", "Leases the sweeper expired.", n.leases_expired),
+      counter("received_bytes_total", "Bytes read from clients (after TLS).", n.bytes_in),
+      counter("sent_bytes_total", "Bytes written to clients (before TLS).", n.bytes_out),
+      counter("write_waits_total", "Turns a small write waited for more input to coalesce.", n.write_waits),
+      counter("log_appends_total", "Records appended to the sequence log.", log.records),
+      counter("log_commit_batches_total", "Group commits (batches of appends) written.", log.batches),
+      counter("log_syncs_total", "Explicit syncs of the sequence log.", log.syncs),
+      counter("log_trimmed_total", "Records removed by retention.", log.trimmed),
+      counter("log_full_total", "Appends refused with storage_full.", log.full_attempts),
+      gauge("connections", "Open connections, including those being refused.", m.connections),
+      gauge("connections_refusing", "Connections over the cap saying goodbye.", m.connections_rejecting),
+      gauge("subscriptions", "Subscriptions (pattern and connection pairs).", m.subscriptions),
+      gauge("leases", "Live leases, private TTL leases included.", m.leases),
+      gauge("registry_entries", "Routing registry entries.", m.registry_entries),
+      gauge("inboxes", "Open inboxes.", m.inboxes),
+      gauge("queued_bytes", "Bytes in all outbound queues.", m.queued_bytes),
+      gauge("queued_bytes_max", "Bytes in the fullest outbound queue.", m.queued_bytes_max),
+      gauge("incomplete_frame_bytes", "Bytes held by incomplete frames.", m.incomplete_bytes),
+      gauge("incomplete_frame_bytes_peak", "The most bytes incomplete frames held at once.", m.incomplete_bytes_peak),
+      gauge("arena_chunks", "Frame arena chunks allocated (in use or pooled).", m.arena_chunks),
+      gauge("log_appends_waiting", "Appends queued for the group committer, not yet answered.", m.appends_waiting),
+      gauge("log_largest_batch", "The largest group commit so far, in records.", log.largest_batch),
+      gauge("ready", "1 while the server accepts new clients (not draining or stopping).", m.ready ? 1 : 0),
+      gauge("draining", "1 during a drain.", m.draining ? 1 : 0),
+  };
+}
+
+}  // namespace switchyard::broker
