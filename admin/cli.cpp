@@ -13,6 +13,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -100,6 +101,17 @@ void wipe(std::string& secret) {
   if (!secret.empty()) sodium_memzero(secret.data(), secret.size());
   secret.clear();
 }
+
+// Digits only, at most 20 (an unsigned 64-bit value): CLI11 alone would
+// read "-1" into an unsigned option as 2^64 - 1, and "abc" says "not in
+// range".
+const CLI::Validator whole_number(
+    [](std::string& v) -> std::string {
+      if (v.empty() || v.size() > 20 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return "must be a whole number (0 or more), got '" + v + "'";
+      return {};
+    },
+    "UINT");
 
 // A conns --sort name; nullopt for an unknown one.
 std::optional<connection_order> parse_order(std::string_view name) {
@@ -778,7 +790,10 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   CLI::App app{"switchyard-cli: inspect and administer a Switchyard broker", std::string(cli_name)};
   app.require_subcommand(1, 1);
   app.fallthrough();  // global flags may also follow the command
-  app.add_option("--address", s.address, "broker host:port")->capture_default_str();
+  app.set_version_flag("--version,-V", std::string(cli_name) + " " + SWITCHYARD_VERSION);
+  app.add_option("--address", s.address, "broker host:port (also SWITCHYARD_ADDRESS)")
+      ->envname("SWITCHYARD_ADDRESS")
+      ->capture_default_str();
   app.add_option("--timeout-ms", s.timeout_ms, "connect and request timeout, ms")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}))
       ->capture_default_str();
@@ -821,6 +836,7 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   auto* list = streams->add_subcommand("list", "list streams in name order: positions, size, retention");
   list->add_option("--prefix", s.prefix, "only streams whose name starts with this");
   list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->check(whole_number)
       ->capture_default_str();
 
   auto* info = streams->add_subcommand("info", "one stream: epoch, positions, size, retention in force");
@@ -832,10 +848,13 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
       "no limit; an unknown stream is created, empty); --clear reverts to the broker's default; with neither, "
       "shows the retention in force");
   retention->add_option("name", s.stream, "stream name")->required();
-  auto* records = retention->add_option("--max-records", s.max_records, "keep at most this many records (0 = none)");
-  auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)");
+  auto* records = retention->add_option("--max-records", s.max_records, "keep at most this many records (0 = none)")
+                      ->check(whole_number);
+  auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)")
+                  ->check(whole_number);
   auto* bytes = retention->add_option("--max-bytes", s.max_bytes,
-                                      "keep at most this many record bytes, payload plus delivery destination (0 = none)");
+                                      "keep at most this many record bytes, payload plus delivery destination (0 = none)")
+                      ->check(whole_number);
   retention->add_flag("--clear", s.clear, "drop the stream's own limits: the broker's default applies again")
       ->excludes(records)
       ->excludes(age)
@@ -844,8 +863,11 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   auto* read = streams->add_subcommand(
       "read", "print records: payloads as text when printable UTF-8 (no control characters), else base64");
   read->add_option("name", s.stream, "stream name")->required();
-  read->add_option("--from", s.from, "first sequence (0 = the first retained)")->capture_default_str();
+  read->add_option("--from", s.from, "first sequence (0 = the first retained)")
+      ->check(whole_number)
+      ->capture_default_str();
   read->add_option("--count", s.count, "at most this many records (the broker answers at most 10000)")
+      ->check(whole_number)
       ->check(CLI::Range(std::size_t{1}, std::size_t{10'000}))
       ->capture_default_str();
 
@@ -856,12 +878,14 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   auto* route_list = routes->add_subcommand("list", "entries in key order");
   route_list->add_option("--prefix", s.prefix, "only keys starting with this");
   route_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->check(whole_number)
       ->capture_default_str();
 
   auto* leases = app.add_subcommand("leases", "leases (gateways prove they are alive with them)");
   leases->require_subcommand(1, 1);
   auto* lease_list = leases->add_subcommand("list", "live leases: id, granted TTL, time left");
   lease_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->check(whole_number)
       ->capture_default_str();
 
   auto* drain = app.add_subcommand(
@@ -875,8 +899,10 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   conns->add_option("--sort", s.sort, "id (oldest first), idle, pending, dropped, subs, bytes-in or bytes-out (largest first)")
       ->capture_default_str();
   conns->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 100; at most 1000)")
+      ->check(whole_number)
       ->capture_default_str();
   conns->add_option("--cursor", s.cursor, "the next page: the cursor the page before printed (0 = the first page)")
+      ->check(whole_number)
       ->capture_default_str();
 
   auto* keygen = app.add_subcommand(
@@ -897,8 +923,26 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help
-    cli(s, in, out, err).fail(exit_usage, "usage", std::string(e.what()) + " (see --help)");
+    if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help, --version
+    // "A subcommand is required" when the word given is not a command: say
+    // which word, and what the commands are.
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      const CLI::App* level = &app;
+      for (const CLI::App* sub = level; sub != nullptr;) {
+        const auto parsed = sub->get_subcommands([](const CLI::App* a) { return a->parsed(); });
+        level = sub;
+        sub = parsed.empty() ? nullptr : parsed.front();
+      }
+      const auto rest = app.remaining(true);
+      std::string known;
+      for (const auto* c : level->get_subcommands({})) known += (known.empty() ? "" : ", ") + c->get_name();
+      const std::string where = level == &app ? "" : level->get_name() + " ";
+      message = rest.empty() || rest.front().starts_with("-")
+                    ? "a command is required: " + where + "{" + known + "}"
+                    : "unknown command '" + where + rest.front() + "' (commands: " + known + ")";
+    }
+    cli(s, in, out, err).fail(exit_usage, "usage", message + " (see --help)");
     return exit_usage;
   }
   s.set_limits = records->count() + age->count() + bytes->count() > 0;

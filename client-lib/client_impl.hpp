@@ -890,6 +890,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
           r.error().message());
       co_return outcome(errc::tls_failed);
     }
+    // The first bytes back are not a Switchyard frame (no "SWY1" frame, or
+    // a length no broker sends): another service listens there.
+    if (!r && r.error().category() == protocol::protocol_category()) co_return outcome(errc::not_a_broker);
     if (!r) co_return outcome(r.error());
     if (r->frame->message_type() == wire::Message::AuthChallenge && key) {
       // Sign the nonce (docs/security.md, "Credentials"), then the Welcome.

@@ -33,6 +33,7 @@ constexpr library_code library_codes[] = {
     {errc::buffer_full, "buffer_full", "reconnecting, and the buffer for publishes is full"},
     {errc::reconnect_failed, "reconnect_failed", "gave up reconnecting to the broker"},
     {errc::tls_failed, "tls_failed", "TLS set-up or handshake with the broker failed"},
+    {errc::not_a_broker, "not_a_broker", "not a Switchyard broker: its answer is not a Switchyard frame"},
 };
 
 constexpr bool is_server_code(int value) noexcept { return value > 0 && value < 100; }

@@ -3,6 +3,7 @@
 
 #include "switchyard/client.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/fake_service.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/log_helpers.hpp"
@@ -399,4 +400,54 @@ TEST_CASE("conns with an unknown sort is a usage error and sends nothing", "[adm
   CHECK(code == 1);
   CHECK(contains(out, "--sort must be id, idle, pending, dropped, subs, bytes-in or bytes-out"));
   CHECK(server.live_metrics().counters.connections_accepted == 0);
+}
+
+TEST_CASE("the CLI prints its version for --version and -V and exits 0 without a broker", "[admin]") {
+  for (const char* flag : {" --version", " -V"}) {
+    const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + flag);
+    CHECK(code == 0);
+    CHECK(out == "switchyard-cli " SWITCHYARD_VERSION "\n");
+  }
+}
+
+TEST_CASE("an unknown command is named, with the commands there are, and exits 1", "[admin]") {
+  const std::string bin(SWITCHYARD_CLI_BINARY);
+  const auto [code, err] = run_for_exit_code(bin + " bogus 2>&1");
+  CHECK(code == 1);
+  CHECK(err.starts_with("switchyard-cli: unknown command 'bogus' (commands: ping, streams,"));
+  const auto [code2, err2] = run_for_exit_code(bin + " streams bogus 2>&1");
+  CHECK(code2 == 1);
+  CHECK(err2.starts_with("switchyard-cli: unknown command 'streams bogus' (commands: list, info, retention, read)"));
+  const auto [code3, err3] = run_for_exit_code(bin + " streams 2>&1");
+  CHECK(code3 == 1);
+  CHECK(err3.starts_with("switchyard-cli: a command is required: streams {list, info, retention, read}"));
+}
+
+TEST_CASE("negative and non-numeric counts are usage errors and nothing is sent", "[admin]") {
+  test_server server;
+  for (const char* args : {"streams read s --from -1", "streams read s --count abc", "conns --limit -3",
+                           "streams retention s --max-records 1e3", "conns --cursor x"}) {
+    INFO(args);
+    const auto [code, err] = cli_stderr(server.port(), args);
+    CHECK(code == 1);
+    CHECK(contains(err, "must be a whole number (0 or more), got '"));
+  }
+  CHECK(server.live_metrics().counters.connections_accepted == 0);
+}
+
+TEST_CASE("SWITCHYARD_ADDRESS gives the broker's address when --address does not", "[admin]") {
+  test_server server;
+  const auto [code, out] = run_for_exit_code("SWITCHYARD_ADDRESS=127.0.0.1:" + std::to_string(server.port()) + " " +
+                                             SWITCHYARD_CLI_BINARY + " ping --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, "\"address\":\"127.0.0.1:" + std::to_string(server.port()) + "\""));
+}
+
+TEST_CASE("a port where another service listens is reported as not a Switchyard broker", "[admin]") {
+  test::fake_service http("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+  const auto [code, err] = cli_stderr(http.port(), "ping");
+  INFO(err);
+  CHECK(code == 2);
+  CHECK(contains(err, "not a Switchyard broker"));
 }

@@ -5,6 +5,7 @@
 #include "protocol/limits.hpp"
 #include "switchyard/client.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/fake_service.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
@@ -360,4 +361,22 @@ TEST_CASE("a rejected connection saying goodbye does not count against the cap",
   auto second = connect_to(server, "second");
   CHECK_FALSE(second->flush());
   CHECK(second->connected());
+}
+
+TEST_CASE("a client pointed at a service that is not a broker fails with not_a_broker, not frame_too_large",
+          "[e2e][client]") {
+  // An HTTP server's answer read as a frame: "HTTP" as a length is far
+  // above any max frame; a short binary answer is no SWY1 frame either.
+  for (const std::string reply : {std::string("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"),
+                                  std::string("\x10\0\0\0garbage-garbage-", 20)}) {
+    test::fake_service other(reply);
+    client_options o;
+    o.port = other.port();
+    o.reconnect.enabled = false;
+    o.connect_timeout = std::chrono::seconds(5);
+    auto c = client::connect(o);
+    REQUIRE_FALSE(c);
+    CHECK(c.error() == make_error_code(errc::not_a_broker));
+    CHECK(error_name(errc::not_a_broker) == "not_a_broker");
+  }
 }

@@ -52,6 +52,7 @@ enum class errc {
   buffer_full = 110,        // reconnecting, and reconnect_options::buffer_bytes of publishes are held already
   reconnect_failed = 111,   // the client gave up reconnecting (max_attempts / max_downtime): it is closed
   tls_failed = 112,         // TLS set-up or handshake failed (certificate, CA, name, or a broker without TLS); the log says why
+  not_a_broker = 113,       // the address answered, but not with a Switchyard frame (another service, or the wrong port)
 };
 
 const std::error_category& client_category() noexcept;
