@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   try {
     cfg = parse_server_args(argc, argv);
   } catch (const cli_exit& e) {
-    std::fputs(e.output.c_str(), e.code == 0 ? stdout : stderr);
+    if (e.code == 0) std::fputs(e.output.c_str(), stdout);  // --help, --version
+    else std::fprintf(stderr, "switchyard-server: %s", e.output.c_str());
     return e.code == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "switchyard-server: %s\n", e.what());

@@ -240,10 +240,13 @@ struct server::impl {
   std::vector<protocol::conn_info_fields> conn_info(std::span<const std::uint64_t> ids) const;
 
   const std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
+  bool listening = false;  // start() got as far as listening: there is traffic to report at the end
 };
 
 void server::impl::open_log() {
-  std::filesystem::create_directories(config.data_dir);
+  std::error_code made;
+  std::filesystem::create_directories(config.data_dir, made);
+  if (made) throw std::runtime_error("cannot use --data-dir " + config.data_dir + ": " + made.message());
   storage::log_options o;
   o.dir = std::filesystem::path(config.data_dir) / "log";
   o.mode = config.durability;
@@ -756,14 +759,16 @@ server::server(server_config config) : impl_(std::make_unique<impl>((validate(co
 
 server::~server() {
   const auto& n = impl_->counters;
-  impl_->logger->info("traffic: {} published, {} delivered, {} dropped, {} sends routed, {} unrouted, {} write waits",
-                      n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted, n.write_waits);
+  if (impl_->listening)
+    impl_->logger->info("traffic: {} published, {} delivered, {} dropped, {} sends routed, {} unrouted, {} write waits",
+                        n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted, n.write_waits);
   // The committer's last completions post to the io_context: stop it while
   // the context still exists (those handlers are destroyed with it).
   if (auto& d = impl_->durable) {
     const auto st = d->stats();
-    impl_->logger->info("group commit: {} records in {} batches (largest {}), {} syncs, {} trimmed", st.records,
-                        st.batches, st.largest_batch, st.syncs, st.trimmed);
+    if (impl_->listening)
+      impl_->logger->info("group commit: {} records in {} batches (largest {}), {} syncs, {} trimmed", st.records,
+                          st.batches, st.largest_batch, st.syncs, st.trimmed);
     d->stop();
   }
   // Connections hold streams on the io_context: drop the registry's
@@ -800,6 +805,7 @@ void server::start() {
     throw std::runtime_error("cannot listen on " + d.config.listen_host + ":" + std::to_string(d.config.listen_port) +
                              ": " + bind_ec.message());
   d.port = acceptor.local_endpoint().port();
+  d.listening = true;
   if (!d.config.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written port.
     const std::string tmp = d.config.port_file + ".tmp";

@@ -119,7 +119,8 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.set_version_flag("--version", std::string(SWITCHYARD_VERSION));
   app.set_config("--config", "", "TOML file with any of the options below (long names as keys)");
   app.allow_config_extras(false);
-  app.config_formatter(std::make_shared<toml_config>());
+  auto toml = std::make_shared<toml_config>();
+  app.config_formatter(toml);
 
   std::string listen = cfg.listen_host + ":" + std::to_string(cfg.listen_port);
   std::int64_t hello_ms = cfg.hello_timeout.count();
@@ -242,6 +243,11 @@ server_config parse_server_args(int argc, const char* const* argv) {
                "running broker)");
   app.add_flag("--json", cfg.verify_json, "with --verify-log: print the report as one JSON object on stdout");
 
+  std::vector<std::string> keys;
+  for (const auto* opt : app.get_options())
+    for (const auto& name : opt->get_lnames())
+      if (name != "config" && name != "help" && name != "version") keys.push_back(name);
+  toml->known_keys(std::move(keys));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,7 +2,9 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <charconv>
+#include <string_view>
 
 namespace switchyard::broker {
 
@@ -36,6 +38,22 @@ std::string where(const toml::source_region& at) {
   return "line " + std::to_string(at.begin.line) + ", column " + std::to_string(at.begin.column);
 }
 
+// Edits (insert, delete, replace) that turn `a` into `b`.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
 
 std::vector<CLI::ConfigItem> toml_config::from_config(std::istream& input) const {
@@ -49,6 +67,19 @@ std::vector<CLI::ConfigItem> toml_config::from_config(std::istream& input) const
   for (const auto& [key, value] : doc) {
     CLI::ConfigItem item;
     item.name = std::string(key.str());
+    if (!known_.empty() && std::find(known_.begin(), known_.end(), item.name) == known_.end()) {
+      std::string message = "config file: unknown setting '" + item.name + "' at " + where(key.source());
+      const std::string* closest = nullptr;
+      std::size_t best = 3;  // suggest only near misses: at most 2 edits
+      for (const auto& k : known_) {
+        if (const auto d = edit_distance(item.name, k); d < best) {
+          best = d;
+          closest = &k;
+        }
+      }
+      if (closest) message += " (did you mean '" + *closest + "'?)";
+      throw CLI::ConfigError(message + "; the keys are the long option names of --help, without the dashes");
+    }
     std::string text;
     if (scalar_text(value, text)) {
       item.inputs.push_back(std::move(text));

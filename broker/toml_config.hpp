@@ -20,9 +20,18 @@ namespace switchyard::broker {
 // CLI11 2.1 does not pass the file's name to its reader).
 class toml_config : public CLI::Config {
  public:
+  // The keys a file may have (the long option names, without dashes). With
+  // none given every key is passed on to CLI11; with them, an unknown key
+  // is refused here, naming its line and the closest known key ("did you
+  // mean 'max-connections'?").
+  void known_keys(std::vector<std::string> keys) { known_ = std::move(keys); }
+
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
   // Not used (the server never writes its config back); CLI11 requires it.
   std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
+
+ private:
+  std::vector<std::string> known_;
 };
 
 }  // namespace switchyard::broker

@@ -272,6 +272,18 @@ TEST_CASE("server config rejects an unknown key in the config file with a non-ze
   CHECK_THAT(e.output, Catch::Contains("no-such-setting"));
 }
 
+TEST_CASE("server config names an unknown key's line and the known key it is closest to", "[broker]") {
+  temp_config file("listen = \"127.0.0.1:0\"\nmax-conections = 7\n");
+  const cli_exit e = parse_exit({"--config", file.path().c_str()});
+  CHECK(e.code != 0);
+  CHECK_THAT(e.output, Catch::Contains("unknown setting 'max-conections' at line 2, column 1 (did you mean "
+                                       "'max-connections'?)"));
+  temp_config far("qqqqqqqqqq = 1\n");  // nothing near: no suggestion
+  const cli_exit f = parse_exit({"--config", far.path().c_str()});
+  CHECK_THAT(f.output, Catch::Contains("unknown setting 'qqqqqqqqqq' at line 1"));
+  CHECK_THAT(f.output, !Catch::Contains("did you mean"));
+}
+
 TEST_CASE("server config file keys with underscores instead of dashes are unknown keys", "[broker]") {
   temp_config file("max_connections = 7\n");
   const cli_exit e = parse_exit({"--config", file.path().c_str()});

@@ -81,6 +81,22 @@ TEST_CASE("switchyard-server reports a config file syntax error with its line an
   CHECK(out.find("max-connections must be") == std::string::npos);
 }
 
+TEST_CASE("switchyard-server that cannot start names what is at fault in one line, without traffic totals",
+          "[e2e][broker]") {
+  const std::string bin = SWITCHYARD_SERVER_BINARY;
+  const auto file = std::filesystem::temp_directory_path() / ("switchyard-not-a-dir-" + std::to_string(::getpid()));
+  std::ofstream(file) << "a file, not a folder\n";
+  auto [code, out] = run_for_exit_code(bin + " --listen 127.0.0.1:0 --data-dir " + file.string() + " 2>&1");
+  std::filesystem::remove(file);
+  CHECK(code == 1);
+  CHECK(out.find("switchyard-server: cannot use --data-dir " + file.string() + ": Not a directory") !=
+        std::string::npos);
+  CHECK(out.find("traffic:") == std::string::npos);
+  std::tie(code, out) = run_for_exit_code(bin + " --no-such-flag 2>&1");
+  CHECK(code == 2);
+  CHECK(out.starts_with("switchyard-server: "));
+}
+
 TEST_CASE("a server killed with SIGKILL restarts on the same port with its log intact", "[e2e][broker]") {
   auto server = start_server_process();
   const auto port = server.port();
