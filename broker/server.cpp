@@ -18,6 +18,7 @@
 #include "broker/routing_table.hpp"
 #include "broker/server_admin_handler.hpp"
 #include "broker/metric_catalog.hpp"
+#include "broker/log_format.hpp"
 #include "broker/stream_admin_handler.hpp"
 #include "broker/tls_context.hpp"
 #include "broker/authenticator.hpp"
@@ -127,7 +128,7 @@ lease_config lease_settings(const server_config& c) {
 struct server::impl {
   explicit impl(server_config cfg)
       : config(with_identity(std::move(cfg))),
-        logger(make_logger(config.log_level)),
+        logger(make_logger(config.log_level, config.log_format)),
         leases(lease_settings(config), [] { return std::chrono::steady_clock::now(); }),
         routing(leases),
         fan(channels, routing, arena, builder, counters),
@@ -135,10 +136,11 @@ struct server::impl {
         admission(config, counters, std::chrono::steady_clock::now()),
         auth(config) {}
 
-  static std::shared_ptr<spdlog::logger> make_logger(const std::string& level) {
+  static std::shared_ptr<spdlog::logger> make_logger(const std::string& level, const std::string& format) {
     auto log = spdlog::get("broker");
     if (!log) log = spdlog::stderr_color_mt("broker");
     log->set_level(spdlog::level::from_str(level));
+    apply_log_format(*log, is_log_format(format) ? format : "text");
     return log;
   }
 
@@ -638,6 +640,7 @@ void server::impl::reload() {
                         config.retention_max_bytes != fresh.retention_max_bytes);
   keep("durable-channel", config.durable_channels != fresh.durable_channels);
   keep("TLS on or off", config.tls_cert.empty() != fresh.tls_cert.empty());
+  keep("log-format", config.log_format != fresh.log_format);
   std::string list;
   for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
   logger->info("SIGHUP: {} re-read: {}", config.config_file, changed.empty() ? std::string("nothing changed") : list);

@@ -188,6 +188,11 @@ server_config parse_server_args(int argc, const char* const* argv) {
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
+  app.add_option("--log-format", cfg.log_format,
+                 "text (ISO 8601 time with UTC offset, logger, level, message) or json (one object per line: "
+                 "time, level, logger, msg)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
 
   app.add_option("--tls-cert", cfg.tls_cert,
                  "TLS on the client port: certificate chain (PEM); with --tls-key. Re-read on SIGHUP");

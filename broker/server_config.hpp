@@ -80,6 +80,7 @@ struct server_config {
   std::vector<std::string> durable_channels;
 
   std::string log_level = "info";
+  std::string log_format = "text";  // text or json (broker/log_format.hpp); not changed by a reload
 
   // TLS on the client port (docs/security.md, "TLS"): on when tls_cert is
   // set. The certificate chain and its key (PEM); tls_ca: the CAs client

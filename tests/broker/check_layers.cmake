@@ -11,7 +11,7 @@ set(layer_2 capabilities peer wire_error durable_pipeline)
 set(layer_3 pubsub_handler routing_handler log_handler stream_admin_handler server_admin_handler)
 set(layer_4 dispatcher)
 set(layer_5 connection byte_stream tls_context loop_pressure input_memory connection_registry)
-set(layer_6 server metrics_snapshot metric_catalog main)
+set(layer_6 server metrics_snapshot metric_catalog log_format main)
 
 set(all_layers 0 1 2 3 4 5 6)
 set(failures "")
