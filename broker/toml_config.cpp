@@ -67,6 +67,9 @@ std::vector<CLI::ConfigItem> toml_config::from_config(std::istream& input) const
   for (const auto& [key, value] : doc) {
     CLI::ConfigItem item;
     item.name = std::string(key.str());
+    if (value.is_table())  // before the key check: "[server]" is a section, not a misspelt key
+      throw CLI::ConfigError("config file: [" + item.name + "] at " + where(value.source()) +
+                             ": sections are not supported; use top-level keys");
     if (!known_.empty() && std::find(known_.begin(), known_.end(), item.name) == known_.end()) {
       std::string message = "config file: unknown setting '" + item.name + "' at " + where(key.source());
       const std::string* closest = nullptr;
