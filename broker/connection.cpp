@@ -65,7 +65,8 @@ connection::connection(connection_context& context, byte_stream stream, std::uin
       parser_(protocol::pre_hello_max_frame),
       read_size_(initial_read_size),
       last_rx_(clock::now()),
-      accepted_at_(last_rx_) {}
+      accepted_at_(last_rx_),
+      queued_since_(last_rx_) {}
 
 connection::~connection() = default;
 
@@ -85,6 +86,7 @@ void connection::start(std::optional<refusal> refused) {
 void connection::kick() noexcept {
   if (writer_waiting_) {
     writer_waiting_ = false;
+    queued_since_ = clock::now();  // the queue was empty: this frame is the oldest
     wake_.cancel();
   }
 }
@@ -354,6 +356,11 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
       co_await asio::post(stream_.executor(), use_awaitable);
       if (closed_) co_return;
     }
+    // One clock read per write: how long the oldest frame waited; frames
+    // queued from now on wait behind this write.
+    const auto write_start = clock::now();
+    ctx_.counters.delivery_latency.observe(write_start - queued_since_);
+    queued_since_ = write_start;
     spans.clear();
     buffers.clear();
     queue_.begin_write(spans);

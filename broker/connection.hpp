@@ -201,6 +201,10 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   std::size_t read_size_;              // bytes one read may take into the shared buffer (adaptive)
   clock::time_point last_rx_;
   const clock::time_point accepted_at_;
+  // When the oldest frame now queued was queued: stamped when a frame
+  // wakes the idle writer, and at the start of each write for the frames
+  // queued behind it (an upper bound for those). Feeds delivery_latency.
+  clock::time_point queued_since_;
   std::uint64_t bytes_in_ = 0;   // read from the socket (after TLS: plaintext)
   std::uint64_t bytes_out_ = 0;  // written to it (plaintext)
   std::uint64_t dropped_ = 0;    // deliveries dropped for it

@@ -68,6 +68,7 @@ void durable_pipeline::append(peer& from, std::uint64_t request_id, std::string_
     slots_.emplace_back();
   }
   slot& s = slots_[index];
+  s.queued_at = std::chrono::steady_clock::now();
   s.from = from.weak_peer();
   s.request_id = request_id;
   s.stream.assign(stream);
@@ -122,8 +123,10 @@ void durable_pipeline::drain() {
     std::lock_guard lock(mailbox_mu_);
     draining_.swap(mailbox_);  // both keep their capacity
   }
+  const auto now = std::chrono::steady_clock::now();
   for (const auto& [token, result] : draining_) {
     const auto index = static_cast<std::uint32_t>(token);
+    append_latency_.observe(now - slots_[index].queued_at);
     finish(slots_[index], result);
     release(index);
   }
@@ -173,6 +176,16 @@ void durable_pipeline::finish(slot& s, const std::expected<storage::append_ack, 
   from->close_ticket(s.ticket);
 }
 
-void durable_pipeline::report_refusals_due() { refusals_.report_due(*logger_); }
+void durable_pipeline::report_refusals_due() {
+  refusals_.report_due(*logger_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - trims_logged_at_ < std::chrono::seconds(1)) return;
+  const auto s = stats();
+  if (s.trimmed == trims_logged_) return;
+  logger_->info("retention: {} records trimmed since the last report ({} in all, {} of them by commits)",
+                s.trimmed - trims_logged_, s.trimmed, s.trimmed_in_commits);
+  trims_logged_ = s.trimmed;
+  trims_logged_at_ = now;
+}
 
 }  // namespace switchyard::broker

@@ -23,6 +23,7 @@
 // (the periodic sync runs on the committer's sync thread).
 
 #include "broker/fanout.hpp"
+#include "broker/latency_histogram.hpp"
 #include "broker/peer.hpp"
 #include "broker/refusal_summary.hpp"
 #include "broker/server_counters.hpp"
@@ -31,6 +32,7 @@
 #include "storage/group_committer.hpp"
 #include "storage/sequence_log.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <expected>
 #include <memory>
@@ -92,11 +94,15 @@ class durable_pipeline {
   // (reused: a durable publish or send allocates nothing for it).
   std::vector<std::byte>& destination_scratch() noexcept { return destination_scratch_; }
 
-  // Logs the refused-append counts whose second has passed (the lease
-  // sweeper calls it every sweep period).
+  // Logs the refused-append counts whose second has passed, and (at most
+  // once a second) how many records retention trimmed since the last such
+  // line. The lease sweeper calls it every sweep period.
   void report_refusals_due();
 
   storage::group_commit_stats stats() const { return committer_ ? committer_->stats() : final_stats_; }
+  // From an append being queued to its result being handled on the loop
+  // (durable and delivered, or refused): one observation per append.
+  const latency_histogram& append_latency() const noexcept { return append_latency_; }
   // Appends waiting for the log now.
   std::size_t waiting() const noexcept { return slots_.size() - free_slots_.size(); }
 
@@ -110,6 +116,7 @@ class durable_pipeline {
     std::string channel;                  // a publish: deliver here once durable
     std::vector<std::string> route_keys;  // a send: deliver to these users
     std::vector<std::byte> payload;       // ... this payload
+    std::chrono::steady_clock::time_point queued_at;  // for append_latency
   };
   void commit_step();
   void drain();
@@ -126,6 +133,9 @@ class durable_pipeline {
   refusal_summary refusals_;
   std::vector<slot> slots_;
   std::vector<std::uint32_t> free_slots_;
+  latency_histogram append_latency_;
+  std::uint64_t trims_logged_ = 0;  // group_commit_stats::trimmed when last logged
+  std::chrono::steady_clock::time_point trims_logged_at_{};
   bool commit_posted_ = false;  // a commit step is posted for this loop turn
   std::vector<std::byte> destination_scratch_;
   // The committer's results travel to the loop through this mailbox: one

@@ -47,6 +47,7 @@ std::vector<metric> metrics_of(const metrics_snapshot& m) {
       gauge("leases", "Live leases, private TTL leases included.", m.leases),
       gauge("registry_entries", "Routing registry entries.", m.registry_entries),
       gauge("inboxes", "Open inboxes.", m.inboxes),
+      gauge("streams", "Streams in the sequence log (0 without one).", m.streams),
       gauge("queued_bytes", "Bytes in all outbound queues.", m.queued_bytes),
       gauge("queued_bytes_max", "Bytes in the fullest outbound queue.", m.queued_bytes_max),
       gauge("incomplete_frame_bytes", "Bytes held by incomplete frames.", m.incomplete_bytes),
@@ -56,6 +57,18 @@ std::vector<metric> metrics_of(const metrics_snapshot& m) {
       gauge("log_largest_batch", "The largest group commit so far, in records.", log.largest_batch),
       gauge("ready", "1 while the server accepts new clients (not draining or stopping).", m.ready ? 1 : 0),
       gauge("draining", "1 during a drain.", m.draining ? 1 : 0),
+  };
+}
+
+std::vector<histogram_metric> histograms_of(const metrics_snapshot& m) {
+  return {
+      {"delivery_latency_seconds",
+       "Time a connection's oldest queued frame waited for the write carrying it to start (one observation per "
+       "write; a frame queued behind a write in progress counts from that write's start).",
+       &m.counters.delivery_latency},
+      {"log_append_latency_seconds",
+       "Time from an append being queued to its result reaching the loop (durable, or refused).",
+       &m.append_latency},
   };
 }
 

@@ -23,4 +23,15 @@ struct metric {
 // figures are present (zero) on a server without a sequence log.
 std::vector<metric> metrics_of(const metrics_snapshot& m);
 
+// A latency histogram of the snapshot, named like the figures (the unit,
+// seconds, last).
+struct histogram_metric {
+  std::string_view name;  // static
+  std::string_view help;  // static
+  const latency_histogram* values = nullptr;  // borrowed from the snapshot given
+};
+
+// The histograms of `m`: delivery and append latency. Borrows `m`.
+std::vector<histogram_metric> histograms_of(const metrics_snapshot& m);
+
 }  // namespace switchyard::broker

@@ -3,6 +3,7 @@
 // server::metrics(): what a stats request or a metrics endpoint reads.
 // A copy; nothing in it points into the server.
 
+#include "broker/latency_histogram.hpp"
 #include "broker/server_counters.hpp"
 #include "storage/group_committer.hpp"
 
@@ -40,8 +41,10 @@ struct metrics_snapshot {
 
   // The sequence log (all zero without one).
   bool log_enabled = false;
+  std::size_t streams = 0;                 // streams in the log (sequence_log::stream_count)
   std::size_t appends_waiting = 0;         // queued for the group committer, not yet answered
   storage::group_commit_stats group_commit;
+  latency_histogram append_latency;  // durable_pipeline::append_latency()
 };
 
 }  // namespace switchyard::broker

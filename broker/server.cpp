@@ -16,6 +16,7 @@
 #include "broker/pubsub_handler.hpp"
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
+#include "broker/http_monitor.hpp"
 #include "broker/server_admin_handler.hpp"
 #include "broker/metric_catalog.hpp"
 #include "broker/log_format.hpp"
@@ -178,6 +179,8 @@ struct server::impl {
 
   asio::io_context io{1};
   asio::ip::tcp::acceptor acceptor{io};
+  // The monitoring port (--http), if on; destroyed before the io_context.
+  std::unique_ptr<http_monitor> http;
   asio::signal_set signals{io};
   std::uint16_t port = 0;
 
@@ -193,6 +196,11 @@ struct server::impl {
 
   void open_log();
   void wire_handlers();
+  // --http: starts the monitoring port on the loop (throws like start()).
+  void start_http();
+  // GET /readyz: listening, the log open (with a data folder), not draining
+  // or stopping.
+  readiness ready() const;
   asio::awaitable<void> accept_loop();
   // Registers and starts a connection on an accepted (and, with TLS,
   // handshaken) stream.
@@ -231,6 +239,13 @@ struct server::impl {
   // since the last one (refusals are logged one by one at debug only: they
   // come in storms).
   void report_refusals();
+  // Lease expiries not logged yet, and when the last line went out: at
+  // most one info line a second sums the sweeps since (report_expiries).
+  struct expiry_totals {
+    std::size_t leases = 0, routes = 0, inboxes = 0;
+  } expiries_unlogged;
+  std::chrono::steady_clock::time_point expiries_logged_at{};
+  void report_expiries();
   // SIGUSR1: logs the counters and gauges.
   void log_metrics() const;
   metrics_snapshot metrics() const;
@@ -284,6 +299,35 @@ void server::impl::wire_handlers() {
   context = std::unique_ptr<connection_context>(new connection_context{
       config, arena, builder, *dispatch, pressure, input, registry, admission, auth, counters, logger,
       durable != nullptr});
+}
+
+void server::impl::start_http() {
+  http_monitor::sources s{
+      [this] { return stats(); },
+      [this] { return metrics(); },
+      [this] { return conn_keys(); },
+      [this](std::span<const std::uint64_t> ids) { return conn_info(ids); },
+      [this] { return ready(); },
+      {},
+  };
+  if (durable)
+    s.streams = [this](std::size_t max) {
+      http_monitor::stream_page page;
+      if (auto list = durable->log().list("", max, &page.more)) page.streams = std::move(*list);
+      return page;
+    };
+  http = std::make_unique<http_monitor>(io, std::move(s), logger);
+  http->start(config.http_host, config.http_port);
+  logger->info("monitoring on http://{}:{}/ (/metrics, /healthz, /readyz, /stats, /connz)", config.http_host,
+               http->port());
+}
+
+readiness server::impl::ready() const {
+  if (registry.stopping()) return {false, "stopping"};
+  if (admission.draining()) return {false, "draining"};
+  if (!listening) return {false, "not listening yet"};
+  if (!config.data_dir.empty() && !durable) return {false, "the sequence log is not open"};
+  return {true, {}};
 }
 
 asio::awaitable<void> server::impl::accept_loop() {
@@ -405,9 +449,13 @@ asio::awaitable<void> server::impl::sweep_loop() {
     if (ec || registry.stopping()) co_return;
     if (durable) durable->report_refusals_due();
     report_refusals();
+    const auto routes_before = routing.entries();
+    const auto inboxes_before = routing.inboxes();
+    std::size_t expired = 0;
     for (;;) {
       const auto r = leases.sweep(on_expire);
       counters.leases_expired += r.expired;
+      expired += r.expired;
       if (r.stall_absorbed.count() > 0)
         logger->warn("lease sweeper stalled: {} ms absorbed, every lease gets its full TTL from now",
                      r.stall_absorbed.count());
@@ -415,7 +463,22 @@ asio::awaitable<void> server::impl::sweep_loop() {
       // Rate limit reached: let the loop serve connections before the next batch.
       co_await asio::post(io, asio::use_awaitable);
     }
+    // Registry entries and inboxes only shrink here by expiry (requests
+    // run between batches can add some: then the figure is a lower bound).
+    expiries_unlogged.leases += expired;
+    expiries_unlogged.routes += routes_before - std::min(routes_before, routing.entries());
+    expiries_unlogged.inboxes += inboxes_before - std::min(inboxes_before, routing.inboxes());
+    report_expiries();
   }
+}
+
+void server::impl::report_expiries() {
+  const auto now = std::chrono::steady_clock::now();
+  if (expiries_unlogged.leases == 0 || now - expiries_logged_at < std::chrono::seconds(1)) return;
+  logger->info("lease sweep: {} leases expired since the last report, {} routes and {} inboxes removed with them",
+               expiries_unlogged.leases, expiries_unlogged.routes, expiries_unlogged.inboxes);
+  expiries_unlogged = {};
+  expiries_logged_at = now;
 }
 
 void server::impl::begin_stop() {
@@ -424,6 +487,7 @@ void server::impl::begin_stop() {
   asio_error_code ignored;
   acceptor.close(ignored);
   signals.cancel(ignored);
+  if (http) http->stop();
   registry.close_all(protocol::errc::shutting_down, "server stopping");
   asio::co_spawn(io, stop_when_closed(config.shutdown_grace), asio::detached);
 }
@@ -700,6 +764,10 @@ metrics_snapshot server::impl::metrics() const {
     m.log_enabled = true;
     m.appends_waiting = durable->waiting();
     m.group_commit = durable->stats();
+    m.append_latency = durable->append_latency();
+    // An entry count, no walk; a damaged index leaves the gauge at 0 (the
+    // stream requests report the damage).
+    m.streams = durable->log().stream_count().value_or(0);
   }
   return m;
 }
@@ -714,6 +782,7 @@ stats_report server::impl::stats() const {
       duration_cast<milliseconds>(std::chrono::steady_clock::now() - started_at).count());
   const auto setting = [&r](std::string name, std::string value) { r.settings.emplace_back(std::move(name), std::move(value)); };
   setting("listen", fmt::format("{}:{}", config.listen_host, port));
+  setting("http", http ? fmt::format("{}:{}", config.http_host, http->port()) : std::string("off"));
   setting("data_dir", config.data_dir.empty() ? "(none: no sequence log)" : config.data_dir);
   setting("durability", std::string(storage::durability_name(config.durability)));
   setting("tls", config.tls_cert.empty() ? "off" : (config.tls_verify_client ? "on, clients verified" : "on"));
@@ -831,11 +900,14 @@ void server::start() {
                  d.durable ? std::string(storage::durability_name(d.config.durability)) : std::string("off"),
                  d.tls ? " tls=" + d.tls->subject() + (d.tls->verifies_clients() ? " (client certificates required)" : "")
                        : std::string());
+  if (!d.config.http_host.empty()) d.start_http();
   asio::co_spawn(d.io, d.accept_loop(), asio::detached);
   asio::co_spawn(d.io, d.sweep_loop(), asio::detached);
 }
 
 std::uint16_t server::port() const noexcept { return impl_->port; }
+
+std::uint16_t server::http_port() const noexcept { return impl_->http ? impl_->http->port() : 0; }
 
 std::uint64_t server::instance_id() const noexcept { return impl_->config.instance_id; }
 

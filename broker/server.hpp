@@ -34,6 +34,8 @@ class server {
 
   // The bound port (after start()).
   std::uint16_t port() const noexcept;
+  // The monitoring port's bound port (after start()); 0 without --http.
+  std::uint16_t http_port() const noexcept;
   // This process's instance id (server_config::instance_id, or the random
   // one drawn at construction): the Welcome's server_instance.
   std::uint64_t instance_id() const noexcept;

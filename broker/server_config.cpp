@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -72,6 +74,13 @@ void validate(const server_config& cfg) {
   if (listen_address(cfg.listen_host).empty())
     bad("listen host \"" + cfg.listen_host + "\" is not an IPv4 or IPv6 address or localhost");
   std::error_code fs_ec;
+  if (!cfg.http_host.empty() && listen_address(cfg.http_host).empty())
+    bad("http host \"" + cfg.http_host + "\" is not an IPv4 or IPv6 address or localhost");
+  if (!cfg.http_host.empty() && !cfg.http_public && !is_loopback_host(cfg.http_host))
+    bad("refusing to serve monitoring on " + cfg.http_host +
+        ": the HTTP port has no authentication and shows connection names, principals and addresses. Serve it "
+        "on 127.0.0.1 (behind a proxy or an SSH tunnel), or give --http-public to expose it on purpose");
+  if (cfg.http_public && cfg.http_host.empty()) bad("http-public needs --http");
   if (!cfg.port_file.empty() && std::filesystem::is_directory(cfg.port_file, fs_ec))
     bad("port-file \"" + cfg.port_file + "\" is a directory; name a file");
   if (cfg.lease_min_ttl.count() < 1) bad("lease-min-ttl-ms must be at least 1");
@@ -113,6 +122,23 @@ void validate(const server_config& cfg) {
         "clients on purpose, or listen on 127.0.0.1");
 }
 
+namespace {
+
+// "host:port" of --listen or --http. Throws std::invalid_argument naming
+// the option.
+std::pair<std::string, std::uint16_t> split_host_port(std::string_view option, const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument(std::string(option) + " must be host:port");
+  const std::string_view port_text = std::string_view(text).substr(colon + 1);
+  unsigned port = 0;
+  const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc{} || end != port_text.data() + port_text.size() || port_text.empty() || port > 65535)
+    throw std::invalid_argument(std::string(option) + " port must be a number 0..65535");
+  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
+}
+
+}  // namespace
+
 server_config parse_server_args(int argc, const char* const* argv) {
   server_config cfg;
   CLI::App app{"switchyard-server: message broker for real-time gateway fleets", "switchyard-server"};
@@ -141,6 +167,12 @@ server_config parse_server_args(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "data folder (created if missing)")->capture_default_str();
   app.add_option("--port-file", cfg.port_file, "write the bound port to this file once listening");
+  std::string http;
+  app.add_option("--http", http,
+                 "host:port of the HTTP monitoring port (/metrics, /healthz, /readyz, /stats, /connz, /; port 0 = "
+                 "any free port). Off by default");
+  app.add_flag("--http-public", cfg.http_public,
+               "allow --http on an address other hosts can reach (the monitoring port has no authentication)");
   app.add_option("--max-frame", cfg.max_frame, "largest accepted frame in bytes")->capture_default_str();
   app.add_option("--max-connections", cfg.max_connections, "connection cap")->capture_default_str();
   app.add_option("--admin-slots", cfg.admin_slots,
@@ -261,15 +293,8 @@ server_config parse_server_args(int argc, const char* const* argv) {
     throw cli_exit{code, out.str() + err.str()};
   }
 
-  const auto colon = listen.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("--listen must be host:port");
-  cfg.listen_host = listen.substr(0, colon);
-  const std::string_view port_text = std::string_view(listen).substr(colon + 1);
-  unsigned port = 0;
-  const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc{} || end != port_text.data() + port_text.size() || port_text.empty() || port > 65535)
-    throw std::invalid_argument("--listen port must be a number 0..65535");
-  cfg.listen_port = static_cast<std::uint16_t>(port);
+  std::tie(cfg.listen_host, cfg.listen_port) = split_host_port("--listen", listen);
+  if (!http.empty()) std::tie(cfg.http_host, cfg.http_port) = split_host_port("--http", http);
   cfg.hello_timeout = std::chrono::milliseconds(hello_ms);
   cfg.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   cfg.slow_consumer = slow == "disconnect" ? slow_consumer_policy::disconnect : slow_consumer_policy::drop;

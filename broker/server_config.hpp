@@ -21,6 +21,13 @@ struct server_config {
   std::string data_dir = "switchyard-data";  // created if missing
   std::string port_file;                     // if set, the bound port is written here
 
+  // The HTTP monitoring port (http_monitor.hpp; docs/operations.md): off
+  // unless http_host is set. It has no authentication, so an address
+  // other hosts can reach needs http_public.
+  std::string http_host;       // empty = no monitoring port
+  std::uint16_t http_port = 0;  // 0 = pick a free port
+  bool http_public = false;
+
   std::uint32_t max_frame = 1u << 20;
   std::uint32_t max_connections = 10000;
   std::chrono::milliseconds hello_timeout{2000};

@@ -2,6 +2,8 @@
 // Event counters of one server, maintained on its loop thread. Gauges and
 // the rest are in metrics_snapshot (server::metrics()).
 
+#include "broker/latency_histogram.hpp"
+
 #include <cstdint>
 
 namespace switchyard::broker {
@@ -27,6 +29,9 @@ struct server_counters {
   std::uint64_t auth_failures = 0;         // hellos refused: unauthorized (bad or missing credentials)
   std::uint64_t auth_rate_limited = 0;     // hellos refused: rate_limited, too many failures from the address
   std::uint64_t forbidden = 0;             // requests refused by a permission list (not by ownership)
+  // How long a connection's oldest queued frame waited for the write that
+  // carries it to start: one observation per write (connection::writer).
+  latency_histogram delivery_latency;
 };
 
 }  // namespace switchyard::broker

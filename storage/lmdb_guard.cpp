@@ -101,4 +101,8 @@ int lmdb_guard::dbi_open(MDB_txn* t, const char* name, unsigned flags, MDB_dbi* 
   return guarded([=] { return mdb_dbi_open(t, name, flags, dbi); });
 }
 
+int lmdb_guard::stat(MDB_txn* t, MDB_dbi dbi, MDB_stat* s) {
+  return guarded([=] { return mdb_stat(t, dbi, s); });
+}
+
 }  // namespace switchyard::storage

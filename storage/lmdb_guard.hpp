@@ -43,6 +43,8 @@ class lmdb_guard {
   static int cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op);
   // mdb_dbi_open under the guard (it reads the main database).
   static int dbi_open(MDB_txn* t, const char* name, unsigned flags, MDB_dbi* dbi);
+  // mdb_stat under the guard (a stale handle makes it read the main database).
+  static int stat(MDB_txn* t, MDB_dbi dbi, MDB_stat* s);
 };
 
 }  // namespace switchyard::storage

@@ -1280,6 +1280,17 @@ std::expected<stream_info, std::error_code> sequence_log::info(std::string_view 
   return p.describe(t.get(), stream, *m, diag);
 }
 
+std::expected<std::size_t, std::error_code> sequence_log::stream_count() const {
+  auto& p = *impl_;
+  std::shared_lock lock(p.resize);
+  txn t;
+  if (auto ec = t.begin(p.env, MDB_RDONLY)) return std::unexpected(ec);
+  MDB_stat s{};
+  if (const int rc = lmdb_guard::stat(t.get(), p.streams, &s); rc != MDB_SUCCESS)
+    return std::unexpected(from_lmdb(rc));
+  return s.ms_entries;
+}
+
 std::expected<std::vector<stream_info>, std::error_code> sequence_log::list() const {
   return list({}, std::numeric_limits<std::size_t>::max());
 }

@@ -282,6 +282,10 @@ class sequence_log {
   // is damaged; `diag` says which).
   std::expected<stream_info, std::error_code> info(std::string_view stream, diagnostics* diag = nullptr) const;
   std::expected<std::vector<stream_info>, std::error_code> list() const;
+  // How many streams the log holds (LMDB's entry count of the stream
+  // index: no walk). Any thread. Errors: corrupted (the index's root is
+  // damaged), or LMDB's error starting a read transaction.
+  std::expected<std::size_t, std::error_code> stream_count() const;
   // Streams whose name starts with `prefix`, in name order (bytewise), at
   // most `max_count`; `*more` (if given) tells whether any were left out.
   // Errors: corrupted (a stream's name, metadata or retention entry is

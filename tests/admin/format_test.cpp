@@ -1,6 +1,5 @@
-// Unit tests for switchyard-cli's output helpers (admin/format.hpp): JSON
-// writing and escaping, printable UTF-8, base64, columns, times and error
-// names.
+// Unit tests for switchyard-cli's output helpers (admin/format.hpp): base64,
+// columns, times and error names.
 
 #include "admin/format.hpp"
 #include "protocol/errc.hpp"
@@ -13,49 +12,6 @@
 
 using namespace switchyard::admin;
 using namespace std::string_literals;
-
-TEST_CASE("json_quote escapes quotes, backslashes and control characters", "[admin]") {
-  CHECK(json_quote("plain") == R"("plain")");
-  CHECK(json_quote(R"(say "hi" \ bye)") == R"("say \"hi\" \\ bye")");
-  CHECK(json_quote("a\nb\tc\r\b\f") == R"("a\nb\tc\r\b\f")");
-  CHECK(json_quote("\x01\x1f"s) == R"("\u0001\u001f")");
-  CHECK(json_quote("nul\0byte"s) == R"("nul\u0000byte")");
-  CHECK(json_quote("") == R"("")");
-}
-
-TEST_CASE("json_quote keeps valid UTF-8 and replaces invalid bytes with U+FFFD", "[admin]") {
-  CHECK(json_quote("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");
-  CHECK(json_quote("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
-  CHECK(json_quote("\xC3") == "\"\xEF\xBF\xBD\"");                   // truncated sequence
-  CHECK(json_quote("\xC0\xAF") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");   // overlong '/'
-  CHECK(json_quote("\xED\xA0\x80") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");  // a surrogate
-}
-
-TEST_CASE("json_writer nests objects and arrays and places commas", "[admin]") {
-  json_writer j;
-  j.begin_object().string("name", "a\"b").number("n", 18446744073709551615ull).boolean("ok", false);
-  j.key("list").begin_array().number(1).string("two").begin_object().end_object().begin_array().end_array();
-  j.end_array();
-  j.key("rtt").decimal(0.12345, 3);
-  j.key("empty").begin_object().end_object();
-  j.end_object();
-  CHECK(j.str() ==
-        R"({"name":"a\"b","n":18446744073709551615,"ok":false,"list":[1,"two",{},[]],"rtt":0.123,"empty":{}})");
-}
-
-TEST_CASE("is_printable_utf8 accepts text and refuses controls and invalid UTF-8", "[admin]") {
-  CHECK(is_printable_utf8(""));
-  CHECK(is_printable_utf8("order 42: {\"ok\":true}"));
-  CHECK(is_printable_utf8("gr\xC3\xBC\xC3\x9F \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80"));
-  CHECK_FALSE(is_printable_utf8("two\nlines"));
-  CHECK_FALSE(is_printable_utf8("tab\there"));
-  CHECK_FALSE(is_printable_utf8("nul\0"s));
-  CHECK_FALSE(is_printable_utf8("del\x7F"));
-  CHECK_FALSE(is_printable_utf8("c1 \xC2\x85"));    // U+0085, a C1 control
-  CHECK_FALSE(is_printable_utf8("\xFF\xFE"));
-  CHECK_FALSE(is_printable_utf8("\xE2\x82"));       // truncated
-  CHECK_FALSE(is_printable_utf8("\xF4\x90\x80\x80"));  // past U+10FFFF
-}
 
 TEST_CASE("base64 encodes the RFC 4648 test vectors", "[admin]") {
   CHECK(base64("") == "");

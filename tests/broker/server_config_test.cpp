@@ -506,3 +506,15 @@ TEST_CASE("is_loopback_host knows 127.0.0.0/8, ::1, mapped IPv4 loopback and loc
   CHECK_FALSE(is_loopback_host("::ffff:10.0.0.1"));
   CHECK_FALSE(is_loopback_host("example.com"));
 }
+
+TEST_CASE("server config --http takes host:port, is off by default and names itself in errors", "[broker]") {
+  CHECK(parse({}).http_host.empty());
+  const server_config cfg = parse({"--http", "127.0.0.1:8222"});
+  CHECK(cfg.http_host == "127.0.0.1");
+  CHECK(cfg.http_port == 8222);
+  CHECK_THROWS_WITH(parse({"--http", "8222"}), Catch::Contains("--http must be host:port"));
+  CHECK_THROWS_WITH(parse({"--http", "127.0.0.1:web"}), Catch::Contains("--http port"));
+  CHECK_THROWS_WITH(parse({"--http", "10.1.2.3:8222"}), Catch::Contains("--http-public"));
+  CHECK(parse({"--http", "10.1.2.3:8222", "--http-public"}).http_public);
+  CHECK_THROWS_WITH(parse({"--http-public"}), Catch::Contains("http-public needs --http"));
+}

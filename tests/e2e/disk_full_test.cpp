@@ -8,6 +8,7 @@
 
 #include "bench/server_process.hpp"
 #include "switchyard/client.hpp"
+#include "tests/support/broker_log_capture.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/log_helpers.hpp"
 #include "tests/support/test_server.hpp"
@@ -30,6 +31,7 @@
 #include <vector>
 
 using namespace switchyard;
+using test::broker_log_capture;
 using test::connect_to;
 using test::tmpfs_mount;
 using test::wait_until;
@@ -94,20 +96,6 @@ bench::server_process start_on(const tmpfs_mount& disk) {
   if (!s) FAIL(s.error());
   return std::move(*s);
 }
-
-// Captures what the broker logs through its "broker" logger while it
-// lives (the server picks the registered logger up when it starts).
-struct broker_log_capture {
-  std::ostringstream text;
-  broker_log_capture() {
-    spdlog::drop("broker");
-    spdlog::register_logger(
-        std::make_shared<spdlog::logger>("broker", std::make_shared<spdlog::sinks::ostream_sink_mt>(text)));
-  }
-  ~broker_log_capture() { spdlog::drop("broker"); }
-  broker_log_capture(const broker_log_capture&) = delete;
-  broker_log_capture& operator=(const broker_log_capture&) = delete;
-};
 
 }  // namespace
 
@@ -226,10 +214,10 @@ TEST_CASE("refused appends are logged as a summary of at most one line a second,
   server.stop();
 
   std::vector<std::string> lines;
-  std::istringstream in(captured.text.str());
+  std::istringstream in(captured.text());
   for (std::string line; std::getline(in, line);)
     if (line.find("refused") != std::string::npos) lines.push_back(line);
-  INFO(captured.text.str());
+  INFO(captured.text());
   // The first refusal is logged at once; then at most one line a second
   // for this one kind (storage full), whatever the number refused.
   REQUIRE_FALSE(lines.empty());
@@ -257,14 +245,14 @@ TEST_CASE("the refused appends of a burst are all counted in the log once the br
   c.reset();
   server.stop();
   long counted = 0;
-  std::istringstream in(captured.text.str());
+  std::istringstream in(captured.text());
   for (std::string line; std::getline(in, line);) {
     const auto at = line.find(" append");
     if (line.find("refused") == std::string::npos || at == std::string::npos) continue;
     const auto start = line.rfind(' ', at - 1);
     counted += std::stol(line.substr(start + 1, at - start - 1));
   }
-  INFO(captured.text.str());
+  INFO(captured.text());
   // fill() itself met one refusal.
   CHECK(counted == refusals + 1);
 }

@@ -196,6 +196,24 @@ TEST_CASE("append numbers each stream's records 1, 2, 3 independently of other s
   CHECK(info_ok(*log, "c").last_seq == 1);
 }
 
+TEST_CASE("stream_count counts each stream once, survives a reopen and includes empty streams with retention", "[storage]") {
+  log_env env;
+  {
+    auto log = env.open();
+    CHECK(log->stream_count().value() == 0);
+    append_ok(*log, "a", to_bytes("a1"));
+    append_ok(*log, "a", to_bytes("a2"));
+    append_ok(*log, "b", to_bytes("b1"));
+    CHECK(log->stream_count().value() == 2);
+    sy::retention keep{};
+    keep.max_records = 5;
+    REQUIRE(log->set_retention("empty", keep));
+    CHECK(log->stream_count().value() == 3);
+  }
+  auto again = env.open();
+  CHECK(again->stream_count().value() == 3);
+}
+
 TEST_CASE("a batch append returns its items' sequences in order across old and new streams", "[storage]") {
   log_env env;
   auto log = env.open();

@@ -20,6 +20,8 @@ class test_server {
   ~test_server();  // stop() + join
 
   std::uint16_t port() const noexcept { return server_->port(); }
+  // The monitoring port (config.http_host set), else 0.
+  std::uint16_t http_port() const noexcept { return server_->http_port(); }
   // Stops and waits for the loop thread to finish (idempotent).
   void stop();
   // The server (its run()) ended by itself, e.g. after a drain: waits at
