@@ -6,6 +6,7 @@ pkgs=(build-essential cmake pkg-config
       libboost-dev flatbuffers-compiler libflatbuffers-dev
       liblmdb-dev libxxhash-dev catch2 libspdlog-dev libfmt-dev
       libcli11-dev libtomlplusplus-dev libssl-dev openssl libsodium-dev
+      dpkg-dev file                 # cpack -G DEB: dpkg-shlibdeps finds the .deb's library dependencies
       clang-14 libclang-rt-14-dev   # the fuzz targets (libFuzzer, ASan, UBSan runtimes)
       gnuplot-nox jq                # bench/plot-*.sh and their test
       prometheus chromium)          # tests of the monitoring port: promtool, a headless browser
