@@ -81,7 +81,10 @@ int command::leases_list() {
   for (const auto& l : *list)
     rows.push_back({std::to_string(l.id), std::to_string(l.ttl.count()), std::to_string(l.remaining.count())});
   out_ << format_table(rows, {true, true, true});
-  out_ << list->size() << " of " << total << " leases";
+  // A broker older than the cursor sends no total.
+  out_ << list->size();
+  if (total >= list->size()) out_ << " of " << total;
+  out_ << " leases";
   if (next != 0) out_ << "; next page: --cursor " << next;
   out_ << "\n";
   return exit_ok;
