@@ -1,5 +1,6 @@
 #include "admin/cli.hpp"
 
+#include "admin/command.hpp"
 #include "admin/credentials_tool.hpp"
 #include "admin/format.hpp"
 
@@ -17,7 +18,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <istream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -32,45 +35,6 @@ namespace switchyard::admin {
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr std::string_view cli_name = "switchyard-cli";
-
-// Everything the command line can set; filled by CLI11.
-struct settings {
-  std::string address = "127.0.0.1:7878";
-  std::int64_t timeout_ms = 5000;
-  bool json = false;
-  std::string command;  // "streams list", "ping", ...
-  std::string stream;
-  std::string key;  // routes get
-  std::string prefix;
-  std::size_t limit = 0;
-  std::uint64_t from = 0;
-  std::size_t count = 100;
-  std::uint64_t max_records = 0;
-  std::uint64_t max_age_ms = 0;
-  std::uint64_t max_bytes = 0;
-  bool set_limits = false;  // any --max-* given
-  bool clear = false;
-  std::string window;  // drain: "30s", "500ms", "2m"; empty = the broker's default
-  std::string sort = "id";   // conns
-  std::uint64_t cursor = 0;  // conns
-  // TLS to the broker (client_options::tls). Every --tls-* option implies tls.
-  bool tls = false;
-  std::string tls_ca;
-  std::string tls_cert;
-  std::string tls_key;
-  std::string tls_server_name;
-  bool tls_insecure = false;
-  // Credentials, at most one: from --token / --key-file, else from the
-  // environment (SWITCHYARD_TOKEN / SWITCHYARD_KEY_FILE). hash-token uses
-  // the flag only.
-  std::string token;
-  std::string key_file;
-  // keygen / hash-token
-  std::string out_file;
-  bool generate = false;
-};
 
 // What the client library logged (warn and above) while connecting: the
 // reason behind tls_failed, or a key file that does not load. Filled on
@@ -155,9 +119,19 @@ std::optional<std::chrono::milliseconds> parse_window(std::string_view text) {
 // everything else means the connection did not work out.
 int exit_code_of(std::error_code ec) {
   if (ec == errc::unauthorized || ec == errc::forbidden) return exit_refused;
+  // Found wrong by the library before anything was sent.
+  if (ec == errc::invalid_channel || ec == errc::invalid_pattern || ec == errc::payload_too_large) return exit_usage;
   if (ec.category() == client_category() && ((ec.value() > 0 && ec.value() < 100) || ec == errc::not_supported))
     return exit_server_error;
   return exit_connection;
+}
+
+// The stream names a retention change with limits may use (it may create
+// the stream): 1..255 bytes of printable ASCII, no spaces. The broker's
+// rule (protocol::is_printable_stream_name), checked here before sending.
+bool printable_stream_name(std::string_view name) {
+  return !name.empty() && name.size() <= 255 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 0x7f; });
 }
 
 // "host:port" or "[v6]:port".
@@ -177,613 +151,395 @@ bool parse_address(std::string_view address, std::string& host, std::uint16_t& p
   return true;
 }
 
-std::string_view text_of(const std::vector<std::byte>& b) {
-  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}  // namespace
+
+rendered_payload render_payload(std::string_view bytes) {
+  if (is_printable_utf8(bytes)) return {true, std::string(bytes)};
+  return {false, base64(bytes)};
 }
 
-// One command run: the settings, the output streams and the connection.
-class cli {
- public:
-  cli(const settings& s, std::istream& in, std::ostream& out, std::ostream& err)
-      : s_(s), in_(in), out_(out), err_(err) {}
-
-  int run() {
-    // Local commands: no broker.
-    if (s_.command == "keygen") return keygen();
-    if (s_.command == "hash-token") return hash_token();
-    client_options o;
-    if (!parse_address(s_.address, o.host, o.port))
-      return fail(exit_usage, "usage", "--address must be host:port (port 1..65535), got '" + s_.address + "'");
-    o.client_name = std::string(cli_name);
-    o.token = s_.token;
-    o.key_file = s_.key_file;
-    if (s_.tls) {
-      o.tls.enabled = true;
-      o.tls.ca_file = s_.tls_ca;
-      o.tls.cert_file = s_.tls_cert;
-      o.tls.key_file = s_.tls_key;
-      o.tls.server_name = s_.tls_server_name;
-      o.tls.verify_server = !s_.tls_insecure;
-    }
-    // The broker keeps --admin-slots connections for this at its cap, and
-    // does not rate-limit it: an operator is not locked out by a storm.
-    o.admin = true;
-    o.connect_timeout = o.request_timeout = std::chrono::milliseconds(s_.timeout_ms);
-    // One command, one session: a lost connection ends the command with an
-    // error instead of waiting for a restarted broker.
-    o.reconnect.enabled = false;
-    // The library says why TLS or a key file failed only in its log.
-    auto log = std::make_shared<connect_log>();
-    set_log_sink([log](log_level, std::string_view message) { log->add(message); }, log_level::warn);
-    auto c = client::connect(o);
-    set_log_sink(nullptr);
-    if (!c) return connect_failed(c.error(), log->last());
-    client_ = std::move(*c);
-    if (s_.command == "ping") return ping();
-    if (s_.command == "streams list") return streams_list();
-    if (s_.command == "streams info") return streams_info();
-    if (s_.command == "streams retention") return streams_retention();
-    if (s_.command == "streams read") return streams_read();
-    if (s_.command == "routes get") return routes_get();
-    if (s_.command == "routes list") return routes_list();
-    if (s_.command == "leases list") return leases_list();
-    if (s_.command == "drain") return drain();
-    if (s_.command == "stats") return stats();
-    if (s_.command == "conns") return conns();
-    return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");
+int command::run() {
+  // Local commands: no broker.
+  if (s_.command == "keygen") return keygen();
+  if (s_.command == "hash-token") return hash_token();
+  client_options o;
+  if (!parse_address(s_.address, o.host, o.port))
+    return fail(exit_usage, "usage", "--address must be host:port (port 1..65535), got '" + s_.address + "'");
+  o.client_name = std::string(cli_name);
+  o.token = s_.token;
+  o.key_file = s_.key_file;
+  if (s_.tls) {
+    o.tls.enabled = true;
+    o.tls.ca_file = s_.tls_ca;
+    o.tls.cert_file = s_.tls_cert;
+    o.tls.key_file = s_.tls_key;
+    o.tls.server_name = s_.tls_server_name;
+    o.tls.verify_server = !s_.tls_insecure;
   }
+  // The broker keeps --admin-slots connections for this at its cap, and
+  // does not rate-limit it: an operator is not locked out by a storm.
+  o.admin = true;
+  o.connect_timeout = o.request_timeout = std::chrono::milliseconds(s_.timeout_ms);
+  // One command, one session: a lost connection ends the command with an
+  // error instead of waiting for a restarted broker.
+  o.reconnect.enabled = false;
+  // Reported to a command that waits (sub).
+  o.on_closed = [events = events_](std::error_code ec) {
+    {
+      std::lock_guard lock(events->mu);
+      events->closed = true;
+      events->why = ec;
+    }
+    events->cv.notify_all();
+  };
+  o.on_dropped = [events = events_](std::uint64_t n) {
+    {
+      std::lock_guard lock(events->mu);
+      events->dropped += n;
+    }
+    events->cv.notify_all();
+  };
+  // The library says why TLS or a key file failed only in its log.
+  auto log = std::make_shared<connect_log>();
+  set_log_sink([log](log_level, std::string_view message) { log->add(message); }, log_level::warn);
+  auto c = client::connect(o);
+  set_log_sink(nullptr);
+  if (!c) return connect_failed(c.error(), log->last());
+  client_ = std::move(*c);
+  static constexpr std::pair<std::string_view, int (command::*)()> commands[]{
+      {"ping", &command::ping},
+      {"pub", &command::pub},
+      {"sub", &command::sub},
+      {"send", &command::send},
+      {"streams list", &command::streams_list},
+      {"streams info", &command::streams_info},
+      {"streams retention", &command::streams_retention},
+      {"streams read", &command::streams_read},
+      {"streams tail", &command::streams_tail},
+      {"streams delete", &command::streams_delete},
+      {"routes get", &command::routes_get},
+      {"routes list", &command::routes_list},
+      {"routes delete", &command::routes_delete},
+      {"leases list", &command::leases_list},
+      {"leases revoke", &command::leases_revoke},
+      {"inboxes list", &command::inboxes_list},
+      {"drain", &command::drain},
+      {"stats", &command::stats},
+      {"conns", &command::conns}};
+  for (const auto& [name, fn] : commands)
+    if (name == s_.command) return (this->*fn)();
+  return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");
+}
 
-  // Reports an error: a message on stderr and, with --json, an error
-  // object on stdout. Returns `code`.
-  int fail(int code, std::string_view kind, const std::string& message) {
-    err_ << cli_name << ": " << message << "\n";
+int command::fail(int code, std::string_view kind, const std::string& message) {
+  err_ << cli_name << ": " << message << "\n";
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().key("error").begin_object();
+    j.string("code", kind).string("message", message).number("exit_code", static_cast<std::uint64_t>(code));
+    j.end_object().end_object();
+    out_ << j.str() << "\n";
+  }
+  return code;
+}
+
+// A failed connect: refused credentials exit 4, bad key files 1, the
+// rest (no broker, TLS, timeout, the broker's other refusals) 2. `why`:
+// what the library logged.
+int command::connect_failed(std::error_code ec, const std::string& why) {
+  const std::string at = "cannot connect to " + s_.address;
+  if (ec == errc::unauthorized) {
+    const std::string hint =
+        !s_.token.empty()      ? "its auth file has no principal with this token (token_sha256 = the token's hash)"
+        : !s_.key_file.empty() ? "its auth file has no principal with this key (ed25519_public_keys)"
+                               : "it requires credentials: set SWITCHYARD_TOKEN or SWITCHYARD_KEY_FILE (or give "
+                                 "--token or --key-file)";
+    return fail(exit_refused, error_code_name(ec), at + ": the broker refused the credentials (unauthorized): " + hint);
+  }
+  if (ec == errc::forbidden)
+    return fail(exit_refused, error_code_name(ec),
+                at + ": the broker refused the connection (forbidden): its auth file does not allow this principal "
+                     "to do that");
+  if (ec == errc::tls_failed)
+    return fail(exit_connection, error_code_name(ec),
+                at + ": TLS failed: " + (why.empty() ? ec.message() : why) +
+                    (s_.tls_ca.empty() && !s_.tls_insecure ? " (the broker's certificate was checked against the "
+                                                             "system's CAs: give its CA with --tls-ca)"
+                                                           : ""));
+  if (ec == errc::bad_request && !s_.tls)
+    return fail(exit_connection, error_code_name(ec),
+                at + ": the broker refused the hello (bad_request); a broker with TLS refuses plain connections: "
+                     "add --tls (and --tls-ca)");
+  if (ec == std::errc::invalid_argument && !s_.key_file.empty())
+    return fail(exit_usage, "usage", "--key-file " + s_.key_file + " cannot be used" + (why.empty() ? "" : ": " + why));
+  // Whatever else (refused, timeout, the broker's other refusals): exit 2.
+  return fail(exit_connection, error_code_name(ec), at + ": " + ec.message());
+}
+
+// keygen: a fresh key pair; the secret into --out (or stdout).
+int command::keygen() {
+  auto keys = generate_key_pair();
+  if (!keys) return fail(exit_local, "no_randomness", "keygen: libsodium cannot be initialised: " + keys.error().message());
+  std::string text = key_file_text(*keys);
+  int code = exit_ok;
+  if (s_.out_file.empty()) {
+    if (::isatty(STDOUT_FILENO))
+      err_ << cli_name << ": the secret key is shown on this terminal only; keep it secret (keygen --out FILE "
+                          "writes it to a new file of mode 0600)\n";
     if (s_.json) {
       json_writer j;
-      j.begin_object().key("error").begin_object();
-      j.string("code", kind).string("message", message).number("exit_code", static_cast<std::uint64_t>(code));
-      j.end_object().end_object();
-      out_ << j.str() << "\n";
-    }
-    return code;
-  }
-
- private:
-  // A failed connect: refused credentials exit 4, bad key files 1, the
-  // rest (no broker, TLS, timeout, the broker's other refusals) 2. `why`:
-  // what the library logged.
-  int connect_failed(std::error_code ec, const std::string& why) {
-    const std::string at = "cannot connect to " + s_.address;
-    if (ec == errc::unauthorized) {
-      const std::string hint =
-          !s_.token.empty()      ? "its auth file has no principal with this token (token_sha256 = the token's hash)"
-          : !s_.key_file.empty() ? "its auth file has no principal with this key (ed25519_public_keys)"
-                                 : "it requires credentials: set SWITCHYARD_TOKEN or SWITCHYARD_KEY_FILE (or give "
-                                   "--token or --key-file)";
-      return fail(exit_refused, error_code_name(ec), at + ": the broker refused the credentials (unauthorized): " + hint);
-    }
-    if (ec == errc::forbidden)
-      return fail(exit_refused, error_code_name(ec),
-                  at + ": the broker refused the connection (forbidden): its auth file does not allow this principal "
-                       "to do that");
-    if (ec == errc::tls_failed)
-      return fail(exit_connection, error_code_name(ec),
-                  at + ": TLS failed: " + (why.empty() ? ec.message() : why) +
-                      (s_.tls_ca.empty() && !s_.tls_insecure ? " (the broker's certificate was checked against the "
-                                                               "system's CAs: give its CA with --tls-ca)"
-                                                             : ""));
-    if (ec == errc::bad_request && !s_.tls)
-      return fail(exit_connection, error_code_name(ec),
-                  at + ": the broker refused the hello (bad_request); a broker with TLS refuses plain connections: "
-                       "add --tls (and --tls-ca)");
-    if (ec == std::errc::invalid_argument && !s_.key_file.empty())
-      return fail(exit_usage, "usage", "--key-file " + s_.key_file + " cannot be used" + (why.empty() ? "" : ": " + why));
-    // Whatever else (refused, timeout, the broker's other refusals): exit 2.
-    return fail(exit_connection, error_code_name(ec), at + ": " + ec.message());
-  }
-
-  // keygen: a fresh key pair; the secret into --out (or stdout).
-  int keygen() {
-    auto keys = generate_key_pair();
-    if (!keys) return fail(exit_local, "no_randomness", "keygen: libsodium cannot be initialised: " + keys.error().message());
-    std::string text = key_file_text(*keys);
-    int code = exit_ok;
-    if (s_.out_file.empty()) {
-      if (::isatty(STDOUT_FILENO))
-        err_ << cli_name << ": the secret key is shown on this terminal only; keep it secret (keygen --out FILE "
-                            "writes it to a new file of mode 0600)\n";
-      if (s_.json) {
-        json_writer j;
-        j.begin_object().string("public_key", keys->public_key).string("secret_key", keys->seed).end_object();
-        std::string line = j.str();
-        out_ << line << "\n";
-        wipe(line);
-      } else {
-        out_ << text;
-      }
-    } else if (auto ec = write_secret_file(s_.out_file, text)) {
-      code = ec == std::errc::file_exists
-                 ? fail(exit_local, "file_exists",
-                        "keygen: " + s_.out_file + " exists; keygen never replaces a file (choose another --out)")
-                 : fail(exit_local, "write_failed", "keygen: cannot write " + s_.out_file + ": " + ec.message());
-    } else if (s_.json) {
-      json_writer j;
-      j.begin_object().string("public_key", keys->public_key).string("file", s_.out_file).end_object();
-      out_ << j.str() << "\n";
-    } else {
-      out_ << keys->public_key << "\n";
-      err_ << cli_name << ": wrote the secret key to " << s_.out_file
-           << " (mode 0600); the public key above goes into the broker's auth file (ed25519_public_keys)\n";
-    }
-    out_.flush();
-    wipe(keys->seed);
-    wipe(text);
-    return code;
-  }
-
-  // hash-token: the SHA-256 of a token from --token or stdin, or of a new one.
-  int hash_token() {
-    std::string token;
-    if (s_.generate) {
-      if (!s_.token.empty()) return fail(exit_usage, "usage", "hash-token --generate makes the token: no --token with it");
-      auto made = generate_token();
-      if (!made)
-        return fail(exit_local, "no_randomness", "hash-token: libsodium cannot be initialised: " + made.error().message());
-      token = std::move(*made);
-    } else if (!s_.token.empty()) {
-      token = s_.token;
-    } else if (!read_token(token)) {
-      return fail(exit_usage, "usage", "hash-token: no token on stdin (give one line, or --token, or --generate)");
-    }
-    if (token.empty()) return fail(exit_usage, "usage", "hash-token: the token is empty");
-    const std::string hash = token_sha256_hex(token);
-    if (s_.json) {
-      json_writer j;
-      j.begin_object();
-      if (s_.generate) j.string("token", token);
-      j.string("token_sha256", hash).end_object();
+      j.begin_object().string("public_key", keys->public_key).string("secret_key", keys->seed).end_object();
       std::string line = j.str();
       out_ << line << "\n";
       wipe(line);
-    } else if (s_.generate) {
-      out_ << "token         " << token << "\ntoken_sha256  " << hash << "\n";
     } else {
-      out_ << hash << "\n";
+      out_ << text;
     }
-    out_.flush();
-    wipe(token);
+  } else if (auto ec = write_secret_file(s_.out_file, text)) {
+    code = ec == std::errc::file_exists
+               ? fail(exit_local, "file_exists",
+                      "keygen: " + s_.out_file + " exists; keygen never replaces a file (choose another --out)")
+               : fail(exit_local, "write_failed", "keygen: cannot write " + s_.out_file + ": " + ec.message());
+  } else if (s_.json) {
+    json_writer j;
+    j.begin_object().string("public_key", keys->public_key).string("file", s_.out_file).end_object();
+    out_ << j.str() << "\n";
+  } else {
+    out_ << keys->public_key << "\n";
+    err_ << cli_name << ": wrote the secret key to " << s_.out_file
+         << " (mode 0600); the public key above goes into the broker's auth file (ed25519_public_keys)\n";
+  }
+  out_.flush();
+  wipe(keys->seed);
+  wipe(text);
+  return code;
+}
+
+// hash-token: the SHA-256 of a token from --token or stdin, or of a new one.
+int command::hash_token() {
+  std::string token;
+  if (s_.generate) {
+    if (!s_.token.empty()) return fail(exit_usage, "usage", "hash-token --generate makes the token: no --token with it");
+    auto made = generate_token();
+    if (!made)
+      return fail(exit_local, "no_randomness", "hash-token: libsodium cannot be initialised: " + made.error().message());
+    token = std::move(*made);
+  } else if (!s_.token.empty()) {
+    token = s_.token;
+  } else if (!read_token(token)) {
+    return fail(exit_usage, "usage", "hash-token: no token on stdin (give one line, or --token, or --generate)");
+  }
+  if (token.empty()) return fail(exit_usage, "usage", "hash-token: the token is empty");
+  const std::string hash = token_sha256_hex(token);
+  if (s_.json) {
+    json_writer j;
+    j.begin_object();
+    if (s_.generate) j.string("token", token);
+    j.string("token_sha256", hash).end_object();
+    std::string line = j.str();
+    out_ << line << "\n";
+    wipe(line);
+  } else if (s_.generate) {
+    out_ << "token         " << token << "\ntoken_sha256  " << hash << "\n";
+  } else {
+    out_ << hash << "\n";
+  }
+  out_.flush();
+  wipe(token);
+  return exit_ok;
+}
+
+// One line from `in_`, without its line break ("\n", or "\r\n"). From a
+// terminal: prompted on stderr, not echoed. False at end of input.
+bool command::read_token(std::string& token) {
+  termios saved{};
+  const bool hide = ::isatty(STDIN_FILENO) && ::tcgetattr(STDIN_FILENO, &saved) == 0;
+  if (hide) {
+    termios quiet = saved;
+    quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+    ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
+    err_ << "token: " << std::flush;
+  }
+  const bool got = static_cast<bool>(std::getline(in_, token));
+  if (hide) {
+    ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
+    err_ << "\n";
+  }
+  if (got && token.ends_with('\r')) token.pop_back();
+  return got;
+}
+
+// `what`: the command and its argument ("streams info orders"), which also
+// says what capability it needed; `missing` names what not_found means.
+int command::fail(std::error_code ec, const std::string& what, std::string_view missing) {
+  const bool streams = what.starts_with("streams");
+  const bool admin = what.starts_with("drain") || what.starts_with("stats") || what.starts_with("conns") ||
+                     what.starts_with("inboxes");
+  std::string message = what + ": " + ec.message();
+  if (ec == errc::not_found) message = what + ": " + std::string(missing);
+  else if (ec == errc::not_supported && admin)
+    message = what + ": the broker does not grant \"admin\" (" +
+              (s_.token.empty() && s_.key_file.empty()
+                   ? "an older broker without this command, or one with an auth file: connect as a principal with "
+                     "admin = true"
+                   : "the principal of these credentials is not an admin: admin = true in the broker's auth file") +
+              ")";
+  else if (ec == errc::not_supported && streams)
+    message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
+  else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
+  else if (ec == errc::internal) message += " (is the broker running without a data dir?)";
+  else if (ec == errc::corrupted)
+    message = what + ": the broker's sequence log is damaged (corrupted); check it with switchyard-server "
+                     "--verify-log --data-dir <its data dir> on the broker's host";
+  else if (ec == errc::bad_request && streams)
+    message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
+  else if (ec == errc::forbidden)
+    message = what + ": forbidden: the broker's auth file does not allow this principal to do that";
+  return fail(exit_code_of(ec), error_code_name(ec), message);
+}
+
+std::string command::message_payload() {
+  if (s_.message != "-") return s_.message;
+  return std::string(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
+}
+
+int command::ping() {
+  const auto start = std::chrono::steady_clock::now();
+  if (auto ec = client_->flush()) return fail(ec, "ping");
+  const double rtt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const auto caps = client_->capabilities();
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("address", s_.address).key("rtt_ms").decimal(rtt_ms, 3);
+    j.number("session_id", client_->session_id()).number("max_frame", client_->server_max_frame());
+    // As a string, like lease ids: a JSON reader may keep only 53 bits of a number.
+    j.string("server_instance", std::to_string(client_->server_instance())).string("server_version", client_->server_version());
+    j.key("capabilities").begin_array();
+    for (const auto& cap : caps) j.string(cap);
+    j.end_array().end_object();
+    out_ << j.str() << "\n";
     return exit_ok;
   }
+  std::string cap_list;
+  for (const auto& cap : caps) cap_list += (cap_list.empty() ? "" : " ") + cap;
+  char rtt[32];
+  std::snprintf(rtt, sizeof rtt, "%.3f ms", rtt_ms);
+  out_ << format_table({{"address", s_.address},
+                        {"round trip", rtt},
+                        {"session", std::to_string(client_->session_id())},
+                        {"server instance", std::to_string(client_->server_instance())},
+                        {"server version", client_->server_version()},
+                        {"max frame", std::to_string(client_->server_max_frame())},
+                        {"capabilities", cap_list.empty() ? "(none)" : cap_list}},
+                       {});
+  return exit_ok;
+}
 
-  // One line from `in_`, without its line break ("\n", or "\r\n"). From a
-  // terminal: prompted on stderr, not echoed. False at end of input.
-  bool read_token(std::string& token) {
-    termios saved{};
-    const bool hide = ::isatty(STDIN_FILENO) && ::tcgetattr(STDIN_FILENO, &saved) == 0;
-    if (hide) {
-      termios quiet = saved;
-      quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-      ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
-      err_ << "token: " << std::flush;
-    }
-    const bool got = static_cast<bool>(std::getline(in_, token));
-    if (hide) {
-      ::tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
-      err_ << "\n";
-    }
-    if (got && token.ends_with('\r')) token.pop_back();
-    return got;
-  }
-
-  // `missing` names what not_found means for this command.
-  int fail(std::error_code ec, const std::string& what, std::string_view missing = "no such stream") {
-    std::string message = what + ": " + ec.message();
-    if (ec == errc::not_found) message = what + ": " + std::string(missing);
-    else if (ec == errc::not_supported && what.starts_with("drain"))
-      message = what + ": the broker does not grant \"admin\" (" +
-                (s_.token.empty() && s_.key_file.empty()
-                     ? "an older broker without drain, or one with an auth file: connect as a principal with admin = true"
-                     : "the principal of these credentials is not an admin: admin = true in the broker's auth file") +
-                ")";
-    else if (ec == errc::not_supported && what.starts_with("streams"))
-      message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
-    else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
-    else if (ec == errc::internal) message += " (is the broker running without a data dir?)";
-    else if (ec == errc::corrupted)
-      message = what + ": the broker's sequence log is damaged (corrupted); check it with switchyard-server "
-                       "--verify-log --data-dir <its data dir> on the broker's host";
-    else if (ec == errc::bad_request)
-      message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
-    else if (ec == errc::forbidden)
-      message = what + ": forbidden: the broker's auth file does not allow this principal to do that";
-    return fail(exit_code_of(ec), error_code_name(ec), message);
-  }
-
-  int ping() {
-    const auto start = std::chrono::steady_clock::now();
-    if (auto ec = client_->flush()) return fail(ec, "ping");
-    const double rtt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    const auto caps = client_->capabilities();
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().string("address", s_.address).key("rtt_ms").decimal(rtt_ms, 3);
-      j.number("session_id", client_->session_id()).number("max_frame", client_->server_max_frame());
-      // As a string, like lease ids: a JSON reader may keep only 53 bits of a number.
-      j.string("server_instance", std::to_string(client_->server_instance())).string("server_version", client_->server_version());
-      j.key("capabilities").begin_array();
-      for (const auto& cap : caps) j.string(cap);
-      j.end_array().end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    std::string cap_list;
-    for (const auto& cap : caps) cap_list += (cap_list.empty() ? "" : " ") + cap;
-    char rtt[32];
-    std::snprintf(rtt, sizeof rtt, "%.3f ms", rtt_ms);
-    out_ << format_table({{"address", s_.address},
-                          {"round trip", rtt},
-                          {"session", std::to_string(client_->session_id())},
-                          {"server instance", std::to_string(client_->server_instance())},
-                          {"server version", client_->server_version()},
-                          {"max frame", std::to_string(client_->server_max_frame())},
-                          {"capabilities", cap_list.empty() ? "(none)" : cap_list}},
-                         {});
-    return exit_ok;
-  }
-
-  // Prints a list command's answer: `{"<what>":[...],"more":...}` with
-  // --json (write_item writes one element), else a table of `header` and
-  // row(item), or a line saying there is none. `more`: the list was cut
-  // (nullopt: the command cannot tell).
-  template <class T, class WriteItem, class Row>
-  int print_list(std::string_view what, const std::vector<T>& items, std::optional<bool> more, WriteItem write_item,
-                 std::vector<std::string> header, const std::vector<bool>& right_aligned, Row row) {
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().key(what).begin_array();
-      for (const auto& item : items) write_item(j, item);
-      j.end_array();
-      if (more) j.boolean("more", *more);
-      j.end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    if (items.empty()) {
-      out_ << "no " << what << (s_.prefix.empty() ? "" : " starting with '" + s_.prefix + "'") << "\n";
-      return exit_ok;
-    }
-    std::vector<std::vector<std::string>> rows{std::move(header)};
-    for (const auto& item : items) rows.push_back(row(item));
-    out_ << format_table(rows, right_aligned);
-    if (more && *more) out_ << "(more " << what << ": narrow --prefix or raise --limit)\n";
-    return exit_ok;
-  }
-
-  int streams_list() {
-    bool more = false;
-    auto list = client_->stream_list(s_.prefix, s_.limit, &more);
-    if (!list) return fail(list.error(), "streams list");
-    return print_list(
-        "streams", *list, more, [](json_writer& j, const stream_summary& st) { write_stream(j, st); },
-        {"STREAM", "FIRST", "LAST", "RECORDS", "BYTES", "CREATED", "RETENTION"},
-        {false, true, true, true, true, false, false}, [](const stream_summary& st) {
-          return std::vector<std::string>{st.name, std::to_string(st.first_seq), std::to_string(st.last_seq),
-                                          std::to_string(st.records), std::to_string(st.bytes),
-                                          format_utc(st.created_ms), describe(st)};
-        });
-  }
-
-  // ---- the routing registry and leases (capability "routing") ----
-
-  int routes_get() {
-    auto e = client_->registry_get(s_.key);
-    if (!e) return fail(e.error(), "routes get " + s_.key, "no route (no live entry for that key)");
-    if (s_.json) {
-      json_writer j;
-      write_route(j, *e);
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    out_ << format_table({{"key", e->key},
-                          {"value", e->value},
-                          {"version", std::to_string(e->version)},
-                          {"lease", e->lease == 0 ? "(own TTL)" : std::to_string(e->lease)},
-                          {"remaining", std::to_string(e->remaining.count()) + " ms"}},
-                         {});
-    return exit_ok;
-  }
-
-  int routes_list() {
-    bool more = false;
-    auto list = client_->registry_list(s_.prefix, s_.limit, &more);
-    if (!list) return fail(list.error(), "routes list");
-    return print_list("routes", *list, more, write_route, {"KEY", "VALUE", "VERSION", "LEASE", "REMAINING MS"},
-                      {false, false, true, true, true}, [](const registry_entry& e) {
-                        return std::vector<std::string>{e.key, e.value, std::to_string(e.version),
-                                                        e.lease == 0 ? "-" : std::to_string(e.lease),
-                                                        std::to_string(e.remaining.count())};
-                      });
-  }
-
-  int leases_list() {
-    auto list = client_->lease_list(s_.limit);
-    if (!list) return fail(list.error(), "leases list");
-    return print_list(
-        "leases", *list, std::nullopt,
-        [](json_writer& j, const lease_info& l) {
-          j.begin_object().string("id", std::to_string(l.id));
-          j.number("ttl_ms", static_cast<std::uint64_t>(l.ttl.count()));
-          j.number("remaining_ms", static_cast<std::uint64_t>(l.remaining.count())).end_object();
-        },
-        {"LEASE", "TTL MS", "REMAINING MS"}, {true, true, true}, [](const lease_info& l) {
-          return std::vector<std::string>{std::to_string(l.id), std::to_string(l.ttl.count()),
-                                          std::to_string(l.remaining.count())};
-        });
-  }
-
-  // ---- server statistics (capability "admin") ----
-
-  int stats() {
-    auto st = client_->stats();
-    if (!st) return fail(st.error(), "stats");
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().string("address", s_.address).string("version", st->version);
-      j.string("server_instance", std::to_string(st->instance_id));
-      j.number("uptime_ms", static_cast<std::uint64_t>(st->uptime.count()));
-      j.key("settings").begin_object();
-      for (const auto& [name, value] : st->settings) j.string(name, value);
-      j.end_object().key("counters").begin_object();
-      for (const auto& v : st->values)
-        if (v.counter) j.number(v.name, v.value);
-      j.end_object().key("gauges").begin_object();
-      for (const auto& v : st->values)
-        if (!v.counter) j.number(v.name, v.value);
-      j.end_object().end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    std::vector<std::vector<std::string>> rows{
-        {"address", s_.address},
-        {"version", st->version},
-        {"server instance", std::to_string(st->instance_id)},
-        {"uptime", format_elapsed(static_cast<std::uint64_t>(st->uptime.count()))}};
-    for (const auto& [name, value] : st->settings) rows.push_back({name, value});
-    out_ << format_table(rows, {false, false}) << "\n";
-    std::vector<std::vector<std::string>> counters{{"COUNTER", "TOTAL"}}, gauges{{"GAUGE", "NOW"}};
-    for (const auto& v : st->values) (v.counter ? counters : gauges).push_back({v.name, std::to_string(v.value)});
-    out_ << format_table(counters, {false, true}) << "\n" << format_table(gauges, {false, true});
-    return exit_ok;
-  }
-
-  int conns() {
-    auto page = client_->connections(*parse_order(s_.sort), s_.limit, s_.cursor);
-    if (!page) return fail(page.error(), "conns");
-    const auto& list = page->connections;
-    const auto join = [](const std::vector<std::string>& items) {
-      std::string out;
-      for (const auto& x : items) out += (out.empty() ? "" : ",") + x;
-      return out;
-    };
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().number("total", page->total).number("next_cursor", page->next_cursor);
-      j.key("conns").begin_array();
-      for (const auto& c : list) {
-        j.begin_object().number("id", c.id).string("name", c.name).string("client_id", c.client_id);
-        j.string("principal", c.principal).string("address", c.address);
-        j.number("age_ms", static_cast<std::uint64_t>(c.age.count()));
-        j.number("idle_ms", static_cast<std::uint64_t>(c.idle.count()));
-        j.key("capabilities").begin_array();
-        for (const auto& cap : c.capabilities) j.string(cap);
-        j.end_array().number("subscriptions", c.subscriptions).key("inboxes").begin_array();
-        for (std::size_t i = 0; i < c.inboxes.size(); ++i) {
-          j.begin_object().string("id", c.inboxes[i]);
-          j.string("lease", std::to_string(i < c.inbox_leases.size() ? c.inbox_leases[i] : 0)).end_object();
-        }
-        j.end_array().number("pending_bytes", c.pending_bytes).number("dropped", c.dropped);
-        j.number("bytes_in", c.bytes_in).number("bytes_out", c.bytes_out).boolean("tls", c.tls).end_object();
-      }
-      j.end_array().end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    if (list.empty()) {
-      out_ << "no connections" << (s_.cursor ? " after this cursor" : "") << "\n";
-      return exit_ok;
-    }
-    std::vector<std::vector<std::string>> rows{{"ID", "NAME", "PRINCIPAL", "ADDRESS", "AGE", "IDLE", "SUBS", "INBOXES",
-                                                "PENDING B", "DROPPED", "IN B", "OUT B", "CAPABILITIES"}};
-    for (const auto& c : list)
-      rows.push_back({std::to_string(c.id), c.name.empty() ? "-" : c.name, c.principal.empty() ? "-" : c.principal,
-                      c.address + (c.tls ? " (tls)" : ""),
-                      format_elapsed(static_cast<std::uint64_t>(c.age.count())),
-                      format_elapsed(static_cast<std::uint64_t>(c.idle.count())), std::to_string(c.subscriptions),
-                      c.inboxes.empty() ? "-" : join(c.inboxes), std::to_string(c.pending_bytes),
-                      std::to_string(c.dropped), std::to_string(c.bytes_in), std::to_string(c.bytes_out),
-                      join(c.capabilities)});
-    out_ << format_table(rows, {true, false, false, false, true, true, true, false, true, true, true, true, false});
-    out_ << list.size() << " of " << page->total << " connections";
-    if (page->next_cursor != 0) out_ << "; next page: --cursor " << page->next_cursor;
-    out_ << "\n";
-    return exit_ok;
-  }
-
-  int drain() {
-    std::chrono::milliseconds window{0};
-    if (!s_.window.empty()) window = *parse_window(s_.window);  // checked before connecting
-    if (auto ec = client_->drain(window)) return fail(ec, "drain");
-    const std::string over = window.count() > 0 ? format_duration_ms(static_cast<std::uint64_t>(window.count()))
-                                                : std::string("its --drain-window-ms");
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().string("address", s_.address).boolean("draining", true);
-      j.number("window_ms", static_cast<std::uint64_t>(window.count()));  // 0 = the broker's default
-      j.string("server_instance", std::to_string(client_->server_instance())).end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    out_ << "draining " << s_.address << " over " << over
-         << ": new connections are refused (draining), open ones are closed in batches spread over the window, "
-            "then the broker exits\n";
-    return exit_ok;
-  }
-
-  // One registry entry as a JSON object; the lease id as a string (64-bit).
-  static void write_route(json_writer& j, const registry_entry& e) {
-    j.begin_object().string("key", e.key).string("value", e.value).number("version", e.version);
-    j.string("lease", e.lease == 0 ? "" : std::to_string(e.lease));
-    j.number("remaining_ms", static_cast<std::uint64_t>(e.remaining.count())).end_object();
-  }
-
-  int streams_info() {
-    auto st = client_->stream_info(s_.stream);
-    if (!st) return fail(st.error(), "streams info " + s_.stream);
-    print_stream(*st);
-    return exit_ok;
-  }
-
-  int streams_retention() {
-    const auto age = std::chrono::milliseconds(static_cast<std::int64_t>(s_.max_age_ms));
-    const auto st = s_.clear        ? client_->clear_stream_retention(s_.stream)
-                    : s_.set_limits ? client_->set_stream_retention(s_.stream, {s_.max_records, age, s_.max_bytes})
-                                    : client_->stream_info(s_.stream);  // no change asked: show it
-    if (!st) return fail(st.error(), "streams retention " + s_.stream);
-    print_stream(*st);
-    return exit_ok;
-  }
-
-  int streams_read() {
-    auto r = client_->read(s_.stream, s_.from, s_.count);
-    if (!r && r.error() == errc::corrupted) {
-      // The broker answers the records before a damaged one, so a read
-      // fails only when its first record is damaged: that one (with --from
-      // 0, the stream's first retained record).
-      std::uint64_t bad = s_.from;
-      if (bad == 0)
-        if (auto st = client_->stream_info(s_.stream)) bad = st->first_seq;
-      const std::string at = bad != 0 ? "record " + std::to_string(bad) : "a record";
-      const std::string past = bad != 0 ? "; --from " + std::to_string(bad + 1) + " reads past it" : "";
-      return fail(exit_server_error, error_code_name(r.error()),
-                  "streams read " + s_.stream + ": " + at +
-                      " is damaged in the broker's sequence log (corrupted)" + past +
-                      "; check the whole log with switchyard-server --verify-log --data-dir <its data dir> on the "
-                      "broker's host");
-    }
-    if (!r) {
-      if (r.error() != errc::trimmed) return fail(r.error(), "streams read " + s_.stream);
-      // Say where the stream starts now (the broker's error carries it, the
-      // client library does not pass it on).
-      auto st = client_->stream_info(s_.stream);
-      const std::string starts = st ? "; the stream starts at " + std::to_string(st->first_seq) + " now" : "";
-      return fail(exit_server_error, "trimmed",
-                  "streams read " + s_.stream + ": sequence " + std::to_string(s_.from) + " was trimmed" + starts +
-                      " (--from 0 reads from the first retained record)");
-    }
-    const std::uint64_t next = r->records.empty() ? std::max(s_.from, r->first_seq) : r->records.back().seq + 1;
-    const bool more = next <= r->last_seq;
-    if (s_.json) {
-      json_writer j;
-      j.begin_object().string("stream", s_.stream).string("epoch", std::to_string(r->epoch));
-      j.number("first_seq", r->first_seq).number("last_seq", r->last_seq);
-      j.key("records").begin_array();
-      for (const auto& rec : r->records) {
-        const auto payload = text_of(rec.payload);
-        const bool text = is_printable_utf8(payload);
-        j.begin_object().number("seq", rec.seq).number("timestamp_ms", rec.timestamp_ms);
-        j.string("encoding", text ? "text" : "base64").string("payload", text ? std::string(payload) : base64(payload));
-        // How it was delivered live: a channel, route keys, or neither (a plain append).
-        if (!rec.channel.empty()) j.string("channel", rec.channel);
-        if (!rec.route_keys.empty()) {
-          j.key("route_keys").begin_array();
-          for (const auto& k : rec.route_keys) j.string(std::string_view(k));
-          j.end_array();
-        }
-        j.end_object();
-      }
-      j.end_array().boolean("more", more).number("next_seq", next).end_object();
-      out_ << j.str() << "\n";
-      return exit_ok;
-    }
-    out_ << "stream " << s_.stream << "  epoch " << r->epoch << "  first_seq " << r->first_seq << "  last_seq "
-         << r->last_seq << "\n";
-    std::vector<std::vector<std::string>> rows{{"SEQ", "TIME", "TO", "ENCODING", "PAYLOAD"}};
-    for (const auto& rec : r->records) {
-      const auto payload = text_of(rec.payload);
-      const bool text = is_printable_utf8(payload);
-      rows.push_back({std::to_string(rec.seq), format_utc(rec.timestamp_ms), delivered_to(rec), text ? "text" : "base64",
-                      text ? std::string(payload) : base64(payload)});
-    }
-    if (rows.size() > 1) out_ << format_table(rows, {true, false, false, false, false});
-    else out_ << "no records from seq " << next << "\n";
-    if (more) out_ << "(more from seq " << next << ": --from " << next << ")\n";
-    return exit_ok;
-  }
-
-  // "channel orders.eu", "users alice,bob", "-" (a plain append).
-  static std::string delivered_to(const stream_record& rec) {
-    if (!rec.channel.empty()) return "channel " + rec.channel;
-    if (rec.route_keys.empty()) return "-";
-    std::string keys;
-    for (const auto& k : rec.route_keys) keys += (keys.empty() ? "" : ",") + k;
-    return "users " + keys;
-  }
-
-  // "records<=100 age<=1h (own)", "none (default)".
-  static std::string describe(const stream_summary& st) {
-    const auto& r = st.retention;
-    std::string out;
-    const auto add = [&](std::string part) { out += (out.empty() ? "" : " ") + part; };
-    if (r.max_records) add("records<=" + std::to_string(r.max_records));
-    if (r.max_age.count() > 0) add("age<=" + format_duration_ms(static_cast<std::uint64_t>(r.max_age.count())));
-    if (r.max_bytes) add("bytes<=" + std::to_string(r.max_bytes));
-    if (out.empty()) out = "none";
-    return out + (st.own_retention ? " (own)" : " (default)");
-  }
-
-  // The stream as a JSON object. The epoch is a string: 64-bit values do
-  // not survive JSON parsers that read numbers as doubles.
-  static void write_stream(json_writer& j, const stream_summary& st) {
-    j.begin_object().string("name", st.name).string("epoch", std::to_string(st.epoch));
-    j.number("first_seq", st.first_seq).number("last_seq", st.last_seq);
-    j.number("records", st.records).number("bytes", st.bytes).number("created_ms", st.created_ms);
-    j.key("retention").begin_object();
-    j.number("max_records", st.retention.max_records);
-    j.number("max_age_ms", static_cast<std::uint64_t>(st.retention.max_age.count()));
-    j.number("max_bytes", st.retention.max_bytes);
-    j.string("source", st.own_retention ? "own" : "default");
+int command::stats() {
+  auto st = client_->stats();
+  if (!st) return fail(st.error(), "stats");
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("address", s_.address).string("version", st->version);
+    j.string("server_instance", std::to_string(st->instance_id));
+    j.number("uptime_ms", static_cast<std::uint64_t>(st->uptime.count()));
+    j.key("settings").begin_object();
+    for (const auto& [name, value] : st->settings) j.string(name, value);
+    j.end_object().key("counters").begin_object();
+    for (const auto& v : st->values)
+      if (v.counter) j.number(v.name, v.value);
+    j.end_object().key("gauges").begin_object();
+    for (const auto& v : st->values)
+      if (!v.counter) j.number(v.name, v.value);
     j.end_object().end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
   }
+  std::vector<std::vector<std::string>> rows{
+      {"address", s_.address},
+      {"version", st->version},
+      {"server instance", std::to_string(st->instance_id)},
+      {"uptime", format_elapsed(static_cast<std::uint64_t>(st->uptime.count()))}};
+  for (const auto& [name, value] : st->settings) rows.push_back({name, value});
+  out_ << format_table(rows, {false, false}) << "\n";
+  std::vector<std::vector<std::string>> counters{{"COUNTER", "TOTAL"}}, gauges{{"GAUGE", "NOW"}};
+  for (const auto& v : st->values) (v.counter ? counters : gauges).push_back({v.name, std::to_string(v.value)});
+  out_ << format_table(counters, {false, true}) << "\n" << format_table(gauges, {false, true});
+  return exit_ok;
+}
 
-  void print_stream(const stream_summary& st) {
-    if (s_.json) {
-      json_writer j;
-      write_stream(j, st);
-      out_ << j.str() << "\n";
-      return;
+int command::conns() {
+  auto page = client_->connections(*parse_order(s_.sort), s_.limit, s_.cursor);
+  if (!page) return fail(page.error(), "conns");
+  const auto& list = page->connections;
+  const auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (const auto& x : items) out += (out.empty() ? "" : ",") + x;
+    return out;
+  };
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().number("total", page->total).number("next_cursor", page->next_cursor);
+    j.key("conns").begin_array();
+    for (const auto& c : list) {
+      j.begin_object().number("id", c.id).string("name", c.name).string("client_id", c.client_id);
+      j.string("principal", c.principal).string("address", c.address);
+      j.number("age_ms", static_cast<std::uint64_t>(c.age.count()));
+      j.number("idle_ms", static_cast<std::uint64_t>(c.idle.count()));
+      j.key("capabilities").begin_array();
+      for (const auto& cap : c.capabilities) j.string(cap);
+      j.end_array().number("subscriptions", c.subscriptions).key("inboxes").begin_array();
+      for (std::size_t i = 0; i < c.inboxes.size(); ++i) {
+        j.begin_object().string("id", c.inboxes[i]);
+        j.string("lease", std::to_string(i < c.inbox_leases.size() ? c.inbox_leases[i] : 0)).end_object();
+      }
+      j.end_array().number("pending_bytes", c.pending_bytes).number("dropped", c.dropped);
+      j.number("bytes_in", c.bytes_in).number("bytes_out", c.bytes_out).boolean("tls", c.tls).end_object();
     }
-    const auto& r = st.retention;
-    out_ << format_table({{"stream", st.name},
-                          {"epoch", std::to_string(st.epoch)},
-                          {"first_seq", std::to_string(st.first_seq)},
-                          {"last_seq", std::to_string(st.last_seq)},
-                          {"records", std::to_string(st.records)},
-                          {"bytes", std::to_string(st.bytes)},
-                          {"created", format_utc(st.created_ms)},
-                          {"retention", describe(st)},
-                          {"  max_records", std::to_string(r.max_records)},
-                          {"  max_age_ms", std::to_string(r.max_age.count())},
-                          {"  max_bytes", std::to_string(r.max_bytes)}},
-                         {});
+    j.end_array().end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
   }
+  if (list.empty()) {
+    out_ << "no connections" << (s_.cursor ? " after this cursor" : "") << "\n";
+    return exit_ok;
+  }
+  std::vector<std::vector<std::string>> rows{{"ID", "NAME", "PRINCIPAL", "ADDRESS", "AGE", "IDLE", "SUBS", "INBOXES",
+                                              "PENDING B", "DROPPED", "IN B", "OUT B", "CAPABILITIES"}};
+  for (const auto& c : list)
+    rows.push_back({std::to_string(c.id), c.name.empty() ? "-" : c.name, c.principal.empty() ? "-" : c.principal,
+                    c.address + (c.tls ? " (tls)" : ""),
+                    format_elapsed(static_cast<std::uint64_t>(c.age.count())),
+                    format_elapsed(static_cast<std::uint64_t>(c.idle.count())), std::to_string(c.subscriptions),
+                    c.inboxes.empty() ? "-" : join(c.inboxes), std::to_string(c.pending_bytes),
+                    std::to_string(c.dropped), std::to_string(c.bytes_in), std::to_string(c.bytes_out),
+                    join(c.capabilities)});
+  out_ << format_table(rows, {true, false, false, false, true, true, true, false, true, true, true, true, false});
+  out_ << list.size() << " of " << page->total << " connections";
+  if (page->next_cursor != 0) out_ << "; next page: --cursor " << page->next_cursor;
+  out_ << "\n";
+  return exit_ok;
+}
 
-  const settings& s_;
-  std::istream& in_;
-  std::ostream& out_;
-  std::ostream& err_;
-  std::unique_ptr<client> client_;
-};
-
-}  // namespace
+int command::drain() {
+  std::chrono::milliseconds window{0};
+  if (!s_.window.empty()) window = *parse_window(s_.window);  // checked before connecting
+  if (auto ec = client_->drain(window)) return fail(ec, "drain");
+  const std::string over = window.count() > 0 ? format_duration_ms(static_cast<std::uint64_t>(window.count()))
+                                              : std::string("its --drain-window-ms");
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("address", s_.address).boolean("draining", true);
+    j.number("window_ms", static_cast<std::uint64_t>(window.count()));  // 0 = the broker's default
+    j.string("server_instance", std::to_string(client_->server_instance())).end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
+  }
+  out_ << "draining " << s_.address << " over " << over
+       << ": new connections are refused (draining), open ones are closed in batches spread over the window, "
+          "then the broker exits\n";
+  return exit_ok;
+}
 
 int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, std::ostream& err) {
   settings s;
@@ -797,7 +553,9 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   app.add_option("--timeout-ms", s.timeout_ms, "connect and request timeout, ms")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}))
       ->capture_default_str();
-  app.add_flag("--json", s.json, "print one JSON object on stdout (errors too: {\"error\":{...}})");
+  app.add_flag("--json", s.json,
+               "print one JSON object on stdout (errors too: {\"error\":{...}}); sub and streams tail: one a "
+               "message or record, a line each");
   auto* tls = app.add_flag("--tls", s.tls, "connect with TLS (a broker started with --tls-cert)");
   auto* tls_ca = app.add_option("--tls-ca", s.tls_ca,
                                 "CA file (PEM) the broker's certificate must chain to (default: the system's CAs); "
@@ -827,9 +585,35 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
       "SWITCHYARD_KEY_FILE from the environment (at most one of them). Exit codes: 0 ok, 1 usage error, 2 "
       "connection failed (or lost, or timed out, or TLS failed), 3 the broker answered an error (not_found, "
       "bad_request, ...), 4 the broker refused the credentials (unauthorized) or the operation (forbidden), 5 "
-      "keygen / hash-token failed here (the file exists, cannot write).");
+      "keygen / hash-token failed here (the file exists, cannot write), 6 send found no route.");
 
-  auto* ping = app.add_subcommand("ping", "round trip to the broker, and the capabilities it grants");
+  auto* ping = app.add_subcommand("ping", "round trip to the broker, its version, and the capabilities it grants");
+
+  auto* pub = app.add_subcommand("pub", "publish one message to a channel (at most once, like any publish)");
+  pub->add_option("channel", s.channel, "channel, e.g. orders.eu (no wildcards)")->required();
+  pub->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
+      ->required();
+  pub->add_flag("--confirm", s.confirm,
+                "wait for the broker's answer that it routed the message, so that a refusal (forbidden, ...) "
+                "is reported; without it the CLI only waits until the broker has processed the publish");
+
+  auto* sub = app.add_subcommand(
+      "sub",
+      "print the messages published to channels matching a pattern, one line each (with --json one object "
+      "each), until SIGINT/SIGTERM (exit 0) or --count; --timeout-ms does not end it");
+  sub->add_option("pattern", s.channel, "pattern: * matches one token, > (last) the rest, e.g. orders.>")
+      ->required();
+  sub->add_option("--count", s.stop_after, "exit 0 after this many messages (0 = until interrupted)")
+      ->check(whole_number)
+      ->capture_default_str();
+
+  auto* send = app.add_subcommand(
+      "send",
+      "send one message to the user behind a route key (through the gateway inbox its registry entry names); "
+      "exit 6 when it has no route");
+  send->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
+  send->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
+      ->required();
   auto* streams = app.add_subcommand("streams", "streams of the broker's sequence log");
   streams->require_subcommand(1, 1);
 
@@ -871,6 +655,30 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
       ->check(CLI::Range(std::size_t{1}, std::size_t{10'000}))
       ->capture_default_str();
 
+  auto* tail = streams->add_subcommand(
+      "tail",
+      "print a stream's records one line each (with --json one object each): the last --last records, or from "
+      "--from, to the end; with --follow also those appended later, until SIGINT/SIGTERM (exit 0) or --count");
+  tail->add_option("name", s.stream, "stream name")->required();
+  auto* tail_from = tail->add_option("--from", s.from, "first sequence (0 = the first retained record)")
+                        ->check(whole_number);
+  tail->add_option("--last", s.last, "without --from: start this many records before the end (0 = only new ones)")
+      ->check(whole_number)
+      ->capture_default_str()
+      ->excludes(tail_from);
+  tail->add_flag("--follow,-f", s.follow,
+                 "keep reading records appended later (polling every 200 ms); a deleted stream is waited for, "
+                 "and one created again is followed from its first record");
+  tail->add_option("--count", s.stop_after, "exit 0 after this many records (0 = no limit)")
+      ->check(whole_number)
+      ->capture_default_str();
+
+  auto* del = streams->add_subcommand(
+      "delete",
+      "delete a stream: its records, its metadata and its own retention, at once; a later append starts a new "
+      "stream of that name (a new epoch, from sequence 1). Prints what it held");
+  del->add_option("name", s.stream, "stream name")->required();
+
   auto* routes = app.add_subcommand("routes", "the routing registry (user -> gateway), live entries only");
   routes->require_subcommand(1, 1);
   auto* route_get = routes->add_subcommand("get", "one entry: value (the gateway's inbox), version, lease, TTL left");
@@ -880,13 +688,27 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   route_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
       ->check(whole_number)
       ->capture_default_str();
+  auto* route_delete = routes->add_subcommand(
+      "delete", "delete a registry entry: the user is no longer routed (its gateway may put it again)");
+  route_delete->add_option("key", s.key, "route key, e.g. user:alice")->required();
 
   auto* leases = app.add_subcommand("leases", "leases (gateways prove they are alive with them)");
   leases->require_subcommand(1, 1);
-  auto* lease_list = leases->add_subcommand("list", "live leases: id, granted TTL, time left");
+  auto* lease_list = leases->add_subcommand("list", "live leases: id, granted TTL, time left; a page at a time");
   lease_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
       ->check(whole_number)
       ->capture_default_str();
+  lease_list->add_option("--cursor", s.cursor, "the next page: the cursor the page before printed (0 = the first page)")
+      ->check(whole_number)
+      ->capture_default_str();
+  auto* lease_revoke = leases->add_subcommand(
+      "revoke", "revoke a lease now: the registry entries and inboxes bound to it go with it");
+  lease_revoke->add_option("id", s.lease, "lease id, as leases list prints it")->required()->check(whole_number);
+
+  auto* inboxes = app.add_subcommand("inboxes", "gateway inboxes");
+  inboxes->require_subcommand(1, 1);
+  auto* inbox_list = inboxes->add_subcommand(
+      "list", "the open inboxes: the connection holding each (id and name) and its lease; from the connection list");
 
   auto* drain = app.add_subcommand(
       "drain",
@@ -942,24 +764,40 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
                     ? "a command is required: " + where + "{" + known + "}"
                     : "unknown command '" + where + rest.front() + "' (commands: " + known + ")";
     }
-    cli(s, in, out, err).fail(exit_usage, "usage", message + " (see --help)");
+    command(s, in, out, err).fail(exit_usage, "usage", message + " (see --help)");
     return exit_usage;
   }
   s.set_limits = records->count() + age->count() + bytes->count() > 0;
-  if (ping->parsed()) s.command = "ping";
-  else if (list->parsed()) s.command = "streams list";
-  else if (info->parsed()) s.command = "streams info";
-  else if (retention->parsed()) s.command = "streams retention";
-  else if (read->parsed()) s.command = "streams read";
-  else if (route_get->parsed()) s.command = "routes get";
-  else if (route_list->parsed()) s.command = "routes list";
-  else if (lease_list->parsed()) s.command = "leases list";
-  else if (drain->parsed()) s.command = "drain";
-  else if (stats->parsed()) s.command = "stats";
-  else if (conns->parsed()) s.command = "conns";
-  else if (keygen->parsed()) s.command = "keygen";
-  else if (hash->parsed()) s.command = "hash-token";
-  const auto usage = [&](const std::string& message) { return cli(s, in, out, err).fail(exit_usage, "usage", message); };
+  s.from_given = tail_from->count() > 0;
+  for (const auto& [sub_app, name] : std::initializer_list<std::pair<const CLI::App*, const char*>>{
+           {ping, "ping"},
+           {pub, "pub"},
+           {sub, "sub"},
+           {send, "send"},
+           {list, "streams list"},
+           {info, "streams info"},
+           {retention, "streams retention"},
+           {read, "streams read"},
+           {tail, "streams tail"},
+           {del, "streams delete"},
+           {route_get, "routes get"},
+           {route_list, "routes list"},
+           {route_delete, "routes delete"},
+           {lease_list, "leases list"},
+           {lease_revoke, "leases revoke"},
+           {inbox_list, "inboxes list"},
+           {drain, "drain"},
+           {stats, "stats"},
+           {conns, "conns"},
+           {keygen, "keygen"},
+           {hash, "hash-token"}})
+    if (sub_app->parsed()) s.command = name;
+  const auto usage = [&](const std::string& message) { return command(s, in, out, err).fail(exit_usage, "usage", message); };
+  // The broker refuses these too; checked here so that nothing is sent.
+  if (s.command == "streams retention" && s.set_limits && !printable_stream_name(s.stream))
+    return usage("streams retention: the stream name must be 1..255 bytes of printable ASCII without spaces to be "
+                 "given limits (a stream of another name can still be shown, cleared or deleted); got '" +
+                 s.stream + "'");
   if (!parse_order(s.sort))
     return usage("--sort must be id, idle, pending, dropped, subs, bytes-in or bytes-out; got '" + s.sort + "'");
   if (!s.window.empty() && !parse_window(s.window))
@@ -977,7 +815,7 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
     if (!s.token.empty() && !s.key_file.empty())
       return usage("SWITCHYARD_TOKEN and SWITCHYARD_KEY_FILE are both set: unset one, or give --token or --key-file");
   }
-  return cli(s, in, out, err).run();
+  return command(s, in, out, err).run();
 }
 
 }  // namespace switchyard::admin

@@ -86,7 +86,7 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
 
   // Without a log these stay bound to nothing but still need "log", which
   // such a server never grants: the capability check answers them.
-  for (M type : {M::Append, M::Read, M::StreamInfo, M::StreamList, M::SetRetention})
+  for (M type : {M::Append, M::Read, M::StreamInfo, M::StreamList, M::SetRetention, M::StreamDelete})
     table_[static_cast<std::size_t>(type)] = {true, R::sequence_log, nullptr, nullptr};
   if (h.log) {
     bind<&log_handler::append>(M::Append, h.log, R::sequence_log);
@@ -96,6 +96,7 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&stream_admin_handler::stream_info>(M::StreamInfo, h.stream_admin, R::sequence_log);
     bind<&stream_admin_handler::stream_list>(M::StreamList, h.stream_admin, R::sequence_log);
     bind<&stream_admin_handler::set_retention>(M::SetRetention, h.stream_admin, R::sequence_log);
+    bind<&stream_admin_handler::delete_stream>(M::StreamDelete, h.stream_admin, R::sequence_log);
   }
   for (M type : {M::Drain, M::Stats, M::ConnList})
     table_[static_cast<std::size_t>(type)] = {true, R::admin, nullptr, nullptr};
@@ -167,6 +168,7 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
     case M::RegistryList: return admin_only("RegistryList");
     case M::StreamList: return admin_only("StreamList");
     case M::SetRetention: return admin_only("SetRetention");
+    case M::StreamDelete: return admin_only("StreamDelete");
     case M::Drain: return admin_only("Drain");
     case M::Stats: return admin_only("Stats");
     case M::ConnList: return admin_only("ConnList");

@@ -10,8 +10,9 @@
 //   Publish, Subscribe, Unsubscribe            pubsub_handler       (none)
 //   Lease*, Registry*, Inbox*, Send            routing_handler      "routing"
 //   Append, Read                               log_handler          "log"
-//   StreamInfo, StreamList, SetRetention       stream_admin_handler "log"
-//   Drain                                      server_admin_handler "admin"
+//   StreamInfo, StreamList, SetRetention,
+//   StreamDelete                               stream_admin_handler "log"
+//   Drain, Stats, ConnList                     server_admin_handler "admin"
 //   Ping (answered in order: peer::ping), Pong, Error (a client's notice,
 //   logged), Hello (a second one: bad_request)  here                (none)
 //   anything else (server-to-client types)     closes the connection

@@ -145,11 +145,24 @@ std::optional<owner_id> lease_table::owner_of(lease_id id) const {
   return slots_[slot].owner;
 }
 
-std::vector<lease_info> lease_table::list(std::size_t limit) const {
+std::vector<lease_info> lease_table::list(std::size_t limit, lease_id after, lease_id* next) const {
   std::vector<lease_info> out;
-  for (std::uint32_t slot = 0; slot < slots_.size() && out.size() < limit; ++slot) {
+  if (next) *next = 0;
+  // An id's low 32 bits (un-XORed) are its slot + 1: the next slot.
+  std::uint64_t slot = 0;
+  if (after != 0) {
+    slot = (after ^ config_.id_key) & 0xffff'ffffu;
+    if (slot == 0) return out;  // no id of this table
+  }
+  for (; slot < slots_.size(); ++slot) {
     if (!slots_[slot].live) continue;
-    if (auto i = info(slot)) out.push_back(*i);
+    auto i = info(static_cast<std::uint32_t>(slot));
+    if (!i) continue;  // expired, not swept yet
+    if (out.size() == limit) {
+      if (next && !out.empty()) *next = out.back().id;
+      break;
+    }
+    out.push_back(*i);
   }
   return out;
 }

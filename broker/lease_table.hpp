@@ -99,8 +99,15 @@ class lease_table {
   bool alive(lease_id id) const { return alive(id, now()); }
   // The same against a lease-clock reading taken once for several checks.
   bool alive(lease_id id, mono_clock::time_point now) const;
-  // Up to `limit` live leases, in no particular order.
-  std::vector<lease_info> list(std::size_t limit) const;
+  // Up to `limit` live leases in the table's listing order (slot order: a
+  // lease keeps its place while it lives; not the ids' numeric order),
+  // after the lease `after` (0: from the first). `after` need not be live
+  // any more: its place is in the id itself. `*next` (if given) becomes
+  // the last lease listed when live leases follow it, else 0. So a walk,
+  // page by page, lists every lease that lives throughout exactly once.
+  // An `after` that no id of this table has (another process's) lists
+  // from an arbitrary place or nothing. O(limit + dead slots passed).
+  std::vector<lease_info> list(std::size_t limit, lease_id after = 0, lease_id* next = nullptr) const;
 
   // Callbacks (`remove_fn`) may detach attachments but must not call
   // grant, keepalive, revoke or sweep on this table: the sweep is walking

@@ -94,11 +94,12 @@ void routing_handler::lease_time_to_live(peer& from, std::uint64_t rid, const wi
 
 void routing_handler::lease_list(peer& from, std::uint64_t rid, const wire::LeaseList& m) {
   const auto fits = protocol::answer_budget::for_list(config_.max_frame).count_of(protocol::lease_item_bytes);
-  const auto list = leases_.list(std::min<std::size_t>(list_limit(m.limit()), fits));
+  lease_id next = 0;
+  const auto list = leases_.list(std::min<std::size_t>(list_limit(m.limit()), fits), m.after(), &next);
   std::vector<protocol::lease_info_fields> out;
   out.reserve(list.size());
   for (const auto& l : list) out.push_back(fields(l));
-  from.send(builder_.lease_list_result(rid, out));
+  from.send(builder_.lease_list_result(rid, out, next, leases_.size()));
 }
 
 void routing_handler::registry_put(peer& from, std::uint64_t rid, const wire::RegistryPut& m) {

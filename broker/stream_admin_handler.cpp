@@ -2,6 +2,7 @@
 
 #include "broker/wire_error.hpp"
 #include "protocol/answer_budget.hpp"
+#include "protocol/channel_name.hpp"
 #include "protocol/limits.hpp"
 
 #include <spdlog/spdlog.h>
@@ -98,38 +99,70 @@ void stream_admin_handler::set_retention(peer& from, std::uint64_t rid, const pr
   if (durable_.log().check(name, 0)) return from.send_error(rid, errc::bad_request, bad_name);
   std::optional<storage::retention> limits;
   if (!m.clear()) {
+    // Limits may create the stream: only under a name one can type again.
+    if (!protocol::is_printable_stream_name(name))
+      return from.send_error(rid, errc::bad_request,
+                             "a stream given retention limits needs a name of printable ASCII without spaces "
+                             "(0x21..0x7E, 1..255 bytes)");
     const auto max = protocol::max_retention_limit;
     if (m.max_records() > max || m.max_age_ms() > max || m.max_bytes() > max)
       return from.send_error(rid, errc::bad_request, "retention limits are at most 2^53 - 1 (9007199254740991)");
     limits = storage::retention{m.max_records(), std::chrono::milliseconds(m.max_age_ms()), m.max_bytes()};
   }
-  if (limits)
-    logger_->info("conn={} stream={} retention set: max_records={} max_age_ms={} max_bytes={}", from.id(), name,
-                  limits->max_records, limits->max_age.count(), limits->max_bytes);
-  else
-    logger_->info("conn={} stream={} retention cleared (the default applies)", from.id(), name);
-  // `done` runs on the writer thread once the change is on disk: answer
-  // from the loop thread, if the peer is still there.
+  // Logged once the change is on disk, saying what it did.
+  durable_.committer().change_retention(
+      name, limits, answer_when_done(from, rid, [this, limits](std::uint64_t conn, const auto& change) {
+        const auto& st = change.info;
+        if (!limits)
+          logger_->info("conn={} stream={} retention cleared (the default applies)", conn, st.name);
+        else
+          logger_->info("conn={} stream={} retention set: max_records={} max_age_ms={} max_bytes={}{}", conn,
+                        st.name, limits->max_records, limits->max_age.count(), limits->max_bytes,
+                        change.created ? " (stream created, empty)" : "");
+      }));
+}
+
+void stream_admin_handler::delete_stream(peer& from, std::uint64_t rid, const protocol::wire::StreamDelete& m) {
+  const std::string_view name = m.stream()->string_view();
+  // Any name the log holds may be deleted, printable or not.
+  if (durable_.log().check(name, 0)) return from.send_error(rid, errc::bad_request, bad_name);
+  durable_.committer().delete_stream(name, answer_when_done(from, rid, [this](std::uint64_t conn, const auto& change) {
+    const auto& st = change.info;
+    if (st.records == 0)
+      logger_->info("conn={} stream={} deleted: empty (last seq {}, epoch {})", conn, st.name, st.last_seq, st.epoch);
+    else
+      logger_->info("conn={} stream={} deleted: {} records, {} bytes (seq {}..{}, epoch {})", conn, st.name,
+                    st.records, st.bytes, st.first_seq, st.last_seq, st.epoch);
+  }));
+}
+
+template <class OnDone>
+storage::group_committer::change_completion stream_admin_handler::answer_when_done(peer& from, std::uint64_t rid,
+                                                                                   OnDone on_done) {
+  // The completion runs on the writer thread once the change is on disk:
+  // answer from the loop thread, if the peer is still there. The ticket
+  // makes a Ping after the request wait for the answer.
   const std::uint64_t ticket = from.open_ticket();
-  durable_.committer().set_retention(
-      name, limits,
-      [this, weak = from.weak_peer(), rid, ticket](std::expected<storage::stream_info, std::error_code> r) mutable {
-        asio::post(loop_, [this, weak = std::move(weak), rid, ticket, r = std::move(r)] {
-          auto p = weak.lock();
-          if (!p) return;
-          if (!p->closed()) {
-            if (r) {
-              p->send(builder_.stream_info_result(rid, fields(*r, server_default())));
-            } else {
-              if (r.error() != storage::errc::not_found)
-                logger_->error("conn={} retention change failed: {}", p->id(), r.error().message());
-              p->send_error(rid, wire_code(r.error()),
-                            r.error() == storage::errc::not_found ? "no such stream" : r.error().message());
-            }
-          }
-          p->close_ticket(ticket);
-        });
-      });
+  return [this, weak = from.weak_peer(), conn = from.id(), rid, ticket, on_done = std::move(on_done)](
+             std::expected<storage::group_committer::stream_change, std::error_code> r) mutable {
+    asio::post(loop_, [this, weak = std::move(weak), conn, rid, ticket, on_done = std::move(on_done),
+                       r = std::move(r)] {
+      // Done on disk whether or not the requester is still there.
+      if (r) on_done(conn, *r);
+      else if (r.error() != storage::errc::not_found)
+        logger_->error("conn={} stream change failed: {}", conn, r.error().message());
+      auto p = weak.lock();
+      if (!p) return;
+      if (r) {
+        if (!p->closed()) p->send(builder_.stream_info_result(rid, fields(r->info, server_default())));
+      } else {
+        if (!p->closed())
+          p->send_error(rid, wire_code(r.error()),
+                        r.error() == storage::errc::not_found ? "no such stream" : r.error().message());
+      }
+      p->close_ticket(ticket);
+    });
+  };
 }
 
 }  // namespace switchyard::broker

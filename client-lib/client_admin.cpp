@@ -1,6 +1,6 @@
 // client: stream administration on the broker's log (StreamInfo,
-// StreamList, SetRetention; capability "log"), and server administration
-// (Drain; capability "admin").
+// StreamList, SetRetention, StreamDelete; capability "log"), and server
+// administration (Drain, Stats, ConnList; capability "admin").
 
 #include "switchyard/client.hpp"
 
@@ -88,6 +88,12 @@ result<stream_summary> client::clear_stream_retention(std::string_view stream) {
   if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
   return impl_->call<stream_summary>(
       [&](std::uint64_t r) { return local_builder().set_retention(r, stream, {}, true); }, parse_info);
+}
+
+result<stream_summary> client::delete_stream(std::string_view stream) {
+  if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
+  return impl_->call<stream_summary>([&](std::uint64_t r) { return local_builder().stream_delete(r, stream); },
+                                     parse_info);
 }
 
 std::error_code client::drain(std::chrono::milliseconds window) {

@@ -89,19 +89,26 @@ std::error_code client::lease_revoke(lease_id id) {
   return ec;
 }
 
-result<std::vector<lease_info>> client::lease_list(std::size_t limit) {
+result<std::vector<lease_info>> client::lease_list(std::size_t limit, lease_id after, lease_id* next_cursor,
+                                                  std::uint64_t* total) {
   SWITCHYARD_NEED_ROUTING();
-  return impl_->call<std::vector<lease_info>>(
-      [&](std::uint64_t r) { return local_builder().lease_list(r, static_cast<std::uint32_t>(limit)); },
-      [](const wire::Frame& f) -> result<std::vector<lease_info>> {
+  const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX));
+  auto page = std::make_shared<std::pair<lease_id, std::uint64_t>>(0, 0);  // next cursor, total
+  auto r = impl_->call<std::vector<lease_info>>(
+      [&](std::uint64_t r) { return local_builder().lease_list(r, n, after); },
+      [page](const wire::Frame& f) -> result<std::vector<lease_info>> {
         const auto* m = f.message_as_LeaseListResult();
         if (!m) return std::unexpected(mismatch());
         std::vector<lease_info> out;
         if (m->leases())
           for (const auto* l : *m->leases())
             out.push_back({l->lease_id(), milliseconds(l->ttl_ms()), milliseconds(l->remaining_ms())});
+        *page = {m->next_cursor(), m->total()};
         return out;
       });
+  if (next_cursor) *next_cursor = r ? page->first : 0;
+  if (total) *total = r ? page->second : 0;
+  return r;
 }
 
 result<std::uint64_t> client::registry_put(std::string_view key, std::string_view value, lease_id lease) {

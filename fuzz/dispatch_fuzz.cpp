@@ -160,6 +160,7 @@ std::vector<switchyard::fuzz::seed> seeds() {
   add(2, b.registry_get(5, "user:1"));
   add(2, b.registry_list(6, "user", 10));
   add(1, b.lease_list(7, 10));
+  add(1, b.lease_list(7, 10, 1));
   add(0x80 | 1, b.lease_keepalive(8, 1));
   add(1, b.lease_time_to_live(9, 1));
   add(2, b.registry_delete(10, "user:1"));
@@ -172,6 +173,7 @@ std::vector<switchyard::fuzz::seed> seeds() {
   add(0, b.lease_grant(1, 5000));
   add(2, b.append(2, "orders", bytes("x")));
   add(2, b.stream_info(3, "orders"));
+  add(2, b.stream_delete(3, "orders"));
   add(2, b.drain(4, 1000));
   protocol::hello_fields hello;
   hello.client_name = "again";

@@ -41,6 +41,13 @@ std::string_view next_token(std::string_view& rest) noexcept {
 bool is_valid_channel(std::string_view name) noexcept { return validate(name, false); }
 bool is_valid_pattern(std::string_view pattern) noexcept { return validate(pattern, true); }
 
+bool is_printable_stream_name(std::string_view name) noexcept {
+  if (name.empty() || name.size() > max_stream_name_length) return false;
+  for (const char c : name)
+    if (c <= ' ' || c >= 0x7f) return false;
+  return true;
+}
+
 bool pattern_matches(std::string_view pattern, std::string_view channel) noexcept {
   if (pattern == channel) return true;
   while (!pattern.empty()) {

@@ -176,9 +176,9 @@ bytes_view frame_builder::lease_time_to_live(std::uint64_t request_id, std::uint
   return finish_as(request_id, wire::CreateLeaseTimeToLive(fbb, lease_id));
 }
 
-bytes_view frame_builder::lease_list(std::uint64_t request_id, std::uint32_t limit) {
+bytes_view frame_builder::lease_list(std::uint64_t request_id, std::uint32_t limit, std::uint64_t after) {
   auto& fbb = start();
-  return finish_as(request_id, wire::CreateLeaseList(fbb, limit));
+  return finish_as(request_id, wire::CreateLeaseList(fbb, limit, after));
 }
 
 bytes_view frame_builder::lease_info(std::uint64_t request_id, const lease_info_fields& f) {
@@ -186,13 +186,14 @@ bytes_view frame_builder::lease_info(std::uint64_t request_id, const lease_info_
   return finish_as(request_id, wire::CreateLeaseInfo(fbb, f.lease_id, f.ttl_ms, f.remaining_ms));
 }
 
-bytes_view frame_builder::lease_list_result(std::uint64_t request_id, std::span<const lease_info_fields> leases) {
+bytes_view frame_builder::lease_list_result(std::uint64_t request_id, std::span<const lease_info_fields> leases,
+                                            std::uint64_t next_cursor, std::uint64_t total) {
   auto& fbb = start();
   std::vector<Offset<wire::LeaseInfo>> items;
   items.reserve(leases.size());
   for (const auto& l : leases) items.push_back(wire::CreateLeaseInfo(fbb, l.lease_id, l.ttl_ms, l.remaining_ms));
   const auto list = fbb.CreateVector(items);
-  return finish_as(request_id, wire::CreateLeaseListResult(fbb, list));
+  return finish_as(request_id, wire::CreateLeaseListResult(fbb, list, next_cursor, total));
 }
 
 bytes_view frame_builder::registry_put(std::uint64_t request_id, std::string_view key, std::string_view value,
@@ -367,6 +368,12 @@ bytes_view frame_builder::set_retention(std::uint64_t request_id, std::string_vi
   const auto name = fbb.CreateString(stream.data(), stream.size());
   return finish_as(request_id, wire::CreateSetRetention(fbb, name, limits.max_records, limits.max_age_ms,
                                                         limits.max_bytes, clear));
+}
+
+bytes_view frame_builder::stream_delete(std::uint64_t request_id, std::string_view stream) {
+  auto& fbb = start();
+  const auto name = fbb.CreateString(stream.data(), stream.size());
+  return finish_as(request_id, wire::CreateStreamDelete(fbb, name));
 }
 
 bytes_view frame_builder::stats(std::uint64_t request_id) {

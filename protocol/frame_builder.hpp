@@ -149,9 +149,12 @@ class frame_builder {
   bytes_view lease_keepalive(std::uint64_t request_id, std::uint64_t lease_id);
   bytes_view lease_revoke(std::uint64_t request_id, std::uint64_t lease_id);
   bytes_view lease_time_to_live(std::uint64_t request_id, std::uint64_t lease_id);
-  bytes_view lease_list(std::uint64_t request_id, std::uint32_t limit);
+  // `after`: the lease the page starts after (0 = the first page).
+  bytes_view lease_list(std::uint64_t request_id, std::uint32_t limit, std::uint64_t after = 0);
   bytes_view lease_info(std::uint64_t request_id, const lease_info_fields& f);
-  bytes_view lease_list_result(std::uint64_t request_id, std::span<const lease_info_fields> leases);
+  // `next_cursor`: the last lease of this page when more follow, else 0.
+  bytes_view lease_list_result(std::uint64_t request_id, std::span<const lease_info_fields> leases,
+                               std::uint64_t next_cursor = 0, std::uint64_t total = 0);
   bytes_view registry_put(std::uint64_t request_id, std::string_view key, std::string_view value,
                           std::uint64_t lease_id, std::uint32_t ttl_ms);
   bytes_view registry_get(std::uint64_t request_id, std::string_view key);
@@ -186,6 +189,7 @@ class frame_builder {
   // clear = drop the stream's own limits (`limits` is then ignored).
   bytes_view set_retention(std::uint64_t request_id, std::string_view stream, const retention_fields& limits,
                            bool clear = false);
+  bytes_view stream_delete(std::uint64_t request_id, std::string_view stream);
 
   // The first dropped durable delivery of `stream` to `channel` or (empty
   // channel) into inbox `inbox_id` (capability "stream-drops").

@@ -99,6 +99,7 @@ void group_committer::enqueue(std::string_view stream, std::span<const std::byte
     std::lock_guard lock(mu_);
     was_empty = queue_.items.empty();
     queue_.push(stream, destination, payload, token, std::move(done));
+    ++appends_queued_;
   }
   // The writer only sleeps on an empty queue: wake it on the first append
   // only, not on every one (a futex call each).
@@ -106,13 +107,35 @@ void group_committer::enqueue(std::string_view stream, std::span<const std::byte
 }
 
 void group_committer::set_retention(std::string_view stream, std::optional<retention> limits, info_completion done) {
+  change_retention(stream, limits, [done = std::move(done)](std::expected<stream_change, std::error_code> r) {
+    if (!done) return;
+    if (r) done(std::move(r->info));
+    else done(std::unexpected(r.error()));
+  });
+}
+
+void group_committer::change_retention(std::string_view stream, std::optional<retention> limits,
+                                       change_completion done) {
   if (log_.check(stream, 0) || (limits && limits->max_age.count() < 0)) {
     if (done) done(std::unexpected(make_error_code(errc::invalid_argument)));
     return;
   }
+  queue_change({std::string(stream), false, limits, std::move(done)});
+}
+
+void group_committer::delete_stream(std::string_view stream, change_completion done) {
+  if (log_.check(stream, 0)) {
+    if (done) done(std::unexpected(make_error_code(errc::invalid_argument)));
+    return;
+  }
+  queue_change({std::string(stream), true, std::nullopt, std::move(done)});
+}
+
+void group_committer::queue_change(retention_change change) {
   {
     std::lock_guard lock(mu_);
-    changes_.push_back({std::string(stream), limits, std::move(done)});
+    change.after_appends = appends_queued_;
+    changes_.push_back(std::move(change));
   }
   wake_.notify_one();
 }
@@ -167,14 +190,11 @@ bool group_committer::retention_pass() {
 void group_committer::run() {
   using clock = std::chrono::steady_clock;
   next_retention_ = clock::now() + options_.retention_interval;
-  std::vector<retention_change> changes;
   std::unique_lock lock(mu_);
   for (;;) {
     if (!changes_.empty()) {
-      changes.swap(changes_);
       lock.unlock();
-      apply(changes);
-      changes.clear();
+      apply_changes();
       lock.lock();
       continue;
     }
@@ -239,8 +259,15 @@ bool group_committer::commit_batch(std::size_t max_records) {
   {
     std::lock_guard lock(mu_);
     if (queue_.items.empty()) return false;
-    more = take_batch(max_records == 0 ? options_.max_batch_records
-                                       : std::min(max_records, options_.max_batch_records));
+    std::size_t limit =
+        max_records == 0 ? options_.max_batch_records : std::min(max_records, options_.max_batch_records);
+    // Appends queued after a pending stream change wait for it: the writer
+    // applies it (apply_changes), then commits them.
+    if (!changes_.empty())
+      limit = static_cast<std::size_t>(
+          std::min<std::uint64_t>(limit, changes_.front().after_appends - appends_taken_));
+    if (limit == 0) return false;
+    more = take_batch(limit);
   }
   commit(batch_);
   return more;
@@ -255,6 +282,7 @@ bool group_committer::take_batch(std::size_t max_records) {
     if (bytes >= options_.max_batch_bytes) break;
   }
   batch_.clear();
+  appends_taken_ += n;
   if (n == q.size()) {
     // All of it (the usual case): swapped, so both keep their capacity and
     // the steady state allocates nothing per batch.
@@ -272,14 +300,41 @@ bool group_committer::take_batch(std::size_t max_records) {
   return true;
 }
 
-void group_committer::apply(std::vector<retention_change>& changes) {
-  std::vector<std::expected<stream_info, std::error_code>> results;
-  results.reserve(changes.size());
+void group_committer::apply_changes() {
+  std::vector<retention_change> changes;
+  std::vector<std::expected<stream_change, std::error_code>> results;
   bool changed = false;
   {
     std::lock_guard writing(commit_mu_);
-    for (auto& c : changes) {
-      results.push_back(c.limits ? log_.set_retention(c.stream, *c.limits) : log_.clear_retention(c.stream));
+    for (;;) {
+      // The first queued change, once every append queued before it is
+      // committed. It leaves changes_ only here, under commit_mu_: until
+      // it is applied, no thread commits an append queued after it.
+      bool appends_first = false;
+      {
+        std::lock_guard lock(mu_);
+        if (changes_.empty()) break;
+        appends_first = appends_taken_ < changes_.front().after_appends;
+        if (!appends_first) {
+          changes.push_back(std::move(changes_.front()));
+          changes_.erase(changes_.begin());
+        }
+      }
+      if (appends_first) {
+        commit_batch(0);  // stops at the change
+        continue;
+      }
+      const auto& c = changes.back();
+      if (c.remove) {
+        auto r = log_.delete_stream(c.stream);
+        if (r) results.push_back(stream_change{std::move(*r), false});
+        else results.push_back(std::unexpected(r.error()));
+      } else {
+        bool created = false;
+        auto r = c.limits ? log_.set_retention(c.stream, *c.limits, &created) : log_.clear_retention(c.stream);
+        if (r) results.push_back(stream_change{std::move(*r), created});
+        else results.push_back(std::unexpected(r.error()));
+      }
       changed |= results.back().has_value();
     }
     if (changed) {

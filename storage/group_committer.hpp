@@ -17,7 +17,8 @@
 //
 // Thread contract. Threads: the caller's (any number; the broker's loop),
 // the writer thread, and in the batch mode the syncer thread.
-//  - append(), wake(), set_retention(), stats(): any thread; they take
+//  - append(), wake(), set_retention(), change_retention(),
+//    delete_stream(), stats(): any thread; they take
 //    only the queue's lock (mu_), which no thread holds across I/O, a
 //    commit or a completion (only the `idle` test hook runs under it).
 //  - commit_queued(): any thread (not from a completion or batch handler).
@@ -29,7 +30,8 @@
 //  - The log's lock (commit_mu_) is held for one write at a time: one
 //    batch's commit (with its completions and batch handler call), one
 //    background retention step (one stream, at most retention_step
-//    records), or one set of queued retention changes (small writes). No
+//    records), or one set of queued stream changes (retention changes and
+//    deletes, with the appends queued before each). No
 //    fsync runs under it except, in the sync mode, LMDB's own inside each
 //    write's commit (in that mode the broker leaves every commit to the
 //    writer thread). The batch mode's periodic sync
@@ -172,8 +174,10 @@ class group_committer {
   // Never waits for another thread's write: when one is in progress (a
   // commit, a retention step or change), it wakes the writer thread, which
   // then commits the whole queue, and returns false at once (nothing left
-  // for the caller; those results arrive on the writer thread). Thread-safe;
-  // not from a completion or batch handler.
+  // for the caller; those results arrive on the writer thread). It stops
+  // at a pending stream change: the appends queued after it are the
+  // writer's, after the change. Thread-safe; not from a completion or
+  // batch handler.
   bool commit_queued(std::size_t max_records = 0);
 
   struct token_result {
@@ -192,6 +196,15 @@ class group_committer {
   // change, or the error. Same rules as `completion`.
   using info_completion = std::function<void(std::expected<stream_info, std::error_code>)>;
 
+  // What a stream change reports: the stream after it (for a delete, as it
+  // was just before), and whether the change created it (a retention
+  // change on an unknown stream).
+  struct stream_change {
+    stream_info info;
+    bool created = false;
+  };
+  using change_completion = std::function<void(std::expected<stream_change, std::error_code>)>;
+
   // Queues a change of a stream's own retention limits, applied on the
   // writer thread (between append batches): with limits, they become the
   // stream's own (an unknown stream is created, empty: see
@@ -202,6 +215,17 @@ class group_committer {
   // starts at once. An invalid stream name or negative age completes at
   // once, on the calling thread, with invalid_argument. Thread-safe.
   void set_retention(std::string_view stream, std::optional<retention> limits, info_completion done);
+  // The same, also telling whether the change created the stream.
+  void change_retention(std::string_view stream, std::optional<retention> limits, change_completion done);
+  // Queues the deletion of a stream (sequence_log::delete_stream), applied
+  // and synced like a retention change; `done` gets the stream as it was.
+  // An invalid name completes at once with invalid_argument. Thread-safe.
+  void delete_stream(std::string_view stream, change_completion done);
+  // Order: a retention change or delete is applied after every append
+  // queued before it (whichever thread commits those) and before every
+  // append queued after it, so on a stream the log sees them in the order
+  // they were queued (an append queued before a delete is deleted with
+  // the stream; one queued after it starts a new stream).
 
   group_commit_stats stats() const;
 
@@ -237,18 +261,26 @@ class group_committer {
     }
   };
 
+  // A queued stream change: a retention change or a delete.
   struct retention_change {
     std::string stream;
+    bool remove = false;              // delete the stream (limits ignored)
     std::optional<retention> limits;  // nullopt: clear
-    info_completion done;
+    change_completion done;
+    // Appends queued before this change (appends_queued_ then): they are
+    // committed first, and none queued after it is committed before it.
+    std::uint64_t after_appends = 0;
   };
 
   void run();
   // The syncer thread (batch mode).
   void sync_loop();
-  // Applies queued retention changes (under commit_mu_), syncs (outside
-  // it), then runs their completions. Writer thread.
-  void apply(std::vector<retention_change>& changes);
+  // Queues a change (under mu_) and wakes the writer.
+  void queue_change(retention_change change);
+  // Applies the queued changes in queue order (under commit_mu_), each
+  // after the appends queued before it (committed here first), syncs
+  // (outside the lock), then runs their completions. Writer thread.
+  void apply_changes();
   // One bounded retention pass over every stream, one step per stream
   // under commit_mu_ with the queued appends committed before each; true
   // if more is due. Writer thread.
@@ -288,6 +320,10 @@ class group_committer {
   std::vector<std::uint64_t> epochs_;  // the epochs log_.append reports
   append_retention retain_;            // retention in the commit (defaults and slack from options_)
   std::vector<retention_change> changes_;  // guarded by mu_
+  // Appends ever queued, and ever taken into a batch (guarded by mu_):
+  // take_batch stops at the first queued change's after_appends.
+  std::uint64_t appends_queued_ = 0;
+  std::uint64_t appends_taken_ = 0;
   bool stopping_ = false;       // guarded by mu_
   group_commit_stats stats_;    // guarded by mu_
   // The batch mode's syncer: every sync_interval, an fsync if anything

@@ -1338,7 +1338,7 @@ std::expected<std::vector<stream_info>, std::error_code> sequence_log::list(std:
 }
 
 std::expected<stream_info, std::error_code> sequence_log::set_retention(std::string_view stream,
-                                                                        const retention& limits) {
+                                                                        const retention& limits, bool* created) {
   auto& p = *impl_;
   if (auto ec = check(stream, 0)) return std::unexpected(ec);
   if (limits.max_age.count() < 0) return std::unexpected(make_error_code(errc::invalid_argument));
@@ -1348,11 +1348,14 @@ std::expected<stream_info, std::error_code> sequence_log::set_retention(std::str
   put_le<std::uint64_t>(value + 16, limits.max_bytes);
   stream_info out;
   std::uint64_t last_id = p.last_stream_id;
+  bool made = false;
   // A tiny write that may use the trim reserve: on a full log, setting a
   // retention is how an operator makes room again.
   const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
     last_id = p.last_stream_id;  // a retry starts from what is committed
-    auto m = p.load_or_create(t, stream, last_id);
+    auto m = p.load(t, stream);
+    made = !m && m.error() == errc::not_found;
+    if (made) m = p.load_or_create(t, stream, last_id);
     if (!m) return m.error();
     MDB_val k = view(stream), v{sizeof value, value};
     if (const int rc = mdb_put(t, p.own_retention, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
@@ -1364,6 +1367,7 @@ std::expected<stream_info, std::error_code> sequence_log::set_retention(std::str
   if (ec) return std::unexpected(ec);
   if (shrink) return std::unexpected(shrink);
   p.last_stream_id = last_id;
+  if (created) *created = made;
   return out;
 }
 
@@ -1384,6 +1388,58 @@ std::expected<stream_info, std::error_code> sequence_log::clear_retention(std::s
   if (ec) return std::unexpected(ec);
   if (shrink) return std::unexpected(shrink);
   return out;
+}
+
+std::expected<stream_info, std::error_code> sequence_log::delete_stream(std::string_view stream) {
+  auto& p = *impl_;
+  if (auto ec = check(stream, 0)) return std::unexpected(ec);
+  const auto every = [](const meta&, std::uint64_t, std::uint64_t) { return true; };
+  std::optional<stream_info> original;  // as the first attempt found it
+  // Records, metadata and own retention in one transaction. The records go
+  // through trim_in, which checks each record and leaf page before it
+  // deletes from it and stops before damage: a stream it cannot empty is
+  // left whole (the transaction is not committed).
+  const auto remove = [&](MDB_txn* t) -> std::error_code {
+    auto m = p.load(t, stream);
+    if (!m) return m.error();
+    if (!original) {
+      auto info = p.describe(t, stream, *m);
+      if (!info) return info.error();
+      original = std::move(*info);
+    }
+    meta left = *m;
+    auto n = p.trim_in(t, left, static_cast<std::size_t>(left.records), left.last, every);
+    if (!n) return n.error();
+    if (left.records != 0) return errc::corrupted;
+    MDB_val k = view(stream);
+    if (const int rc = mdb_del(t, p.streams, &k, nullptr); rc != MDB_SUCCESS) return from_lmdb(rc);
+    if (p.has_retention_db)
+      if (const int rc = mdb_del(t, p.own_retention, &k, nullptr); rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+        return from_lmdb(rc);
+    return {};
+  };
+  auto ec = p.write(remove, true);
+  if (ec == errc::storage_full) {
+    // The one transaction does not fit: trim the stream in steps (each its
+    // own write, halving on storage_full like retention), then delete what
+    // is left, at most an empty stream's metadata.
+    for (ec = {}; !ec;) {
+      auto now = info(stream);
+      if (!now) {
+        ec = now.error();
+        break;
+      }
+      if (now->records == 0) break;
+      auto n = p.trim_front(stream, static_cast<std::size_t>(now->records), every);
+      if (!n) ec = n.error();
+      else if (*n == 0) ec = errc::corrupted;  // no progress: stopped before damage
+    }
+    if (!ec) ec = p.write(remove, true);
+  }
+  const auto shrink = p.keep_reserve();
+  if (ec) return std::unexpected(ec);
+  if (shrink) return std::unexpected(shrink);
+  return std::move(*original);
 }
 
 std::expected<std::size_t, std::error_code> sequence_log::trim(std::string_view stream, std::uint64_t before_seq,

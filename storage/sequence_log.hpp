@@ -302,12 +302,30 @@ class sequence_log {
   // all-zero limits are an override too ("keep everything", whatever the
   // caller's default). An unknown stream is created, empty (first_seq 1,
   // last_seq 0, a fresh epoch), and its first append gets sequence 1.
-  // Returns the stream as it is now. Errors: invalid_argument (empty or
-  // long name, negative age), storage_full.
-  std::expected<stream_info, std::error_code> set_retention(std::string_view stream, const retention& limits);
+  // Returns the stream as it is now; `*created` (if given) tells whether
+  // this call created it. Errors: invalid_argument (empty or long name,
+  // negative age), storage_full.
+  std::expected<stream_info, std::error_code> set_retention(std::string_view stream, const retention& limits,
+                                                            bool* created = nullptr);
   // Drops the stream's own limits (a no-op if it has none). Errors:
   // not_found (no such stream; nothing is created), invalid_argument.
   std::expected<stream_info, std::error_code> clear_retention(std::string_view stream);
+
+  // Deletes a stream: its records, its metadata and its own retention
+  // limits, in one write transaction (all or nothing), from the writer
+  // thread. Returns the stream as it was just before. Its name is free
+  // again: a later append creates a new stream (a new id and epoch, first
+  // sequence 1); stream ids are never reused, so nothing of the old one
+  // can show through. It may use the reserves like a trim. When even that
+  // transaction does not fit (storage_full: a large stream on a full log,
+  // whose free-list entry needs fresh contiguous pages), the stream is
+  // first trimmed from the front in steps of their own (as retention
+  // would) and then deleted; a crash in between leaves the stream with
+  // fewer records, never damaged. Like a trim it checks every record and
+  // leaf page before deleting from it, and deletes nothing of a stream
+  // with a damaged record, page or metadata. Errors: not_found,
+  // invalid_argument (empty or long name), corrupted, storage_full.
+  std::expected<stream_info, std::error_code> delete_stream(std::string_view stream);
 
   // Removes up to `max_records` records from the front of the stream, all
   // below `before_seq`. Returns how many went. Sequences are not reused.

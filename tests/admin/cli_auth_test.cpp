@@ -349,3 +349,26 @@ TEST_CASE("drain as a principal that is not an admin says the auth file must mak
   // Not drained.
   CHECK(cli_at(server.port(), "ping --token reader-token").first == 0);
 }
+
+TEST_CASE("pub --confirm reports a publish the auth file does not permit as forbidden, exit 4", "[admin][auth]") {
+  temp_dir dir;
+  auto server = auth_broker(dir, "[principals.orders]\ntoken_sha256 = [\"" + sha256_hex("orders-token") +
+                                     "\"]\npublish = { allow = [\"orders.>\"] }\n");
+  CHECK(cli_at(server.port(), "pub orders.eu ok --confirm --token orders-token").first == 0);
+  const auto [code, json] = cli_at(server.port(), "pub payroll.march x --confirm --json --token orders-token");
+  INFO(json);
+  CHECK(code == 4);
+  CHECK(json.starts_with(R"({"error":{"code":"forbidden","message":"pub payroll.march: forbidden)"));
+}
+
+TEST_CASE("streams delete as a principal that is not an admin exits 4 with forbidden",
+          "[admin][auth]") {
+  temp_dir dir;
+  auto server = auth_broker(dir, "[principals.writer]\ntoken_sha256 = [\"" + sha256_hex("writer-token") +
+                                     "\"]\nstream_append = { allow = [\">\"] }\nstream_read = { allow = [\">\"] }\n");
+  // Refused before the stream is looked at: it may or may not exist.
+  const auto [code, json] = cli_at(server.port(), "streams delete orders --json --token writer-token");
+  INFO(json);
+  CHECK(code == 4);
+  CHECK(json.starts_with(R"({"error":{"code":"forbidden",)"));
+}

@@ -2,6 +2,7 @@
 // process, with a data folder): --json output, exit codes and --help.
 
 #include "switchyard/client.hpp"
+#include "tests/admin/cli_runner.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/fake_service.hpp"
 #include "tests/support/process.hpp"
@@ -14,32 +15,17 @@
 #include <string>
 
 using namespace switchyard;
+using test::cli;
+using test::cli_stderr;
 using test::connect_to;
+using test::contains;
+using test::one_json_object;
 using test::run_for_exit_code;
 using test::temp_dir;
 using test::with_data;
 using test::test_server;
 
 namespace {
-
-// switchyard-cli against `port` with `args`; stdout only (stderr dropped).
-std::pair<int, std::string> cli(std::uint16_t port, const std::string& args) {
-  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) +
-                           " " + args + " 2>/dev/null");
-}
-
-// Its stderr only.
-std::pair<int, std::string> cli_stderr(std::uint16_t port, const std::string& args) {
-  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) +
-                           " " + args + " 2>&1 >/dev/null");
-}
-
-bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
-
-// One JSON object on one line.
-bool one_json_object(const std::string& out) {
-  return out.size() > 2 && out.front() == '{' && out.ends_with("}\n") && out.find('\n') == out.size() - 1;
-}
 
 void append(client& c, std::string_view stream, std::string_view payload) {
   REQUIRE(c.append(stream, std::as_bytes(std::span(payload.data(), payload.size()))));
@@ -48,10 +34,12 @@ void append(client& c, std::string_view stream, std::string_view payload) {
 }  // namespace
 
 TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") {
-  for (const char* args : {"--help", "ping --help", "streams --help", "streams list --help", "streams info --help",
-                           "streams retention --help", "streams read --help", "routes --help", "routes get --help",
-                           "routes list --help", "leases --help", "leases list --help", "drain --help", "keygen --help",
-                           "hash-token --help", "stats --help", "conns --help"}) {
+  for (const char* args :
+       {"--help", "ping --help", "pub --help", "sub --help", "send --help", "streams --help", "streams list --help",
+        "streams info --help", "streams retention --help", "streams read --help", "streams tail --help",
+        "streams delete --help", "routes --help", "routes get --help", "routes list --help", "routes delete --help",
+        "leases --help", "leases list --help", "leases revoke --help", "inboxes --help", "inboxes list --help",
+        "drain --help", "keygen --help", "hash-token --help", "stats --help", "conns --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);
@@ -260,6 +248,14 @@ TEST_CASE("ping --json reports the server's instance id as a string and its vers
   CHECK(contains(out, R"("server_version":")"));
 }
 
+TEST_CASE("ping prints the server's version among its lines", "[admin]") {
+  test_server server;
+  const auto [code, out] = cli(server.port(), "ping");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, "\nserver version   " SWITCHYARD_VERSION "\n"));
+}
+
 TEST_CASE("human output of streams list is aligned columns", "[admin]") {
   temp_dir dir;
   test_server server(with_data(dir));
@@ -414,13 +410,14 @@ TEST_CASE("an unknown command is named, with the commands there are, and exits 1
   const std::string bin(SWITCHYARD_CLI_BINARY);
   const auto [code, err] = run_for_exit_code(bin + " bogus 2>&1");
   CHECK(code == 1);
-  CHECK(err.starts_with("switchyard-cli: unknown command 'bogus' (commands: ping, streams,"));
+  CHECK(err.starts_with("switchyard-cli: unknown command 'bogus' (commands: ping, pub, sub, send, streams,"));
   const auto [code2, err2] = run_for_exit_code(bin + " streams bogus 2>&1");
   CHECK(code2 == 1);
-  CHECK(err2.starts_with("switchyard-cli: unknown command 'streams bogus' (commands: list, info, retention, read)"));
+  CHECK(err2.starts_with(
+      "switchyard-cli: unknown command 'streams bogus' (commands: list, info, retention, read, tail, delete)"));
   const auto [code3, err3] = run_for_exit_code(bin + " streams 2>&1");
   CHECK(code3 == 1);
-  CHECK(err3.starts_with("switchyard-cli: a command is required: streams {list, info, retention, read}"));
+  CHECK(err3.starts_with("switchyard-cli: a command is required: streams {list, info, retention, read, tail, delete}"));
 }
 
 TEST_CASE("negative and non-numeric counts are usage errors and nothing is sent", "[admin]") {

@@ -156,7 +156,7 @@ TEST_CASE("every message type is either served to clients or refused as server-o
                                     M::RegistryPut, M::RegistryGet,    M::RegistryDelete, M::RegistryList,
                                     M::InboxOpen,   M::InboxClose,     M::Send,          M::Append,
                                     M::Read,        M::StreamInfo,     M::StreamList,    M::SetRetention,
-                                    M::Drain,       M::Stats,          M::ConnList};
+                                    M::Drain,       M::Stats,          M::ConnList,      M::StreamDelete};
   for (int t = 0; t <= static_cast<int>(M::MAX); ++t) {
     const auto type = static_cast<M>(t);
     INFO(wire::EnumNameMessage(type));
@@ -167,6 +167,7 @@ TEST_CASE("every message type is either served to clients or refused as server-o
   CHECK(f.dispatch.needs(M::InboxOpen) == dispatcher::requirement::routing);
   CHECK(f.dispatch.needs(M::Read) == dispatcher::requirement::sequence_log);
   CHECK(f.dispatch.needs(M::SetRetention) == dispatcher::requirement::sequence_log);
+  CHECK(f.dispatch.needs(M::StreamDelete) == dispatcher::requirement::sequence_log);
   CHECK(f.dispatch.needs(M::Publish) == dispatcher::requirement::none);
   CHECK(f.dispatch.needs(M::Drain) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::Stats) == dispatcher::requirement::admin);

@@ -888,6 +888,59 @@ TEST_CASE("list returns at most limit live leases and never an expired one", "[b
   CHECK(h.table.list(100).size() == 6);
 }
 
+TEST_CASE("list pages after a cursor list every lease that lives throughout exactly once", "[broker]") {
+  for (const std::uint64_t key : {std::uint64_t{0}, std::uint64_t{0x9E3779B97F4A7C15}}) {
+    INFO("id key " << key);
+    auto cfg = make_config(100ms);
+    cfg.id_key = key;
+    harness h(cfg);
+    std::vector<lease_id> ids;
+    for (int i = 0; i < 10; ++i) ids.push_back(h.table.grant(10s).id);
+    // Between pages: a lease of the first page and one of a later page
+    // are revoked, and new leases take their slots and more.
+    std::set<lease_id> seen;
+    std::vector<std::size_t> pages;
+    lease_id after = 0;
+    for (int page = 0; page < 20; ++page) {
+      lease_id next = 0;
+      const auto listed = h.table.list(3, after, &next);
+      pages.push_back(listed.size());
+      for (const auto& l : listed) CHECK(seen.insert(l.id).second);
+      if (page == 0) {
+        REQUIRE(h.table.revoke(listed.front().id, {}));
+        REQUIRE(h.table.revoke(ids[7], {}));
+        for (int i = 0; i < 3; ++i) h.table.grant(10s);
+      }
+      if (next == 0) break;
+      CHECK(next == listed.back().id);
+      after = next;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (i != 7) CHECK(seen.count(ids[i]) == 1);
+    CHECK(pages.front() == 3);
+    // The page after the last lease is empty, and so is one after an id
+    // no lease of this table ever had.
+    lease_id next = 1;
+    CHECK(h.table.list(3, *std::max_element(seen.begin(), seen.end(), [&](lease_id a, lease_id b) {
+      return (a ^ key) % (std::uint64_t{1} << 32) < (b ^ key) % (std::uint64_t{1} << 32);
+    }), &next).empty());
+    CHECK(next == 0);
+    CHECK(h.table.list(3, key ^ (std::uint64_t{5} << 32), &next).empty());
+  }
+}
+
+TEST_CASE("a full page gives no cursor when no live lease follows it", "[broker]") {
+  harness h(make_config(100ms));
+  for (int i = 0; i < 3; ++i) h.table.grant(10s);
+  h.table.grant(500ms);  // the last slot: expired below, not swept
+  h.now = kStart + 600ms;
+  lease_id next = 1;
+  CHECK(h.table.list(3, 0, &next).size() == 3);
+  CHECK(next == 0);
+  CHECK(h.table.list(2, 0, &next).size() == 2);
+  CHECK(next != 0);
+}
+
 TEST_CASE("a config with zero, negative or inverted values is sanitized by the constructor", "[broker]") {
   lease_config cfg;
   SECTION("zeros") {

@@ -462,7 +462,7 @@ TEST_CASE("stream append and read are checked per stream name", "[e2e][auth]") {
   CHECK(svc->publish_durable("orders.eu", "payments", bytes("d")).error() == forbidden);
 }
 
-TEST_CASE("lists, retention and drain need an admin principal", "[e2e][auth]") {
+TEST_CASE("lists, retention, stream deletion and drain need an admin principal", "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));
   auto svc = connect_ok(as_token(b.port(), "orders-token"));
@@ -471,6 +471,7 @@ TEST_CASE("lists, retention and drain need an admin principal", "[e2e][auth]") {
   CHECK(svc->registry_list("").error() == forbidden);
   CHECK(svc->stream_list().error() == forbidden);
   CHECK(svc->set_stream_retention("orders", {.max_records = 5}).error() == forbidden);
+  CHECK(svc->delete_stream("orders").error() == forbidden);
   client_options ask_admin = as_token(b.port(), "orders-token");
   ask_admin.admin = true;
   auto svc_admin = connect_ok(ask_admin);
@@ -487,6 +488,7 @@ TEST_CASE("lists, retention and drain need an admin principal", "[e2e][auth]") {
   CHECK(op->registry_list(""));
   CHECK(op->stream_list());
   CHECK(op->set_stream_retention("orders", {.max_records = 5}));
+  CHECK(op->delete_stream("orders"));
 }
 
 TEST_CASE("stats and the connection list need an admin principal, and the list names each connection's principal",

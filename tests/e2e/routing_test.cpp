@@ -215,6 +215,33 @@ TEST_CASE("lease list returns the live leases up to the limit", "[e2e][broker][c
   CHECK(two->size() == 2);
 }
 
+TEST_CASE("lease_list pages past the default of 1000 leases with a cursor, listing each lease once",
+          "[e2e][broker][client][routing]") {
+  test_server server;
+  auto c = connect_to(server);
+  std::set<lease_id> granted;
+  for (int i = 0; i < 1500; ++i) {
+    auto l = c->lease_grant(60'000ms);
+    REQUIRE(l);
+    granted.insert(l->id);
+  }
+  lease_id next = 0;
+  std::uint64_t total = 0;
+  auto first = c->lease_list(0, 0, &next, &total);
+  REQUIRE(first);
+  CHECK(first->size() == 1000);  // the default page
+  CHECK(total == 1500);
+  REQUIRE(next == first->back().id);
+  std::set<lease_id> listed;
+  for (const auto& l : *first) listed.insert(l.id);
+  auto second = c->lease_list(0, next, &next, &total);
+  REQUIRE(second);
+  CHECK(second->size() == 500);
+  CHECK(next == 0);  // the last page
+  for (const auto& l : *second) CHECK(listed.insert(l.id).second);
+  CHECK(listed == granted);
+}
+
 // ---------------------------------------------------------------- registry
 
 TEST_CASE("registry put, get, list and delete work through the client", "[e2e][broker][client][routing]") {

@@ -1,10 +1,11 @@
 // End to end: stream administration through the broker (StreamInfo,
-// StreamList, SetRetention) with the client library and raw frames, a real
-// LMDB log in a temporary folder.
+// StreamList, SetRetention, StreamDelete) with the client library and raw
+// frames, a real LMDB log in a temporary folder.
 
 #include "protocol/errc.hpp"
 #include "protocol/limits.hpp"
 #include "switchyard/client.hpp"
+#include "tests/support/byte_pattern.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/raw_connection.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -13,6 +14,9 @@
 #include "tests/support/wait.hpp"
 
 #include <catch2/catch.hpp>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <array>
 #include <chrono>
@@ -319,4 +323,139 @@ TEST_CASE("set retention with request id 0 is still answered, with id 0", "[e2e]
   CHECK(f->message_as_StreamInfoResult()->stream()->str() == "cfg");
   CHECK(f->message_as_StreamInfoResult()->max_records() == 4);
   CHECK(f->message_as_StreamInfoResult()->own_retention());
+}
+
+TEST_CASE("delete_stream answers what the stream held and a later append starts a new stream", "[e2e][broker]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto c = connect_to(server.port());
+  for (int i = 0; i < 3; ++i) REQUIRE(c->append("orders", text("o")));
+  REQUIRE(c->append("other", text("x")));
+  REQUIRE(c->set_stream_retention("orders", {.max_records = 100}));
+  const auto before = c->stream_info("orders");
+  REQUIRE(before);
+  auto gone = c->delete_stream("orders");
+  REQUIRE(gone);
+  CHECK(gone->name == "orders");
+  CHECK(gone->records == 3);
+  CHECK(gone->last_seq == 3);
+  CHECK(gone->epoch == before->epoch);
+  CHECK(gone->own_retention);
+  CHECK(c->stream_info("orders").error() == errc::not_found);
+  CHECK(c->read("orders").error() == errc::not_found);
+  auto all = c->stream_list();
+  REQUIRE(all);
+  REQUIRE(all->size() == 1);
+  CHECK(all->front().name == "other");
+  auto again = c->append("orders", text("new"));
+  REQUIRE(again);
+  CHECK(again->seq == 1);
+  CHECK(again->epoch != before->epoch);
+  CHECK_FALSE(c->stream_info("orders")->own_retention);
+}
+
+TEST_CASE("delete_stream of an unknown stream answers not_found and a bad name bad_request", "[e2e][broker]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto c = connect_to(server.port());
+  CHECK(c->delete_stream("ghost").error() == errc::not_found);
+  CHECK(c->delete_stream("").error() == errc::bad_request);
+  CHECK(c->delete_stream(std::string(256, 'n')).error() == errc::bad_request);
+  CHECK(c->connected());
+}
+
+TEST_CASE("a stream delete comes after the appends sent before it and before those sent after it",
+          "[e2e][broker]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  const std::array<std::string_view, 1> caps{"log"};
+  raw_session s(server.port(), caps);
+  // Pipelined on one connection: two appends, the delete, one append.
+  s.raw.send(s.b.append(2, "s", test::wire_bytes_of("a")));
+  s.raw.send(s.b.append(3, "s", test::wire_bytes_of("b")));
+  s.raw.send(s.b.stream_delete(4, "s"));
+  s.raw.send(s.b.append(5, "s", test::wire_bytes_of("c")));
+  s.raw.send(s.b.ping(6));
+  std::uint64_t deleted_records = 0, last_seq = 0, deleted_epoch = 0, last_epoch = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto* f = s.raw.next(s.f);
+    REQUIRE(f != nullptr);
+    if (f->message_type() == protocol::wire::Message::StreamInfoResult) {
+      CHECK(f->request_id() == 4);
+      deleted_records = f->message_as_StreamInfoResult()->records();
+      deleted_epoch = f->message_as_StreamInfoResult()->epoch();
+    } else if (f->message_type() == protocol::wire::Message::Appended) {
+      if (f->request_id() == 5) {
+        last_seq = f->message_as_Appended()->seq();
+        last_epoch = f->message_as_Appended()->epoch();
+      }
+    } else {
+      CHECK(f->message_type() == protocol::wire::Message::Pong);
+    }
+  }
+  CHECK(deleted_records == 2);
+  CHECK(last_seq == 1);
+  CHECK(last_epoch != deleted_epoch);
+}
+
+TEST_CASE("retention limits for a stream name with spaces or control bytes answer bad_request and create nothing",
+          "[e2e][broker]") {
+  temp_dir dir;
+  test_server server(with_data(dir));
+  auto c = connect_to(server.port());
+  for (const std::string name : {"bad name with spaces", "tab\there", "caf\xc3\xa9"}) {
+    INFO(name);
+    auto set = c->set_stream_retention(name, {.max_records = 1});
+    REQUIRE_FALSE(set);
+    CHECK(set.error() == errc::bad_request);
+  }
+  auto all = c->stream_list();
+  REQUIRE(all);
+  CHECK(all->empty());
+  // A stream an append made under such a name can still be cleared and deleted.
+  REQUIRE(c->append("odd name", text("x")));
+  CHECK(c->clear_stream_retention("odd name"));
+  CHECK(c->delete_stream("odd name"));
+}
+
+TEST_CASE("stream changes are logged once on disk, saying whether a retention change created the stream",
+          "[e2e][broker]") {
+  // The sink is added while no broker runs (spdlog's sink list is not
+  // thread-safe), and removed after this one stopped.
+  auto logger = spdlog::get("broker");
+  if (!logger) logger = spdlog::stderr_color_mt("broker");
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  logger->sinks().push_back(sink);
+  {
+    temp_dir dir;
+    auto cfg = with_data(dir);
+    cfg.log_level = "info";
+    test_server server(cfg);
+    auto c = connect_to(server.port());
+    REQUIRE(c->append("old", text("x")));
+    REQUIRE(c->set_stream_retention("old", {.max_records = 3}));
+    REQUIRE(c->set_stream_retention("fresh", {.max_records = 4}));
+    REQUIRE(c->clear_stream_retention("old"));
+    CHECK(c->clear_stream_retention("ghost").error() == errc::not_found);
+    REQUIRE(c->delete_stream("old"));
+    c->close();
+    server.stop();
+  }
+  logger->sinks().pop_back();
+  logger->set_level(spdlog::level::warn);
+  std::string all;
+  int old_set = 0;
+  for (const auto& line : sink->last_formatted()) {
+    all += line;
+    if (line.find("stream=old retention set: max_records=3 max_age_ms=0 max_bytes=0") != std::string::npos) {
+      ++old_set;
+      CHECK(line.find("created") == std::string::npos);
+    }
+  }
+  CHECK(old_set == 1);
+  CHECK(all.find("stream=fresh retention set: max_records=4 max_age_ms=0 max_bytes=0 (stream created, empty)") !=
+        std::string::npos);
+  CHECK(all.find("stream=old retention cleared") != std::string::npos);
+  CHECK(all.find("ghost") == std::string::npos);  // not_found: nothing was done, nothing logged
+  CHECK(all.find("stream=old deleted: 1 records") != std::string::npos);
 }

@@ -77,6 +77,19 @@ TEST_CASE("channel names containing control characters, DEL or non-ASCII bytes a
   CHECK_FALSE(is_valid_channel("\xff"));
 }
 
+TEST_CASE("a printable stream name is 1 to 255 bytes of printable ASCII without spaces", "[protocol]") {
+  CHECK(is_printable_stream_name("orders.eu"));
+  CHECK(is_printable_stream_name("a..b*>"));  // not a channel name, but printable
+  CHECK(is_printable_stream_name(std::string(255, 's')));
+  CHECK_FALSE(is_printable_stream_name(std::string(256, 's')));
+  CHECK_FALSE(is_printable_stream_name(""));
+  CHECK_FALSE(is_printable_stream_name("bad name with spaces"));
+  CHECK_FALSE(is_printable_stream_name("tab\there"));
+  CHECK_FALSE(is_printable_stream_name(std::string_view("nul\0", 4)));
+  CHECK_FALSE(is_printable_stream_name("del\x7f"));
+  CHECK_FALSE(is_printable_stream_name("caf\xc3\xa9"));
+}
+
 TEST_CASE("wildcards are not allowed in a channel name", "[protocol]") {
   CHECK_FALSE(is_valid_channel("*"));
   CHECK_FALSE(is_valid_channel(">"));

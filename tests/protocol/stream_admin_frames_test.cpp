@@ -1,7 +1,8 @@
-// Round trips of the stream administration messages (tags 34..38:
+// Round trips of the stream administration messages (tags 34..38 and 47:
 // StreamInfo, StreamInfoResult, StreamList, StreamListResult,
-// SetRetention) through frame_builder and decode_frame, and the verifier's
-// bound on the longest StreamListResult.
+// SetRetention, StreamDelete) and of a LeaseList page through
+// frame_builder and decode_frame, and the verifier's bound on the longest
+// StreamListResult.
 
 #include "protocol/frame_builder.hpp"
 #include "protocol/frame_parser.hpp"
@@ -123,6 +124,36 @@ TEST_CASE("set retention round-trips its limits and the clear flag", "[protocol]
   REQUIRE(m);
   CHECK(m->clear());
   CHECK(m->max_records() == 0);
+}
+
+TEST_CASE("stream delete takes union tag 47 and round-trips its stream", "[protocol]") {
+  CHECK(static_cast<int>(wire::Message::StreamDelete) == 47);
+  frame_builder b;
+  const aligned_frame del(b.stream_delete(9, "orders.eu"));
+  const auto* f = decode_ok(del);
+  CHECK(f->request_id() == 9);
+  REQUIRE(f->message_as_StreamDelete());
+  CHECK(f->message_as_StreamDelete()->stream()->str() == "orders.eu");
+}
+
+TEST_CASE("a lease list page round-trips its cursor, and its answer the next cursor and the total", "[protocol]") {
+  frame_builder b;
+  const aligned_frame ask(b.lease_list(3, 50, 0xFEDCBA9876543210ull));
+  const auto* m = decode_ok(ask)->message_as_LeaseList();
+  REQUIRE(m);
+  CHECK(m->limit() == 50);
+  CHECK(m->after() == 0xFEDCBA9876543210ull);
+  const lease_info_fields leases[] = {{11, 1000, 900}, {12, 2000, 1500}};
+  const aligned_frame answer(b.lease_list_result(3, leases, 12, 77));
+  const auto* r = decode_ok(answer)->message_as_LeaseListResult();
+  REQUIRE(r);
+  REQUIRE(r->leases()->size() == 2);
+  CHECK(r->leases()->Get(1)->lease_id() == 12);
+  CHECK(r->next_cursor() == 12);
+  CHECK(r->total() == 77);
+  // A request without a cursor (as an older client sends it) reads as the first page.
+  const aligned_frame first(b.lease_list(4, 0));
+  CHECK(decode_ok(first)->message_as_LeaseList()->after() == 0);
 }
 
 TEST_CASE("a stream list result of max_list_items streams passes the verifier", "[protocol]") {

@@ -479,7 +479,18 @@ class client {
   std::expected<lease_info, std::error_code> lease_keepalive(lease_id id);
   std::expected<lease_info, std::error_code> lease_time_to_live(lease_id id);
   std::error_code lease_revoke(lease_id id);
-  std::expected<std::vector<lease_info>, std::error_code> lease_list(std::size_t limit = 0);
+  // A page of the broker's live leases, at most `limit` (0 = the broker's
+  // default, 1000; at most 10000), after the lease `after` (0 = the first
+  // page, else the *next_cursor of the page before). The order is the
+  // broker's own (a lease keeps its place while it lives, not the ids'
+  // numeric order), so a walk page by page lists every lease that lives
+  // throughout exactly once. `*next_cursor` (if given) is 0 when this page
+  // is the last; `*total` (if given) counts the broker's leases. A cursor
+  // is good only with the broker process that gave it. A broker older
+  // than the cursor answers the first page, with no next cursor.
+  std::expected<std::vector<lease_info>, std::error_code> lease_list(std::size_t limit = 0, lease_id after = 0,
+                                                                     lease_id* next_cursor = nullptr,
+                                                                     std::uint64_t* total = nullptr);
 
   // Binds key -> value to a lease; returns the entry's new version.
   std::expected<std::uint64_t, std::error_code> registry_put(std::string_view key, std::string_view value,
@@ -575,6 +586,16 @@ class client {
   // Drops the stream's own limits: the broker's default applies again.
   // Errors as above; not_found for an unknown stream (nothing is created).
   std::expected<stream_summary, std::error_code> clear_stream_retention(std::string_view stream);
+  // Deletes the stream: its records, its metadata and its own retention,
+  // at once, after the appends this client sent before (a later append
+  // starts a new stream of that name, with a new epoch, from sequence 1).
+  // Returns once the deletion is on disk, with the stream as it was just
+  // before. Durable subscriptions and inboxes that tracked it report
+  // stream_gone or epoch_changed (on_unrecoverable). Errors: not_found,
+  // bad_request (name), corrupted (a damaged record: nothing is deleted),
+  // storage_full, forbidden (an auth file's non-admin principal), and
+  // those above. A broker older than this request closes the connection.
+  std::expected<stream_summary, std::error_code> delete_stream(std::string_view stream);
 
   // ---- Server administration (capability "admin": client_options::admin) ----
   // Drains the broker: it refuses new connections (draining) and closes its

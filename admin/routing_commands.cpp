@@ -1,0 +1,168 @@
+// switchyard-cli: routes get / list / delete, leases list / revoke, inboxes
+// list and send (leases, the routing registry, inboxes and send-to-user,
+// capability "routing"; docs/protocol.md §12; inboxes list reads the
+// connection list, capability "admin", §14).
+
+#include "admin/command.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace switchyard::admin {
+
+int command::routes_get() {
+  auto e = client_->registry_get(s_.key);
+  if (!e) return fail(e.error(), "routes get " + s_.key, "no route (no live entry for that key)");
+  if (s_.json) {
+    json_writer j;
+    write_route(j, *e);
+    out_ << j.str() << "\n";
+    return exit_ok;
+  }
+  out_ << format_table({{"key", e->key},
+                        {"value", e->value},
+                        {"version", std::to_string(e->version)},
+                        {"lease", e->lease == 0 ? "(own TTL)" : std::to_string(e->lease)},
+                        {"remaining", std::to_string(e->remaining.count()) + " ms"}},
+                       {});
+  return exit_ok;
+}
+
+int command::routes_list() {
+  bool more = false;
+  auto list = client_->registry_list(s_.prefix, s_.limit, &more);
+  if (!list) return fail(list.error(), "routes list");
+  return print_list("routes", *list, more, write_route, {"KEY", "VALUE", "VERSION", "LEASE", "REMAINING MS"},
+                    {false, false, true, true, true}, [](const registry_entry& e) {
+                      return std::vector<std::string>{e.key, e.value, std::to_string(e.version),
+                                                      e.lease == 0 ? "-" : std::to_string(e.lease),
+                                                      std::to_string(e.remaining.count())};
+                    });
+}
+
+int command::routes_delete() {
+  if (auto ec = client_->registry_delete(s_.key))
+    return fail(ec, "routes delete " + s_.key, "no route (no live entry for that key)");
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("key", s_.key).boolean("deleted", true).end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
+  }
+  out_ << "deleted route " << s_.key << "\n";
+  return exit_ok;
+}
+
+int command::leases_list() {
+  lease_id next = 0;
+  std::uint64_t total = 0;
+  auto list = client_->lease_list(s_.limit, s_.cursor, &next, &total);
+  if (!list) return fail(list.error(), "leases list");
+  if (s_.json) {
+    // Ids and the cursor as strings: a JSON reader may keep only 53 bits
+    // of a number. next_cursor "0": this page is the last.
+    json_writer j;
+    j.begin_object().key("leases").begin_array();
+    for (const auto& l : *list) {
+      j.begin_object().string("id", std::to_string(l.id));
+      j.number("ttl_ms", static_cast<std::uint64_t>(l.ttl.count()));
+      j.number("remaining_ms", static_cast<std::uint64_t>(l.remaining.count())).end_object();
+    }
+    j.end_array().number("total", total).string("next_cursor", std::to_string(next)).end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
+  }
+  if (list->empty()) {
+    out_ << "no leases" << (s_.cursor ? " after this cursor" : "") << "\n";
+    return exit_ok;
+  }
+  std::vector<std::vector<std::string>> rows{{"LEASE", "TTL MS", "REMAINING MS"}};
+  for (const auto& l : *list)
+    rows.push_back({std::to_string(l.id), std::to_string(l.ttl.count()), std::to_string(l.remaining.count())});
+  out_ << format_table(rows, {true, true, true});
+  // A broker older than the cursor sends no total.
+  out_ << list->size();
+  if (total >= list->size()) out_ << " of " << total;
+  out_ << " leases";
+  if (next != 0) out_ << "; next page: --cursor " << next;
+  out_ << "\n";
+  return exit_ok;
+}
+
+int command::leases_revoke() {
+  const std::string id = std::to_string(s_.lease);
+  if (auto ec = client_->lease_revoke(s_.lease))
+    return fail(ec, "leases revoke " + id, "no such lease (unknown, expired or revoked already)");
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("lease", id).boolean("revoked", true).end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
+  }
+  out_ << "revoked lease " << id << ": its registry entries and inboxes went with it\n";
+  return exit_ok;
+}
+
+// Built from the connection list (ConnList, id order, a page of 1000 at a
+// time): every inbox is held by one connection, which reports its inboxes
+// and their leases. Connections that open or close during the walk may
+// be missed or seen; one that stays open is seen once.
+int command::inboxes_list() {
+  struct inbox_row {
+    std::string id;
+    std::uint64_t conn = 0;
+    std::string name;
+    lease_id lease = 0;
+  };
+  std::vector<inbox_row> inboxes;
+  std::uint64_t cursor = 0;
+  // Bounded: each page's cursor is larger than the one before (id order).
+  for (int page = 0; page < 100'000; ++page) {
+    auto p = client_->connections(connection_order::id, 1000, cursor);
+    if (!p) return fail(p.error(), "inboxes list");
+    for (const auto& c : p->connections)
+      for (std::size_t i = 0; i < c.inboxes.size(); ++i)
+        inboxes.push_back({c.inboxes[i], c.id, c.name, i < c.inbox_leases.size() ? c.inbox_leases[i] : 0});
+    if (p->next_cursor <= cursor) break;
+    cursor = p->next_cursor;
+  }
+  return print_list(
+      "inboxes", inboxes, std::nullopt,
+      [](json_writer& j, const inbox_row& r) {
+        j.begin_object().string("id", r.id).number("conn", r.conn).string("name", r.name);
+        j.string("lease", std::to_string(r.lease)).end_object();
+      },
+      {"INBOX", "CONN", "NAME", "LEASE"}, {false, true, false, true}, [](const inbox_row& r) {
+        return std::vector<std::string>{r.id, std::to_string(r.conn), r.name.empty() ? "-" : r.name,
+                                        std::to_string(r.lease)};
+      });
+}
+
+int command::send() {
+  const std::string payload = message_payload();
+  auto inbox = client_->send(s_.key, payload);
+  if (!inbox && inbox.error() == errc::no_route)
+    return fail(exit_no_route, "no_route",
+                "send " + s_.key + ": no route (no live registry entry for it, or its gateway's inbox is not "
+                                   "connected); nothing was delivered");
+  if (!inbox) return fail(inbox.error(), "send " + s_.key);
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("route_key", s_.key).string("inbox", *inbox);
+    j.number("bytes", payload.size()).end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
+  }
+  out_ << "sent " << payload.size() << " bytes to " << s_.key << " through inbox " << *inbox << "\n";
+  return exit_ok;
+}
+
+// One registry entry as a JSON object; the lease id as a string (64-bit).
+void command::write_route(json_writer& j, const registry_entry& e) {
+  j.begin_object().string("key", e.key).string("value", e.value).number("version", e.version);
+  j.string("lease", e.lease == 0 ? "" : std::to_string(e.lease));
+  j.number("remaining_ms", static_cast<std::uint64_t>(e.remaining.count())).end_object();
+}
+
+}  // namespace switchyard::admin
