@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace switchyard::bench {
@@ -31,6 +33,24 @@ inline void sleep_until_ns(std::uint64_t t) {
   timespec ts{static_cast<time_t>(t / 1'000'000'000ull), static_cast<long>(t % 1'000'000'000ull)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
+}
+
+// Progress on stderr, redrawn in place ('\r') and erased when done, only
+// while stderr is a terminal. Redirected to a file or a pipe, stderr gets
+// no progress at all: only the summary (with --json) and errors.
+inline bool progress_shown() {
+  static const bool shown = ::isatty(STDERR_FILENO) != 0;
+  return shown;
+}
+template <class... Args>
+void progress(fmt::format_string<Args...> format, Args&&... args) {
+  if (!progress_shown()) return;
+  const std::string line = fmt::format(format, std::forward<Args>(args)...);
+  std::fprintf(stderr, "\r%s   ", line.c_str());
+}
+// Erases the progress line (nothing when progress is not shown).
+inline void progress_done() {
+  if (progress_shown()) std::fputs("\r\033[K", stderr);
 }
 
 inline std::uint64_t get_u64(const std::byte* p) {

@@ -61,7 +61,6 @@ bool still_open(int fd, std::chrono::milliseconds wait) {
 }  // namespace
 
 int run_connections(const settings& s, const target& t, int server_pid) {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   const long n = s.connections;
   std::this_thread::sleep_for(200ms);
   const std::uint64_t rss0 = rss_bytes(server_pid);
@@ -81,7 +80,7 @@ int run_connections(const settings& s, const target& t, int server_pid) {
       return fail_line(s, fmt::format("connection {} failed: {}", i, std::strerror(errno)));
     }
     fds.push_back(fd);
-    if (tty && i % 500 == 0) std::fprintf(stderr, "\rconnections: %ld/%ld   ", i, n);
+    if (i % 500 == 0) progress("connections: {}/{}", i, n);
   }
   // Every hello answered (the welcome read) before measuring.
   for (const int fd : fds) still_open(fd, 2000ms);
@@ -103,7 +102,7 @@ int run_connections(const settings& s, const target& t, int server_pid) {
     open = 0;
     for (const int fd : fds) open += still_open(fd, 0ms) ? 1 : 0;
   }
-  if (tty) std::fputs("\r\033[K", stderr);
+  progress_done();
   for (const int fd : fds) ::close(fd);
   const auto per = [n](std::uint64_t a, std::uint64_t b) {
     return b > a ? static_cast<double>(b - a) / static_cast<double>(n) : 0.0;

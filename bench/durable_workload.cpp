@@ -33,10 +33,9 @@ int run_durable(const settings& s, const target& t) {
                        [answered](std::expected<append_ack, std::error_code> a) { answered(a.has_value()); });
       },
       [&](std::uint64_t acked) {
-        std::fprintf(stderr, "\rdurable: acknowledged %llu/%llu   ", static_cast<unsigned long long>(acked),
-                     static_cast<unsigned long long>(count));
+        progress("durable: acknowledged {}/{}", acked, count);
       });
-  std::fputs("\r\033[K", stderr);
+  progress_done();
   const std::uint64_t failed = r.failed + (count - std::min(count, r.issued));
   const std::uint64_t acked = r.answered - std::min(r.answered, r.failed);
   const double secs = static_cast<double>(std::max(r.last_answer_ns, r.t0_ns + 1) - r.t0_ns) / 1e9;
@@ -68,8 +67,7 @@ int run_replay(const settings& s, const target& t) {
                               [answered](std::expected<append_ack, std::error_code> r) { answered(r.has_value()); });
       },
       [&](std::uint64_t n) {
-        std::fprintf(stderr, "\rreplay: loading %llu/%llu   ", static_cast<unsigned long long>(n),
-                     static_cast<unsigned long long>(count));
+        progress("replay: loading {}/{}", n, count);
       });
   if (loaded.failed || loaded.answered < count)
     return fail_line(s, fmt::format("{} appends failed while loading", count - (loaded.answered - loaded.failed)));
@@ -82,10 +80,9 @@ int run_replay(const settings& s, const target& t) {
     if (r->records.empty()) break;
     read += r->records.size();
     from = r->records.back().seq + 1;
-    if (guard % 50 == 0) std::fprintf(stderr, "\rreplay: read %llu/%llu   ", static_cast<unsigned long long>(read),
-                                      static_cast<unsigned long long>(count));
+    if (guard % 50 == 0) progress("replay: read {}/{}", read, count);
   }
-  std::fputs("\r\033[K", stderr);
+  progress_done();
   const double secs = static_cast<double>(now_ns() - t0) / 1e9;
   json_line j;
   j.str("broker", "switchyard").str("workload", "replay").integer("n", static_cast<long long>(count));

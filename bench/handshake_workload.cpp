@@ -88,15 +88,14 @@ int run_handshakes(const settings& s, const target& t, int server_pid) {
       }
     });
   }
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   while (now_ns() < end && !stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (tty) std::fprintf(stderr, "\rhandshakes: %llu   ", static_cast<unsigned long long>(done.load()));
+    progress("handshakes: {}", done.load());
   }
   for (auto& th : threads) th.join();
   const double elapsed = static_cast<double>(now_ns() - t0) / 1e9;
   const double server_cpu = cpu_seconds_of(server_pid) - server0, own_cpu = own_cpu_seconds() - own0;
-  if (tty) std::fputs("\r\033[K", stderr);
+  progress_done();
   const auto count = done.load();
   const double rate = static_cast<double>(count) / elapsed;
   const double per = count > 0 ? 1.0 / static_cast<double>(count) : NAN;

@@ -98,7 +98,7 @@ int run_leases(const settings& s, const target& t, int server_pid) {
                                     window.release();
                                   });
     });
-    if (i % 50000 == 0) std::fprintf(stderr, "\rleases: granting %ld/%ld   ", i, n);
+    if (i % 50000 == 0) progress("leases: granting {}/{}", i, n);
   }
   for (int i = 0; i < s.window; ++i) window.acquire();
   const double grant_secs = static_cast<double>(now_ns() - t_grant) / 1e9;
@@ -115,13 +115,13 @@ int run_leases(const settings& s, const target& t, int server_pid) {
         if (!r) ++failed;
         window.release();
       });
-      if (i % 50000 == 0) std::fprintf(stderr, "\rleases: keepalive pass %d, %ld/%ld   ", pass + 1, i, n);
+      if (i % 50000 == 0) progress("leases: keepalive pass {}, {}/{}", pass + 1, i, n);
     }
   }
   for (int i = 0; i < s.window; ++i) window.acquire();
   const double keep_secs = static_cast<double>(now_ns() - t_keep) / 1e9;
   if (failed) return fail_line(s, fmt::format("{} keepalives failed", failed.load()));
-  std::fputs("\r\033[K", stderr);
+  progress_done();
 
   const auto local = measure_in_process(n);
   const double grants_per_sec = static_cast<double>(n) / grant_secs;

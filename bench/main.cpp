@@ -13,8 +13,9 @@
 //   switchyard-bench reconnect --clients C --max-hellos-per-s R [--mode kill|drain|both] [--json]
 //
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
-// fresh one per run). Progress goes to stderr; the summary to stdout, or to
-// stderr with --json, where stdout's last line is the JSON result.
+// fresh one per run). Progress goes to stderr while it is a terminal (none
+// when it is redirected); the summary to stdout, or to stderr with --json,
+// where stdout's last line is the JSON result.
 // Security, with any workload: --tls (a started broker gets a throw-away
 // certificate), --auth (a started broker gets an auth file, every client
 // its token: bench/auth_file.hpp), or --token / --key-file for a broker of
@@ -172,13 +173,11 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
       }
       if (all && start) break;
       if (t >= next_progress) {
-        std::fprintf(stderr, "\r%s: published %llu/%llu, delivered %llu   ", s.workload.c_str(),
-                     static_cast<unsigned long long>(sent.load()), static_cast<unsigned long long>(count),
-                     static_cast<unsigned long long>(total));
+        progress("{}: published {}/{}, delivered {}", s.workload, sent.load(), count, total);
         next_progress = t + 1'000'000'000ull;
       }
     }
-    std::fputs("\r\033[K", stderr);
+    progress_done();
   });
 
   std::string pub_error;

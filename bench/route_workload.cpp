@@ -51,7 +51,7 @@ int run_route(const settings& s, const target& t) {
                                         if (!r) ++failed;
                                         window.release();
                                       });
-      if (u % 20000 == 0) std::fprintf(stderr, "\rroute: registering users %ld/%ld   ", u, nusers);
+      if (u % 20000 == 0) progress("route: registering users {}/{}", u, nusers);
     }
     for (int i = 0; i < 4096; ++i) window.acquire();
     if (failed) return fail_line(s, fmt::format("{} registrations failed", failed.load()));
@@ -74,8 +74,7 @@ int run_route(const settings& s, const target& t) {
   std::uint64_t sent = 0;
   const bool nowait = s.window == 0;
   const auto show = [&](std::uint64_t n) {
-    std::fprintf(stderr, "\rroute: sent %llu/%llu, delivered %llu   ", static_cast<unsigned long long>(n),
-                 static_cast<unsigned long long>(count), static_cast<unsigned long long>(delivered.load()));
+    progress("route: sent {}/{}, delivered {}", n, count, delivered.load());
   };
   if (nowait) {
     // Fire and forget: sends/s = as fast as the client queues.
@@ -117,7 +116,7 @@ int run_route(const settings& s, const target& t) {
   const std::uint64_t t_answered = now_ns();
   // Deliveries trail the answers slightly: wait (bounded) for the last ones.
   for (int i = 0; i < 2000 && delivered.load() < routed.load(); ++i) std::this_thread::sleep_for(1ms);
-  std::fputs("\r\033[K", stderr);
+  progress_done();
 
   const double send_secs = static_cast<double>(t_answered - t0) / 1e9;
   const std::uint64_t last = std::max(last_delivery_ns.load(), t0 + 1);
