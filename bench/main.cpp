@@ -472,7 +472,11 @@ int main(int argc, char** argv) {
     }
     args.insert(args.end(), t.server_security_args.begin(), t.server_security_args.end());
     auto started = switchyard::bench::server_process::start(binary, args, 10s);
-    if (!started) return fail_line(s, started.error());
+    if (!started) {
+      // Say where the binary was looked for and how to name another one.
+      const std::string where = s.server_binary.empty() ? " (looked next to switchyard-bench and on PATH)" : "";
+      return fail_line(s, started.error() + where + "; give --server PATH, or --address HOST:PORT for a running broker");
+    }
     server.emplace(std::move(*started));
     t.port = server->port();
   }

@@ -170,3 +170,15 @@ TEST_CASE("switchyard-bench draws no progress when stderr is not a terminal", "[
     CHECK(contains(r.err, "  security: TLS off, auth none"));
   }
 }
+
+TEST_CASE("switchyard-bench names a server binary it cannot find and the flag that gives another", "[bench]") {
+  temp_dir tmp;
+  const auto missing = (tmp.path() / "no-such-server").string();
+  const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_BENCH_BINARY) + " --server " + missing +
+                                             " fanout --count 10 2>/dev/null");
+  INFO(out);
+  CHECK(code == 1);
+  CHECK(contains(out, "cannot start switchyard-server at " + missing + ": not found"));
+  CHECK(contains(out, "give --server PATH"));
+  CHECK_FALSE(contains(out, "status"));
+}
