@@ -182,3 +182,24 @@ TEST_CASE("switchyard-bench names a server binary it cannot find and the flag th
   CHECK(contains(out, "give --server PATH"));
   CHECK_FALSE(contains(out, "status"));
 }
+
+TEST_CASE("switchyard-bench route --window 0 reports its sends as sent without answers", "[bench]") {
+  temp_dir tmp;
+  const auto r = run_bench_with_stderr(tmp, "--json route --users 100 --gateways 4 --count 500 --size 64 --window 0");
+  INFO(r.err);
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "/s sent (fire and forget: no answers"));
+  CHECK_FALSE(contains(r.err, "answered"));
+  // Routed or not is not known without answers.
+  CHECK(contains(r.out, R"("routed":null,"no_route":null,)"));
+}
+
+TEST_CASE("switchyard-bench route with a window reports its sends as answered", "[bench]") {
+  temp_dir tmp;
+  const auto r = run_bench_with_stderr(tmp, "--json route --users 100 --gateways 4 --count 500 --size 64 --window 16");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "/s answered (500 routed, 0 no route, 0 errors)"));
+  CHECK(contains(r.out, R"("routed":500,"no_route":0,)"));
+}
