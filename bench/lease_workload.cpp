@@ -1,6 +1,7 @@
 // switchyard-bench leases: L leases, each with one route.
 //  - over the network: grants/s and keepalives/s (at most W requests in
-//    flight), and the server's resident memory per lease (from /proc);
+//    flight), and the server's resident memory per lease (from /proc; only
+//    for a broker the bench started: not measured with --address);
 //  - in process, on the broker's own lease_table and routing_table with a
 //    hand-driven clock: heap bytes per lease with one route, and the cost
 //    of one sweeper tick while nothing expires and while 10% expire.
@@ -126,7 +127,17 @@ int run_leases(const settings& s, const target& t, int server_pid) {
   const auto local = measure_in_process(n);
   const double grants_per_sec = static_cast<double>(n) / grant_secs;
   const double keepalives_per_sec = 2.0 * static_cast<double>(n) / keep_secs;
-  const double rss_per_lease = rss1 > rss0 ? static_cast<double>(rss1 - rss0) / static_cast<double>(n) : NAN;
+  // The server's memory: only a broker the bench started is a process it can read.
+  double rss_per_lease = NAN;
+  std::string rss_text;
+  if (server_pid <= 0) {
+    rss_text = "server RSS not measured for a broker of --address";
+  } else if (rss1 > rss0) {
+    rss_per_lease = static_cast<double>(rss1 - rss0) / static_cast<double>(n);
+    rss_text = fmt::format("{:.0f} B/lease server RSS", rss_per_lease);
+  } else {
+    rss_text = "server RSS did not grow (too few leases to measure)";
+  }
 
   json_line j;
   j.str("broker", "switchyard").str("workload", "leases").integer("leases", n).integer("window", s.window);
@@ -138,9 +149,9 @@ int run_leases(const settings& s, const target& t, int server_pid) {
       "leases: {} leases, one route each, window {}\n"
       "  grant+put:  {:.0f}/s\n"
       "  keepalive:  {:.0f}/s\n"
-      "  memory:     {:.0f} B/lease server RSS, {:.0f} B/lease heap (lease + route, in process)\n"
+      "  memory:     {}, {:.0f} B/lease heap (lease + route, in process)\n"
       "  sweep tick: {:.1f} us with nothing due, {:.1f} us expiring {} (10%)\n",
-      n, s.window, grants_per_sec, keepalives_per_sec, rss_per_lease, local.bytes_per_lease, local.idle_tick_us,
+      n, s.window, grants_per_sec, keepalives_per_sec, rss_text, local.bytes_per_lease, local.idle_tick_us,
       local.expiring_tick_us, local.expired);
   emit(s, summary, j);
   return 0;
