@@ -171,6 +171,10 @@ struct target {
   // The arguments a broker the bench started got for TLS and its auth file:
   // a restarted broker (reconnect workload) gets them again.
   std::vector<std::string> server_security_args;
+  // A broker of --address: not started by the bench, perhaps shared.
+  bool remote = false;
+  // "host:port" as given (--address), for messages.
+  std::string address;
 };
 
 // "none", "token" or "key": the credentials the clients present.

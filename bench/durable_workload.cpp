@@ -1,5 +1,7 @@
 // switchyard-bench durable: N appends of P bytes with acknowledgements, at
-// most W unacknowledged (the peers' definition), in one durability mode.
+// most W unacknowledged (the peers' definition), in one durability mode:
+// --durability for the broker the bench starts; a broker of --address is
+// in its own, which is reported when the broker lets the bench read it.
 // switchyard-bench replay: append N records, then read the stream from
 // sequence 1 to the end: records/s.
 
@@ -13,11 +15,43 @@ namespace {
 const char* policy(std::string_view mode) {
   if (mode == "batch") return "batch: fsync at most every 10 ms, acknowledged after commit";
   if (mode == "none") return "none: never fsynced by the server, acknowledged after commit";
-  return "sync: group commit, acknowledged after fsync";
+  if (mode == "sync") return "sync: group commit, acknowledged after fsync";
+  return "unknown: the broker's mode could not be read";
 }
+
+// The durability mode ("sync", "batch", "none") of the broker at t (from
+// its settings: a Stats request, which needs the admin capability), or
+// unexpected(why not).
+std::expected<std::string, std::string> target_durability(const target& t) {
+  auto o = options_for(t, "bench-settings");
+  o.admin = true;  // Stats is an admin request
+  auto c = client::connect(o);
+  if (!c) return std::unexpected("connect: " + c.error().message());
+  auto st = (*c)->stats();
+  (*c)->close();
+  if (!st) {
+    if (st.error() == errc::not_supported || st.error() == errc::forbidden)
+      return std::unexpected(std::string("reading the broker's settings needs the admin capability, not granted to "
+                                         "these credentials"));
+    return std::unexpected("stats: " + st.error().message());
+  }
+  for (const auto& [name, value] : st->settings)
+    if (name == "durability") return value;
+  return std::unexpected(std::string("the broker's settings do not say"));
+}
+
 }  // namespace
 
 int run_durable(const settings& s, const target& t) {
+  // The mode measured: the one the bench started its broker in, or the
+  // mode of the broker of --address as it reports it.
+  std::string mode = s.durability, mode_note;
+  if (t.remote) {
+    auto reported = target_durability(t);
+    mode = reported ? *reported : std::string();
+    mode_note = reported ? fmt::format("{}, the mode of the broker at {}", mode, t.address)
+                         : fmt::format("mode unknown: {}", reported.error());
+  }
   auto conn = client::connect(options_for(t, "bench-durable"));
   if (!conn) return fail_line(s, "connect: " + conn.error().message());
   client& c = **conn;
@@ -46,10 +80,12 @@ int run_durable(const settings& s, const target& t) {
   j.str("broker", "switchyard").str("workload", "durable").integer("n", static_cast<long long>(count));
   j.integer("size", s.size).integer("window", s.window);
   j.integer("acked", static_cast<long long>(acked)).num("acked_rate", static_cast<double>(acked) / secs);
-  j.integer("stored", static_cast<long long>(stored_count)).str("fsync", policy(s.durability));
+  j.integer("stored", static_cast<long long>(stored_count)).str("fsync", policy(mode));
+  if (mode.empty()) j.raw("durability", "null");
+  else j.str("durability", mode);
   if (failed) j.str("errors", fmt::format("{} appends failed", failed));
   emit(s, fmt::format("durable ({}): {} appends of {} B, window {}\n  acknowledged: {} ({:.0f}/s), stored {}\n",
-                      s.durability, count, s.size, s.window, acked, static_cast<double>(acked) / secs,
+                      t.remote ? mode_note : mode, count, s.size, s.window, acked, static_cast<double>(acked) / secs,
                       stored_count),
        j);
   return failed ? 1 : 0;

@@ -1,5 +1,6 @@
 // The real switchyard-bench binary against a broker it did not start
-// (--address), as on a shared broker: what it reports about that broker.
+// (--address), as on a shared broker: what it reports about that broker,
+// and what it refuses.
 
 #include "tests/support/process.hpp"
 
@@ -27,6 +28,23 @@ std::pair<int, std::string> run_bench(const std::string& address, const std::str
 }
 
 }  // namespace
+
+TEST_CASE("switchyard-bench refuses --durability with --address", "[bench]") {
+  // Refused before any connection: the address need not answer.
+  const auto [code, out] = run_bench("127.0.0.1:1", "durable --count 10 --durability sync");
+  INFO(out);
+  CHECK(code == 2);
+  CHECK(contains(out, "--durability sets the mode of the broker the bench starts"));
+}
+
+TEST_CASE("switchyard-bench durable reports the durability mode of the broker at --address", "[bench]") {
+  auto server = start_server_process({"--durability", "none"});
+  const auto [code, out] = run_bench(address_of(server), "--json durable --count 100 --size 64", true);
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, "durable (none, the mode of the broker at " + address_of(server) + ")"));
+  CHECK(contains(out, R"("fsync":"none: never fsynced by the server, acknowledged after commit","durability":"none")"));
+}
 
 TEST_CASE("switchyard-bench says server figures are not measured for a broker of --address, never nan",
           "[bench]") {
