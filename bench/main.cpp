@@ -41,6 +41,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -449,6 +450,9 @@ int main(int argc, char** argv) {
     t.port = static_cast<std::uint16_t>(std::stoul(port));
     t.address = s.address;
     t.remote = true;
+    // A name prefix unique to this run (see target::remote).
+    std::random_device entropy;
+    t.prefix = fmt::format("bench.{:08x}.", entropy());
     if (s.tls && s.tls_ca.empty()) return fail_line(s, "--tls with --address needs --tls-ca", 2);
     if (s.auth) return fail_line(s, "--auth writes the auth file of the broker the bench starts: with --address give --token or --key-file", 2);
     if (s.tls) t.tls_ca = s.tls_ca;

@@ -2,7 +2,9 @@
 // G gateways (each a connection with a lease and an inbox); one service
 // sends to random users with at most W sends in flight. Reports sends/s
 // (answered; with W = 0 fire and forget, so sent, without answers) and
-// routed deliveries/s (received by the gateways).
+// routed deliveries/s (received by the gateways). On a broker of --address
+// the users and inboxes are named under the run's prefix and the gateways'
+// leases are revoked at the end, taking the routes and inboxes with them.
 
 #include "bench/bench_common.hpp"
 
@@ -26,18 +28,33 @@ int run_route(const settings& s, const target& t) {
   std::vector<lease_id> leases;
   std::atomic<std::uint64_t> delivered{0};
   std::atomic<std::uint64_t> last_delivery_ns{0};
+  // On a broker of --address the gateways' leases go at the end, however
+  // the run ends; `cleaned` holds the summary lines.
+  std::string cleaned;
+  bool cleanup_reported = false;
+  const auto clean_up = [&] {
+    if (!t.remote || !cleaned.empty()) return;
+    std::vector<std::pair<client*, lease_id>> granted;
+    for (std::size_t g = 0; g < leases.size(); ++g) granted.emplace_back(gateways[g].get(), leases[g]);
+    cleaned = revoke_leases(granted, "within 10 minutes");
+  };
+  const scope_exit cleanup_on_failure([&] {
+    clean_up();
+    if (!cleanup_reported) std::fputs(cleaned.c_str(), s.json ? stderr : stdout);
+  });
   for (int g = 0; g < ngw; ++g) {
     auto c = client::connect(options_for(t, fmt::format("bench-gw-{}", g)), loops[static_cast<std::size_t>(g) % 2]);
     if (!c) return fail_line(s, "gateway connect: " + c.error().message());
     auto lease = (*c)->lease_grant(std::chrono::minutes(10));
     if (!lease) return fail_line(s, "lease grant: " + lease.error().message());
-    auto ec = (*c)->open_inbox(fmt::format("gw-{}", g), lease->id, [&](const inbox_message& m) {
+    leases.push_back(lease->id);
+    gateways.push_back(std::move(*c));
+    const auto inbox = name_for(t, fmt::format("gw-{}", g));
+    auto ec = gateways.back()->open_inbox(inbox, lease->id, [&](const inbox_message& m) {
       delivered.fetch_add(m.route_keys.size(), std::memory_order_relaxed);
       last_delivery_ns.store(now_ns(), std::memory_order_relaxed);
     });
-    if (ec) return fail_line(s, "open inbox: " + ec.message());
-    leases.push_back(lease->id);
-    gateways.push_back(std::move(*c));
+    if (ec) return fail_line(s, "open inbox " + inbox + ": " + ec.message());
   }
 
   // Register the users, pipelined over the gateways' connections.
@@ -47,7 +64,7 @@ int run_route(const settings& s, const target& t) {
     for (long u = 0; u < nusers; ++u) {
       const auto g = static_cast<std::size_t>(u % ngw);
       window.acquire();
-      gateways[g]->async_registry_put(fmt::format("user:{}", u), fmt::format("gw-{}", g), leases[g],
+      gateways[g]->async_registry_put(fmt::format("{}user:{}", t.prefix, u), fmt::format("{}gw-{}", t.prefix, g), leases[g],
                                       [&](std::expected<std::uint64_t, std::error_code> r) {
                                         if (!r) ++failed;
                                         window.release();
@@ -65,7 +82,7 @@ int run_route(const settings& s, const target& t) {
   // fan-out publisher does), not formatting.
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(nusers));
-  for (long u = 0; u < nusers; ++u) keys.push_back(fmt::format("user:{}", u));
+  for (long u = 0; u < nusers; ++u) keys.push_back(fmt::format("{}user:{}", t.prefix, u));
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<std::size_t> pick(0, keys.size() - 1);
   std::atomic<std::uint64_t> routed{0}, unrouted{0}, errors{0}, answered{0};
@@ -120,6 +137,8 @@ int run_route(const settings& s, const target& t) {
   // Deliveries trail the answers slightly: wait (bounded) for the last ones.
   for (int i = 0; i < 2000 && delivered.load() < expected; ++i) std::this_thread::sleep_for(1ms);
   progress_done();
+  clean_up();
+  cleanup_reported = true;
 
   const double send_secs = static_cast<double>(t_answered - t0) / 1e9;
   const std::uint64_t last = std::max(last_delivery_ns.load(), t0 + 1);
@@ -146,7 +165,8 @@ int run_route(const settings& s, const target& t) {
       sends_line +
       fmt::format("  delivered: {:.0f}/s into inboxes ({} of {} {})\n",
                   static_cast<double>(delivered.load()) / deliver_secs, delivered.load(), expected,
-                  nowait ? "sent" : "routed");
+                  nowait ? "sent" : "routed") +
+      cleaned;
   emit(s, summary, j);
   for (auto& g : gateways) g->close();
   return errors.load() == 0 && unrouted.load() == 0 ? 0 : 1;
