@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace switchyard::bench {
@@ -31,6 +33,24 @@ inline void sleep_until_ns(std::uint64_t t) {
   timespec ts{static_cast<time_t>(t / 1'000'000'000ull), static_cast<long>(t % 1'000'000'000ull)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
+}
+
+// Progress on stderr, redrawn in place ('\r') and erased when done, only
+// while stderr is a terminal. Redirected to a file or a pipe, stderr gets
+// no progress at all: only the summary (with --json) and errors.
+inline bool progress_shown() {
+  static const bool shown = ::isatty(STDERR_FILENO) != 0;
+  return shown;
+}
+template <class... Args>
+void progress(fmt::format_string<Args...> format, Args&&... args) {
+  if (!progress_shown()) return;
+  const std::string line = fmt::format(format, std::forward<Args>(args)...);
+  std::fprintf(stderr, "\r%s   ", line.c_str());
+}
+// Erases the progress line (nothing when progress is not shown).
+inline void progress_done() {
+  if (progress_shown()) std::fputs("\r\033[K", stderr);
 }
 
 inline std::uint64_t get_u64(const std::byte* p) {
@@ -151,7 +171,29 @@ struct target {
   // The arguments a broker the bench started got for TLS and its auth file:
   // a restarted broker (reconnect workload) gets them again.
   std::vector<std::string> server_security_args;
+  // A broker of --address: not started by the bench, perhaps shared. The
+  // workloads then give what they create (route keys, inboxes, streams) a
+  // name under `prefix`, "bench.<8 hex digits>." unique to the run, so
+  // they never touch anyone else's, and remove it at the end (leases
+  // revoked, which removes their routes and inboxes; streams emptied: see
+  // cleanup.cpp). Without --address the prefix is empty and nothing is
+  // removed: the broker goes with its data folder.
+  bool remote = false;
+  std::string prefix;
+  // "host:port" as given (--address), for messages.
+  std::string address;
 };
+
+// A name the bench creates: `local` for a broker it started, under the
+// run's prefix on a broker of --address.
+inline std::string name_for(const target& t, std::string_view local) { return t.prefix + std::string(local); }
+
+// The stream of the durable ("durable") and replay ("replay") workloads:
+// "bench:<what>" on a broker the bench started (the name its auth file
+// allows), "<prefix><what>" on a broker of --address.
+inline std::string stream_for(const target& t, std::string_view what) {
+  return t.remote ? t.prefix + std::string(what) : "bench:" + std::string(what);
+}
 
 // "none", "token" or "key": the credentials the clients present.
 inline const char* auth_mode(const settings& s) {
@@ -222,6 +264,35 @@ struct pipeline_result {
 };
 pipeline_result run_pipeline(client& c, std::uint64_t count, int window, std::uint64_t deadline_ns,
                              const issue_fn& issue, const std::function<void(std::uint64_t answered)>& progress);
+
+// Runs `f` when the scope ends, however it ends.
+class scope_exit {
+ public:
+  explicit scope_exit(std::function<void()> f) : f_(std::move(f)) {}
+  scope_exit(const scope_exit&) = delete;
+  scope_exit& operator=(const scope_exit&) = delete;
+  ~scope_exit() {
+    if (f_) f_();
+  }
+
+ private:
+  std::function<void()> f_;
+};
+
+// Clean-up on a broker of --address (cleanup.cpp). Each returns summary
+// lines ("  cleanup: ..." / "  left on the broker: ..."), never fails the run.
+// Revokes each lease (id 0 = none, skipped) on the client that granted it,
+// several requests in flight; a revoked lease takes its routes and inboxes
+// with it. `ttl_text` says when those it could not revoke expire ("within
+// 60 s").
+std::string revoke_leases(const std::vector<std::pair<client*, lease_id>>& leases, std::string_view ttl_text);
+// Empties `stream` (which the run created) by giving it a retention of its
+// own (max age 1 ms; the broker trims in the background within about a
+// second). No request deletes a stream: the empty stream stays, and the
+// lines say so. Where the broker refuses (with an auth file, setting a
+// retention is for admin principals), they give the switchyard-cli
+// command that does it.
+std::string empty_stream(client& c, const target& t, std::string_view stream);
 
 int run_route(const settings& s, const target& t);
 int run_leases(const settings& s, const target& t, int server_pid);

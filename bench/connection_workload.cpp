@@ -61,7 +61,6 @@ bool still_open(int fd, std::chrono::milliseconds wait) {
 }  // namespace
 
 int run_connections(const settings& s, const target& t, int server_pid) {
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   const long n = s.connections;
   std::this_thread::sleep_for(200ms);
   const std::uint64_t rss0 = rss_bytes(server_pid);
@@ -81,7 +80,7 @@ int run_connections(const settings& s, const target& t, int server_pid) {
       return fail_line(s, fmt::format("connection {} failed: {}", i, std::strerror(errno)));
     }
     fds.push_back(fd);
-    if (tty && i % 500 == 0) std::fprintf(stderr, "\rconnections: %ld/%ld   ", i, n);
+    if (i % 500 == 0) progress("connections: {}/{}", i, n);
   }
   // Every hello answered (the welcome read) before measuring.
   for (const int fd : fds) still_open(fd, 2000ms);
@@ -103,24 +102,36 @@ int run_connections(const settings& s, const target& t, int server_pid) {
     open = 0;
     for (const int fd : fds) open += still_open(fd, 0ms) ? 1 : 0;
   }
-  if (tty) std::fputs("\r\033[K", stderr);
+  progress_done();
   for (const int fd : fds) ::close(fd);
-  const auto per = [n](std::uint64_t a, std::uint64_t b) {
+  // The server's memory: only a broker the bench started is a process it
+  // can read (JSON null and "not measured" otherwise).
+  const bool measured = server_pid > 0;
+  const auto per = [n, measured](std::uint64_t a, std::uint64_t b) {
+    if (!measured) return static_cast<double>(NAN);
     return b > a ? static_cast<double>(b - a) / static_cast<double>(n) : 0.0;
   };
   json_line j;
   j.str("broker", "switchyard").str("workload", "connections").integer("connections", n).integer("declare", s.declare);
   j.num("server_rss_bytes_per_idle_connection", per(rss0, rss1));
   if (s.declare > 0) {
-    j.num("server_rss_bytes_per_incomplete_frame", per(rss1, rss2)).integer("incomplete_total_bytes", rss2 > rss1 ? static_cast<long long>(rss2 - rss1) : 0);
+    j.num("server_rss_bytes_per_incomplete_frame", per(rss1, rss2));
+    if (measured) j.integer("incomplete_total_bytes", rss2 > rss1 ? static_cast<long long>(rss2 - rss1) : 0);
+    else j.raw("incomplete_total_bytes", "null");
     j.integer("still_open", open);
   }
-  std::string summary = fmt::format("connections: {} connections\n  idle after hello: {:.0f} B server RSS each\n", n,
-                                    per(rss0, rss1));
+  constexpr std::string_view not_measured = "server RSS not measured for a broker of --address";
+  std::string summary =
+      measured ? fmt::format("connections: {} connections\n  idle after hello: {:.0f} B server RSS each\n", n,
+                             per(rss0, rss1))
+               : fmt::format("connections: {} connections\n  idle after hello: {}\n", n, not_measured);
   if (s.declare > 0)
-    summary += fmt::format("  incomplete frame declaring {} B: {:.0f} B more each ({:.1f} MiB in all), {} still open\n",
-                           s.declare, per(rss1, rss2), static_cast<double>(rss2 > rss1 ? rss2 - rss1 : 0) / (1 << 20),
-                           open);
+    summary += measured ? fmt::format("  incomplete frame declaring {} B: {:.0f} B more each ({:.1f} MiB in all), {} "
+                                      "still open\n",
+                                      s.declare, per(rss1, rss2),
+                                      static_cast<double>(rss2 > rss1 ? rss2 - rss1 : 0) / (1 << 20), open)
+                        : fmt::format("  incomplete frame declaring {} B: {}; {} still open\n", s.declare,
+                                      not_measured, open);
   emit(s, summary, j);
   return 0;
 }

@@ -1,6 +1,8 @@
 // switchyard-bench leases: L leases, each with one route.
 //  - over the network: grants/s and keepalives/s (at most W requests in
-//    flight), and the server's resident memory per lease (from /proc);
+//    flight), and the server's resident memory per lease (from /proc; only
+//    for a broker the bench started: not measured with --address, where
+//    the leases are revoked at the end);
 //  - in process, on the broker's own lease_table and routing_table with a
 //    hand-driven clock: heap bytes per lease with one route, and the cost
 //    of one sweeper tick while nothing expires and while 10% expire.
@@ -78,9 +80,24 @@ int run_leases(const settings& s, const target& t, int server_pid) {
   const std::uint64_t rss0 = rss_bytes(server_pid);
 
   // Grant L leases, each with one route, W requests in flight.
-  std::vector<lease_id> ids(static_cast<std::size_t>(n));
+  std::vector<lease_id> ids(static_cast<std::size_t>(n));  // 0: not granted
   std::counting_semaphore<> window(s.window);
   std::atomic<long> failed{0};
+  // On a broker of --address the leases go at the end, however the run
+  // ends (their routes with them); `cleaned` holds the summary lines.
+  std::string cleaned;
+  const auto clean_up = [&] {
+    if (!t.remote || !cleaned.empty()) return;
+    std::vector<std::pair<client*, lease_id>> granted;
+    granted.reserve(ids.size());
+    for (const auto id : ids) granted.emplace_back(conn->get(), id);
+    cleaned = revoke_leases(granted, "within 60 s");
+  };
+  const auto fail = [&](const std::string& what) {
+    clean_up();
+    std::fputs(cleaned.c_str(), s.json ? stderr : stdout);
+    return fail_line(s, what);
+  };
   const auto t_grant = now_ns();
   for (long i = 0; i < n; ++i) {
     window.acquire();
@@ -92,18 +109,18 @@ int run_leases(const settings& s, const target& t, int server_pid) {
       }
       ids[static_cast<std::size_t>(i)] = r->id;
       // The route is put from the loop thread, inside the same window slot.
-      (*conn)->async_registry_put(fmt::format("user:{}", i), "gw-bench", r->id,
+      (*conn)->async_registry_put(fmt::format("{}user:{}", t.prefix, i), t.prefix + "gw-bench", r->id,
                                   [&](std::expected<std::uint64_t, std::error_code> p) {
                                     if (!p) ++failed;
                                     window.release();
                                   });
     });
-    if (i % 50000 == 0) std::fprintf(stderr, "\rleases: granting %ld/%ld   ", i, n);
+    if (i % 50000 == 0) progress("leases: granting {}/{}", i, n);
   }
   for (int i = 0; i < s.window; ++i) window.acquire();
   const double grant_secs = static_cast<double>(now_ns() - t_grant) / 1e9;
   window.release(s.window);
-  if (failed) return fail_line(s, fmt::format("{} grants or puts failed", failed.load()));
+  if (failed) return fail(fmt::format("{} grants or puts failed", failed.load()));
   const std::uint64_t rss1 = rss_bytes(server_pid);
 
   // Keep every lease alive once, twice over.
@@ -115,18 +132,29 @@ int run_leases(const settings& s, const target& t, int server_pid) {
         if (!r) ++failed;
         window.release();
       });
-      if (i % 50000 == 0) std::fprintf(stderr, "\rleases: keepalive pass %d, %ld/%ld   ", pass + 1, i, n);
+      if (i % 50000 == 0) progress("leases: keepalive pass {}, {}/{}", pass + 1, i, n);
     }
   }
   for (int i = 0; i < s.window; ++i) window.acquire();
   const double keep_secs = static_cast<double>(now_ns() - t_keep) / 1e9;
-  if (failed) return fail_line(s, fmt::format("{} keepalives failed", failed.load()));
-  std::fputs("\r\033[K", stderr);
+  if (failed) return fail(fmt::format("{} keepalives failed", failed.load()));
+  progress_done();
 
   const auto local = measure_in_process(n);
   const double grants_per_sec = static_cast<double>(n) / grant_secs;
   const double keepalives_per_sec = 2.0 * static_cast<double>(n) / keep_secs;
-  const double rss_per_lease = rss1 > rss0 ? static_cast<double>(rss1 - rss0) / static_cast<double>(n) : NAN;
+  // The server's memory: only a broker the bench started is a process it can read.
+  double rss_per_lease = NAN;
+  std::string rss_text;
+  if (server_pid <= 0) {
+    rss_text = "server RSS not measured for a broker of --address";
+  } else if (rss1 > rss0) {
+    rss_per_lease = static_cast<double>(rss1 - rss0) / static_cast<double>(n);
+    rss_text = fmt::format("{:.0f} B/lease server RSS", rss_per_lease);
+  } else {
+    rss_text = "server RSS did not grow (too few leases to measure)";
+  }
+  clean_up();
 
   json_line j;
   j.str("broker", "switchyard").str("workload", "leases").integer("leases", n).integer("window", s.window);
@@ -138,10 +166,10 @@ int run_leases(const settings& s, const target& t, int server_pid) {
       "leases: {} leases, one route each, window {}\n"
       "  grant+put:  {:.0f}/s\n"
       "  keepalive:  {:.0f}/s\n"
-      "  memory:     {:.0f} B/lease server RSS, {:.0f} B/lease heap (lease + route, in process)\n"
-      "  sweep tick: {:.1f} us with nothing due, {:.1f} us expiring {} (10%)\n",
-      n, s.window, grants_per_sec, keepalives_per_sec, rss_per_lease, local.bytes_per_lease, local.idle_tick_us,
-      local.expiring_tick_us, local.expired);
+      "  memory:     {}, {:.0f} B/lease heap (lease + route, in process)\n"
+      "  sweep tick: {:.1f} us with nothing due, {:.1f} us expiring {} (10%)\n{}",
+      n, s.window, grants_per_sec, keepalives_per_sec, rss_text, local.bytes_per_lease, local.idle_tick_us,
+      local.expiring_tick_us, local.expired, cleaned);
   emit(s, summary, j);
   return 0;
 }

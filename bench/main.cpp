@@ -13,8 +13,9 @@
 //   switchyard-bench reconnect --clients C --max-hellos-per-s R [--mode kill|drain|both] [--json]
 //
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
-// fresh one per run). Progress goes to stderr; the summary to stdout, or to
-// stderr with --json, where stdout's last line is the JSON result.
+// fresh one per run). Progress goes to stderr while it is a terminal (none
+// when it is redirected); the summary to stdout, or to stderr with --json,
+// where stdout's last line is the JSON result.
 // Security, with any workload: --tls (a started broker gets a throw-away
 // certificate), --auth (a started broker gets an auth file, every client
 // its token: bench/auth_file.hpp), or --token / --key-file for a broker of
@@ -40,6 +41,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,13 +174,11 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
       }
       if (all && start) break;
       if (t >= next_progress) {
-        std::fprintf(stderr, "\r%s: published %llu/%llu, delivered %llu   ", s.workload.c_str(),
-                     static_cast<unsigned long long>(sent.load()), static_cast<unsigned long long>(count),
-                     static_cast<unsigned long long>(total));
+        progress("{}: published {}/{}, delivered {}", s.workload, sent.load(), count, total);
         next_progress = t + 1'000'000'000ull;
       }
     }
-    std::fputs("\r\033[K", stderr);
+    progress_done();
   });
 
   std::string pub_error;
@@ -348,8 +348,11 @@ int main(int argc, char** argv) {
   durable->add_option("--count", s.count, "appends")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
   durable->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
   durable->add_option("--window", s.window, "unacknowledged appends at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  durable->add_option("--durability", s.durability, "the server's mode: sync, batch or none")
-      ->check(CLI::IsMember({"sync", "batch", "none"}))->capture_default_str();
+  auto* durability = durable->add_option("--durability", s.durability,
+                                         "the mode of the server the bench starts: sync, batch or none (not with "
+                                         "--address: that broker's own mode is reported)")
+                         ->check(CLI::IsMember({"sync", "batch", "none"}))
+                         ->capture_default_str();
 
   auto* replay = app.add_subcommand("replay", "append N records, then read the stream from sequence 1: records/s");
   replay->add_option("--count", s.count, "records")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
@@ -411,6 +414,11 @@ int main(int argc, char** argv) {
     return fail_line(s, "reconnect kills and restarts its own broker: --address is not allowed", 2);
   if (s.workload == "reconnect") s.timeout = std::max(s.timeout, 2 * s.phase_timeout + s.drain_window + 120);
 
+  if (durability->count() > 0 && !s.address.empty())
+    return fail_line(s,
+                     "--durability sets the mode of the broker the bench starts; a broker of --address keeps its own "
+                     "(the summary reports it when the broker lets the bench read its settings): drop --durability",
+                     2);
 
   // A hard limit like the peers' alarm(): print an error line and leave.
   std::thread([limit = s.timeout + 5, &s] {
@@ -433,9 +441,18 @@ int main(int argc, char** argv) {
   std::optional<switchyard::bench::server_process> server;
   if (!s.address.empty()) {
     const auto colon = s.address.rfind(':');
-    if (colon == std::string::npos) return fail_line(s, "--address must be host:port", 2);
+    const std::string port = colon == std::string::npos ? "" : s.address.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+    if (colon == 0 || !digits || std::stoul(port) == 0 || std::stoul(port) > 65535)
+      return fail_line(s, "--address must be host:port (port 1..65535), got '" + s.address + "'", 2);
     t.host = s.address.substr(0, colon);
-    t.port = static_cast<std::uint16_t>(std::stoul(s.address.substr(colon + 1)));
+    if (t.host.size() > 2 && t.host.front() == '[' && t.host.back() == ']') t.host = t.host.substr(1, t.host.size() - 2);
+    t.port = static_cast<std::uint16_t>(std::stoul(port));
+    t.address = s.address;
+    t.remote = true;
+    // A name prefix unique to this run (see target::remote).
+    std::random_device entropy;
+    t.prefix = fmt::format("bench.{:08x}.", entropy());
     if (s.tls && s.tls_ca.empty()) return fail_line(s, "--tls with --address needs --tls-ca", 2);
     if (s.auth) return fail_line(s, "--auth writes the auth file of the broker the bench starts: with --address give --token or --key-file", 2);
     if (s.tls) t.tls_ca = s.tls_ca;
@@ -473,7 +490,11 @@ int main(int argc, char** argv) {
     }
     args.insert(args.end(), t.server_security_args.begin(), t.server_security_args.end());
     auto started = switchyard::bench::server_process::start(binary, args, 10s);
-    if (!started) return fail_line(s, started.error());
+    if (!started) {
+      // Say where the binary was looked for and how to name another one.
+      const std::string where = s.server_binary.empty() ? " (looked next to switchyard-bench and on PATH)" : "";
+      return fail_line(s, started.error() + where + "; give --server PATH, or --address HOST:PORT for a running broker");
+    }
     server.emplace(std::move(*started));
     t.port = server->port();
   }

@@ -100,7 +100,6 @@ double pct_s(std::vector<double> sorted_times, long clients, double p) {
 
 int run_reconnect(const settings& s, const target& security, server_process& server) {
   raise_fd_limit();
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
   const long nclients = s.clients;
   const long ngw = std::min<long>(s.rc_gateways, nclients);
   target t = security;
@@ -149,7 +148,7 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
       sc->gw = std::move(*gw);
     }
     clients.push_back(std::move(sc));
-    if (tty && i % 250 == 0) std::fprintf(stderr, "\rreconnect: connecting %ld/%ld   ", i, nclients);
+    if (i % 250 == 0) progress("reconnect: connecting {}/{}", i, nclients);
   }
 
   // The checker: publishes to every client's channel and sends to every
@@ -256,16 +255,15 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
         closed += c->closed.load() ? 1 : 0;
       }
       if (!r.error.empty() || back + closed >= nclients || now_ns() > give_up) break;
-      if (tty && now_ns() >= next_progress) {
-        std::fprintf(stderr, "\rreconnect %s: %ld/%ld back after %.0f s   ", name.c_str(), back, nclients,
-                     static_cast<double>(now_ns() - t0) / 1e9);
+      if (now_ns() >= next_progress) {
+        progress("reconnect {}: {}/{} back after {:.0f} s", name, back, nclients, static_cast<double>(now_ns() - t0) / 1e9);
         next_progress += 1'000'000'000ull;
       }
       std::this_thread::sleep_for(20ms);
     }
     sampling = false;
     sampler.join();
-    if (tty) std::fputs("\r\033[K", stderr);
+    progress_done();
 
     std::vector<double> times;
     std::uint64_t attempts = 0;

@@ -1,7 +1,10 @@
 // switchyard-bench route: send-to-user throughput. U users registered across
 // G gateways (each a connection with a lease and an inbox); one service
 // sends to random users with at most W sends in flight. Reports sends/s
-// (answered) and routed deliveries/s (received by the gateways).
+// (answered; with W = 0 fire and forget, so sent, without answers) and
+// routed deliveries/s (received by the gateways). On a broker of --address
+// the users and inboxes are named under the run's prefix and the gateways'
+// leases are revoked at the end, taking the routes and inboxes with them.
 
 #include "bench/bench_common.hpp"
 
@@ -25,18 +28,33 @@ int run_route(const settings& s, const target& t) {
   std::vector<lease_id> leases;
   std::atomic<std::uint64_t> delivered{0};
   std::atomic<std::uint64_t> last_delivery_ns{0};
+  // On a broker of --address the gateways' leases go at the end, however
+  // the run ends; `cleaned` holds the summary lines.
+  std::string cleaned;
+  bool cleanup_reported = false;
+  const auto clean_up = [&] {
+    if (!t.remote || !cleaned.empty()) return;
+    std::vector<std::pair<client*, lease_id>> granted;
+    for (std::size_t g = 0; g < leases.size(); ++g) granted.emplace_back(gateways[g].get(), leases[g]);
+    cleaned = revoke_leases(granted, "within 10 minutes");
+  };
+  const scope_exit cleanup_on_failure([&] {
+    clean_up();
+    if (!cleanup_reported) std::fputs(cleaned.c_str(), s.json ? stderr : stdout);
+  });
   for (int g = 0; g < ngw; ++g) {
     auto c = client::connect(options_for(t, fmt::format("bench-gw-{}", g)), loops[static_cast<std::size_t>(g) % 2]);
     if (!c) return fail_line(s, "gateway connect: " + c.error().message());
     auto lease = (*c)->lease_grant(std::chrono::minutes(10));
     if (!lease) return fail_line(s, "lease grant: " + lease.error().message());
-    auto ec = (*c)->open_inbox(fmt::format("gw-{}", g), lease->id, [&](const inbox_message& m) {
+    leases.push_back(lease->id);
+    gateways.push_back(std::move(*c));
+    const auto inbox = name_for(t, fmt::format("gw-{}", g));
+    auto ec = gateways.back()->open_inbox(inbox, lease->id, [&](const inbox_message& m) {
       delivered.fetch_add(m.route_keys.size(), std::memory_order_relaxed);
       last_delivery_ns.store(now_ns(), std::memory_order_relaxed);
     });
-    if (ec) return fail_line(s, "open inbox: " + ec.message());
-    leases.push_back(lease->id);
-    gateways.push_back(std::move(*c));
+    if (ec) return fail_line(s, "open inbox " + inbox + ": " + ec.message());
   }
 
   // Register the users, pipelined over the gateways' connections.
@@ -46,12 +64,12 @@ int run_route(const settings& s, const target& t) {
     for (long u = 0; u < nusers; ++u) {
       const auto g = static_cast<std::size_t>(u % ngw);
       window.acquire();
-      gateways[g]->async_registry_put(fmt::format("user:{}", u), fmt::format("gw-{}", g), leases[g],
+      gateways[g]->async_registry_put(fmt::format("{}user:{}", t.prefix, u), fmt::format("{}gw-{}", t.prefix, g), leases[g],
                                       [&](std::expected<std::uint64_t, std::error_code> r) {
                                         if (!r) ++failed;
                                         window.release();
                                       });
-      if (u % 20000 == 0) std::fprintf(stderr, "\rroute: registering users %ld/%ld   ", u, nusers);
+      if (u % 20000 == 0) progress("route: registering users {}/{}", u, nusers);
     }
     for (int i = 0; i < 4096; ++i) window.acquire();
     if (failed) return fail_line(s, fmt::format("{} registrations failed", failed.load()));
@@ -64,7 +82,7 @@ int run_route(const settings& s, const target& t) {
   // fan-out publisher does), not formatting.
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(nusers));
-  for (long u = 0; u < nusers; ++u) keys.push_back(fmt::format("user:{}", u));
+  for (long u = 0; u < nusers; ++u) keys.push_back(fmt::format("{}user:{}", t.prefix, u));
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<std::size_t> pick(0, keys.size() - 1);
   std::atomic<std::uint64_t> routed{0}, unrouted{0}, errors{0}, answered{0};
@@ -74,8 +92,7 @@ int run_route(const settings& s, const target& t) {
   std::uint64_t sent = 0;
   const bool nowait = s.window == 0;
   const auto show = [&](std::uint64_t n) {
-    std::fprintf(stderr, "\rroute: sent %llu/%llu, delivered %llu   ", static_cast<unsigned long long>(n),
-                 static_cast<unsigned long long>(count), static_cast<unsigned long long>(delivered.load()));
+    progress("route: sent {}/{}, delivered {}", n, count, delivered.load());
   };
   if (nowait) {
     // Fire and forget: sends/s = as fast as the client queues.
@@ -86,8 +103,6 @@ int run_route(const settings& s, const target& t) {
         ++errors;
         break;
       }
-      ++routed;
-      ++answered;
       if ((sent & 0x3fff) == 0 && now_ns() >= next_progress) {
         show(sent);
         next_progress = now_ns() + 1'000'000'000ull;
@@ -115,9 +130,15 @@ int run_route(const settings& s, const target& t) {
     errors += r.issued - std::min(r.issued, r.answered);  // unanswered (the connection went away)
   }
   const std::uint64_t t_answered = now_ns();
+  // Fire and forget has no answers: every send counts as done once queued,
+  // and routed or not is not known (the broker drops a send without a route).
+  const std::uint64_t done_sends = nowait ? sent : answered.load();
+  const std::uint64_t expected = nowait ? sent : routed.load();
   // Deliveries trail the answers slightly: wait (bounded) for the last ones.
-  for (int i = 0; i < 2000 && delivered.load() < routed.load(); ++i) std::this_thread::sleep_for(1ms);
-  std::fputs("\r\033[K", stderr);
+  for (int i = 0; i < 2000 && delivered.load() < expected; ++i) std::this_thread::sleep_for(1ms);
+  progress_done();
+  clean_up();
+  cleanup_reported = true;
 
   const double send_secs = static_cast<double>(t_answered - t0) / 1e9;
   const std::uint64_t last = std::max(last_delivery_ns.load(), t0 + 1);
@@ -126,17 +147,26 @@ int run_route(const settings& s, const target& t) {
   j.str("broker", "switchyard").str("workload", "route");
   j.integer("users", nusers).integer("gateways", ngw).integer("n", static_cast<long long>(sent)).integer("size", s.size);
   j.integer("window", s.window).str("mode", nowait ? "send_nowait (fire and forget)" : "send with answer");
-  j.num("send_rate", static_cast<double>(answered.load()) / send_secs);
+  j.num("send_rate", static_cast<double>(done_sends) / send_secs);
   j.num("delivered_rate", static_cast<double>(delivered.load()) / deliver_secs);
-  j.integer("routed", static_cast<long long>(routed.load())).integer("no_route", static_cast<long long>(unrouted.load()));
+  // Without answers, routed and no_route are not known: null.
+  if (nowait) j.raw("routed", "null").raw("no_route", "null");
+  else j.integer("routed", static_cast<long long>(routed.load())).integer("no_route", static_cast<long long>(unrouted.load()));
   j.integer("delivered", static_cast<long long>(delivered.load())).integer("errors", static_cast<long long>(errors.load()));
-  const std::string summary = fmt::format(
-      "route: {} users on {} gateways, {} sends of {} B, window {} (0 = fire and forget)\n"
-      "  sends:     {:.0f}/s answered ({} routed, {} no route, {} errors)\n"
-      "  delivered: {:.0f}/s into inboxes ({} of {})\n",
-      nusers, ngw, sent, s.size, s.window, static_cast<double>(answered.load()) / send_secs, routed.load(),
-      unrouted.load(), errors.load(), static_cast<double>(delivered.load()) / deliver_secs, delivered.load(),
-      routed.load());
+  const std::string sends_line =
+      nowait ? fmt::format("  sends:     {:.0f}/s sent (fire and forget: no answers, so routed or not is unknown; "
+                           "{} errors)\n",
+                           static_cast<double>(done_sends) / send_secs, errors.load())
+             : fmt::format("  sends:     {:.0f}/s answered ({} routed, {} no route, {} errors)\n",
+                           static_cast<double>(done_sends) / send_secs, routed.load(), unrouted.load(), errors.load());
+  const std::string summary =
+      fmt::format("route: {} users on {} gateways, {} sends of {} B, window {} (0 = fire and forget)\n", nusers, ngw,
+                  sent, s.size, s.window) +
+      sends_line +
+      fmt::format("  delivered: {:.0f}/s into inboxes ({} of {} {})\n",
+                  static_cast<double>(delivered.load()) / deliver_secs, delivered.load(), expected,
+                  nowait ? "sent" : "routed") +
+      cleaned;
   emit(s, summary, j);
   for (auto& g : gateways) g->close();
   return errors.load() == 0 && unrouted.load() == 0 ? 0 : 1;

@@ -1,11 +1,14 @@
 #include "bench/server_process.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -32,7 +35,8 @@ std::expected<server_process, std::string> server_process::start(const std::stri
                                                                   std::chrono::milliseconds timeout,
                                                                   const std::string& data_dir) {
   char dir_template[] = "/tmp/switchyard-bench.XXXXXX";
-  if (!::mkdtemp(dir_template)) return std::unexpected(std::string("mkdtemp failed"));
+  if (!::mkdtemp(dir_template))
+    return std::unexpected(std::string("cannot create a folder for the server in /tmp: ") + std::strerror(errno));
   server_process p;
   p.dir_ = dir_template;
   p.binary_ = binary;
@@ -63,18 +67,48 @@ std::expected<void, std::string> server_process::spawn(const std::string& listen
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
+  // The child reports a failed exec through this pipe (its errno); a
+  // successful exec closes the pipe (O_CLOEXEC), so the parent reads EOF.
+  int exec_pipe[2];
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0)
+    return std::unexpected(std::string("cannot start the server: pipe: ") + std::strerror(errno));
   pid_ = ::fork();
-  if (pid_ < 0) return std::unexpected(std::string("fork failed"));
+  if (pid_ < 0) {
+    const int err = errno;
+    ::close(exec_pipe[0]);
+    ::close(exec_pipe[1]);
+    return std::unexpected(std::string("cannot start the server: fork: ") + std::strerror(err));
+  }
   if (pid_ == 0) {
+    ::close(exec_pipe[0]);
     ::execvp(argv[0], argv.data());
+    const int err = errno;
+    (void)!::write(exec_pipe[1], &err, sizeof err);
     std::_Exit(127);
+  }
+  ::close(exec_pipe[1]);
+  int exec_errno = 0;
+  ssize_t got = 0;
+  do got = ::read(exec_pipe[0], &exec_errno, sizeof exec_errno);
+  while (got < 0 && errno == EINTR);
+  ::close(exec_pipe[0]);
+  if (got == static_cast<ssize_t>(sizeof exec_errno)) {
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    const std::string why = exec_errno == ENOENT ? "not found" : std::strerror(exec_errno);
+    return std::unexpected("cannot start switchyard-server at " + binary_ + ": " + why);
   }
   const auto give_up = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < give_up) {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      return std::unexpected("server " + binary_ + " exited during start-up (status " + std::to_string(status) + ")");
+      const std::string how = WIFEXITED(status)   ? "with code " + std::to_string(WEXITSTATUS(status))
+                              : WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                    : "status " + std::to_string(status);
+      return std::unexpected("switchyard-server at " + binary_ + " exited during start-up " + how +
+                             " (its own messages, if any, went to stderr)");
     }
     std::ifstream in(port_file);
     unsigned port = 0;
@@ -84,7 +118,8 @@ std::expected<void, std::string> server_process::spawn(const std::string& listen
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return std::unexpected("server " + binary_ + " did not report its port within the timeout");
+  return std::unexpected("switchyard-server at " + binary_ + " did not report its port within " +
+                         std::to_string(timeout.count()) + " ms");
 }
 
 server_process::server_process(server_process&& o) noexcept

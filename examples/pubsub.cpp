@@ -1,9 +1,13 @@
 // The foundation's user story: a service publishes to orders.eu.created; one
 // subscriber on orders.*.created and one on orders.> both receive it.
 //
-//   switchyard-example-pubsub [host] [port]     (default 127.0.0.1 7878)
+//   switchyard-example-pubsub [--address HOST:PORT]
 //
-// Exits 0 when both subscribers got the message, 1 otherwise.
+// Exits 0 when both subscribers got the message, 1 otherwise (2: bad
+// arguments). The command line is the one of every example:
+// example_args.hpp.
+
+#include "example_args.hpp"
 
 #include <switchyard/client.hpp>
 
@@ -13,17 +17,25 @@
 #include <string>
 #include <thread>
 
+constexpr std::string_view usage =
+    "usage: switchyard-example-pubsub [--address HOST:PORT]\n"
+    "Subscribes to orders.*.created and to orders.>, publishes one message to orders.eu.created and checks\n"
+    "that both subscribers got it (exit 0, else 1).\n"
+    "  --address HOST:PORT  the broker (default: $SWITCHYARD_ADDRESS, else 127.0.0.1:7878)\n"
+    "  --help               this text\n";
+
 int main(int argc, char** argv) {
+  example::command_line args(argc, argv, usage);
+  while (args.next()) args.unexpected();
   switchyard::client_options options;
-  if (argc > 1) options.host = argv[1];
-  if (argc > 2) options.port = static_cast<std::uint16_t>(std::stoi(argv[2]));
+  args.address(options.host, options.port);
 
   auto connect = [&](const char* name) {
     auto o = options;
     o.client_name = name;
     auto c = switchyard::client::connect(o);
     if (!c) {
-      std::fprintf(stderr, "%s: cannot connect to %s:%u: %s\n", name, o.host.c_str(), o.port,
+      std::fprintf(stderr, "%s: cannot connect to %s: %s\n", name, args.address_text().c_str(),
                    c.error().message().c_str());
       std::exit(1);
     }

@@ -1,5 +1,6 @@
 // The real switchyard-bench binary, starting its own switchyard-server:
-// what it says about TLS and authentication, and what it leaves behind.
+// what it says about TLS and authentication, what it leaves behind, and
+// what it writes where (progress, errors, summaries).
 // Small workloads only (a thousand messages): these check behaviour, not
 // speed.
 
@@ -11,6 +12,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 using switchyard::test::run_for_exit_code;
@@ -29,6 +32,27 @@ std::pair<int, std::string> run_bench(const temp_dir& tmp, const std::string& ar
 
 bool is_empty_dir(const std::filesystem::path& dir) {
   return std::filesystem::directory_iterator(dir) == std::filesystem::directory_iterator();
+}
+
+std::string read_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// As run_bench, with stderr (the summary, with --json) in a file: exit
+// code, stdout and stderr.
+struct bench_output {
+  int code = -1;
+  std::string out, err;
+};
+bench_output run_bench_with_stderr(const temp_dir& tmp, const std::string& args) {
+  const auto err_file = tmp.path() / "stderr.txt";
+  const auto [code, out] =
+      run_for_exit_code("TMPDIR=" + tmp.path().string() + " " + SWITCHYARD_BENCH_BINARY + " --server " +
+                        SWITCHYARD_SERVER_BINARY + " " + args + " 2>" + err_file.string());
+  bench_output r{code, out, read_file(err_file)};
+  std::filesystem::remove(err_file);
+  return r;
 }
 
 }  // namespace
@@ -128,4 +152,54 @@ TEST_CASE("the bench's auth file gives its principal every name the workloads us
   const auto admin = config->by_token(admin_token);
   REQUIRE(admin);
   CHECK(admin->admin);
+}
+
+TEST_CASE("switchyard-bench draws no progress when stderr is not a terminal", "[bench]") {
+  temp_dir tmp;
+  // Each of these draws progress at least once on a terminal.
+  for (const char* args : {"durable --count 200 --size 64 --durability none", "replay --count 200 --size 64",
+                           "route --users 100 --gateways 4 --count 500 --size 64 --window 16",
+                           "leases --leases 100 --window 16", "fanout --count 1000 --size 64"}) {
+    INFO(args);
+    const auto r = run_bench_with_stderr(tmp, std::string("--json ") + args);
+    INFO(r.err);
+    CHECK(r.code == 0);
+    // Only the summary: no carriage returns, no escape sequences.
+    CHECK_FALSE(contains(r.err, "\r"));
+    CHECK_FALSE(contains(r.err, "\033"));
+    CHECK(contains(r.err, "  security: TLS off, auth none"));
+  }
+}
+
+TEST_CASE("switchyard-bench names a server binary it cannot find and the flag that gives another", "[bench]") {
+  temp_dir tmp;
+  const auto missing = (tmp.path() / "no-such-server").string();
+  const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_BENCH_BINARY) + " --server " + missing +
+                                             " fanout --count 10 2>/dev/null");
+  INFO(out);
+  CHECK(code == 1);
+  CHECK(contains(out, "cannot start switchyard-server at " + missing + ": not found"));
+  CHECK(contains(out, "give --server PATH"));
+  CHECK_FALSE(contains(out, "status"));
+}
+
+TEST_CASE("switchyard-bench route --window 0 reports its sends as sent without answers", "[bench]") {
+  temp_dir tmp;
+  const auto r = run_bench_with_stderr(tmp, "--json route --users 100 --gateways 4 --count 500 --size 64 --window 0");
+  INFO(r.err);
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "/s sent (fire and forget: no answers"));
+  CHECK_FALSE(contains(r.err, "answered"));
+  // Routed or not is not known without answers.
+  CHECK(contains(r.out, R"("routed":null,"no_route":null,)"));
+}
+
+TEST_CASE("switchyard-bench route with a window reports its sends as answered", "[bench]") {
+  temp_dir tmp;
+  const auto r = run_bench_with_stderr(tmp, "--json route --users 100 --gateways 4 --count 500 --size 64 --window 16");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "/s answered (500 routed, 0 no route, 0 errors)"));
+  CHECK(contains(r.out, R"("routed":500,"no_route":0,)"));
 }

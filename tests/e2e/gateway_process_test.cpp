@@ -151,8 +151,8 @@ class child_process {
 };
 
 std::unique_ptr<child_process> start_gateway(std::uint16_t port) {
-  auto gw = child_process::spawn({SWITCHYARD_EXAMPLE_GATEWAY, "--port", std::to_string(port), "--inbox", "gw-7",
-                                  "--user", "user:alice", "--ttl-ms", "500"});
+  auto gw = child_process::spawn({SWITCHYARD_EXAMPLE_GATEWAY, "--address", "127.0.0.1:" + std::to_string(port),
+                                  "--inbox", "gw-7", "--user", "user:alice", "--ttl-ms", "500"});
   REQUIRE(gw);
   const auto ready = gw->wait_for_line("ready", 20s);
   INFO("gateway output: " << gw->output());
@@ -163,8 +163,8 @@ std::unique_ptr<child_process> start_gateway(std::uint16_t port) {
 
 // Runs the example service once: its exit status and output.
 std::pair<int, std::string> send_to(std::uint16_t port, const std::string& route_key, const std::string& payload) {
-  return run_for_exit_code(std::string(SWITCHYARD_EXAMPLE_SEND) + " " + route_key + " " + payload + " --port " +
-                           std::to_string(port) + " 2>&1");
+  return run_for_exit_code(std::string(SWITCHYARD_EXAMPLE_SEND) + " " + route_key + " " + payload +
+                           " --address 127.0.0.1:" + std::to_string(port) + " 2>&1");
 }
 
 std::error_code registry_error(client& c, std::string_view key) {
