@@ -105,7 +105,7 @@ grep -qx "switchyard_DIR:PATH=$prefix/$libdir/cmake/switchyard" "$work/consumer/
 targets=()
 [[ $mode == full ]] || targets=(--target consumer-pubsub)
 run_logged "$work/consumer-build.log" cmake --build "$work/consumer" -j2 "${targets[@]}"
-"$work/consumer/consumer-pubsub" 127.0.0.1 "$port" >"$work/pubsub.out" ||
+"$work/consumer/consumer-pubsub" --address "127.0.0.1:$port" >"$work/pubsub.out" ||
   { cat "$work/pubsub.out" >&2; fail "the find_package build of examples/pubsub.cpp"; }
 grep -q '2 of 2 subscribers received the message' "$work/pubsub.out" || fail "pubsub: $(cat "$work/pubsub.out")"
 
@@ -119,7 +119,7 @@ read -ra libs <<<"$(pkg-config --libs switchyard)" || fail "pkg-config --libs sw
 read -ra extra_flags <<<"$extra"
 run_logged "$work/pc-build.log" "$cxx" "${extra_flags[@]}" "${cflags[@]}" "$src/examples/send.cpp" -o "$work/send-pc" "${libs[@]}"
 status=0
-"$work/send-pc" user:nobody hello --host 127.0.0.1 --port "$port" >"$work/send.out" || status=$?
+"$work/send-pc" user:nobody hello --address "127.0.0.1:$port" >"$work/send.out" || status=$?
 [[ $status == 3 && $(cat "$work/send.out") == "no route" ]] ||
   fail "the pkg-config build of examples/send.cpp: exit $status, $(cat "$work/send.out")"
 
