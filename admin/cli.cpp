@@ -747,7 +747,9 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help, --version
     // "A subcommand is required" when the word given is not a command: say
-    // which word, and what the commands are.
+    // which word, and what the commands are. A command that has no
+    // subcommands of its own lacks an argument instead: CLI11's message
+    // names it.
     std::string message = e.what();
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
       const CLI::App* level = &app;
@@ -760,9 +762,16 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
       std::string known;
       for (const auto* c : level->get_subcommands({})) known += (known.empty() ? "" : ", ") + c->get_name();
       const std::string where = level == &app ? "" : level->get_name() + " ";
-      message = rest.empty() || rest.front().starts_with("-")
-                    ? "a command is required: " + where + "{" + known + "}"
-                    : "unknown command '" + where + rest.front() + "' (commands: " + known + ")";
+      if (known.empty()) {  // a command without its required argument: CLI11 names it
+        std::string path = level->get_name();
+        for (const CLI::App* up = level->get_parent(); up != nullptr && up != &app; up = up->get_parent())
+          path = up->get_name() + " " + path;
+        message = path + ": " + message;
+      } else {
+        message = rest.empty() || rest.front().starts_with("-")
+                      ? "a command is required: " + where + "{" + known + "}"
+                      : "unknown command '" + where + rest.front() + "' (commands: " + known + ")";
+      }
     }
     command(s, in, out, err).fail(exit_usage, "usage", message + " (see --help)");
     return exit_usage;

@@ -420,6 +420,20 @@ TEST_CASE("an unknown command is named, with the commands there are, and exits 1
   CHECK(err3.starts_with("switchyard-cli: a command is required: streams {list, info, retention, read, tail, delete}"));
 }
 
+TEST_CASE("a command without its required argument names the command and the argument and exits 1", "[admin]") {
+  const std::string bin(SWITCHYARD_CLI_BINARY);
+  for (const auto& [args, named] : std::initializer_list<std::pair<const char*, const char*>>{
+           {" pub", "switchyard-cli: pub: "}, {" send user:alice", "switchyard-cli: send: "},
+           {" streams info", "switchyard-cli: streams info: "}}) {
+    INFO(args);
+    const auto [code, err] = run_for_exit_code(bin + args + " 2>&1");
+    CHECK(code == 1);
+    CHECK(err.starts_with(named));
+    CHECK(err.find("is required") != std::string::npos);
+    CHECK(err.find("a command is required") == std::string::npos);
+  }
+}
+
 TEST_CASE("negative and non-numeric counts are usage errors and nothing is sent", "[admin]") {
   test_server server;
   for (const char* args : {"streams read s --from -1", "streams read s --count abc", "conns --limit -3",
