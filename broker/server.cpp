@@ -877,6 +877,9 @@ void server::start() {
     throw std::runtime_error("cannot listen on " + d.config.listen_host + ":" + std::to_string(d.config.listen_port) +
                              ": " + bind_ec.message());
   d.port = acceptor.local_endpoint().port();
+  // Before the broker counts as listening: a monitoring port that cannot
+  // bind stops the start with nothing announced (no port file, no totals).
+  if (!d.config.http_host.empty()) d.start_http();
   d.listening = true;
   if (!d.config.port_file.empty()) {
     // Write then rename, so a reader never sees a half-written port.
@@ -900,7 +903,6 @@ void server::start() {
                  d.durable ? std::string(storage::durability_name(d.config.durability)) : std::string("off"),
                  d.tls ? " tls=" + d.tls->subject() + (d.tls->verifies_clients() ? " (client certificates required)" : "")
                        : std::string());
-  if (!d.config.http_host.empty()) d.start_http();
   asio::co_spawn(d.io, d.accept_loop(), asio::detached);
   asio::co_spawn(d.io, d.sweep_loop(), asio::detached);
 }

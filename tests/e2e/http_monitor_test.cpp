@@ -5,6 +5,7 @@
 
 #include "broker/http_monitor.hpp"
 #include "switchyard/client.hpp"
+#include "tests/support/broker_log_capture.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/log_helpers.hpp"
@@ -192,6 +193,20 @@ TEST_CASE("the monitoring port holds at most 64 connections at once", "[e2e][htt
   REQUIRE(wait_until([&] { return http_get(server.http_port(), "/healthz").closed; }));
   idle.clear();  // the idle ones close: the port answers again
   REQUIRE(wait_until([&] { return http_get(server.http_port(), "/healthz").status == 200; }));
+}
+
+TEST_CASE("a monitoring port already in use stops the start naming it, before the broker announces it listens",
+          "[e2e][http]") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor taken(io, {asio::ip::make_address("127.0.0.1"), 0});
+  broker_log_capture log;
+  auto c = monitored();
+  c.log_level = "info";
+  c.http_port = taken.local_endpoint().port();
+  broker::server s(c);
+  CHECK_THROWS_WITH(s.start(), Catch::Contains("--http") &&
+                                   Catch::Contains("127.0.0.1:" + std::to_string(c.http_port)));
+  CHECK(log.text().find("listening on") == std::string::npos);
 }
 
 TEST_CASE("a non-loopback --http is refused without --http-public", "[e2e][http]") {
