@@ -57,8 +57,6 @@ std::optional<std::uint8_t> sort_of(std::string_view name) {
   return std::nullopt;
 }
 
-std::uint64_t uptime_ms_of(const stats_report& s) { return s.uptime_ms; }
-
 }  // namespace
 
 http_monitor::http_monitor(asio::io_context& io, sources s, std::shared_ptr<spdlog::logger> logger)
@@ -183,14 +181,14 @@ http_monitor::response http_monitor::answer(std::string_view target) {
     return r.ready ? plain(200, "ready\n") : plain(503, "not ready: " + r.reason + "\n");
   }
   if (path == "/metrics") {
-    const auto st = sources_.stats();
     const auto m = sources_.metrics();
+    const auto st = sources_.stats(m);
     return {200, "text/plain; version=0.0.4; charset=utf-8",
-            prometheus_text(m, {st.version, st.instance_id, uptime_ms_of(st)})};
+            prometheus_text(m, {st.version, st.instance_id, st.uptime_ms})};
   }
   if (path == "/stats") {
-    const auto st = sources_.stats();
-    return {200, std::string(json_type), stats_json(st, sources_.metrics()) + "\n"};
+    const auto m = sources_.metrics();
+    return {200, std::string(json_type), stats_json(sources_.stats(m), m) + "\n"};
   }
   if (path == "/connz") return connz(query);
   if (path == "/" || path == "/index.html") return status_page();
@@ -235,8 +233,8 @@ http_monitor::response http_monitor::connz(std::string_view query) {
 }
 
 http_monitor::response http_monitor::status_page() {
-  const auto st = sources_.stats();
   const auto m = sources_.metrics();
+  const auto st = sources_.stats(m);
   const auto now = std::chrono::steady_clock::now();
   // Rates against the snapshot of an earlier view at least a second old;
   // views in between show the rates computed last.

@@ -46,7 +46,8 @@ class http_monitor {
     bool more = false;
   };
   struct sources {
-    std::function<stats_report()> stats;
+    // One snapshot per request: its stats report is made from it.
+    std::function<stats_report(const metrics_snapshot&)> stats;
     std::function<metrics_snapshot()> metrics;
     server_admin_handler::conn_keys_fn conn_keys;
     server_admin_handler::conn_info_fn conn_info;

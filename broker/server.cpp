@@ -250,7 +250,9 @@ struct server::impl {
   void log_metrics() const;
   metrics_snapshot metrics() const;
   // The Stats answer: identity, a summary of the settings, metrics_of().
-  stats_report stats() const;
+  stats_report stats() const { return stats(metrics()); }
+  // The same, its figures taken from `m` (a snapshot the caller also uses).
+  stats_report stats(const metrics_snapshot& m) const;
   // ConnList's sources: the sort keys of the connections past their hello,
   // and one connection's entry (with the leases of its inboxes).
   std::vector<conn_key> conn_keys() const;
@@ -303,7 +305,7 @@ void server::impl::wire_handlers() {
 
 void server::impl::start_http() {
   http_monitor::sources s{
-      [this] { return stats(); },
+      [this](const metrics_snapshot& m) { return stats(m); },
       [this] { return metrics(); },
       [this] { return conn_keys(); },
       [this](std::span<const std::uint64_t> ids) { return conn_info(ids); },
@@ -772,7 +774,7 @@ metrics_snapshot server::impl::metrics() const {
   return m;
 }
 
-stats_report server::impl::stats() const {
+stats_report server::impl::stats(const metrics_snapshot& snapshot) const {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
   stats_report r;
@@ -792,7 +794,7 @@ stats_report server::impl::stats() const {
   setting("max_pending_bytes", std::to_string(config.max_pending_bytes));
   setting("slow_consumer", config.slow_consumer == slow_consumer_policy::drop ? "drop" : "disconnect");
   setting("heartbeat_ms", std::to_string(config.heartbeat_interval.count()));
-  for (const auto& m : metrics_of(metrics())) r.values.push_back({m.name, m.value, m.counter});
+  for (const auto& m : metrics_of(snapshot)) r.values.push_back({m.name, m.value, m.counter});
   return r;
 }
 
