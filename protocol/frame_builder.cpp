@@ -132,23 +132,23 @@ bytes_view frame_builder::unsubscribe(std::uint64_t request_id, std::string_view
 }
 
 bytes_view frame_builder::publish(std::uint64_t request_id, std::string_view channel,
-                                  bytes_view payload, std::string_view stream) {
+                                  bytes_view payload, std::string_view stream, std::uint32_t expires_in_ms) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   const auto ch = fbb.CreateString(channel.data(), channel.size());
   const auto st = string_or_null(fbb, stream);
   return finish(request_id, static_cast<std::uint8_t>(wire::Message::Publish),
-                wire::CreatePublish(fbb, ch, data, st).Union());
+                wire::CreatePublish(fbb, ch, data, st, expires_in_ms).Union());
 }
 
 bytes_view frame_builder::deliver(std::string_view channel, bytes_view payload, std::string_view stream,
-                                  std::uint64_t seq, std::uint64_t epoch) {
+                                  std::uint64_t seq, std::uint64_t epoch, std::uint32_t time_left_ms) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   const auto ch = fbb.CreateString(channel.data(), channel.size());
   const auto st = string_or_null(fbb, stream);
   return finish(0, static_cast<std::uint8_t>(wire::Message::Deliver),
-                wire::CreateDeliver(fbb, ch, data, st, seq, epoch).Union());
+                wire::CreateDeliver(fbb, ch, data, st, seq, epoch, time_left_ms).Union());
 }
 
 template <class T>
@@ -258,32 +258,140 @@ bytes_view frame_builder::inbox_close(std::uint64_t request_id, std::string_view
 }
 
 bytes_view frame_builder::send(std::uint64_t request_id, std::span<const std::string_view> route_keys,
-                               bytes_view payload, std::string_view stream) {
+                               bytes_view payload, std::string_view stream, const offer_fields* offer) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   // A send always carries its key list, even when empty (required field).
   auto keys = string_list(fbb, route_keys, strings_);
   if (keys.IsNull()) keys = fbb.CreateVector(std::vector<Offset<String>>{});
   const auto st = string_or_null(fbb, stream);
-  return finish_as(request_id, wire::CreateSend(fbb, keys, data, st));
+  if (!offer) return finish_as(request_id, wire::CreateSend(fbb, keys, data, st));
+  const auto reply = string_or_null(fbb, offer->receipt_inbox);
+  return finish_as(request_id, wire::CreateSend(fbb, keys, data, st, offer->expires_in_ms, offer->offer_id,
+                                                offer->receipt_timeout_ms, reply, offer->cap_max,
+                                                offer->cap_window_ms));
 }
 
 bytes_view frame_builder::send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
-                                      std::uint32_t routed, std::uint64_t seq, std::uint64_t epoch) {
+                                      std::uint32_t routed, std::uint64_t seq, std::uint64_t epoch,
+                                      std::span<const std::uint8_t> outcomes, std::uint32_t capped) {
   auto& fbb = start();
   const auto list = string_list(fbb, gateways, strings_);
-  return finish_as(request_id, wire::CreateSendResult(fbb, list, routed, seq, epoch));
+  Offset<Vector<wire::KeyOutcome>> out;
+  if (!outcomes.empty())
+    out = fbb.CreateVector(reinterpret_cast<const wire::KeyOutcome*>(outcomes.data()), outcomes.size());
+  return finish_as(request_id, wire::CreateSendResult(fbb, list, routed, seq, epoch, out, capped));
 }
 
 bytes_view frame_builder::inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
                                          bytes_view payload, std::string_view stream, std::uint64_t seq,
-                                         std::uint64_t epoch) {
+                                         std::uint64_t epoch, std::uint32_t time_left_ms, std::uint64_t offer_id) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   const auto keys = string_list(fbb, route_keys, strings_);
   const auto id = fbb.CreateString(inbox_id.data(), inbox_id.size());
   const auto st = string_or_null(fbb, stream);
-  return finish_as(0, wire::CreateInboxDelivery(fbb, id, keys, data, st, seq, epoch));
+  return finish_as(0, wire::CreateInboxDelivery(fbb, id, keys, data, st, seq, epoch, time_left_ms, offer_id));
+}
+
+bytes_view frame_builder::offer_ack(std::uint64_t request_id, std::uint64_t offer_id, std::string_view route_key) {
+  auto& fbb = start();
+  const auto key = string_or_null(fbb, route_key);
+  return finish_as(request_id, wire::CreateOfferAck(fbb, offer_id, key));
+}
+
+bytes_view frame_builder::receipt(std::uint64_t offer_id, std::string_view route_key, std::string_view inbox_id,
+                                  std::uint8_t outcome, std::uint64_t elapsed_us) {
+  auto& fbb = start();
+  const auto key = fbb.CreateString(route_key.data(), route_key.size());
+  const auto inbox = fbb.CreateString(inbox_id.data(), inbox_id.size());
+  return finish_as(0, wire::CreateReceipt(fbb, offer_id, key, inbox, static_cast<wire::ReceiptOutcome>(outcome),
+                                          elapsed_us));
+}
+
+bytes_view frame_builder::withdraw(std::uint64_t request_id, std::uint64_t offer_id) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateWithdraw(fbb, offer_id));
+}
+
+bytes_view frame_builder::withdraw_result(std::uint64_t request_id, std::uint64_t offer_id, std::uint32_t dropped,
+                                          std::uint32_t notified, std::uint32_t pending) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateWithdrawResult(fbb, offer_id, dropped, notified, pending));
+}
+
+bytes_view frame_builder::withdrawn(std::uint64_t offer_id, std::string_view inbox_id,
+                                    std::span<const std::string_view> route_keys) {
+  auto& fbb = start();
+  const auto keys = string_list(fbb, route_keys, strings_);
+  const auto inbox = fbb.CreateString(inbox_id.data(), inbox_id.size());
+  return finish_as(0, wire::CreateWithdrawn(fbb, offer_id, inbox, keys));
+}
+
+bytes_view frame_builder::pending_offers(std::uint64_t request_id, std::string_view route_key, std::uint32_t limit) {
+  auto& fbb = start();
+  const auto key = fbb.CreateString(route_key.data(), route_key.size());
+  return finish_as(request_id, wire::CreatePendingOffers(fbb, key, limit));
+}
+
+bytes_view frame_builder::pending_offers_result(std::uint64_t request_id, std::string_view route_key,
+                                                std::span<const pending_offer_fields> offers) {
+  auto& fbb = start();
+  std::vector<Offset<wire::PendingOffer>> items;
+  items.reserve(offers.size());
+  for (const auto& o : offers) {
+    const auto data = fbb.CreateVector(o.payload.data(), o.payload.size());
+    items.push_back(wire::CreatePendingOffer(fbb, o.offer_id, data, o.time_left_ms, o.age_ms));
+  }
+  const auto list = fbb.CreateVector(items);
+  const auto key = fbb.CreateString(route_key.data(), route_key.size());
+  return finish_as(request_id, wire::CreatePendingOffersResult(fbb, key, list));
+}
+
+bytes_view frame_builder::exposure_query(std::uint64_t request_id, std::span<const std::string_view> route_keys,
+                                         std::uint32_t window_ms) {
+  auto& fbb = start();
+  auto keys = string_list(fbb, route_keys, strings_);
+  if (keys.IsNull()) keys = fbb.CreateVector(std::vector<Offset<String>>{});
+  return finish_as(request_id, wire::CreateExposureQuery(fbb, keys, window_ms));
+}
+
+bytes_view frame_builder::exposure_result(std::uint64_t request_id, std::span<const std::uint32_t> counts) {
+  auto& fbb = start();
+  const auto list = fbb.CreateVector(counts.data(), counts.size());
+  return finish_as(request_id, wire::CreateExposureResult(fbb, list));
+}
+
+bytes_view frame_builder::flag_set(std::uint64_t request_id, std::string_view name, std::uint8_t percent) {
+  auto& fbb = start();
+  const auto n = fbb.CreateString(name.data(), name.size());
+  return finish_as(request_id, wire::CreateFlagSet(fbb, n, percent));
+}
+
+bytes_view frame_builder::flag_list(std::uint64_t request_id) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateFlagList(fbb));
+}
+
+namespace {
+Offset<wire::FlagInfo> flag_info_of(flatbuffers::FlatBufferBuilder& fbb, const flag_info_fields& f) {
+  const auto n = fbb.CreateString(f.name.data(), f.name.size());
+  return wire::CreateFlagInfo(fbb, n, f.percent, f.connections_on, f.connections_off);
+}
+}  // namespace
+
+bytes_view frame_builder::flag_info(std::uint64_t request_id, const flag_info_fields& f) {
+  auto& fbb = start();
+  return finish_as(request_id, flag_info_of(fbb, f));
+}
+
+bytes_view frame_builder::flag_list_result(std::uint64_t request_id, std::span<const flag_info_fields> flags) {
+  auto& fbb = start();
+  std::vector<Offset<wire::FlagInfo>> items;
+  items.reserve(flags.size());
+  for (const auto& f : flags) items.push_back(flag_info_of(fbb, f));
+  const auto list = fbb.CreateVector(items);
+  return finish_as(request_id, wire::CreateFlagListResult(fbb, list));
 }
 
 bytes_view frame_builder::append(std::uint64_t request_id, std::string_view stream, bytes_view payload) {

@@ -100,6 +100,32 @@ struct conn_info_fields {
 };
 
 // Retention limits as on the wire (0 = no limit).
+// The offer fields of a Send (capability "offers"; docs/protocol.md §15).
+struct offer_fields {
+  std::uint32_t expires_in_ms = 0;
+  std::uint64_t offer_id = 0;
+  std::uint32_t receipt_timeout_ms = 0;
+  std::string_view receipt_inbox;
+  std::uint32_t cap_max = 0;
+  std::uint32_t cap_window_ms = 0;
+};
+
+// One entry of PendingOffersResult.
+struct pending_offer_fields {
+  std::uint64_t offer_id = 0;
+  bytes_view payload;
+  std::uint32_t time_left_ms = 0;
+  std::uint32_t age_ms = 0;
+};
+
+// One entry of FlagListResult (and the FlagInfo answer).
+struct flag_info_fields {
+  std::string_view name;
+  std::uint8_t percent = 0;
+  std::uint64_t connections_on = 0;
+  std::uint64_t connections_off = 0;
+};
+
 struct retention_fields {
   std::uint64_t max_records = 0;
   std::uint64_t max_age_ms = 0;
@@ -137,11 +163,13 @@ class frame_builder {
   bytes_view ok(std::uint64_t request_id);
   bytes_view subscribe(std::uint64_t request_id, std::string_view pattern);
   bytes_view unsubscribe(std::uint64_t request_id, std::string_view pattern);
+  // `expires_in_ms`: capability "offers" (0 = no expiry).
   bytes_view publish(std::uint64_t request_id, std::string_view channel, bytes_view payload,
-                     std::string_view stream = {});
-  // A delivery; with a stream, it carries the message's log position.
+                     std::string_view stream = {}, std::uint32_t expires_in_ms = 0);
+  // A delivery; with a stream, it carries the message's log position;
+  // with time_left_ms > 0 (capability "offers") the time left.
   bytes_view deliver(std::string_view channel, bytes_view payload, std::string_view stream = {},
-                     std::uint64_t seq = 0, std::uint64_t epoch = 0);
+                     std::uint64_t seq = 0, std::uint64_t epoch = 0, std::uint32_t time_left_ms = 0);
   bytes_view dropped(std::uint64_t count);
 
   // Leases, registry, inboxes (capability "routing").
@@ -166,12 +194,38 @@ class frame_builder {
   bytes_view inbox_open(std::uint64_t request_id, std::string_view inbox_id, std::uint64_t lease_id);
   bytes_view inbox_close(std::uint64_t request_id, std::string_view inbox_id);
   bytes_view send(std::uint64_t request_id, std::span<const std::string_view> route_keys, bytes_view payload,
-                  std::string_view stream = {});
+                  std::string_view stream = {}, const offer_fields* offer = nullptr);
+  // `outcomes` (wire::KeyOutcome values, one per key): an offer's answer;
+  // empty for a plain send.
   bytes_view send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
-                         std::uint32_t routed, std::uint64_t seq = 0, std::uint64_t epoch = 0);
+                         std::uint32_t routed, std::uint64_t seq = 0, std::uint64_t epoch = 0,
+                         std::span<const std::uint8_t> outcomes = {}, std::uint32_t capped = 0);
+  // time_left_ms and offer_id (capability "offers"): written only when > 0.
   bytes_view inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
                             bytes_view payload, std::string_view stream = {}, std::uint64_t seq = 0,
-                            std::uint64_t epoch = 0);
+                            std::uint64_t epoch = 0, std::uint32_t time_left_ms = 0, std::uint64_t offer_id = 0);
+
+  // Offers (capability "offers").
+  bytes_view offer_ack(std::uint64_t request_id, std::uint64_t offer_id, std::string_view route_key);
+  // `outcome` is a wire::ReceiptOutcome value.
+  bytes_view receipt(std::uint64_t offer_id, std::string_view route_key, std::string_view inbox_id,
+                     std::uint8_t outcome, std::uint64_t elapsed_us);
+  bytes_view withdraw(std::uint64_t request_id, std::uint64_t offer_id);
+  bytes_view withdraw_result(std::uint64_t request_id, std::uint64_t offer_id, std::uint32_t dropped,
+                             std::uint32_t notified, std::uint32_t pending);
+  bytes_view withdrawn(std::uint64_t offer_id, std::string_view inbox_id, std::span<const std::string_view> route_keys);
+  bytes_view pending_offers(std::uint64_t request_id, std::string_view route_key, std::uint32_t limit = 0);
+  bytes_view pending_offers_result(std::uint64_t request_id, std::string_view route_key,
+                                   std::span<const pending_offer_fields> offers);
+  bytes_view exposure_query(std::uint64_t request_id, std::span<const std::string_view> route_keys,
+                            std::uint32_t window_ms);
+  bytes_view exposure_result(std::uint64_t request_id, std::span<const std::uint32_t> counts);
+
+  // Server flags (capability "admin").
+  bytes_view flag_set(std::uint64_t request_id, std::string_view name, std::uint8_t percent);
+  bytes_view flag_list(std::uint64_t request_id);
+  bytes_view flag_info(std::uint64_t request_id, const flag_info_fields& f);
+  bytes_view flag_list_result(std::uint64_t request_id, std::span<const flag_info_fields> flags);
 
   // The sequence log (capability "log").
   bytes_view append(std::uint64_t request_id, std::string_view stream, bytes_view payload);

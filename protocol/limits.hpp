@@ -81,11 +81,16 @@ inline constexpr std::string_view stream_drops = "stream-drops";
 // client that asks on a broker without an auth file; with one, to admin
 // principals only.
 inline constexpr std::string_view admin = "admin";
+// Offers (docs/protocol.md §15): expiries on Publish and Send, offer ids,
+// receipts, withdrawal, pending offers, exposure caps (tags 48..56). The
+// fields and notices a receiver gets (time_left_ms, offer_id, Withdrawn)
+// also need the server's flag "offers" on for the connection.
+inline constexpr std::string_view offers = "offers";
 }  // namespace capability
 
-inline constexpr std::array<std::string_view, 6> supported_capabilities{
+inline constexpr std::array<std::string_view, 7> supported_capabilities{
     capability::dropped_notice, capability::publish_ack, capability::routing, capability::log,
-    capability::stream_drops, capability::admin};
+    capability::stream_drops, capability::admin, capability::offers};
 
 // Ed25519 challenge-response in the hello (AuthChallenge, AuthProof).
 inline constexpr std::size_t auth_public_key_size = 32;
