@@ -24,6 +24,7 @@ negotiated_capabilities negotiate(const protocol::wire::Hello& hello, bool log_a
     out.set.sequence_log |= out.names[i] == cap::log;
     out.set.stream_drops |= out.names[i] == cap::stream_drops;
     out.set.admin |= out.names[i] == cap::admin;
+    out.set.offers |= out.names[i] == cap::offers;
   }
   // StreamDropped carries a log position ("log") and is reset by the
   // Dropped notice ("dropped-notice").
@@ -52,6 +53,7 @@ std::vector<std::string_view> names_of(const capability_set& set) {
   if (set.sequence_log) out.push_back(cap::log);
   if (set.stream_drops) out.push_back(cap::stream_drops);
   if (set.admin) out.push_back(cap::admin);
+  if (set.offers) out.push_back(cap::offers);
   return out;
 }
 

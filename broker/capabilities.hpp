@@ -20,6 +20,7 @@ struct capability_set {
   bool sequence_log = false;  // the "log" capability: Append, Read, stream admin, log positions
   bool stream_drops = false;  // granted only with "log" and "dropped-notice"
   bool admin = false;         // Drain; may use the reserved --admin-slots (with an auth file: admin principals only)
+  bool offers = false;        // expiries, offers, receipts (docs/protocol.md §15); fields also need the flag
 };
 
 // The answer to a hello's capability list: the names granted (asked ∩

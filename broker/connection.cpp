@@ -4,6 +4,7 @@
 #include "broker/authenticator.hpp"
 #include "broker/connection_registry.hpp"
 #include "broker/dispatcher.hpp"
+#include "broker/feature_flags.hpp"
 #include "broker/input_memory.hpp"
 #include "broker/loop_pressure.hpp"
 #include "broker/wire_error.hpp"
@@ -118,6 +119,29 @@ void connection::deliver(protocol::bytes_view frame) {
   if (queued) queue_.push(store_own(frame));
   delivered(queued);
   if (!queued && granted_.stream_drops && !closing_) report_dropped_position(frame);
+}
+
+void connection::deliver(const frame_ref& frame, const delivery_meta& meta) {
+  if (!welcomed_ || closing_) return;
+  delivered(queue_.push_droppable(frame, meta));
+}
+
+void connection::deliver(protocol::bytes_view frame, const delivery_meta& meta) {
+  if (!welcomed_ || closing_) return;
+  // A frame that carries time_left_ms is rewritten when written: it must
+  // be this connection's own copy (store_own copies).
+  const bool queued = queue_.admit(frame.size());
+  if (queued) queue_.push(store_own(frame), meta);
+  delivered(queued);
+}
+
+bool connection::wants_offer_fields() const noexcept {
+  return offers_member_ && ctx_.flags.on(feature_flags::flag::offers, offers_bucket_);
+}
+
+std::size_t connection::withdraw(std::uint64_t offer_id) {
+  if (closed_) return 0;
+  return queue_.cancel(offer_id);
 }
 
 void connection::report_dropped_position(protocol::bytes_view frame) {
@@ -251,6 +275,10 @@ void connection::fail(asio_error_code ec, std::string_view what) {
   // The handlers forget it (subscriptions, inboxes): no delivery reaches
   // it from here on.
   ctx_.dispatch.disconnected(*this);
+  if (offers_member_) {
+    offers_member_ = false;
+    ctx_.flags.left(feature_flags::flag::offers, offers_bucket_);
+  }
   release_spill();
   stream_.close();
   wake_.cancel();
@@ -363,7 +391,14 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
     queued_since_ = write_start;
     spans.clear();
     buffers.clear();
-    queue_.begin_write(spans);
+    queue_.begin_write(spans, write_start);
+    if (const auto n = queue_.take_expired()) ctx_.counters.expired += n;
+    if (const auto n = queue_.take_cancelled()) ctx_.counters.withdrawn_queued += n;
+    if (spans.empty()) {
+      // Every frame taken had expired or was withdrawn: nothing to write.
+      queue_.end_write();
+      continue;
+    }
     std::size_t writing = 0;
     for (const auto& s : spans) {
       buffers.emplace_back(s.data(), s.size());
@@ -733,6 +768,13 @@ bool connection::welcome(std::uint64_t request_id, negotiated_capabilities caps,
   w.server_instance = ctx_.config.instance_id;
   send(ctx_.builder.welcome(request_id, w));
   welcomed_ = true;
+  if (granted_.offers) {
+    // Without a client id the connection id stands in (not stable across
+    // reconnects: docs/protocol.md §15.6).
+    offers_bucket_ = feature_flags::bucket_of(client_id_.empty() ? std::to_string(id()) : client_id_);
+    offers_member_ = true;
+    ctx_.flags.joined(feature_flags::flag::offers, offers_bucket_);
+  }
   hello_timer_.cancel();
   parser_.set_max_frame(ctx_.config.max_frame);
   ctx_.logger->info("conn={} hello from {} name='{}' client_id='{}'{}{}", id(), peer_address_, client_name_,

@@ -42,6 +42,7 @@ namespace switchyard::broker {
 
 class authenticator;
 class connection_registry;
+class feature_flags;
 class dispatcher;
 class input_memory;
 class loop_pressure;
@@ -59,6 +60,7 @@ struct connection_context {
   admission_control& admission;  // decides on each hello (cap, rate, draining)
   authenticator& auth;           // who each hello is from (docs/security.md)
   server_counters& counters;
+  feature_flags& flags;          // server flags (the "offers" ramp)
   std::shared_ptr<spdlog::logger> logger;
   bool log_available = false;  // the server has a sequence log ("log" may be granted)
 };
@@ -87,6 +89,12 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   // is dropped (slow consumer: maybe close, per policy).
   void deliver(const frame_ref& frame) override;
   void deliver(protocol::bytes_view frame) override;
+  void deliver(const frame_ref& frame, const delivery_meta& meta) override;
+  void deliver(protocol::bytes_view frame, const delivery_meta& meta) override;
+  // Declared "offers" and inside the flag's ramp (asked per delivery).
+  bool wants_offer_fields() const noexcept override;
+  std::size_t withdraw(std::uint64_t offer_id) override;
+  void notify(protocol::bytes_view frame) override { send(frame); }
   // The principal's subscribe permissions for `channel` (a subscription
   // that overlaps a denied channel receives nothing from it).
   bool receives(std::string_view channel) const override;
@@ -209,6 +217,10 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   std::uint64_t bytes_out_ = 0;  // written to it (plaintext)
   std::uint64_t dropped_ = 0;    // deliveries dropped for it
   bool dropping_ = false;        // dropped since its queue last drained (a slow consumer now)
+  // Granted "offers": its ramp bucket (feature_flags::bucket_of its client
+  // id), counted in ctx_.flags from the welcome until fail().
+  std::uint8_t offers_bucket_ = 0;
+  bool offers_member_ = false;
   // Between a Hello with a public key and its AuthProof only.
   struct pending_challenge {
     std::array<std::uint8_t, 32> nonce{};

@@ -9,6 +9,7 @@
 // it is destroyed (a connection does so when it closes).
 
 #include "broker/frame_arena.hpp"
+#include "broker/outbound_queue.hpp"
 #include "protocol/frame_builder.hpp"
 
 #include <cstdint>
@@ -38,6 +39,24 @@ class delivery_target {
   // Whether frames for this target carry a log position (the "log"
   // capability: a field is only sent to a peer that declared it).
   virtual bool wants_log_positions() const noexcept = 0;
+
+  // Offers (docs/protocol.md §15). The same two deliveries with what the
+  // queue needs to know of them (an expiry, an offer id): the target never
+  // writes the frame at or after meta.deadline, and drops it on
+  // withdraw(meta.offer_id) while it is still queued.
+  virtual void deliver(const frame_ref& frame, const delivery_meta& meta) = 0;
+  virtual void deliver(protocol::bytes_view frame, const delivery_meta& meta) = 0;
+  // Whether frames for this target carry the offer fields (time_left_ms,
+  // offer_id) and it gets Withdrawn notices: it declared "offers" and the
+  // server's flag "offers" is on for it. Asked per delivery: a flag change
+  // applies at once.
+  virtual bool wants_offer_fields() const noexcept = 0;
+  // Drops the copies of offer `offer_id` still queued for this target;
+  // returns how many (0: none was queued, it was written or never came).
+  virtual std::size_t withdraw(std::uint64_t offer_id) = 0;
+  // Queues a notice (Receipt, Withdrawn): a control frame, never dropped
+  // as a slow consumer's delivery would be. Bytes borrowed for the call.
+  virtual void notify(protocol::bytes_view frame) = 0;
   // Whether messages on `channel` may reach this target at all (a
   // connection's principal may subscribe to a pattern that overlaps a
   // channel it is denied). Asked once per channel when the channel table

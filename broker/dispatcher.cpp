@@ -1,6 +1,7 @@
 #include "broker/dispatcher.hpp"
 
 #include "broker/log_handler.hpp"
+#include "broker/offer_handler.hpp"
 #include "broker/pubsub_handler.hpp"
 #include "broker/routing_handler.hpp"
 #include "broker/server_admin_handler.hpp"
@@ -98,12 +99,22 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&stream_admin_handler::set_retention>(M::SetRetention, h.stream_admin, R::sequence_log);
     bind<&stream_admin_handler::delete_stream>(M::StreamDelete, h.stream_admin, R::sequence_log);
   }
-  for (M type : {M::Drain, M::Stats, M::ConnList})
+  for (M type : {M::Drain, M::Stats, M::ConnList, M::FlagSet, M::FlagList})
     table_[static_cast<std::size_t>(type)] = {true, R::admin, nullptr, nullptr};
   if (h.admin) {
     bind<&server_admin_handler::drain>(M::Drain, h.admin, R::admin);
     bind<&server_admin_handler::stats>(M::Stats, h.admin, R::admin);
     bind<&server_admin_handler::conn_list>(M::ConnList, h.admin, R::admin);
+    bind<&server_admin_handler::flag_set>(M::FlagSet, h.admin, R::admin);
+    bind<&server_admin_handler::flag_list>(M::FlagList, h.admin, R::admin);
+  }
+  for (M type : {M::OfferAck, M::Withdraw, M::PendingOffers, M::ExposureQuery})
+    table_[static_cast<std::size_t>(type)] = {true, R::offers, nullptr, nullptr};
+  if (h.offers) {
+    bind<&offer_handler::ack>(M::OfferAck, h.offers, R::offers);
+    bind<&offer_handler::withdraw>(M::Withdraw, h.offers, R::offers);
+    bind<&offer_handler::pending>(M::PendingOffers, h.offers, R::offers);
+    bind<&offer_handler::exposure>(M::ExposureQuery, h.offers, R::offers);
   }
 }
 
@@ -112,6 +123,8 @@ void dispatcher::refuse(peer& from, std::uint64_t rid, requirement missing) {
     return from.send_error(rid, errc::unsupported_message, "this needs the \"routing\" capability in the hello");
   if (missing == requirement::admin)
     return from.send_error(rid, errc::unsupported_message, "this needs the \"admin\" capability in the hello");
+  if (missing == requirement::offers)
+    return from.send_error(rid, errc::unsupported_message, "this needs the \"offers\" capability in the hello");
   from.send_error(rid, errc::unsupported_message, no_log_message(handlers_.log != nullptr));
 }
 
@@ -172,6 +185,21 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
     case M::Drain: return admin_only("Drain");
     case M::Stats: return admin_only("Stats");
     case M::ConnList: return admin_only("ConnList");
+    case M::FlagSet: return admin_only("FlagSet");
+    case M::FlagList: return admin_only("FlagList");
+    // A user's pending offers are read like its registry entry; exposure
+    // counts are asked by whoever may send to the keys. Withdraw checks
+    // the offer's owner (offer_handler).
+    case M::PendingOffers:
+      return check(op::registry_get, frame.message_as_PendingOffers()->route_key()->string_view());
+    case M::OfferAck: return check(op::registry_get, text(frame.message_as_OfferAck()->route_key()));
+    case M::ExposureQuery: {
+      const auto& send_rule = who.rule(op::send);
+      if (!send_rule.allows_everything())
+        for (const auto* k : *frame.message_as_ExposureQuery()->route_keys())
+          if (!check(op::send, k->string_view())) return false;
+      return true;
+    }
     default: return true;  // unsubscribe, lease requests (ownership: routing_handler), inbox close, ping, ...
   }
 }
@@ -188,7 +216,8 @@ bool dispatcher::dispatch(peer& from, const wire::Frame& frame) {
   const capability_set& granted = from.granted();
   const bool allowed = r.needs == requirement::none || (r.needs == requirement::routing && granted.routing) ||
                        (r.needs == requirement::sequence_log && granted.sequence_log) ||
-                       (r.needs == requirement::admin && granted.admin);
+                       (r.needs == requirement::admin && granted.admin) ||
+                       (r.needs == requirement::offers && granted.offers);
   if (!allowed || !r.fn) {
     refuse(from, frame.request_id(), r.needs);
     return true;
@@ -207,6 +236,7 @@ void dispatcher::look_ahead(const peer& from, std::span<const protocol::frame_vi
 void dispatcher::disconnected(peer& p) {
   handlers_.pubsub.disconnected(p);
   handlers_.routing.disconnected(p);
+  if (handlers_.offers) handlers_.offers->disconnected(p);
 }
 
 dispatcher::requirement dispatcher::needs(wire::Message type) const noexcept {

@@ -12,7 +12,10 @@
 //   Append, Read                               log_handler          "log"
 //   StreamInfo, StreamList, SetRetention,
 //   StreamDelete                               stream_admin_handler "log"
-//   Drain, Stats, ConnList                     server_admin_handler "admin"
+//   OfferAck, Withdraw, PendingOffers,
+//   ExposureQuery                              offer_handler        "offers"
+//   (a Send with offer fields goes from routing_handler to offer_handler)
+//   Drain, Stats, ConnList, FlagSet, FlagList  server_admin_handler "admin"
 //   Ping (answered in order: peer::ping), Pong, Error (a client's notice,
 //   logged), Hello (a second one: bad_request)  here                (none)
 //   anything else (server-to-client types)     closes the connection
@@ -40,11 +43,12 @@ class routing_handler;
 class log_handler;
 class stream_admin_handler;
 class server_admin_handler;
+class offer_handler;
 
 class dispatcher {
  public:
   // What a message needs granted before its handler runs.
-  enum class requirement : std::uint8_t { none, routing, sequence_log, admin };
+  enum class requirement : std::uint8_t { none, routing, sequence_log, admin, offers };
 
   // The handlers, borrowed for the dispatcher's lifetime. `log` and
   // `stream_admin` are null on a server without a sequence log.
@@ -54,6 +58,7 @@ class dispatcher {
     log_handler* log = nullptr;
     stream_admin_handler* stream_admin = nullptr;
     server_admin_handler* admin = nullptr;  // null: Drain is answered unsupported_message
+    offer_handler* offers = nullptr;        // null: offer requests are answered unsupported_message
   };
   dispatcher(handlers h, server_counters& counters, std::shared_ptr<spdlog::logger> logger);
 

@@ -1,5 +1,7 @@
 #include "broker/fanout.hpp"
 
+#include <algorithm>
+
 namespace switchyard::broker {
 
 std::size_t fanout::publish(std::string_view channel, protocol::bytes_view payload, const log_position* position) {
@@ -31,14 +33,76 @@ void fanout::deliver_to_inbox(delivery_target* owner, std::string_view inbox, st
     owner->deliver(builder_.inbox_delivery(inbox, keys, payload));
 }
 
+namespace {
+std::uint32_t ms_left(std::chrono::steady_clock::time_point deadline, std::chrono::steady_clock::time_point now) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+  return static_cast<std::uint32_t>(std::clamp<std::int64_t>(left, 1, UINT32_MAX));
+}
+}  // namespace
+
+std::size_t fanout::publish_expiring(std::string_view channel, protocol::bytes_view payload,
+                                     std::chrono::steady_clock::time_point deadline,
+                                     std::chrono::steady_clock::time_point now) {
+  ++counters_.published;
+  const auto& subs = channels_.match(channel);
+  if (subs.empty()) return 0;
+  const delivery_meta shared_meta{deadline, 0, false};
+  const delivery_meta own_meta{deadline, 0, true};
+  frame_ref plain;
+  for (delivery_target* t : subs) {
+    if (t->wants_offer_fields()) {
+      t->deliver(builder_.deliver(channel, payload, {}, 0, 0, ms_left(deadline, now)), own_meta);
+    } else {
+      if (!plain) plain = arena_.store(builder_.deliver(channel, payload));
+      t->deliver(plain, shared_meta);
+    }
+  }
+  return subs.size();
+}
+
+void fanout::deliver_offer(delivery_target* owner, std::string_view inbox, std::span<const std::string_view> keys,
+                           protocol::bytes_view payload) {
+  const delivery_meta& meta = *offer_meta_;
+  if (owner->wants_offer_fields()) {
+    delivery_meta own = meta;
+    own.refresh_time_left = meta.deadline != std::chrono::steady_clock::time_point{};
+    owner->deliver(builder_.inbox_delivery(inbox, keys, payload, {}, 0, 0, offer_time_left_ms_, meta.offer_id), own);
+  } else {
+    owner->deliver(builder_.inbox_delivery(inbox, keys, payload), meta);
+  }
+}
+
+std::uint32_t fanout::send_offer(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                                 const delivery_meta& meta, std::chrono::steady_clock::time_point now,
+                                 std::vector<std::string_view>& gateways) {
+  offer_meta_ = &meta;
+  offer_time_left_ms_ =
+      meta.deadline == std::chrono::steady_clock::time_point{} ? 0 : ms_left(meta.deadline, now);
+  const auto routed = route_and_group(keys, gateways, [&](delivery_target* owner, std::string_view inbox,
+                                                          std::span<const std::string_view> ks) {
+    deliver_offer(owner, inbox, ks, payload);
+  });
+  offer_meta_ = nullptr;
+  return routed;
+}
+
 std::uint32_t fanout::send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
                                     const log_position* position, std::vector<std::string_view>& gateways) {
+  return route_and_group(keys, gateways, [&](delivery_target* owner, std::string_view inbox,
+                                             std::span<const std::string_view> ks) {
+    deliver_to_inbox(owner, inbox, ks, payload, position);
+  });
+}
+
+template <class Deliver>
+std::uint32_t fanout::route_and_group(std::span<const std::string_view> keys, std::vector<std::string_view>& gateways,
+                                      Deliver&& deliver) {
   gateways.assign(keys.size(), {});
   std::uint32_t routed = 0;
   if (keys.size() == 1) {
     // Send to a user: nothing to group.
     if (const auto to = routing_.route(keys[0]); to.owner) {
-      deliver_to_inbox(to.owner, to.inbox, keys, payload, position);
+      deliver(to.owner, to.inbox, keys);
       gateways[0] = to.inbox;
       routed = 1;
     }
@@ -62,8 +126,7 @@ std::uint32_t fanout::send_to_users(std::span<const std::string_view> keys, prot
       gateways[i] = to.inbox;
       ++routed;
     }
-    for (std::size_t g = 0; g < used; ++g)
-      deliver_to_inbox(groups_[g].owner, groups_[g].inbox, groups_[g].keys, payload, position);
+    for (std::size_t g = 0; g < used; ++g) deliver(groups_[g].owner, groups_[g].inbox, groups_[g].keys);
   }
   counters_.sends_routed += routed;
   counters_.sends_unrouted += keys.size() - routed;

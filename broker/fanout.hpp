@@ -20,6 +20,7 @@
 #include "broker/server_counters.hpp"
 #include "protocol/frame_builder.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -43,6 +44,12 @@ class fanout {
   // Returns the number of targets. Precondition:
   // protocol::is_valid_channel(channel). Counts one publish.
   std::size_t publish(std::string_view channel, protocol::bytes_view payload, const log_position* position = nullptr);
+  // The same for a message that expires at `deadline` (capability
+  // "offers"; no log position): nothing is delivered at or after it.
+  // Targets that want the offer fields get their own copy carrying the time
+  // left (refreshed when written); the others share one plain frame.
+  std::size_t publish_expiring(std::string_view channel, protocol::bytes_view payload,
+                               std::chrono::steady_clock::time_point deadline, std::chrono::steady_clock::time_point now);
 
   // Resolves each route key and delivers the payload once into each inbox
   // the keys lead to, listing that inbox's keys (with the log position for
@@ -52,6 +59,14 @@ class fanout {
   // keys routed.
   std::uint32_t send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
                               const log_position* position, std::vector<std::string_view>& gateways);
+  // A send with an expiry or an offer id (capability "offers"; no log
+  // position): as send_to_users, each inbox delivery queued with `meta`
+  // (its deadline and offer id); targets that want the offer fields get
+  // time_left_ms (refreshed when written) and the offer id. Precondition:
+  // meta.deadline is after `now`.
+  std::uint32_t send_offer(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                           const delivery_meta& meta, std::chrono::steady_clock::time_point now,
+                           std::vector<std::string_view>& gateways);
 
   // Scratch a caller may fill with a send's keys before send_to_users (the
   // keys of one send at a time; reused, so the steady state allocates
@@ -62,6 +77,16 @@ class fanout {
  private:
   void deliver_to_inbox(delivery_target* owner, std::string_view inbox, std::span<const std::string_view> keys,
                         protocol::bytes_view payload, const log_position* position);
+  void deliver_offer(delivery_target* owner, std::string_view inbox, std::span<const std::string_view> keys,
+                     protocol::bytes_view payload);
+  // Resolves `keys` into gateways_out and groups_ (one per inbox); calls
+  // deliver for each group. Returns the keys routed.
+  template <class Deliver>
+  std::uint32_t route_and_group(std::span<const std::string_view> keys, std::vector<std::string_view>& gateways,
+                                Deliver&& deliver);
+  // The offer being sent (send_offer), for deliver_offer.
+  const delivery_meta* offer_meta_ = nullptr;
+  std::uint32_t offer_time_left_ms_ = 0;
 
   channel_table& channels_;
   routing_table& routing_;

@@ -39,6 +39,18 @@ struct metrics_snapshot {
   std::uint64_t incomplete_bytes_peak = 0;   // the most they held at once
   std::size_t arena_chunks = 0;              // frame arena chunks allocated (in use or pooled)
 
+  // Offers (offer_handler) and the flag "offers".
+  std::size_t offers = 0;               // live offers
+  std::size_t offer_bytes = 0;          // what they hold (offer_table::bytes)
+  std::size_t offers_pending = 0;       // (key, offer) pending entries
+  std::uint64_t offers_evicted = 0;     // offers forgotten by max-offers / max-offer-bytes
+  std::uint64_t pending_pushed_out = 0; // pending entries pushed out by max-pending-per-key
+  std::size_t exposure_keys = 0;        // route keys with offers counted in the window
+  std::size_t exposure_bytes = 0;       // what their counts hold (exposure_table::bytes)
+  std::uint8_t flag_offers_percent = 0;
+  std::uint64_t flag_offers_on = 0;     // connections that declared "offers", inside the ramp
+  std::uint64_t flag_offers_off = 0;    // ... and outside it
+
   // The sequence log (all zero without one).
   bool log_enabled = false;
   std::size_t streams = 0;                 // streams in the log (sequence_log::stream_count)

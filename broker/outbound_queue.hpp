@@ -11,6 +11,7 @@
 
 #include "broker/frame_arena.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -18,6 +19,21 @@
 #include <vector>
 
 namespace switchyard::broker {
+
+// What a queued delivery may carry besides its bytes (capability "offers",
+// docs/protocol.md §15). The default (no deadline, no offer) costs nothing
+// at write time.
+struct delivery_meta {
+  // Never written at or after this instant ({} = no expiry).
+  std::chrono::steady_clock::time_point deadline{};
+  // The offer it belongs to (0 = none): outbound_queue::cancel drops it.
+  std::uint64_t offer_id = 0;
+  // The frame carries time_left_ms and is this queue's own copy: the
+  // writer sets the field to the time left just before writing it.
+  bool refresh_time_left = false;
+
+  bool plain() const noexcept { return deadline == std::chrono::steady_clock::time_point{} && offer_id == 0; }
+};
 
 class outbound_queue {
  public:
@@ -28,14 +44,15 @@ class outbound_queue {
   bool admit(std::size_t bytes) noexcept;
   // Queues a delivery unless that would take the queued bytes past the
   // limit; then it is dropped and counted. Returns false when dropped.
-  bool push_droppable(const frame_ref& f) {
+  bool push_droppable(const frame_ref& f, const delivery_meta& meta = {}) {
     if (!admit(f.size())) return false;
-    push(f);
+    push(f, meta);
     return true;
   }
   // Queues a control frame (answers, pings, errors): never dropped, so the
-  // limit can be exceeded by control traffic alone.
-  void push(frame_ref f);
+  // limit can be exceeded by control traffic alone. With `meta`, a
+  // delivery that admit() let in.
+  void push(frame_ref f, const delivery_meta& meta = {});
 
   // The most one write takes (begin_write), unless a single frame is larger.
   static constexpr std::size_t max_write_bytes = 256 * 1024;
@@ -47,8 +64,12 @@ class outbound_queue {
 
   // Moves pending frames in flight, in order, up to max_write_bytes (at
   // least one frame), and appends their bytes to `out`, merging frames
-  // that are adjacent in memory. Precondition: !writing().
-  void begin_write(std::vector<std::span<const std::uint8_t>>& out);
+  // that are adjacent in memory. Frames whose deadline is at or before
+  // `now` are dropped instead (expired), as are cancelled ones; frames
+  // with refresh_time_left get the time left at `now`. `out` may stay
+  // empty when every frame taken was dropped. Precondition: !writing().
+  void begin_write(std::vector<std::span<const std::uint8_t>>& out,
+                   std::chrono::steady_clock::time_point now = {});
   // Releases the frames in flight (the write finished).
   void end_write() noexcept;
 
@@ -57,6 +78,15 @@ class outbound_queue {
   std::uint64_t take_dropped() noexcept { return std::exchange(dropped_, 0); }
   // Total dropped over the queue's life.
   std::uint64_t dropped_total() const noexcept { return dropped_total_; }
+
+  // Drops every pending (not yet in flight) frame of offer `offer_id`;
+  // returns how many. They go at the next begin_write (their bytes count
+  // until then).
+  std::size_t cancel(std::uint64_t offer_id) noexcept;
+  // Frames begin_write dropped as expired, and as cancelled, since the
+  // last take.
+  std::uint64_t take_expired() noexcept { return std::exchange(expired_, 0); }
+  std::uint64_t take_cancelled() noexcept { return std::exchange(cancelled_, 0); }
 
   // True when a drop notice is due: deliveries were dropped and the queue
   // has drained below half its limit.
@@ -75,9 +105,20 @@ class outbound_queue {
   std::size_t queued_bytes_ = 0;
   std::uint64_t dropped_ = 0;
   std::uint64_t dropped_total_ = 0;
-  std::vector<frame_ref> pending_;  // from head_ on; compacted as head_ passes half
+  struct entry {
+    frame_ref frame;
+    delivery_meta meta;
+    bool cancelled = false;
+  };
+  // Moves pending_[head_, end) in flight, dropping expired and cancelled
+  // frames; `end` as begin_write chose it.
+  void take_marked(std::size_t end, std::chrono::steady_clock::time_point now);
+  std::vector<entry> pending_;  // from head_ on; compacted as head_ passes half
   std::size_t head_ = 0;
-  std::vector<frame_ref> in_flight_;
+  std::vector<entry> in_flight_;
+  std::size_t marked_ = 0;  // pending entries whose meta is not plain
+  std::uint64_t expired_ = 0;
+  std::uint64_t cancelled_ = 0;
 };
 
 }  // namespace switchyard::broker

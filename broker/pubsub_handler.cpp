@@ -63,6 +63,22 @@ void pubsub_handler::publish(peer& from, std::uint64_t rid, const protocol::wire
   std::string_view stream = m.stream() ? m.stream()->string_view() : std::string_view{};
   const bool by_policy = stream.empty() && durable_channel(channel);
   if (by_policy) stream = channel;
+  if (m.expires_in_ms() != 0) {
+    if (!from.granted().offers)
+      return from.send_error(rid, errc::unsupported_message,
+                             "expiries and offers need the \"offers\" capability in the hello");
+    if (!stream.empty())
+      return from.send_error(rid, errc::bad_request, "an expiry cannot be combined with a stream");
+    const std::chrono::milliseconds expires_in(m.expires_in_ms());
+    if (expires_in > config_.max_offer_expiry)
+      return from.send_error(rid, errc::bad_request,
+                             "expires_in_ms is at most max-offer-expiry-ms (" +
+                                 std::to_string(config_.max_offer_expiry.count()) + ")");
+    const auto now = std::chrono::steady_clock::now();
+    fanout_.publish_expiring(channel, payload, now + expires_in, now);
+    if (rid != 0 && from.granted().publish_ack) from.send(builder_.ok(rid));
+    return;
+  }
   if (stream.empty()) {
     fanout_.publish(channel, payload);
     if (rid != 0 && from.granted().publish_ack) from.send(builder_.ok(rid));

@@ -1,6 +1,7 @@
 #include "broker/routing_handler.hpp"
 
 #include "broker/durable_pipeline.hpp"
+#include "broker/offer_handler.hpp"
 #include "broker/record_destination.hpp"
 #include "broker/wire_error.hpp"
 #include "protocol/answer_budget.hpp"
@@ -186,6 +187,10 @@ void routing_handler::inbox_close(peer& from, std::uint64_t rid, const wire::Inb
 }
 
 void routing_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
+  if (offer_handler::is_offer(m)) {
+    if (offers_) return offers_->send(from, rid, m);
+    return from.send_error(rid, errc::unsupported_message, "this server does not take offers");
+  }
   const auto* p = m.payload();
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
   // The keys as views into the frame, in a reused buffer.

@@ -26,6 +26,7 @@ class logger;
 namespace switchyard::broker {
 
 class durable_pipeline;
+class offer_handler;
 
 class routing_handler {
  public:
@@ -47,6 +48,9 @@ class routing_handler {
   void inbox_open(peer& from, std::uint64_t request_id, const protocol::wire::InboxOpen& m);
   void inbox_close(peer& from, std::uint64_t request_id, const protocol::wire::InboxClose& m);
   void send(peer& from, std::uint64_t request_id, const protocol::wire::Send& m);
+  // Sends that carry an expiry or offer fields go to `offers` (null: they
+  // are answered unsupported_message).
+  void use_offers(offer_handler* offers) noexcept { offers_ = offers; }
 
   // Cache hints before frames[i] is handled: a send's routing lookup misses
   // the cache twice (slot, then entry), so the slot is loaded two sends
@@ -72,6 +76,7 @@ class routing_handler {
   routing_table& routing_;
   fanout& fanout_;
   durable_pipeline* durable_;
+  offer_handler* offers_ = nullptr;
   protocol::frame_builder& builder_;
   std::shared_ptr<spdlog::logger> logger_;
 };

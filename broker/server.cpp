@@ -13,6 +13,7 @@
 #include "broker/lease_table.hpp"
 #include "broker/log_handler.hpp"
 #include "broker/loop_pressure.hpp"
+#include "broker/offer_handler.hpp"
 #include "broker/pubsub_handler.hpp"
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
@@ -163,6 +164,7 @@ struct server::impl {
   connection_registry registry;
   admission_control admission;
   authenticator auth;
+  feature_flags flags;
   // Created by start(): they depend on whether there is a sequence log.
   std::unique_ptr<durable_pipeline> durable;
   std::unique_ptr<pubsub_handler> pubsub;
@@ -170,6 +172,7 @@ struct server::impl {
   std::unique_ptr<log_handler> log_requests;
   std::unique_ptr<stream_admin_handler> stream_admin;
   std::unique_ptr<server_admin_handler> server_admin;
+  std::unique_ptr<offer_handler> offers;
   std::unique_ptr<dispatcher> dispatch;
   std::unique_ptr<connection_context> context;
 
@@ -179,6 +182,8 @@ struct server::impl {
 
   asio::io_context io{1};
   asio::ip::tcp::acceptor acceptor{io};
+  // Wakes offer_loop at the next offer deadline.
+  asio::steady_timer offer_timer{io};
   // The monitoring port (--http), if on; destroyed before the io_context.
   std::unique_ptr<http_monitor> http;
   asio::signal_set signals{io};
@@ -219,6 +224,9 @@ struct server::impl {
   // table's matches are recomputed. Invalid: the rules in force stay (logged).
   void reload_auth();
   asio::awaitable<void> sweep_loop();
+  // Receipt timeouts and offer expiries (offer_handler::sweep), at each
+  // deadline; idle while there is no live offer.
+  asio::awaitable<void> offer_loop();
   void begin_stop();
   // Drains (docs/protocol.md §9.1; SIGUSR2 and the Drain request):
   // admission_control refuses new connections with `draining` from now on;
@@ -294,12 +302,22 @@ void server::impl::wire_handlers() {
       [this] { return conn_keys(); },
       [this](std::span<const std::uint64_t> ids) { return conn_info(ids); },
   };
+  for (const auto& [name, percent] : config.flags)
+    if (const auto f = feature_flags::find(name)) flags.set(*f, percent);
+  admin_sources.flags = &flags;
   server_admin = std::make_unique<server_admin_handler>(std::move(admin_sources), config.drain_window, builder, logger);
+  offers = std::make_unique<offer_handler>(config, routing, fan, builder, counters,
+                                           [] { return std::chrono::steady_clock::now(); }, logger);
+  offers->on_offer_added([this](std::chrono::steady_clock::time_point first) {
+    if (first < offer_timer.expiry()) offer_timer.cancel();  // offer_loop re-reads its next deadline
+  });
+  routing_requests->use_offers(offers.get());
   dispatch = std::make_unique<dispatcher>(
-      dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get(), server_admin.get()},
+      dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get(), server_admin.get(),
+                           offers.get()},
       counters, logger);
   context = std::unique_ptr<connection_context>(new connection_context{
-      config, arena, builder, *dispatch, pressure, input, registry, admission, auth, counters, logger,
+      config, arena, builder, *dispatch, pressure, input, registry, admission, auth, counters, flags, logger,
       durable != nullptr});
 }
 
@@ -474,6 +492,16 @@ asio::awaitable<void> server::impl::sweep_loop() {
   }
 }
 
+asio::awaitable<void> server::impl::offer_loop() {
+  while (!registry.stopping()) {
+    const auto next = offers->sweep();
+    offer_timer.expires_at(next ? *next : asio::steady_timer::time_point::max());
+    asio_error_code ec;
+    co_await offer_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    // Cancelled: an earlier deadline came (on_offer_added), or the server stops.
+  }
+}
+
 void server::impl::report_expiries() {
   const auto now = std::chrono::steady_clock::now();
   if (expiries_unlogged.leases == 0 || now - expiries_logged_at < std::chrono::seconds(1)) return;
@@ -490,6 +518,7 @@ void server::impl::begin_stop() {
   acceptor.close(ignored);
   signals.cancel(ignored);
   if (http) http->stop();
+  offer_timer.cancel();
   registry.close_all(protocol::errc::shutting_down, "server stopping");
   asio::co_spawn(io, stop_when_closed(config.shutdown_grace), asio::detached);
 }
@@ -762,6 +791,20 @@ metrics_snapshot server::impl::metrics() const {
   m.incomplete_bytes = input.held();
   m.incomplete_bytes_peak = input.peak();
   m.arena_chunks = arena.chunks_allocated();
+  if (offers) {
+    const auto& t = offers->offers();
+    m.offers = t.size();
+    m.offer_bytes = t.bytes();
+    m.offers_pending = t.pending_entries();
+    m.offers_evicted = t.evicted();
+    m.pending_pushed_out = t.pending_pushed_out();
+    m.exposure_keys = offers->exposure_counts().size();
+    m.exposure_bytes = offers->exposure_counts().bytes();
+  }
+  m.flag_offers_percent = flags.percent(feature_flags::flag::offers);
+  const auto split = flags.connections(feature_flags::flag::offers);
+  m.flag_offers_on = split.on;
+  m.flag_offers_off = split.off;
   if (durable) {
     m.log_enabled = true;
     m.appends_waiting = durable->waiting();
@@ -907,6 +950,7 @@ void server::start() {
                        : std::string());
   asio::co_spawn(d.io, d.accept_loop(), asio::detached);
   asio::co_spawn(d.io, d.sweep_loop(), asio::detached);
+  asio::co_spawn(d.io, d.offer_loop(), asio::detached);
 }
 
 std::uint16_t server::port() const noexcept { return impl_->port; }

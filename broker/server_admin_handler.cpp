@@ -1,5 +1,7 @@
 #include "broker/server_admin_handler.hpp"
 
+#include <fmt/format.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -68,6 +70,35 @@ void server_admin_handler::conn_list(peer& from, std::uint64_t rid, const protoc
   const auto page = page_connections(std::move(keys), static_cast<std::uint8_t>(m.sort()), limit, m.cursor());
   const auto conns = from_.conn_info(page.ids);
   from.send(builder_.conn_list_result(rid, conns, total, page.next_cursor));
+}
+
+namespace {
+protocol::flag_info_fields flag_fields(const feature_flags& flags, feature_flags::flag f) {
+  const auto split = flags.connections(f);
+  return {feature_flags::name_of(f), flags.percent(f), split.on, split.off};
+}
+}  // namespace
+
+void server_admin_handler::flag_set(peer& from, std::uint64_t rid, const protocol::wire::FlagSet& m) {
+  const std::string_view name = m.name()->string_view();
+  const auto f = feature_flags::find(name);
+  if (!from_.flags || !f)
+    return from.send_error(rid, protocol::errc::not_found, fmt::format("no flag named '{}' (known: offers)", name));
+  if (m.percent() > 100) return from.send_error(rid, protocol::errc::bad_request, "a flag's percentage is 0..100");
+  const auto before = from_.flags->percent(*f);
+  from_.flags->set(*f, m.percent());
+  const auto split = from_.flags->connections(*f);
+  logger_->info("conn={} flag {}: {}% -> {}% ({} connections on, {} off)", from.id(), name, before, m.percent(),
+                split.on, split.off);
+  from.send(builder_.flag_info(rid, flag_fields(*from_.flags, *f)));
+}
+
+void server_admin_handler::flag_list(peer& from, std::uint64_t rid, const protocol::wire::FlagList&) {
+  std::vector<protocol::flag_info_fields> out;
+  if (from_.flags)
+    for (std::size_t i = 0; i < feature_flags::count; ++i)
+      out.push_back(flag_fields(*from_.flags, static_cast<feature_flags::flag>(i)));
+  from.send(builder_.flag_list_result(rid, out));
 }
 
 }  // namespace switchyard::broker

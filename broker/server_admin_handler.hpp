@@ -6,6 +6,7 @@
 //
 // Loop thread only.
 
+#include "broker/feature_flags.hpp"
 #include "broker/peer.hpp"
 #include "protocol/frame_builder.hpp"
 
@@ -77,6 +78,8 @@ class server_admin_handler {
     stats_fn stats;
     conn_keys_fn conn_keys;
     conn_info_fn conn_info;
+    // The server's flags (FlagSet, FlagList); null: they answer not_found.
+    feature_flags* flags = nullptr;
   };
 
   // `default_window` is read at each request (a reload may change it).
@@ -90,6 +93,11 @@ class server_admin_handler {
   void stats(peer& from, std::uint64_t request_id, const protocol::wire::Stats& m);
   // Answers ConnListResult: one page, as page_connections orders it.
   void conn_list(peer& from, std::uint64_t request_id, const protocol::wire::ConnList& m);
+  // Sets a flag's percentage (applies at once); answers FlagInfo. Errors:
+  // not_found (no such flag), bad_request (above 100).
+  void flag_set(peer& from, std::uint64_t request_id, const protocol::wire::FlagSet& m);
+  // Answers FlagListResult: every flag, with its connections on and off.
+  void flag_list(peer& from, std::uint64_t request_id, const protocol::wire::FlagList& m);
 
   static constexpr std::size_t default_conn_limit = 100;
   static constexpr std::size_t max_conn_limit = 1000;

@@ -1,5 +1,6 @@
 #include "broker/server_config.hpp"
 
+#include "broker/feature_flags.hpp"
 #include "broker/toml_config.hpp"
 
 #include "protocol/channel_name.hpp"
@@ -68,6 +69,8 @@ void validate(const server_config& cfg) {
   if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
   if (cfg.frame_timeout.count() < 1) bad("frame-timeout-ms must be at least 1");
   if (cfg.max_incomplete_bytes < cfg.max_frame) bad("max-incomplete-bytes must be at least max-frame");
+  if (cfg.max_offers < 1 || cfg.max_offer_bytes < 1 || cfg.max_pending_per_key < 1 || cfg.max_exposure_keys < 1)
+    bad("max-offers, max-offer-bytes, max-pending-per-key and max-exposure-keys must be at least 1");
   if (cfg.max_subscriptions < 1 || cfg.max_inboxes < 1 || cfg.max_leases < 1 || cfg.max_registry_entries < 1)
     bad("max-subscriptions, max-inboxes, max-leases and max-registry-entries must be at least 1");
   if (cfg.listen_host.empty()) bad("listen address needs a host");
@@ -214,6 +217,28 @@ server_config parse_server_args(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--max-registry-entries", cfg.max_registry_entries, "registry entries in the server")
       ->capture_default_str();
+  std::int64_t offer_expiry_ms = cfg.max_offer_expiry.count();
+  std::int64_t exposure_window_ms = cfg.exposure_window.count();
+  std::vector<std::string> flags;
+  app.add_option("--max-offers", cfg.max_offers, "live offers in the server; past it the oldest are forgotten")
+      ->capture_default_str();
+  app.add_option("--max-offer-bytes", cfg.max_offer_bytes,
+                 "bytes of live offers (payloads, keys, bookkeeping); past it the oldest are forgotten")
+      ->capture_default_str();
+  app.add_option("--max-pending-per-key", cfg.max_pending_per_key,
+                 "offers pending per route key; past it the key's oldest leaves its pending list")
+      ->capture_default_str();
+  app.add_option("--max-offer-expiry-ms", offer_expiry_ms, "longest expiry a publish, send or offer may ask")
+      ->capture_default_str();
+  app.add_option("--exposure-window-ms", exposure_window_ms,
+                 "longest rolling window of an exposure cap or query; counts older than this are forgotten")
+      ->capture_default_str();
+  app.add_option("--max-exposure-keys", cfg.max_exposure_keys,
+                 "route keys whose offers are counted for caps at once; offers to new keys past it are not counted")
+      ->capture_default_str();
+  app.add_option("--flag", flags,
+                 "NAME=PERCENT: a server flag's share of connections at start (0..100; known: offers; default 100); "
+                 "repeatable");
   app.add_option("--slow-consumer", slow, "what to do with a slow consumer: drop or disconnect")
       ->check(CLI::IsMember({"drop", "disconnect"}))
       ->capture_default_str();
@@ -311,6 +336,20 @@ server_config parse_server_args(int argc, const char* const* argv) {
   cfg.shutdown_grace = std::chrono::milliseconds(grace_ms);
   cfg.drain_window = std::chrono::milliseconds(drain_ms);
   cfg.auth_failure_delay = std::chrono::milliseconds(auth_delay_ms);
+  if (offer_expiry_ms < 1 || exposure_window_ms < 1)
+    throw std::invalid_argument("max-offer-expiry-ms and exposure-window-ms must be at least 1");
+  cfg.max_offer_expiry = std::chrono::milliseconds(offer_expiry_ms);
+  cfg.exposure_window = std::chrono::milliseconds(exposure_window_ms);
+  for (const auto& f : flags) {
+    const auto eq = f.find('=');
+    const std::string name = f.substr(0, eq);
+    if (eq == std::string::npos || !feature_flags::find(name))
+      throw std::invalid_argument("--flag " + f + ": expected NAME=PERCENT with a known flag (offers)");
+    const std::string pct = f.substr(eq + 1);
+    if (pct.empty() || pct.size() > 3 || pct.find_first_not_of("0123456789") != std::string::npos || std::stoi(pct) > 100)
+      throw std::invalid_argument("--flag " + f + ": the percentage is 0..100");
+    cfg.flags.emplace_back(name, static_cast<std::uint8_t>(std::stoi(pct)));
+  }
   if (const auto* file = app.get_config_ptr(); file && file->count() > 0) cfg.config_file = file->as<std::string>();
   cfg.command_line.assign(argv, argv + argc);
   validate(cfg);

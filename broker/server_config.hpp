@@ -63,6 +63,22 @@ struct server_config {
   std::size_t max_leases = 10'000'000;     // live leases in the server (private TTL leases included)
   std::size_t max_registry_entries = 10'000'000;
 
+  // Offers (offer_handler.hpp; docs/offers.md): live offers and their
+  // bytes in the server (past either the oldest go), offers pending per
+  // route key (past it the key's oldest leaves its list), the longest
+  // expiry an offer may ask, the longest exposure window (caps and
+  // queries) and the route keys whose exposure is counted at once.
+  std::size_t max_offers = 100'000;
+  std::size_t max_offer_bytes = std::size_t{64} << 20;
+  std::size_t max_pending_per_key = 16;
+  std::chrono::milliseconds max_offer_expiry{3'600'000};
+  std::chrono::milliseconds exposure_window{3'600'000};
+  std::size_t max_exposure_keys = 200'000;
+  // Server flags at start (--flag NAME=PERCENT; feature_flags.hpp): each
+  // known flag starts at 100 unless named here. A reload does not change
+  // them (switchyard-cli flags set does, at run time).
+  std::vector<std::pair<std::string, std::uint8_t>> flags;
+
   // Leases (see lease_table.hpp).
   std::chrono::milliseconds lease_min_ttl{1000};
   std::chrono::milliseconds lease_max_ttl{3'600'000};

@@ -22,6 +22,7 @@
 #include "broker/fanout.hpp"
 #include "broker/frame_arena.hpp"
 #include "broker/lease_table.hpp"
+#include "broker/offer_handler.hpp"
 #include "broker/pubsub_handler.hpp"
 #include "broker/routing_handler.hpp"
 #include "broker/routing_table.hpp"
@@ -78,11 +79,13 @@ struct broker_state : fake_clock {
                                 return std::vector<protocol::conn_info_fields>(ids.size());
                               }},
                              default_drain_window, builder, logger};
-  dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr, &admin}, counters, logger};
+  offer_handler offers{config, routing, fan, builder, counters, source(), logger};
+  dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr, &admin, &offers}, counters, logger};
   std::array<std::shared_ptr<recording_peer>, peer_count> peers;
   std::uint64_t next_id = 1;
 
   broker_state() : fake_clock{fake_clock::time_point{} + 1000h} {
+    routing_requests.use_offers(&offers);
     for (std::size_t i = 0; i < peer_count; ++i) peers[i] = make_peer(i);
   }
 
@@ -111,6 +114,7 @@ struct broker_state : fake_clock {
     capability_set c;
     c.routing = i >= 1;
     c.admin = i >= 2;
+    c.offers = i >= 1;
     auto p = std::make_shared<recording_peer>(next_id++, builder, c);
     if (i >= 1) p->set_principal(make_principal(i), static_cast<switchyard::broker::owner_id>(i));
     return p;
@@ -181,6 +185,28 @@ std::vector<switchyard::fuzz::seed> seeds() {
   add(0, b.error(6, protocol::errc::bad_request, "client notice"));
   add(0, b.pong(7));
   add(1, b.deliver("orders.eu", bytes("x")));
+  out.push_back(std::move(s));
+  s.clear();
+  // offers: a gateway, an offer with receipts and a cap, ack, pending,
+  // exposure, withdraw, flags
+  add(1, b.lease_grant(1, 5000));
+  add(1, b.inbox_open(2, "gw-a", 1));
+  add(1, b.registry_put(3, "u.1", "gw-a", 1, 0));
+  protocol::offer_fields o;
+  o.offer_id = 7;
+  o.expires_in_ms = 15000;
+  o.receipt_timeout_ms = 2000;
+  o.cap_max = 2;
+  o.cap_window_ms = 60000;
+  const std::string_view keys[] = {"u.1", "u.2"};
+  add(2, b.send(4, keys, bytes("ride"), {}, &o));
+  add(1, b.offer_ack(5, 7, "u.1"));
+  add(1, b.pending_offers(6, "u.2", 0));
+  add(2, b.exposure_query(7, keys, 60000));
+  add(2, b.withdraw(8, 7));
+  add(2, b.flag_set(9, "offers", 10));
+  add(2, b.flag_list(10));
+  add(0, b.publish(11, "a.b", bytes("x"), {}, 500));
   out.push_back(std::move(s));
   return out;
 }

@@ -66,4 +66,15 @@ std::expected<const wire::Frame*, std::error_code> decode_frame(bytes_view bytes
   return (*r)->frame;
 }
 
+bool patch_time_left(std::span<std::uint8_t> frame, std::uint32_t time_left_ms) noexcept {
+  auto* f = wire::GetMutableSizePrefixedFrame(frame.data());
+  switch (f->message_type()) {
+    case wire::Message::Deliver:
+      return static_cast<wire::Deliver*>(f->mutable_message())->mutate_time_left_ms(time_left_ms);
+    case wire::Message::InboxDelivery:
+      return static_cast<wire::InboxDelivery*>(f->mutable_message())->mutate_time_left_ms(time_left_ms);
+    default: return false;
+  }
+}
+
 }  // namespace switchyard::protocol

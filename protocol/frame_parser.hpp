@@ -67,4 +67,11 @@ std::expected<const wire::Frame*, std::error_code> decode_frame(bytes_view bytes
 // Reads the little-endian length prefix at `p` (4 bytes).
 std::uint32_t read_frame_length(const std::uint8_t* p) noexcept;
 
+// Rewrites, in place, the time_left_ms of a Deliver or InboxDelivery frame
+// this process encoded with a non-zero time_left_ms (the field is then in
+// the buffer). `frame` starts at the length prefix. Returns false (and
+// changes nothing) for any other frame. Does not verify: only for frames
+// built by frame_builder.
+bool patch_time_left(std::span<std::uint8_t> frame, std::uint32_t time_left_ms) noexcept;
+
 }  // namespace switchyard::protocol

@@ -5,10 +5,11 @@
 # Layers, lowest first. Every file of the folder must be listed.
 set(layer_0 delivery_target channel_table routing_table lease_table subscription_index flat_index string_hash
             frame_arena outbound_queue record_destination refusal_summary server_config toml_config server_counters
-            token_bucket drain_schedule admission_control authenticator latency_histogram)
+            token_bucket drain_schedule admission_control authenticator latency_histogram feature_flags
+            offer_table exposure_table)
 set(layer_1 fanout)
 set(layer_2 capabilities peer wire_error durable_pipeline)
-set(layer_3 pubsub_handler routing_handler log_handler stream_admin_handler server_admin_handler)
+set(layer_3 pubsub_handler routing_handler log_handler stream_admin_handler server_admin_handler offer_handler)
 set(layer_4 dispatcher)
 set(layer_5 connection byte_stream tls_context loop_pressure input_memory connection_registry)
 set(layer_6 server metrics_snapshot metric_catalog log_format main http_monitor metrics_exposition monitor_pages)

@@ -156,7 +156,9 @@ TEST_CASE("every message type is either served to clients or refused as server-o
                                     M::RegistryPut, M::RegistryGet,    M::RegistryDelete, M::RegistryList,
                                     M::InboxOpen,   M::InboxClose,     M::Send,          M::Append,
                                     M::Read,        M::StreamInfo,     M::StreamList,    M::SetRetention,
-                                    M::Drain,       M::Stats,          M::ConnList,      M::StreamDelete};
+                                    M::Drain,       M::Stats,          M::ConnList,      M::StreamDelete,
+                                    M::OfferAck,    M::Withdraw,       M::PendingOffers, M::ExposureQuery,
+                                    M::FlagSet,     M::FlagList};
   for (int t = 0; t <= static_cast<int>(M::MAX); ++t) {
     const auto type = static_cast<M>(t);
     INFO(wire::EnumNameMessage(type));
@@ -172,6 +174,9 @@ TEST_CASE("every message type is either served to clients or refused as server-o
   CHECK(f.dispatch.needs(M::Drain) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::Stats) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::ConnList) == dispatcher::requirement::admin);
+  CHECK(f.dispatch.needs(M::FlagSet) == dispatcher::requirement::admin);
+  CHECK(f.dispatch.needs(M::OfferAck) == dispatcher::requirement::offers);
+  CHECK(f.dispatch.needs(M::Withdraw) == dispatcher::requirement::offers);
 }
 
 TEST_CASE("a drain request without the admin capability is refused and drains nothing", "[broker][dispatch]") {

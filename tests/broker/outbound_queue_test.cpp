@@ -417,3 +417,81 @@ TEST_CASE("drop_pending drops what waits and keeps the write in flight", "[broke
   CHECK(s[0].size() == 64);
   CHECK(s[0][0] == 0xee);
 }
+
+// ---- Deadlines and offers (delivery_meta) ----
+
+#include "protocol/frame_builder.hpp"
+#include "protocol/frame_parser.hpp"
+
+#include <chrono>
+#include <string_view>
+
+namespace {
+using switchyard::broker::delivery_meta;
+using namespace std::chrono_literals;
+const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::time_point{} + 1000s;
+}  // namespace
+
+TEST_CASE("a frame whose deadline passed while queued is dropped, not written", "[broker][offers]") {
+  frame_arena arena;
+  outbound_queue q(1 << 20);
+  REQUIRE(q.push_droppable(make(arena, 32, 1)));
+  REQUIRE(q.push_droppable(make(arena, 32, 2), delivery_meta{t0 + 10ms, 0, false}));
+  REQUIRE(q.push_droppable(make(arena, 32, 3), delivery_meta{t0 + 30ms, 0, false}));
+  spans out;
+  q.begin_write(out, t0 + 10ms);  // the second is due exactly now: expired
+  CHECK(total(out) == 64);
+  CHECK(q.take_expired() == 1);
+  CHECK(q.take_expired() == 0);
+  q.end_write();
+  CHECK(q.queued_bytes() == 0);
+  CHECK_FALSE(q.has_pending());
+}
+
+TEST_CASE("a queue whose frames all expired gives nothing to write", "[broker][offers]") {
+  frame_arena arena;
+  outbound_queue q(1 << 20);
+  REQUIRE(q.push_droppable(make(arena, 64), delivery_meta{t0, 0, false}));
+  spans out;
+  q.begin_write(out, t0 + 1ms);
+  CHECK(out.empty());
+  q.end_write();
+  CHECK(q.queued_bytes() == 0);
+  CHECK(q.take_expired() == 1);
+}
+
+TEST_CASE("cancelling an offer drops its queued copies but not what is in flight", "[broker][offers]") {
+  frame_arena arena;
+  outbound_queue q(1 << 20);
+  REQUIRE(q.push_droppable(make(arena, 32), delivery_meta{{}, 7, false}));
+  spans out;
+  q.begin_write(out, t0);  // offer 7's first copy is in flight now
+  REQUIRE(q.push_droppable(make(arena, 32), delivery_meta{{}, 7, false}));
+  REQUIRE(q.push_droppable(make(arena, 32), delivery_meta{{}, 8, false}));
+  CHECK(q.cancel(7) == 1);
+  CHECK(q.cancel(7) == 0);
+  q.end_write();
+  out.clear();
+  q.begin_write(out, t0);
+  CHECK(total(out) == 32);  // offer 8 only
+  CHECK(q.take_cancelled() == 1);
+  q.end_write();
+  CHECK(q.queued_bytes() == 0);
+}
+
+TEST_CASE("a frame carrying its time left is rewritten with the time left when written", "[broker][offers]") {
+  frame_arena arena;
+  switchyard::protocol::frame_builder b;
+  const std::string_view keys[] = {"user:a"};
+  const std::uint8_t payload[] = {1, 2, 3};
+  outbound_queue q(1 << 20);
+  REQUIRE(q.push_droppable(arena.store(b.inbox_delivery("gw-1", keys, payload, {}, 0, 0, 15000, 9)),
+                           delivery_meta{t0 + 15s, 9, true}));
+  spans out;
+  q.begin_write(out, t0 + 4200ms + 300us);
+  REQUIRE(out.size() == 1);
+  const auto* f = switchyard::protocol::wire::GetSizePrefixedFrame(out[0].data());
+  REQUIRE(f->message_as_InboxDelivery());
+  CHECK(f->message_as_InboxDelivery()->time_left_ms() == 10800);  // 10,799.7 ms rounded up
+  CHECK(f->message_as_InboxDelivery()->offer_id() == 9);
+}

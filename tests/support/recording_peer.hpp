@@ -24,6 +24,11 @@ class recording_peer final : public broker::peer, public std::enable_shared_from
   void send(protocol::bytes_view f) override { sent.emplace_back(f.begin(), f.end()); }
   void deliver(const broker::frame_ref& f) override { delivered.emplace_back(f.data(), f.data() + f.size()); }
   void deliver(protocol::bytes_view f) override { delivered.emplace_back(f.begin(), f.end()); }
+  void deliver(const broker::frame_ref& f, const broker::delivery_meta&) override { deliver(f); }
+  void deliver(protocol::bytes_view f, const broker::delivery_meta&) override { deliver(f); }
+  bool wants_offer_fields() const noexcept override { return false; }
+  std::size_t withdraw(std::uint64_t) override { return 0; }
+  void notify(protocol::bytes_view f) override { send(f); }
   void close_with_error(protocol::errc code, std::string_view message) override {
     if (!closed_with) closed_with = code, close_reason = std::string(message);
   }

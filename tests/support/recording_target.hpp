@@ -31,8 +31,26 @@ class recording_target final : public broker::delivery_target {
     deliveries.push_back({std::vector<std::uint8_t>(f.begin(), f.end()), false, nullptr});
   }
   bool wants_log_positions() const noexcept override { return log_positions_; }
+  void deliver(const broker::frame_ref& f, const broker::delivery_meta& meta) override {
+    deliver(f);
+    metas.push_back(meta);
+  }
+  void deliver(protocol::bytes_view f, const broker::delivery_meta& meta) override {
+    deliver(f);
+    metas.push_back(meta);
+  }
+  bool wants_offer_fields() const noexcept override { return offer_fields; }
+  std::size_t withdraw(std::uint64_t offer_id) override {
+    withdrawn.push_back(offer_id);
+    return 0;
+  }
+  void notify(protocol::bytes_view f) override { notices.emplace_back(f.begin(), f.end()); }
 
   std::vector<delivery> deliveries;
+  std::vector<broker::delivery_meta> metas;  // of the deliveries made with one (not index-aligned)
+  std::vector<std::uint64_t> withdrawn;
+  std::vector<std::vector<std::uint8_t>> notices;
+  bool offer_fields = false;
 
  private:
   bool log_positions_;

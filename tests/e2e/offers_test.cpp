@@ -1,0 +1,484 @@
+// End to end: offers (docs/protocol.md §15) through a real broker on
+// 127.0.0.1, spoken frame by frame: expiries, receipts (acked, timed out,
+// after the sender reconnected), withdrawal before and after the write,
+// pending offers, exposure caps, and the flag "offers" with its ramp.
+
+#include "broker/feature_flags.hpp"
+#include "protocol/frame_builder.hpp"
+#include "protocol/limits.hpp"
+#include "tests/support/raw_connection.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+using namespace switchyard;
+using namespace switchyard::test;
+using namespace std::chrono_literals;
+using protocol::wire::Message;
+namespace wire = protocol::wire;
+
+namespace {
+
+constexpr std::string_view offers_caps[] = {"routing", "offers", "admin"};
+constexpr std::string_view routing_only[] = {"routing", "admin"};
+
+// A raw connection past its welcome, with its own builder and request ids.
+struct peer_conn {
+  raw_connection raw;
+  protocol::frame_builder b;
+  std::uint64_t next_rid = 10;
+  raw_frame storage;
+
+  peer_conn(std::uint16_t port, std::span<const std::string_view> caps, std::string_view client_id = {},
+            int receive_buffer = 0)
+      : raw(port, receive_buffer) {
+    protocol::hello_fields h;
+    h.protocol_major = protocol::protocol_major;
+    h.client_name = "offers-test";
+    h.client_id = client_id;
+    h.capabilities = caps;
+    raw.send(b.hello(1, h));
+    REQUIRE(raw.next_of(Message::Welcome, storage));
+  }
+  // Sends `frame` (built with request id `rid`) and returns the frame
+  // answering it (skipping unsolicited ones), or nullptr.
+  const wire::Frame* call(protocol::bytes_view frame, std::uint64_t rid) {
+    raw.send(frame);
+    for (int i = 0; i < 10000; ++i) {
+      const auto* f = raw.next(storage);
+      if (!f) return nullptr;
+      if (f->request_id() == rid) return f;
+    }
+    return nullptr;
+  }
+  std::uint64_t rid() { return next_rid++; }
+  // The next unsolicited frame of `type` (others skipped), or nullptr.
+  const wire::Frame* next(Message type, std::chrono::milliseconds timeout = 5s) {
+    return raw.next_of(type, storage, timeout);
+  }
+};
+
+// A gateway: a lease, inbox `inbox` and a route for each key.
+struct gateway_conn : peer_conn {
+  std::uint64_t lease = 0;
+  gateway_conn(std::uint16_t port, std::string_view inbox, std::vector<std::string_view> keys,
+               std::span<const std::string_view> caps = offers_caps, std::string_view client_id = {},
+               int receive_buffer = 0)
+      : peer_conn(port, caps, client_id, receive_buffer) {
+    auto r = rid();
+    const auto* l = call(b.lease_grant(r, 30000), r);
+    REQUIRE(l);
+    REQUIRE(l->message_as_LeaseInfo());
+    lease = l->message_as_LeaseInfo()->lease_id();
+    r = rid();
+    REQUIRE(call(b.inbox_open(r, inbox, lease), r)->message_type() == Message::Ok);
+    for (const auto k : keys) {
+      r = rid();
+      REQUIRE(call(b.registry_put(r, k, inbox, lease, 0), r)->message_type() == Message::RegistryEntry);
+    }
+  }
+};
+
+// Sends an offer and returns its SendResult (REQUIREd).
+struct offer_answer {
+  std::vector<std::string> gateways;
+  std::vector<wire::KeyOutcome> outcomes;
+  std::uint32_t routed = 0, capped = 0;
+};
+offer_answer send_offer(peer_conn& c, std::vector<std::string_view> keys, std::string_view payload,
+                        const protocol::offer_fields& o) {
+  const auto r = c.rid();
+  const auto* f = c.call(c.b.send(r, keys, {reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()},
+                                  {}, &o),
+                         r);
+  REQUIRE(f);
+  const auto* m = f->message_as_SendResult();
+  if (!m && f->message_as_Error()) FAIL("send answered " << f->message_as_Error()->message()->str());
+  REQUIRE(m);
+  offer_answer a;
+  if (m->gateways())
+    for (const auto* g : *m->gateways()) a.gateways.push_back(g->str());
+  if (m->outcomes())
+    for (const auto x : *m->outcomes()) a.outcomes.push_back(x);
+  a.routed = m->routed();
+  a.capped = m->capped();
+  return a;
+}
+
+protocol::offer_fields offer(std::uint64_t id, std::uint32_t expires_ms, std::uint32_t receipt_ms = 0) {
+  protocol::offer_fields o;
+  o.offer_id = id;
+  o.expires_in_ms = expires_ms;
+  o.receipt_timeout_ms = receipt_ms;
+  return o;
+}
+
+std::string text(const flatbuffers::Vector<std::uint8_t>* v) {
+  return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string();
+}
+
+// Fills the kernel buffers and the broker's outbound queue of the slow
+// gateway (it reads nothing) with `count` sends of 64 KiB to `key`.
+void back_up(peer_conn& sender, std::string_view key, int count) {
+  const std::string big(64 * 1024, 'x');
+  const std::string_view keys[] = {key};
+  for (int i = 0; i < count; ++i)
+    sender.raw.send(sender.b.send(0, keys, {reinterpret_cast<const std::uint8_t*>(big.data()), big.size()}));
+  const auto r = sender.rid();
+  REQUIRE(sender.call(sender.b.ping(r), r));  // every send above was handled
+}
+
+// Reads everything `gw` was sent until `done` returns true for a frame
+// (REQUIREd within the bound), calling `each` on every InboxDelivery.
+template <class Each>
+void read_until_ping(gateway_conn& gw, Each&& each) {
+  const auto r = gw.rid();
+  gw.raw.send(gw.b.ping(r));
+  for (int i = 0; i < 100000; ++i) {
+    const auto* f = gw.raw.next(gw.storage, 20s);
+    REQUIRE(f);
+    if (f->message_type() == Message::Pong && f->request_id() == r) return;
+    if (const auto* d = f->message_as_InboxDelivery()) each(*d);
+  }
+  FAIL("no pong");
+}
+
+}  // namespace
+
+TEST_CASE("a gateway's ack sends the dispatcher an acked receipt with the user and the gateway", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"});
+  peer_conn dispatcher(server.port(), offers_caps);
+  const auto a = send_offer(dispatcher, {"user:a"}, "ride 1", offer(1, 15000, 2000));
+  CHECK(a.outcomes == std::vector<wire::KeyOutcome>{wire::KeyOutcome::routed});
+  CHECK(a.gateways == std::vector<std::string>{"gw-1"});
+
+  const auto* f = gw.next(Message::InboxDelivery);
+  REQUIRE(f);
+  const auto* d = f->message_as_InboxDelivery();
+  CHECK(d->offer_id() == 1);
+  CHECK(d->time_left_ms() > 0);
+  CHECK(d->time_left_ms() <= 15000);
+  CHECK(text(d->payload()) == "ride 1");
+  const auto r = gw.rid();
+  REQUIRE(gw.call(gw.b.offer_ack(r, 1, "user:a"), r)->message_type() == Message::Ok);
+
+  const auto* rf = dispatcher.next(Message::Receipt);
+  REQUIRE(rf);
+  const auto* rc = rf->message_as_Receipt();
+  CHECK(rc->offer_id() == 1);
+  CHECK(rc->route_key()->str() == "user:a");
+  CHECK(rc->inbox_id()->str() == "gw-1");
+  CHECK(rc->outcome() == wire::ReceiptOutcome::acked);
+  CHECK(rc->elapsed_us() > 0);
+  // A second ack of the same key finds nothing to acknowledge.
+  const auto r2 = gw.rid();
+  const auto* again = gw.call(gw.b.offer_ack(r2, 1, "user:a"), r2);
+  REQUIRE(again->message_as_Error());
+  CHECK(again->message_as_Error()->code() == wire::ErrorCode::not_found);
+}
+
+TEST_CASE("no ack within the receipt timeout sends the dispatcher a timeout receipt", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"});
+  peer_conn dispatcher(server.port(), offers_caps);
+  send_offer(dispatcher, {"user:a"}, "ride", offer(5, 15000, 50));
+  const auto* rf = dispatcher.next(Message::Receipt);
+  REQUIRE(rf);
+  CHECK(rf->message_as_Receipt()->outcome() == wire::ReceiptOutcome::timeout);
+  CHECK(rf->message_as_Receipt()->route_key()->str() == "user:a");
+  CHECK(rf->message_as_Receipt()->elapsed_us() >= 50000);
+  // Acked later all the same: the dispatcher hears that too.
+  const auto r = gw.rid();
+  REQUIRE(gw.call(gw.b.offer_ack(r, 5, ""), r)->message_type() == Message::Ok);
+  const auto* late = dispatcher.next(Message::Receipt);
+  REQUIRE(late);
+  CHECK(late->message_as_Receipt()->outcome() == wire::ReceiptOutcome::acked);
+  CHECK(server.live_metrics().counters.receipt_timeouts == 1);
+}
+
+TEST_CASE("a receipt reaches the receipt inbox's holder after the dispatcher reconnected", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"});
+  std::uint64_t lease = 0;
+  {
+    gateway_conn dispatcher(server.port(), "dispatch-1", {});
+    lease = dispatcher.lease;
+    auto o = offer(9, 15000, 10000);
+    o.receipt_inbox = "dispatch-1";
+    send_offer(dispatcher, {"user:a"}, "ride", o);
+  }  // gone, its lease (and inbox binding) stays
+  peer_conn again(server.port(), offers_caps);
+  REQUIRE(wait_until([&] {
+    const auto rr = again.rid();
+    const auto* f = again.call(again.b.inbox_open(rr, "dispatch-1", lease), rr);
+    return f && f->message_type() == Message::Ok;
+  }));
+  REQUIRE(gw.next(Message::InboxDelivery));
+  const auto ra = gw.rid();
+  REQUIRE(gw.call(gw.b.offer_ack(ra, 9, "user:a"), ra)->message_type() == Message::Ok);
+  const auto* rf = again.next(Message::Receipt);
+  REQUIRE(rf);
+  CHECK(rf->message_as_Receipt()->offer_id() == 9);
+  CHECK(rf->message_as_Receipt()->outcome() == wire::ReceiptOutcome::acked);
+}
+
+TEST_CASE("withdrawing an offer still queued for a gateway drops it unwritten", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"}, offers_caps, {}, 64 * 1024);
+  peer_conn dispatcher(server.port(), offers_caps);
+  back_up(dispatcher, "user:a", 256);  // 16 MiB behind a reader that reads nothing yet
+  send_offer(dispatcher, {"user:a"}, "ride", offer(3, 60000));
+  const auto r = dispatcher.rid();
+  const auto* w = dispatcher.call(dispatcher.b.withdraw(r, 3), r);
+  REQUIRE(w);
+  REQUIRE(w->message_as_WithdrawResult());
+  CHECK(w->message_as_WithdrawResult()->dropped() == 1);
+  CHECK(w->message_as_WithdrawResult()->notified() == 0);
+  CHECK(w->message_as_WithdrawResult()->pending() == 1);
+  int offers_seen = 0, plain = 0;
+  read_until_ping(gw, [&](const wire::InboxDelivery& d) { (d.offer_id() != 0 ? offers_seen : plain)++; });
+  CHECK(offers_seen == 0);
+  CHECK(plain == 256);
+  CHECK(server.live_metrics().counters.withdrawn_queued == 1);
+}
+
+TEST_CASE("withdrawing an offer a gateway already got sends it a withdrawn notice", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a", "user:b"});
+  peer_conn dispatcher(server.port(), offers_caps);
+  send_offer(dispatcher, {"user:a", "user:b"}, "ride", offer(4, 60000));
+  REQUIRE(gw.next(Message::InboxDelivery));
+  const auto r = dispatcher.rid();
+  const auto* w = dispatcher.call(dispatcher.b.withdraw(r, 4), r);
+  REQUIRE(w->message_as_WithdrawResult());
+  CHECK(w->message_as_WithdrawResult()->dropped() == 0);
+  CHECK(w->message_as_WithdrawResult()->notified() == 1);
+  CHECK(w->message_as_WithdrawResult()->pending() == 2);
+  const auto* n = gw.next(Message::Withdrawn);
+  REQUIRE(n);
+  CHECK(n->message_as_Withdrawn()->offer_id() == 4);
+  CHECK(n->message_as_Withdrawn()->inbox_id()->str() == "gw-1");
+  CHECK(n->message_as_Withdrawn()->route_keys()->size() == 2);
+  // It is gone: not pending, not ackable, not withdrawable twice.
+  const auto rp = gw.rid();
+  CHECK(gw.call(gw.b.pending_offers(rp, "user:a"), rp)->message_as_PendingOffersResult()->offers()->size() == 0);
+  const auto r2 = dispatcher.rid();
+  CHECK(dispatcher.call(dispatcher.b.withdraw(r2, 4), r2)->message_as_Error()->code() == wire::ErrorCode::not_found);
+}
+
+TEST_CASE("an app that reconnects pulls every unexpired unacknowledged offer", "[e2e][offers]") {
+  test_server server;
+  peer_conn dispatcher(server.port(), offers_caps);
+  // Sent while user:a had no gateway: no route, but pending.
+  const auto a = send_offer(dispatcher, {"user:a"}, "first", offer(1, 60000, 1000));
+  CHECK(a.outcomes == std::vector<wire::KeyOutcome>{wire::KeyOutcome::no_route});
+  send_offer(dispatcher, {"user:a"}, "second", offer(2, 60000));
+  send_offer(dispatcher, {"user:a"}, "short", offer(3, 30));
+  REQUIRE(wait_until([&] { return server.live_metrics().counters.offers_expired == 1; }));
+
+  gateway_conn gw(server.port(), "gw-1", {"user:a"});
+  auto r = gw.rid();
+  const auto* p = gw.call(gw.b.pending_offers(r, "user:a"), r);
+  REQUIRE(p->message_as_PendingOffersResult());
+  const auto* list = p->message_as_PendingOffersResult()->offers();
+  REQUIRE(list->size() == 2);
+  CHECK(list->Get(0)->offer_id() == 1);
+  CHECK(text(list->Get(0)->payload()) == "first");
+  CHECK(list->Get(0)->time_left_ms() <= 60000);
+  CHECK(list->Get(1)->offer_id() == 2);
+  r = gw.rid();
+  REQUIRE(gw.call(gw.b.offer_ack(r, 1, "user:a"), r)->message_type() == Message::Ok);
+  // The ack of a pulled offer reaches the dispatcher too.
+  const auto* rf = dispatcher.next(Message::Receipt);
+  REQUIRE(rf);
+  CHECK(rf->message_as_Receipt()->outcome() == wire::ReceiptOutcome::acked);
+  r = gw.rid();
+  const auto* after = gw.call(gw.b.pending_offers(r, "user:a"), r)->message_as_PendingOffersResult()->offers();
+  REQUIRE(after->size() == 1);
+  CHECK(after->Get(0)->offer_id() == 2);
+}
+
+TEST_CASE("a message that expires while queued behind a slow gateway is never written", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"}, offers_caps, {}, 64 * 1024);
+  peer_conn sender(server.port(), offers_caps);
+  back_up(sender, "user:a", 256);
+  protocol::offer_fields o;
+  o.expires_in_ms = 50;  // an expiry alone: a plain send
+  const std::string_view keys[] = {"user:a"};
+  const std::string_view late = "late";
+  auto r = sender.rid();
+  const auto* a = sender.call(sender.b.send(r, keys, {reinterpret_cast<const std::uint8_t*>(late.data()), late.size()},
+                                            {}, &o),
+                              r);
+  REQUIRE(a->message_as_SendResult());
+  CHECK_FALSE(a->message_as_SendResult()->outcomes());
+  std::this_thread::sleep_for(100ms);  // let it expire in the queue (the outcome, not the timing, is checked)
+  int late_seen = 0, plain = 0;
+  read_until_ping(gw, [&](const wire::InboxDelivery& d) { (text(d.payload()) == "late" ? late_seen : plain)++; });
+  CHECK(late_seen == 0);
+  CHECK(plain == 256);
+  CHECK(server.live_metrics().counters.expired == 1);
+}
+
+TEST_CASE("a publish with an expiry carries the time left to receivers that declared offers", "[e2e][offers]") {
+  test_server server;
+  peer_conn with(server.port(), offers_caps), without(server.port(), routing_only);
+  for (auto* c : {&with, &without}) {
+    const auto r = c->rid();
+    REQUIRE(c->call(c->b.subscribe(r, "offers.>"), r)->message_type() == Message::Ok);
+  }
+  peer_conn pub(server.port(), offers_caps);
+  const std::string_view body = "x";
+  pub.raw.send(pub.b.publish(0, "offers.eu", {reinterpret_cast<const std::uint8_t*>(body.data()), 1}, {}, 5000));
+  const auto* f = with.next(Message::Deliver);
+  REQUIRE(f);
+  CHECK(f->message_as_Deliver()->time_left_ms() > 0);
+  CHECK(f->message_as_Deliver()->time_left_ms() <= 5000);
+  const auto* g = without.next(Message::Deliver);
+  REQUIRE(g);
+  CHECK(g->message_as_Deliver()->time_left_ms() == 0);
+  // Without the capability, the publisher may not ask for an expiry.
+  const auto r = without.rid();
+  const auto* e = without.call(without.b.publish(r, "offers.eu", {}, {}, 5000), r);
+  REQUIRE(e->message_as_Error());
+  CHECK(e->message_as_Error()->code() == wire::ErrorCode::unsupported_message);
+}
+
+TEST_CASE("keys over the exposure cap are answered capped and not delivered", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a", "user:b"});
+  peer_conn dispatcher(server.port(), offers_caps);
+  const auto capped_offer = [](std::uint64_t id) {
+    auto o = offer(id, 60000);
+    o.cap_max = 2;
+    o.cap_window_ms = 60000;
+    return o;
+  };
+  send_offer(dispatcher, {"user:a"}, "1", capped_offer(1));
+  send_offer(dispatcher, {"user:a"}, "2", capped_offer(2));
+  const auto third = send_offer(dispatcher, {"user:a", "user:b"}, "3", capped_offer(3));
+  CHECK(third.outcomes == std::vector<wire::KeyOutcome>{wire::KeyOutcome::capped, wire::KeyOutcome::routed});
+  CHECK(third.capped == 1);
+  CHECK(third.routed == 1);
+  CHECK(third.gateways == std::vector<std::string>{"", "gw-1"});
+  const std::string_view keys[] = {"user:a", "user:b", "user:c"};
+  const auto r = dispatcher.rid();
+  const auto* e = dispatcher.call(dispatcher.b.exposure_query(r, keys, 60000), r);
+  REQUIRE(e->message_as_ExposureResult());
+  const auto* counts = e->message_as_ExposureResult()->counts();
+  REQUIRE(counts->size() == 3);
+  CHECK(counts->Get(0) == 2);
+  CHECK(counts->Get(1) == 1);
+  CHECK(counts->Get(2) == 0);
+  // user:a got offers 1 and 2 only; 3 is not pending for it.
+  int for_a = 0;
+  read_until_ping(gw, [&](const wire::InboxDelivery& d) {
+    for (const auto* k : *d.route_keys())
+      if (k->string_view() == "user:a") ++for_a;
+  });
+  CHECK(for_a == 2);
+  const auto rp = gw.rid();
+  CHECK(gw.call(gw.b.pending_offers(rp, "user:a"), rp)->message_as_PendingOffersResult()->offers()->size() == 2);
+}
+
+TEST_CASE("a gateway that did not declare offers never gets the offer fields or notices", "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"}, routing_only);
+  peer_conn dispatcher(server.port(), offers_caps);
+  send_offer(dispatcher, {"user:a"}, "ride", offer(1, 60000));
+  const auto* f = gw.next(Message::InboxDelivery);
+  REQUIRE(f);
+  CHECK(f->message_as_InboxDelivery()->offer_id() == 0);
+  CHECK(f->message_as_InboxDelivery()->time_left_ms() == 0);
+  const auto r = dispatcher.rid();
+  CHECK(dispatcher.call(dispatcher.b.withdraw(r, 1), r)->message_as_WithdrawResult()->notified() == 0);
+  const auto ra = gw.rid();
+  CHECK(gw.call(gw.b.offer_ack(ra, 1, "user:a"), ra)->message_as_Error()->code() ==
+        wire::ErrorCode::unsupported_message);
+  CHECK_FALSE(gw.next(Message::Withdrawn, 200ms));
+}
+
+TEST_CASE("the offers flag ramps by client bucket and rolls back at once", "[e2e][offers][flags]") {
+  // Client ids in buckets 9 and 10 (searched; the bucket is xxh64 mod 100).
+  const auto in_bucket = [](std::uint8_t b) {
+    for (int i = 0; i < 100000; ++i)
+      if (const auto id = "gw-client-" + std::to_string(i); broker::feature_flags::bucket_of(id) == b) return id;
+    FAIL("no client id in bucket " << int(b));
+    return std::string();
+  };
+  const auto nine = in_bucket(9), ten = in_bucket(10);
+  test_server server;
+  gateway_conn in(server.port(), "gw-9", {"user:9"}, offers_caps, nine);
+  gateway_conn out(server.port(), "gw-10", {"user:10"}, offers_caps, ten);
+  peer_conn admin(server.port(), offers_caps);
+  auto r = admin.rid();
+  const auto* set = admin.call(admin.b.flag_set(r, "offers", 10), r);
+  REQUIRE(set->message_as_FlagInfo());
+  CHECK(set->message_as_FlagInfo()->percent() == 10);
+  // admin (bucket of its connection id) may be in or out: count the gateways only.
+  const auto on = set->message_as_FlagInfo()->connections_on();
+  const auto off = set->message_as_FlagInfo()->connections_off();
+  CHECK(on + off == 3);
+  CHECK(on >= 1);
+  CHECK(off >= 1);
+
+  send_offer(admin, {"user:9", "user:10"}, "ride", offer(1, 60000));
+  const auto* d9 = in.next(Message::InboxDelivery);
+  REQUIRE(d9);
+  CHECK(d9->message_as_InboxDelivery()->offer_id() == 1);
+  const auto* d10 = out.next(Message::InboxDelivery);
+  REQUIRE(d10);
+  CHECK(d10->message_as_InboxDelivery()->offer_id() == 0);
+
+  // Rollback: 0 turns the fields off for everyone, without reconnecting.
+  r = admin.rid();
+  REQUIRE(admin.call(admin.b.flag_set(r, "offers", 0), r)->message_as_FlagInfo()->connections_on() == 0);
+  send_offer(admin, {"user:9"}, "ride", offer(2, 60000));
+  const auto* again = in.next(Message::InboxDelivery);
+  REQUIRE(again);
+  CHECK(again->message_as_InboxDelivery()->offer_id() == 0);
+
+  r = admin.rid();
+  const auto* list = admin.call(admin.b.flag_list(r), r);
+  REQUIRE(list->message_as_FlagListResult());
+  REQUIRE(list->message_as_FlagListResult()->flags()->size() == 1);
+  CHECK(list->message_as_FlagListResult()->flags()->Get(0)->name()->str() == "offers");
+  r = admin.rid();
+  CHECK(admin.call(admin.b.flag_set(r, "nope", 5), r)->message_as_Error()->code() == wire::ErrorCode::not_found);
+  r = admin.rid();
+  CHECK(admin.call(admin.b.flag_set(r, "offers", 101), r)->message_as_Error()->code() == wire::ErrorCode::bad_request);
+}
+
+TEST_CASE("offer requests that break the rules are refused with the reason", "[e2e][offers]") {
+  test_server server;
+  peer_conn c(server.port(), offers_caps);
+  const auto refused = [&](protocol::offer_fields o) {
+    const std::string_view keys[] = {"user:a"};
+    const auto r = c.rid();
+    const auto* f = c.call(c.b.send(r, keys, {}, {}, &o), r);
+    REQUIRE(f);
+    return f->message_as_Error() && f->message_as_Error()->code() == wire::ErrorCode::bad_request;
+  };
+  CHECK(refused(offer(1, 0)));             // an offer id without an expiry
+  CHECK(refused(offer(0, 1000, 500)));     // receipts without an offer id
+  auto cap = offer(1, 1000);
+  cap.cap_max = 17;
+  cap.cap_window_ms = 1000;
+  CHECK(refused(cap));                     // above the 16 a key remembers
+  cap.cap_max = 2;
+  cap.cap_window_ms = 0;
+  CHECK(refused(cap));                     // a cap without its window
+  CHECK(refused(offer(1, 4'000'000)));     // past max-offer-expiry-ms
+  send_offer(c, {"user:a"}, "x", offer(1, 60000));
+  CHECK(refused(offer(1, 60000)));         // a live id again
+}
