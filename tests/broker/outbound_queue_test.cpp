@@ -495,3 +495,25 @@ TEST_CASE("a frame carrying its time left is rewritten with the time left when w
   CHECK(f->message_as_InboxDelivery()->time_left_ms() == 10800);  // 10,799.7 ms rounded up
   CHECK(f->message_as_InboxDelivery()->offer_id() == 9);
 }
+
+TEST_CASE("expired frames are found among plain ones across writes cut by the write limit", "[broker][offers]") {
+  frame_arena arena;
+  outbound_queue q(std::size_t{16} << 20);
+  constexpr std::size_t size = 100 * 1024;  // two per write (max_write_bytes is 256 KiB)
+  for (int i = 0; i < 10; ++i) {
+    const bool late = i == 3 || i == 7;
+    REQUIRE(q.push_droppable(make(arena, size, static_cast<std::uint8_t>(i)),
+                             late ? delivery_meta{t0, 0, false} : delivery_meta{}));
+  }
+  std::vector<std::uint8_t> written;  // the fill byte of each frame written, in order
+  for (int round = 0; round < 20 && q.has_pending(); ++round) {
+    spans out;
+    q.begin_write(out, t0 + 1ms);
+    for (const auto& s : out)
+      for (std::size_t off = 0; off < s.size(); off += size) written.push_back(s[off]);
+    q.end_write();
+  }
+  CHECK(written == std::vector<std::uint8_t>{0, 1, 2, 4, 5, 6, 8, 9});
+  CHECK(q.take_expired() == 2);
+  CHECK(q.queued_bytes() == 0);
+}
