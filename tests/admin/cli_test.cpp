@@ -233,7 +233,7 @@ TEST_CASE("ping --json reports the round trip and the granted capabilities", "[a
   CHECK(one_json_object(out));
   CHECK(contains(out, R"("rtt_ms":)"));
   // No "log": the test server has no data folder. "admin": the CLI asks for it.
-  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","admin"]})"));
+  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","offers","admin"]})"));
 }
 
 TEST_CASE("ping --json reports the server's instance id as a string and its version", "[admin]") {
