@@ -39,7 +39,8 @@ TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") 
         "streams info --help", "streams retention --help", "streams read --help", "streams tail --help",
         "streams delete --help", "routes --help", "routes get --help", "routes list --help", "routes delete --help",
         "leases --help", "leases list --help", "leases revoke --help", "inboxes --help", "inboxes list --help",
-        "drain --help", "keygen --help", "hash-token --help", "stats --help", "conns --help"}) {
+        "drain --help", "keygen --help", "hash-token --help", "stats --help", "conns --help", "pending --help",
+        "flags --help", "flags list --help", "flags set --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);
