@@ -223,6 +223,9 @@ int command::run() {
       {"leases list", &command::leases_list},
       {"leases revoke", &command::leases_revoke},
       {"inboxes list", &command::inboxes_list},
+      {"pending", &command::pending},
+      {"flags list", &command::flags_list},
+      {"flags set", &command::flags_set},
       {"drain", &command::drain},
       {"stats", &command::stats},
       {"conns", &command::conns}};
@@ -374,7 +377,9 @@ bool command::read_token(std::string& token) {
 int command::fail(std::error_code ec, const std::string& what, std::string_view missing) {
   const bool streams = what.starts_with("streams");
   const bool admin = what.starts_with("drain") || what.starts_with("stats") || what.starts_with("conns") ||
-                     what.starts_with("inboxes");
+                     what.starts_with("inboxes") || what.starts_with("flags");
+  // Offers: pending, and send with an expiry (a plain send's "routing" otherwise).
+  const bool offers = what.starts_with("pending") || (what.starts_with("send") && s_.expires_ms != 0);
   std::string message = what + ": " + ec.message();
   if (ec == errc::not_found) message = what + ": " + std::string(missing);
   else if (ec == errc::not_supported && admin)
@@ -384,6 +389,8 @@ int command::fail(std::error_code ec, const std::string& what, std::string_view 
                      "admin = true"
                    : "the principal of these credentials is not an admin: admin = true in the broker's auth file") +
               ")";
+  else if (ec == errc::not_supported && offers)
+    message = what + ": the broker does not offer expiring sends and offers (\"offers\"; an older broker)";
   else if (ec == errc::not_supported && streams)
     message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
   else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
@@ -614,6 +621,12 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   send->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
   send->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
       ->required();
+  send->add_option("--expires-ms", s.expires_ms,
+                   "the broker never writes it to the gateway after this many ms (capability \"offers\"; the "
+                   "gateway sees the time it had left)")
+      ->check(whole_number)
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}));
+
   auto* streams = app.add_subcommand("streams", "streams of the broker's sequence log");
   streams->require_subcommand(1, 1);
 
@@ -710,6 +723,25 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   auto* inbox_list = inboxes->add_subcommand(
       "list", "the open inboxes: the connection holding each (id and name) and its lease; from the connection list");
 
+  auto* pending = app.add_subcommand(
+      "pending", "the offers still pending for a user (unexpired, not acknowledged by its gateway), oldest first");
+  pending->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
+  pending->add_option("--limit", s.limit, "at most this many (0 = all the broker keeps for a key)")
+      ->check(whole_number)
+      ->capture_default_str();
+
+  auto* flags = app.add_subcommand("flags", "the broker's flags: features turned on for a share of the connections");
+  flags->require_subcommand(1, 1);
+  auto* flag_list = flags->add_subcommand(
+      "list", "every flag: its percentage, and the open connections that asked for its capability, on and off");
+  auto* flag_set = flags->add_subcommand(
+      "set", "turn a flag on for PERCENT of the connections (by a hash of their client id), at once");
+  flag_set->add_option("name", s.flag, "flag name, e.g. offers")->required();
+  flag_set->add_option("percent", s.percent, "0 (off for all) .. 100 (on for all)")
+      ->required()
+      ->check(whole_number)
+      ->check(CLI::Range(0u, 100u));
+
   auto* drain = app.add_subcommand(
       "drain",
       "drain the broker: refuse new connections, close the open ones in batches spread over the window (each "
@@ -795,6 +827,9 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
            {lease_list, "leases list"},
            {lease_revoke, "leases revoke"},
            {inbox_list, "inboxes list"},
+           {pending, "pending"},
+           {flag_list, "flags list"},
+           {flag_set, "flags set"},
            {drain, "drain"},
            {stats, "stats"},
            {conns, "conns"},

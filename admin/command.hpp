@@ -9,6 +9,7 @@
 //   stream_commands.cpp   streams list / info / retention / read / tail / delete
 //   routing_commands.cpp  routes get / list / delete, leases list / revoke,
 //                         inboxes list, send
+//   offer_commands.cpp    pending, send --expires-ms, flags list / set
 //   pubsub_commands.cpp   pub, sub
 
 #include "admin/cli.hpp"
@@ -43,6 +44,9 @@ struct settings {
   std::string key;      // routes get / delete, send: a route key
   std::string channel;  // pub: a channel; sub: a pattern
   std::string message;  // pub, send: the payload, "-" = read it from stdin
+  std::uint64_t expires_ms = 0;  // send: the expiry (0 = none); at most 2^32 - 1
+  std::string flag;              // flags set: the flag's name
+  unsigned percent = 0;          // flags set: 0..100
   std::string prefix;
   std::size_t limit = 0;
   std::uint64_t from = 0;
@@ -174,6 +178,13 @@ class command {
   int inboxes_list();
   int send();
   static void write_route(json_writer& j, const registry_entry& e);
+
+  // ---- offer_commands.cpp ----
+  int pending();
+  int send_expiring();  // send with --expires-ms
+  int flags_list();
+  int flags_set();
+  static void write_flag(json_writer& j, const flag_info& f);
 
   // ---- pubsub_commands.cpp ----
   int pub();

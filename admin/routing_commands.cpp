@@ -140,6 +140,7 @@ int command::inboxes_list() {
 }
 
 int command::send() {
+  if (s_.expires_ms != 0) return send_expiring();
   const std::string payload = message_payload();
   auto inbox = client_->send(s_.key, payload);
   if (!inbox && inbox.error() == errc::no_route)

@@ -8,6 +8,7 @@
 #include "access.hpp"
 #include "byte_stream.hpp"
 #include "client_log.hpp"
+#include "offer_frames.hpp"
 #include "reconnect_backoff.hpp"
 #include "signing_key.hpp"
 #include "stream_tracker.hpp"
@@ -199,6 +200,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::atomic<bool> publish_ack{false};
   std::atomic<bool> routing{false};  // "routing" capability granted
   std::atomic<bool> log_cap{false};  // "log" capability granted
+  std::atomic<bool> offers{false};   // "offers" capability granted (client_offers.cpp)
   // "stream-drops" granted: the broker reports the first dropped delivery of
   // each stream (StreamDropped), so a durable subscription's first sight of
   // a stream is its first message since the subscribe. Without it (an older
@@ -264,16 +266,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::vector<std::string_view> key_scratch;  // loop thread: route keys of one delivery
 
   void dispatch_inbox(const wire::InboxDelivery& d, const inbox_list& handlers) {
-    const std::string_view id = d.inbox_id() ? d.inbox_id()->string_view() : std::string_view{};
-    key_scratch.clear();
-    if (d.route_keys())
-      for (const auto* k : *d.route_keys()) key_scratch.push_back(k->string_view());
-    const auto* p = d.payload();
-    const inbox_message m{id, key_scratch,
-                          p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{},
-                          d.stream() ? d.stream()->string_view() : std::string_view{}, d.seq(), d.epoch()};
+    const inbox_message m = detail::to_inbox_message(d, key_scratch);
     for (const auto& h : handlers) {
-      if (h->id != id) continue;
+      if (h->id != m.inbox) continue;
       if (h->durable && !m.stream.empty() && !h->durable->tracker->live(m.stream, m.seq, m.epoch)) continue;
       h->handler(m);
     }
@@ -682,13 +677,9 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   bool dispatch(const wire::Frame& f, const sub_list& subscriptions, const inbox_list& inboxes) {
     switch (f.message_type()) {
       case wire::Message::Deliver: {
-        const auto& d = *f.message_as_Deliver();
-        const std::string_view channel = d.channel()->string_view();
-        const auto* p = d.payload();
-        const message m{channel, p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{},
-                        d.stream() ? d.stream()->string_view() : std::string_view{}, d.seq(), d.epoch()};
+        const message m = detail::to_message(*f.message_as_Deliver());
         for (const auto& s : subscriptions) {
-          if (!protocol::pattern_matches(s->pattern, channel)) continue;
+          if (!protocol::pattern_matches(s->pattern, m.channel)) continue;
           if (s->durable && !m.stream.empty() && !s->durable->tracker->live(m.stream, m.seq, m.epoch)) continue;
           s->handler(m);
         }
@@ -705,8 +696,31 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
       case wire::Message::Records:
       case wire::Message::StreamInfoResult: case wire::Message::StreamListResult:  // client_admin.cpp
       case wire::Message::StatsResult: case wire::Message::ConnListResult:         // client_admin.cpp
+      case wire::Message::WithdrawResult: case wire::Message::PendingOffersResult:  // client_offers.cpp
+      case wire::Message::ExposureResult:
+      case wire::Message::FlagInfo: case wire::Message::FlagListResult:
         if (f.request_id() != 0) complete(f.request_id(), {}, &f);
         return true;
+      case wire::Message::Receipt: {
+        const auto& r = *f.message_as_Receipt();
+        if (!opts.on_receipt) {
+          log(log_level::debug, "switchyard: connection {}: receipt for offer {} dropped (no on_receipt)",
+              session_id.load(), r.offer_id());
+          return true;
+        }
+        opts.on_receipt(detail::to_receipt(r));
+        return true;
+      }
+      case wire::Message::Withdrawn: {
+        const auto& w = *f.message_as_Withdrawn();
+        if (!opts.on_withdrawn) {
+          log(log_level::debug, "switchyard: connection {}: offer {} withdrawn (no on_withdrawn)", session_id.load(),
+              w.offer_id());
+          return true;
+        }
+        opts.on_withdrawn(detail::to_withdrawn(w));
+        return true;
+      }
       case wire::Message::InboxDelivery:
         dispatch_inbox(*f.message_as_InboxDelivery(), inboxes);
         return true;
@@ -858,9 +872,10 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     if (!rbuf.words) rbuf.reserve(64 * 1024);
 
     // "admin" last: asked only with client_options::admin.
-    static constexpr std::array<std::string_view, 6> wanted{
+    static constexpr std::array<std::string_view, 7> wanted{
         protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing,
-        protocol::capability::log, protocol::capability::stream_drops, protocol::capability::admin};
+        protocol::capability::log,            protocol::capability::stream_drops, protocol::capability::offers,
+        protocol::capability::admin};
     if (!key && (!opts.key.empty() || !opts.key_file.empty())) {
       auto loaded = client_lib::signing_key::load(opts.key, opts.key_file);
       if (!loaded) {
@@ -928,6 +943,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     routing = has(protocol::capability::routing);
     log_cap = has(protocol::capability::log);
     stream_drops = has(protocol::capability::stream_drops);
+    offers = has(protocol::capability::offers);
     {
       std::lock_guard lock(mu);
       caps = std::move(granted);

@@ -376,6 +376,8 @@ std::vector<std::string> gateway::routes() const {
   return {impl_->routes.begin(), impl_->routes.end()};
 }
 
+std::error_code gateway::ack(const inbox_message& m) { return impl_->conn.ack(m); }
+
 lease_id gateway::lease() const { return impl_->current_lease(); }
 
 stream_positions gateway::positions() const { return impl_->conn.inbox_stream_positions(impl_->opts.inbox_id); }

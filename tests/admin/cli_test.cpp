@@ -39,7 +39,8 @@ TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") 
         "streams info --help", "streams retention --help", "streams read --help", "streams tail --help",
         "streams delete --help", "routes --help", "routes get --help", "routes list --help", "routes delete --help",
         "leases --help", "leases list --help", "leases revoke --help", "inboxes --help", "inboxes list --help",
-        "drain --help", "keygen --help", "hash-token --help", "stats --help", "conns --help"}) {
+        "drain --help", "keygen --help", "hash-token --help", "stats --help", "conns --help", "pending --help",
+        "flags --help", "flags list --help", "flags set --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);
@@ -233,7 +234,7 @@ TEST_CASE("ping --json reports the round trip and the granted capabilities", "[a
   CHECK(one_json_object(out));
   CHECK(contains(out, R"("rtt_ms":)"));
   // No "log": the test server has no data folder. "admin": the CLI asks for it.
-  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","admin"]})"));
+  CHECK(contains(out, R"("capabilities":["dropped-notice","publish-ack","routing","offers","admin"]})"));
 }
 
 TEST_CASE("ping --json reports the server's instance id as a string and its version", "[admin]") {

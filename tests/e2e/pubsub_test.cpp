@@ -150,7 +150,7 @@ TEST_CASE("the welcome reports session, limits and granted capabilities", "[e2e]
   auto caps = c->capabilities();
   std::sort(caps.begin(), caps.end());
   // No "log": this server has no data folder.
-  CHECK(caps == std::vector<std::string>{"dropped-notice", "publish-ack", "routing"});
+  CHECK(caps == std::vector<std::string>{"dropped-notice", "offers", "publish-ack", "routing"});
   // A payload that cannot fit the server's frame limit is refused locally.
   std::vector<std::byte> big(70 * 1024);
   CHECK(c->publish("big.one", big) == errc::payload_too_large);

@@ -74,6 +74,10 @@ struct message {
   // A durable subscription's message read from the log to fill a gap
   // (false: it came live).
   bool replayed = false;
+  // Capability "offers", for a message published with an expiry (and the
+  // broker's flag "offers" on for this connection): the time it had left
+  // when the broker wrote it, at least 1 ms; 0 = no expiry, or not told.
+  std::chrono::milliseconds time_left{0};
 
   std::string_view payload_text() const noexcept {
     return {reinterpret_cast<const char*>(payload.data()), payload.size()};
@@ -97,6 +101,14 @@ struct inbox_message {
   // then every key of the original send, routed here or not: deliver to
   // the ones this gateway holds.
   bool replayed = false;
+  // Capability "offers" (and the broker's flag "offers" on for this
+  // connection), for a send with an expiry: the time it had left when the
+  // broker wrote it (0 = no expiry, or not told). Past it the offer is
+  // stale: do not show it to the user.
+  std::chrono::milliseconds time_left{0};
+  // The offer's id (0 = not an offer): client::ack(*this) once the users'
+  // devices took it (the sender's receipts, the pending list).
+  std::uint64_t offer_id = 0;
 
   std::string_view payload_text() const noexcept {
     return {reinterpret_cast<const char*>(payload.data()), payload.size()};
@@ -278,6 +290,97 @@ struct send_result {
   std::uint64_t epoch = 0;  // send_durable: the stream's epoch
 };
 
+// ---- Offers (capability "offers"; docs/gateway-guide.md, "Offers") ----
+//
+// An offer is a send to users that is only good for a while: the broker
+// never writes it to a gateway after its expiry, the gateways get its id
+// and the time it has left, and acknowledge it (client::ack) when the
+// user's device took it. The sender may ask for a receipt per user
+// (acked, or timeout), withdraw the offer, cap how many offers a user
+// gets in a window, and ask which offers are still pending for a user.
+
+struct offer_options {
+  // The sender's id for the offer, unique among its live offers (0 = a
+  // plain send with an expiry: no receipts, withdraw, pending list). Needs
+  // expires_in > 0.
+  std::uint64_t offer_id = 0;
+  // Never written to a gateway after this; 0 = no expiry (not with
+  // offer_id). Values above 2^32 - 1 ms are sent as that.
+  std::chrono::milliseconds expires_in{0};
+  // > 0 (needs offer_id): one receipt per routed key, when its gateway
+  // acked it or after this long without an ack (client_options::on_receipt).
+  std::chrono::milliseconds receipt_timeout{0};
+  // Receipts go to the connection holding this inbox when they are due
+  // (a dispatcher that reconnects and reopens its inbox still gets them);
+  // empty: to this connection.
+  std::string receipt_inbox;
+  // > 0: exposure cap: a key that got cap_max offers in the last
+  // cap_window already is not sent this one (key_outcome::capped).
+  std::uint32_t cap_max = 0;
+  std::chrono::milliseconds cap_window{0};
+};
+
+// What became of one route key of an offer. A value this library does not
+// know (a later broker's) reads as no_route: not delivered.
+enum class key_outcome : std::uint8_t { routed = 0, no_route = 1, capped = 2 };
+
+struct offer_result {
+  std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (not delivered)
+  std::vector<key_outcome> outcomes;  // per route key, in order
+  std::uint32_t routed = 0;           // keys routed
+  std::uint32_t capped = 0;           // keys over the exposure cap
+};
+
+// A key's receipt outcome. Other values may come from a later broker.
+enum class receipt_outcome : std::uint8_t {
+  acked = 0,    // the gateway acknowledged it (client::ack)
+  timeout = 1,  // no ack within offer_options::receipt_timeout
+};
+
+// One key's receipt (client_options::on_receipt).
+struct receipt {
+  std::uint64_t offer_id = 0;
+  std::string route_key;
+  std::string inbox_id;  // the gateway's inbox the offer went to
+  receipt_outcome outcome = receipt_outcome::acked;
+  std::chrono::microseconds elapsed{0};  // from the send to the ack (or the timeout)
+};
+
+// To a gateway that was written an offer its sender withdrew
+// (client_options::on_withdrawn): take it back from these users.
+struct withdrawn_notice {
+  std::uint64_t offer_id = 0;
+  std::string inbox_id;
+  std::vector<std::string> route_keys;
+};
+
+struct withdraw_result {
+  std::uint32_t dropped = 0;   // copies still queued for gateways, dropped before they were written
+  std::uint32_t notified = 0;  // gateways sent a withdrawn notice
+  std::uint32_t pending = 0;   // pending entries removed (keys not acked yet)
+};
+
+// An offer still pending for a user: unexpired and not acked.
+struct pending_offer {
+  std::uint64_t offer_id = 0;
+  std::vector<std::byte> payload;
+  std::chrono::milliseconds time_left{0};  // before it expires
+  std::chrono::milliseconds age{0};        // since it was sent
+
+  std::string_view payload_text() const noexcept {
+    return {reinterpret_cast<const char*>(payload.data()), payload.size()};
+  }
+};
+
+// A broker flag (client::set_flag, client::flags): on for the connections
+// whose client id hashes below `percent` of 100.
+struct flag_info {
+  std::string name;
+  unsigned percent = 0;               // 0..100
+  std::uint64_t connections_on = 0;   // open connections that declared its capability, inside the percentage
+  std::uint64_t connections_off = 0;  // ... and outside it
+};
+
 // ---- Reconnect ----
 //
 // A client whose connection drops (broker restart, kill -9, network, a
@@ -407,6 +510,14 @@ struct client_options {
   // unsupported_version), or, with reconnect disabled, the connection was
   // lost (the same code as on_disconnect, which fired just before).
   std::function<void(std::error_code)> on_closed;
+
+  // Capability "offers", called on the loop thread. on_receipt: a receipt
+  // for an offer sent with offer_options::receipt_timeout, by this
+  // connection or to an inbox it holds (receipt_inbox). on_withdrawn: an
+  // offer written to one of this connection's inboxes was withdrawn.
+  // Unset: they are dropped (a debug line in the log).
+  std::function<void(const receipt&)> on_receipt;
+  std::function<void(const withdrawn_notice&)> on_withdrawn;
 };
 
 class client {
@@ -432,6 +543,16 @@ class client {
   std::error_code publish(std::string_view channel, std::span<const std::byte> payload);
   std::error_code publish(std::string_view channel, std::string_view payload) {
     return publish(channel, std::as_bytes(std::span(payload.data(), payload.size())));
+  }
+  // A publish that expires (capability "offers"): the broker never writes
+  // it to a subscriber more than `expires_in` after it read it; receivers
+  // see the time it had left (message::time_left). 0 = no expiry (a plain
+  // publish). Errors as publish, and not_supported (no "offers" granted),
+  // bad_request (a negative expires_in).
+  std::error_code publish(std::string_view channel, std::span<const std::byte> payload,
+                          std::chrono::milliseconds expires_in);
+  std::error_code publish(std::string_view channel, std::string_view payload, std::chrono::milliseconds expires_in) {
+    return publish(channel, std::as_bytes(std::span(payload.data(), payload.size())), expires_in);
   }
   // Publishes and waits until the broker has routed it (blocking).
   std::error_code publish_confirmed(std::string_view channel, std::span<const std::byte> payload);
@@ -537,6 +658,52 @@ class client {
   std::expected<send_result, std::error_code> send_many(std::span<const std::string_view> route_keys,
                                                         std::span<const std::byte> payload);
 
+  // ---- Offers (capability "offers"; see offer_options above) ----
+  // Errors of all: not_supported (the broker did not grant "offers"),
+  // not_connected, timeout, and bad_request for arguments the broker would
+  // refuse (checked before sending).
+
+  // Sends an offer to the users behind `route_keys` (one delivery per
+  // gateway, like send_many) and returns what became of each key; a key
+  // without a route is key_outcome::no_route, not an error, even when it
+  // is the only one. Blocking. bad_request: offer_id without expires_in,
+  // receipt_timeout without offer_id, a negative duration.
+  std::expected<offer_result, std::error_code> send_offer(std::span<const std::string_view> route_keys,
+                                                          std::span<const std::byte> payload,
+                                                          const offer_options& options);
+  std::expected<offer_result, std::error_code> send_offer(std::span<const std::string_view> route_keys,
+                                                          std::string_view payload, const offer_options& options) {
+    return send_offer(route_keys, std::as_bytes(std::span(payload.data(), payload.size())), options);
+  }
+  // The gateway's side: the user's device took offer `offer_id` (sent to
+  // `route_key`; empty = every key of that offer delivered to this
+  // connection). The sender gets its receipt and the key leaves the
+  // pending list. Fire and forget, like send_nowait: an unknown, expired
+  // or withdrawn offer is reported by the broker as an error with request
+  // id 0, which the library logs. Errors: not_supported, not_connected,
+  // timeout (buffer full), buffer_full (held while reconnecting).
+  std::error_code ack(std::uint64_t offer_id, std::string_view route_key = {});
+  // Acknowledges m.offer_id for every route key of m (one ack each; an m
+  // without keys acks every key of the offer delivered to this
+  // connection). Errors as above, and bad_request when m is not an offer
+  // (offer_id 0).
+  std::error_code ack(const inbox_message& m);
+  // Withdraws a live offer sent by this principal: copies not written yet
+  // are dropped, gateways that got it are told (on_withdrawn), its pending
+  // entries go. Blocking. Errors:
+  // not_found (unknown, expired or withdrawn already), forbidden (another
+  // principal's offer).
+  std::expected<withdraw_result, std::error_code> withdraw(std::uint64_t offer_id);
+  // The offers still pending for `route_key` (unexpired, not acked),
+  // oldest first, at most `limit` (0 = all the broker keeps per key): what
+  // a gateway shows a user who reconnects. Blocking.
+  std::expected<std::vector<pending_offer>, std::error_code> pending_offers(std::string_view route_key,
+                                                                            std::size_t limit = 0);
+  // How many offers each key got in the last `window` (at most the
+  // broker's exposure window), in key order. Blocking.
+  std::expected<std::vector<std::uint32_t>, std::error_code> exposure(std::span<const std::string_view> route_keys,
+                                                                      std::chrono::milliseconds window);
+
   // ---- The sequence log (capability "log") ----
   // Appends a record; returns once it is durable (fsynced in the server's
   // default mode). Errors: storage_full, bad_request, internal (the server
@@ -616,6 +783,15 @@ class client {
   // not at all. Errors as stats().
   std::expected<connection_page, std::error_code> connections(connection_order order = connection_order::id,
                                                               std::size_t limit = 0, std::uint64_t cursor = 0);
+
+  // Turns broker flag `name` on for `percent` (0..100) of the connections
+  // (by a hash of their client id), at once; returns the flag as it is
+  // then. Errors: not_supported (admin not granted), not_found (no such
+  // flag), bad_request (percent above 100, checked before sending),
+  // forbidden, not_connected, timeout.
+  std::expected<flag_info, std::error_code> set_flag(std::string_view name, unsigned percent);
+  // Every flag of the broker. Errors as stats().
+  std::expected<std::vector<flag_info>, std::error_code> flags();
 
   // Non-blocking forms for pipelining (many requests in flight): `done`
   // runs on the loop thread; views in it are valid during the call only.

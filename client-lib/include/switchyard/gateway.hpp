@@ -91,6 +91,14 @@ class gateway {
   std::error_code remove_route(std::string_view route_key);
   std::vector<std::string> routes() const;
 
+  // The user's device took the offer m (a delivery of on_message with
+  // m.offer_id != 0): client::ack(m) on the gateway's client, for every
+  // route key of m. Fire and forget, like publish: it does not wait on
+  // the loop thread (safe in on_message). Errors: bad_request (m is not an
+  // offer), not_supported (the broker did not grant "offers"),
+  // not_connected, timeout (buffer full), buffer_full (reconnecting).
+  std::error_code ack(const inbox_message& m);
+
   lease_id lease() const;
   // A durable inbox's positions (see client::inbox_stream_positions): save
   // them to resume after a restart. Empty without `durable`.
