@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -60,6 +61,15 @@ inline std::uint64_t get_u64(const std::byte* p) {
 }
 inline void put_u64(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
 
+// The p-th percentile (nearest rank) of `sorted` nanoseconds, in
+// microseconds; NaN if empty.
+inline double pct_us(const std::vector<std::int64_t>& sorted, double p) {
+  if (sorted.empty()) return NAN;
+  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
+  return static_cast<double>(sorted[rank - 1]) / 1000.0;
+}
+
 struct settings {
   std::string workload;
   std::string address;  // host:port; empty = start a server
@@ -90,6 +100,7 @@ struct settings {
   long leases = 100'000;
   // durable
   std::string durability = "sync";
+  double fsync_probe = 1.0;  // seconds of the data folder's disk probe (0 = none)
   // connections
   long connections = 1000;
   long declare = 0;  // bytes each connection's incomplete frame declares (0 = idle connections)
@@ -158,6 +169,8 @@ inline std::uint64_t rss_bytes(int pid) {
   return 0;
 }
 
+class server_process;
+
 struct target {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
@@ -182,6 +195,9 @@ struct target {
   std::string prefix;
   // "host:port" as given (--address), for messages.
   std::string address;
+  // The broker the bench started (nullptr with --address): its CPU time
+  // (cpu_usage.hpp) and its data folder.
+  const server_process* server = nullptr;
 };
 
 // A name the bench creates: `local` for a broker it started, under the
@@ -299,8 +315,7 @@ int run_leases(const settings& s, const target& t, int server_pid);
 int run_durable(const settings& s, const target& t);
 int run_replay(const settings& s, const target& t);
 int run_connections(const settings& s, const target& t, int server_pid);
-int run_handshakes(const settings& s, const target& t, int server_pid);
-class server_process;
+int run_handshakes(const settings& s, const target& t);
 // `t`: its credentials, TLS and security arguments (host and port are the server's).
 int run_reconnect(const settings& s, const target& t, server_process& server);
 

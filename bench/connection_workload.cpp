@@ -5,6 +5,7 @@
 // the frame's first bytes is sent.
 
 #include "bench/bench_common.hpp"
+#include "bench/cpu_usage.hpp"
 #include "protocol/frame_builder.hpp"
 
 #include <arpa/inet.h>
@@ -72,6 +73,7 @@ int run_connections(const settings& s, const target& t, int server_pid) {
   const auto hello = b.hello(1, h);
   std::vector<int> fds;
   fds.reserve(static_cast<std::size_t>(n));
+  const cpu_meter cpu(t.server);
   for (long i = 0; i < n; ++i) {
     const int fd = connect_to(t);
     if (fd < 0 || !send_all(fd, hello.data(), hello.size())) {
@@ -84,6 +86,8 @@ int run_connections(const settings& s, const target& t, int server_pid) {
   }
   // Every hello answered (the welcome read) before measuring.
   for (const int fd : fds) still_open(fd, 2000ms);
+  // Connects and hellos (the frames of --declare are not counted).
+  const cpu_cost cost = cpu.stop(static_cast<std::uint64_t>(n), "connection with its hello");
   std::this_thread::sleep_for(300ms);
   const std::uint64_t rss1 = rss_bytes(server_pid);
   std::uint64_t rss2 = rss1;
@@ -120,6 +124,7 @@ int run_connections(const settings& s, const target& t, int server_pid) {
     else j.raw("incomplete_total_bytes", "null");
     j.integer("still_open", open);
   }
+  j.raw("cpu", cost.json());
   constexpr std::string_view not_measured = "server RSS not measured for a broker of --address";
   std::string summary =
       measured ? fmt::format("connections: {} connections\n  idle after hello: {:.0f} B server RSS each\n", n,
@@ -132,7 +137,7 @@ int run_connections(const settings& s, const target& t, int server_pid) {
                                       static_cast<double>(rss2 > rss1 ? rss2 - rss1 : 0) / (1 << 20), open)
                         : fmt::format("  incomplete frame declaring {} B: {}; {} still open\n", s.declare,
                                       not_measured, open);
-  emit(s, summary, j);
+  emit(s, summary + cost.summary(), j);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 //    of one sweeper tick while nothing expires and while 10% expire.
 
 #include "bench/bench_common.hpp"
+#include "bench/cpu_usage.hpp"
 #include "broker/lease_table.hpp"
 #include "broker/routing_table.hpp"
 
@@ -98,6 +99,7 @@ int run_leases(const settings& s, const target& t, int server_pid) {
     std::fputs(cleaned.c_str(), s.json ? stderr : stdout);
     return fail_line(s, what);
   };
+  const cpu_meter cpu(t.server);
   const auto t_grant = now_ns();
   for (long i = 0; i < n; ++i) {
     window.acquire();
@@ -138,6 +140,8 @@ int run_leases(const settings& s, const target& t, int server_pid) {
   for (int i = 0; i < s.window; ++i) window.acquire();
   const double keep_secs = static_cast<double>(now_ns() - t_keep) / 1e9;
   if (failed) return fail(fmt::format("{} keepalives failed", failed.load()));
+  // Every lease's grant, route put and two keepalives.
+  const cpu_cost cost = cpu.stop(4 * static_cast<std::uint64_t>(n), "request");
   progress_done();
 
   const auto local = measure_in_process(n);
@@ -161,15 +165,15 @@ int run_leases(const settings& s, const target& t, int server_pid) {
   j.num("grant_put_rate", grants_per_sec).num("keepalive_rate", keepalives_per_sec);
   j.num("server_rss_bytes_per_lease", rss_per_lease).num("heap_bytes_per_lease", local.bytes_per_lease);
   j.num("sweep_idle_tick_us", local.idle_tick_us).num("sweep_10pct_tick_us", local.expiring_tick_us);
-  j.integer("sweep_10pct_expired", static_cast<long long>(local.expired));
+  j.integer("sweep_10pct_expired", static_cast<long long>(local.expired)).raw("cpu", cost.json());
   const std::string summary = fmt::format(
       "leases: {} leases, one route each, window {}\n"
       "  grant+put:  {:.0f}/s\n"
       "  keepalive:  {:.0f}/s\n"
       "  memory:     {}, {:.0f} B/lease heap (lease + route, in process)\n"
-      "  sweep tick: {:.1f} us with nothing due, {:.1f} us expiring {} (10%)\n{}",
+      "  sweep tick: {:.1f} us with nothing due, {:.1f} us expiring {} (10%)\n{}{}",
       n, s.window, grants_per_sec, keepalives_per_sec, rss_text, local.bytes_per_lease, local.idle_tick_us,
-      local.expiring_tick_us, local.expired, cleaned);
+      local.expiring_tick_us, local.expired, cost.summary(), cleaned);
   emit(s, summary, j);
   return 0;
 }

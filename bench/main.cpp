@@ -4,7 +4,7 @@
 //
 //   switchyard-bench fanout  --subs S --count N --size P [--json]
 //   switchyard-bench latency --rate R --seconds D --size P [--json]
-//   switchyard-bench durable --count N --size P --window W [--durability M] [--json]
+//   switchyard-bench durable --count N --size P --window W [--durability M] [--fsync-probe S] [--json]
 //   switchyard-bench replay  --count N --size P [--json]
 //   switchyard-bench route   --users U --gateways G --count N --size P --window W [--json]
 //   switchyard-bench leases  --leases L --window W [--json]
@@ -15,7 +15,9 @@
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
 // fresh one per run). Progress goes to stderr while it is a terminal (none
 // when it is redirected); the summary to stdout, or to stderr with --json,
-// where stdout's last line is the JSON result.
+// where stdout's last line is the JSON result. Every workload also reports
+// the CPU time of the bench and of the broker it started per message
+// (cpu_usage.hpp); route checks where each message went (route_check.hpp).
 // Security, with any workload: --tls (a started broker gets a throw-away
 // certificate), --auth (a started broker gets an auth file, every client
 // its token: bench/auth_file.hpp), or --token / --key-file for a broker of
@@ -23,6 +25,7 @@
 
 #include "bench/auth_file.hpp"
 #include "bench/bench_common.hpp"
+#include "bench/cpu_usage.hpp"
 #include "bench/server_process.hpp"
 #include "bench/temp_folder.hpp"
 #include "switchyard/client.hpp"
@@ -105,13 +108,6 @@ struct subscriber {
   }
 };
 
-double pct_us(const std::vector<std::int64_t>& sorted, double p) {
-  if (sorted.empty()) return NAN;
-  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  rank = std::clamp<std::size_t>(rank, 1, sorted.size());
-  return static_cast<double>(sorted[rank - 1]) / 1000.0;
-}
-
 // fanout / latency: S subscribers (one for latency), one publisher.
 int run_pubsub(const settings& s, const target& t, bool latency) {
   const int nsubs = latency ? 1 : s.subs;
@@ -183,6 +179,7 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
 
   std::string pub_error;
   std::uint64_t late_max = 0;
+  const cpu_meter cpu(t.server);
   const std::uint64_t start = now_ns();
   t0 = start;
   if (!latency) {
@@ -229,6 +226,9 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   }
   const std::uint64_t t_pub_end = now_ns();
   watcher.join();
+  std::uint64_t received = 0;
+  for (auto& sub : subs) received += sub->recv.load();
+  const cpu_cost cost = cpu.stop(received, latency ? "received message" : "delivered message");
 
   // Stop the subscribers' I/O before reading their tallies.
   for (auto& sub : subs) sub->conn->close();
@@ -299,9 +299,9 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
         static_cast<double>(late_max) / 1000.0);
   }
   j.raw("sub_end", ends);
-  j.raw("server", fmt::format("{{\"dropped\":{}}}", dropped.load()));
+  j.raw("server", fmt::format("{{\"dropped\":{}}}", dropped.load())).raw("cpu", cost.json());
   if (!pub_error.empty()) j.str("errors", "pub: " + pub_error);
-  emit(s, summary, j);
+  emit(s, summary + cost.summary(), j);
   return (!pub_error.empty() || any_error) ? 1 : 0;
 }
 
@@ -348,6 +348,10 @@ int main(int argc, char** argv) {
   durable->add_option("--count", s.count, "appends")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
   durable->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
   durable->add_option("--window", s.window, "unacknowledged appends at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  durable->add_option("--fsync-probe", s.fsync_probe,
+                      "after the run, time 4 KiB append + fdatasync in the broker's data folder for this many seconds "
+                      "(0 = no probe)")
+      ->check(CLI::Range(0.0, 60.0))->capture_default_str();
   auto* durability = durable->add_option("--durability", s.durability,
                                          "the mode of the server the bench starts: sync, batch or none (not with "
                                          "--address: that broker's own mode is reported)")
@@ -365,6 +369,9 @@ int main(int argc, char** argv) {
   route->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
   route->add_option("--window", s.window, "sends in flight at most (0 = fire and forget, no answers)")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  route->add_option("--idle", s.idle,
+                    "stop waiting for the gateways' sentinels after this many seconds without a delivery")
+      ->capture_default_str();
 
   auto* leases = app.add_subcommand("leases", "grant and keep alive L leases (each with one route); memory and sweep cost");
   leases->add_option("--leases", s.leases, "leases")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
@@ -497,6 +504,7 @@ int main(int argc, char** argv) {
     }
     server.emplace(std::move(*started));
     t.port = server->port();
+    t.server = &*server;
   }
   int rc = 0;
   if (s.workload == "route") rc = run_route(s, t);
@@ -505,7 +513,7 @@ int main(int argc, char** argv) {
   else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
   else if (s.workload == "connections") rc = run_connections(s, t, server ? server->pid() : -1);
   else if (s.workload == "reconnect") rc = run_reconnect(s, t, *server);
-  else if (s.workload == "handshakes") rc = run_handshakes(s, t, server ? server->pid() : -1);
+  else if (s.workload == "handshakes") rc = run_handshakes(s, t);
   else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;

@@ -21,6 +21,7 @@
 // back within 2 C / R and at most 4 attempts per client.
 
 #include "bench/bench_common.hpp"
+#include "bench/cpu_usage.hpp"
 #include "bench/server_process.hpp"
 #include "switchyard/gateway.hpp"
 
@@ -292,9 +293,14 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
   };
 
   std::vector<phase_result> phases;
+  // The broker's CPU across its restarts (cpu_usage.hpp), per client back.
+  const cpu_meter cpu(&server);
   if (s.rc_mode == "kill" || s.rc_mode == "both") phases.push_back(run_phase("kill"));
   if ((s.rc_mode == "drain" || s.rc_mode == "both") && (phases.empty() || phases.back().error.empty()))
     phases.push_back(run_phase("drain"));
+  std::uint64_t reconnected = 0;
+  for (const auto& r : phases) reconnected += static_cast<std::uint64_t>(r.back);
+  const cpu_cost cost = cpu.stop(reconnected, "reconnected client");
 
   (*checker)->close();
   for (auto& c : clients) {
@@ -344,8 +350,8 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
         r.misrouted, 2 * best + (r.name == "drain" ? s.drain_window : 0), r.name == "drain" ? " incl. the window" : "",
         meets ? "met" : "missed", r.error.empty() ? "" : "; error: " + r.error);
   }
-  j.raw("phases", arr + "]");
-  emit(s, summary, j);
+  j.raw("phases", arr + "]").raw("cpu", cost.json());
+  emit(s, summary + cost.summary(), j);
   return ok ? 0 : 1;
 }
 

@@ -1,16 +1,20 @@
 // switchyard-bench route: send-to-user throughput. U users registered across
-// G gateways (each a connection with a lease and an inbox); one service
-// sends to random users with at most W sends in flight. Reports sends/s
-// (answered; with W = 0 fire and forget, so sent, without answers) and
-// routed deliveries/s (received by the gateways). On a broker of --address
-// the users and inboxes are named under the run's prefix and the gateways'
-// leases are revoked at the end, taking the routes and inboxes with them.
+// G gateways (each a connection with a lease and an inbox; user u on
+// gateway u % G); one service sends to random users with at most W sends
+// in flight, then one sentinel per inbox. Reports sends/s (answered; with
+// W = 0 fire and forget, so sent, without answers) and routed deliveries/s
+// (received by the gateways), and checks on every gateway that each
+// message was for one of its users and arrived in order (route_check.hpp,
+// the peers' checks). On a broker of --address the users and inboxes are
+// named under the run's prefix and the gateways' leases are revoked at the
+// end, taking the routes and inboxes with them.
 
 #include "bench/bench_common.hpp"
+#include "bench/cpu_usage.hpp"
+#include "bench/route_check.hpp"
 
 #include <atomic>
 #include <memory>
-#include <random>
 #include <semaphore>
 #include <thread>
 #include <vector>
@@ -22,12 +26,28 @@ using namespace std::chrono_literals;
 int run_route(const settings& s, const target& t) {
   const int ngw = s.gateways;
   const long nusers = s.users;
+  // The users' route keys, made once, so the service spends its time
+  // sending (as the fan-out publisher does), not formatting.
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(nusers));
+  for (long u = 0; u < nusers; ++u) keys.push_back(fmt::format("{}user:{}", t.prefix, u));
+  // One checker per gateway; they outlive the gateways' connections
+  // (declared before them).
+  std::vector<std::unique_ptr<route_checker>> checkers;
+  std::vector<const route_checker*> checked;
+  for (int g = 0; g < ngw; ++g) {
+    checkers.push_back(std::make_unique<route_checker>(g, ngw, nusers, t.prefix));
+    checked.push_back(checkers.back().get());
+  }
+  const auto delivered = [&] {
+    std::uint64_t n = 0;
+    for (const auto& c : checkers) n += c->received();
+    return n;
+  };
   // Gateways share two I/O threads: the broker and the service need the rest.
   std::vector<std::shared_ptr<event_loop>> loops{std::make_shared<event_loop>(), std::make_shared<event_loop>()};
   std::vector<std::unique_ptr<client>> gateways;
   std::vector<lease_id> leases;
-  std::atomic<std::uint64_t> delivered{0};
-  std::atomic<std::uint64_t> last_delivery_ns{0};
   // On a broker of --address the gateways' leases go at the end, however
   // the run ends; `cleaned` holds the summary lines.
   std::string cleaned;
@@ -50,9 +70,9 @@ int run_route(const settings& s, const target& t) {
     leases.push_back(lease->id);
     gateways.push_back(std::move(*c));
     const auto inbox = name_for(t, fmt::format("gw-{}", g));
-    auto ec = gateways.back()->open_inbox(inbox, lease->id, [&](const inbox_message& m) {
-      delivered.fetch_add(m.route_keys.size(), std::memory_order_relaxed);
-      last_delivery_ns.store(now_ns(), std::memory_order_relaxed);
+    auto ec = gateways.back()->open_inbox(inbox, lease->id, [check = checkers[static_cast<std::size_t>(g)].get()](
+                                                                const inbox_message& m) {
+      check->on_delivery(m.payload, m.route_keys, now_ns());
     });
     if (ec) return fail_line(s, "open inbox " + inbox + ": " + ec.message());
   }
@@ -64,7 +84,7 @@ int run_route(const settings& s, const target& t) {
     for (long u = 0; u < nusers; ++u) {
       const auto g = static_cast<std::size_t>(u % ngw);
       window.acquire();
-      gateways[g]->async_registry_put(fmt::format("{}user:{}", t.prefix, u), fmt::format("{}gw-{}", t.prefix, g), leases[g],
+      gateways[g]->async_registry_put(keys[static_cast<std::size_t>(u)], fmt::format("{}gw-{}", t.prefix, g), leases[g],
                                       [&](std::expected<std::uint64_t, std::error_code> r) {
                                         if (!r) ++failed;
                                         window.release();
@@ -78,28 +98,24 @@ int run_route(const settings& s, const target& t) {
   auto service = client::connect(options_for(t, "bench-service"));
   if (!service) return fail_line(s, "service connect: " + service.error().message());
   std::vector<std::byte> payload(static_cast<std::size_t>(s.size), std::byte{'x'});
-  // The keys are made once, so the service spends its time sending (as the
-  // fan-out publisher does), not formatting.
-  std::vector<std::string> keys;
-  keys.reserve(static_cast<std::size_t>(nusers));
-  for (long u = 0; u < nusers; ++u) keys.push_back(fmt::format("{}user:{}", t.prefix, u));
-  std::mt19937_64 rng(7);
-  std::uniform_int_distribution<std::size_t> pick(0, keys.size() - 1);
+  user_picker pick(static_cast<std::uint64_t>(nusers));
   std::atomic<std::uint64_t> routed{0}, unrouted{0}, errors{0}, answered{0};
   const auto count = static_cast<std::uint64_t>(s.count);
   const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(s.timeout * 1e9);
+  const cpu_meter cpu(t.server);
   std::uint64_t t0 = now_ns();
   std::uint64_t sent = 0;
   const bool nowait = s.window == 0;
   const auto show = [&](std::uint64_t n) {
-    progress("route: sent {}/{}, delivered {}", n, count, delivered.load());
+    progress("route: sent {}/{}, delivered {}", n, count, delivered());
   };
   if (nowait) {
     // Fire and forget: sends/s = as fast as the client queues.
     std::uint64_t next_progress = t0 + 1'000'000'000ull;
     for (; sent < count && now_ns() < deadline; ++sent) {
-      put_u64(payload.data(), sent);
-      if (auto ec = (*service)->send_nowait(keys[pick(rng)], payload)) {
+      const std::uint64_t u = pick.next();
+      put_route_header(payload, sent, u);
+      if (auto ec = (*service)->send_nowait(keys[u], payload)) {
         ++errors;
         break;
       }
@@ -108,15 +124,15 @@ int run_route(const settings& s, const target& t) {
         next_progress = now_ns() + 1'000'000'000ull;
       }
     }
-    if ((*service)->flush()) ++errors;  // the broker has every send
   } else {
     // Answered sends, at most W unanswered, each answer sending the next
     // from the service's loop thread (see run_pipeline).
     const auto r = run_pipeline(
         **service, count, s.window, deadline,
         [&](std::uint64_t i, answer_fn done) {
-          put_u64(payload.data(), i);
-          (*service)->async_send(keys[pick(rng)], payload, [&, done](std::expected<std::string_view, std::error_code> res) {
+          const std::uint64_t u = pick.next();
+          put_route_header(payload, i, u);
+          (*service)->async_send(keys[u], payload, [&, done](std::expected<std::string_view, std::error_code> res) {
             if (res) ++routed;
             else if (res.error() == errc::no_route) ++unrouted;
             else ++errors;
@@ -129,30 +145,70 @@ int run_route(const settings& s, const target& t) {
     sent = r.issued;
     errors += r.issued - std::min(r.issued, r.answered);  // unanswered (the connection went away)
   }
+  // One sentinel per inbox, after every send on the same connection: to
+  // user g, who lives on gateway g (a gateway with no user gets none).
+  for (int g = 0; g < ngw && g < nusers && errors.load() == 0; ++g) {
+    put_route_header(payload, route_sentinel, static_cast<std::uint64_t>(g));
+    if ((*service)->send_nowait(keys[static_cast<std::size_t>(g)], payload)) ++errors;
+  }
+  if ((*service)->flush()) ++errors;  // the broker has every send
   const std::uint64_t t_answered = now_ns();
   // Fire and forget has no answers: every send counts as done once queued,
   // and routed or not is not known (the broker drops a send without a route).
   const std::uint64_t done_sends = nowait ? sent : answered.load();
   const std::uint64_t expected = nowait ? sent : routed.load();
-  // Deliveries trail the answers slightly: wait (bounded) for the last ones.
-  for (int i = 0; i < 2000 && delivered.load() < expected; ++i) std::this_thread::sleep_for(1ms);
+  // Wait for every inbox's sentinel, or until no gateway has received
+  // anything for --idle seconds (the clock starts with the first send), or
+  // the deadline: the peers' end.
+  const auto waiting = [&] {
+    for (int g = 0; g < ngw && g < nusers; ++g)
+      if (!checkers[static_cast<std::size_t>(g)]->ended()) return true;
+    return false;
+  };
+  std::string unfinished = "sentinel";
+  for (std::uint64_t next_progress = now_ns(); waiting();) {
+    const std::uint64_t now = now_ns();
+    std::uint64_t last = t0;
+    for (const auto& c : checkers) last = std::max(last, c->last_ns());
+    if (now > deadline) unfinished = "deadline";
+    else if (now > last + static_cast<std::uint64_t>(s.idle * 1e9)) unfinished = "idle";
+    if (unfinished != "sentinel") break;
+    if (now >= next_progress) {
+      show(sent);
+      next_progress = now + 1'000'000'000ull;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  const cpu_cost cost = cpu.stop(delivered(), "delivered message");
   progress_done();
   clean_up();
   cleanup_reported = true;
+  // The checkers are read once no delivery runs any more.
+  for (auto& g : gateways) g->close();
+  const auto tally = route_tally::of(checked, static_cast<std::uint64_t>(nusers), unfinished);
 
   const double send_secs = static_cast<double>(t_answered - t0) / 1e9;
-  const std::uint64_t last = std::max(last_delivery_ns.load(), t0 + 1);
+  std::uint64_t last = t0 + 1;
+  for (const auto& c : checkers) last = std::max(last, c->last_ns());
   const double deliver_secs = static_cast<double>(last - t0) / 1e9;
   json_line j;
   j.str("broker", "switchyard").str("workload", "route");
   j.integer("users", nusers).integer("gateways", ngw).integer("n", static_cast<long long>(sent)).integer("size", s.size);
   j.integer("window", s.window).str("mode", nowait ? "send_nowait (fire and forget)" : "send with answer");
   j.num("send_rate", static_cast<double>(done_sends) / send_secs);
-  j.num("delivered_rate", static_cast<double>(delivered.load()) / deliver_secs);
+  j.num("delivered_rate", static_cast<double>(tally.received) / deliver_secs);
   // Without answers, routed and no_route are not known: null.
   if (nowait) j.raw("routed", "null").raw("no_route", "null");
   else j.integer("routed", static_cast<long long>(routed.load())).integer("no_route", static_cast<long long>(unrouted.load()));
-  j.integer("delivered", static_cast<long long>(delivered.load())).integer("errors", static_cast<long long>(errors.load()));
+  j.integer("delivered", static_cast<long long>(tally.received));
+  j.integer("errors", static_cast<long long>(errors.load()));
+  // The peers' route fields: per-gateway counts and the checks.
+  j.integer("recv_total", static_cast<long long>(tally.received));
+  j.integer("recv_min", static_cast<long long>(tally.min)).integer("recv_max", static_cast<long long>(tally.max));
+  j.num("loss", sent > 0 ? 1.0 - static_cast<double>(tally.received) / static_cast<double>(sent) : NAN);
+  j.integer("misrouted", static_cast<long long>(tally.misrouted));
+  j.integer("reorder", static_cast<long long>(tally.reorder));
+  j.raw("gw_end", tally.ends_json()).raw("cpu", cost.json());
   const std::string sends_line =
       nowait ? fmt::format("  sends:     {:.0f}/s sent (fire and forget: no answers, so routed or not is unknown; "
                            "{} errors)\n",
@@ -164,12 +220,14 @@ int run_route(const settings& s, const target& t) {
                   sent, s.size, s.window) +
       sends_line +
       fmt::format("  delivered: {:.0f}/s into inboxes ({} of {} {})\n",
-                  static_cast<double>(delivered.load()) / deliver_secs, delivered.load(), expected,
+                  static_cast<double>(tally.received) / deliver_secs, tally.received, expected,
                   nowait ? "sent" : "routed") +
-      cleaned;
+      fmt::format("  checked:   {} misrouted, {} reordered; {} to {} per gateway; gateway ends {}{}\n", tally.misrouted,
+                  tally.reorder, tally.min, tally.max, tally.ends_json(),
+                  tally.passed() ? "" : " (FAILED: a message went to the wrong gateway or out of order)") +
+      cost.summary() + cleaned;
   emit(s, summary, j);
-  for (auto& g : gateways) g->close();
-  return errors.load() == 0 && unrouted.load() == 0 ? 0 : 1;
+  return errors.load() == 0 && unrouted.load() == 0 && tally.passed() && unfinished != "deadline" ? 0 : 1;
 }
 
 }  // namespace switchyard::bench

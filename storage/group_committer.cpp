@@ -142,7 +142,9 @@ void group_committer::queue_change(retention_change change) {
 
 group_commit_stats group_committer::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  auto s = stats_;
+  s.fsyncs = log_.fsyncs();
+  return s;
 }
 
 bool group_committer::retention_pass() {

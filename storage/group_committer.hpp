@@ -109,6 +109,7 @@ struct group_commit_stats {
   std::uint64_t records = 0;
   std::uint64_t largest_batch = 0;
   std::uint64_t syncs = 0;    // explicit syncs: the batch mode's, and retention changes' outside the sync mode
+  std::uint64_t fsyncs = 0;   // flushes of the log to disk: each commit's own in the sync mode, plus the syncs (sequence_log::fsyncs)
   std::uint64_t trimmed = 0;  // records removed by retention, in commits and in the background
   std::uint64_t trimmed_in_commits = 0;  // of which by commits
   std::uint64_t full_attempts = 0;  // log appends (whole batches or parts) refused with storage_full

@@ -321,6 +321,8 @@ struct sequence_log::impl {
   mutable bool map_unknown = false;  // /proc/self/maps cannot be read: no bounds checks (under map_lookup)
   // data.mdb's size at the last look; it only grows while the log is open.
   mutable std::atomic<std::uint64_t> file_bytes{0};
+  // Flushes to disk so far (sequence_log::fsyncs).
+  std::atomic<std::uint64_t> fsyncs{0};
 
   ~impl() {
     if (env) mdb_env_close(env);
@@ -818,6 +820,20 @@ struct sequence_log::impl {
     return errc::storage_full;
   }
 
+  // Commits `t` (LMDB's return code) and counts its flush in `fsyncs`: in
+  // the sync mode LMDB flushes a commit that wrote something to disk before
+  // it returns. A commit that wrote nothing flushes nothing and leaves the
+  // meta page, whose last transaction id then stays below t's.
+  int commit_counted(txn& t) {
+    const bool flushes = opts.mode == durability::sync && !opts.read_only;
+    const std::size_t id = flushes ? mdb_txn_id(t.get()) : 0;
+    const int rc = t.commit_rc();
+    MDB_envinfo info{};
+    if (rc == MDB_SUCCESS && id != 0 && mdb_env_info(env, &info) == MDB_SUCCESS && info.me_last_txnid >= id)
+      fsyncs.fetch_add(1, std::memory_order_relaxed);
+    return rc;
+  }
+
   // A commit's error as callers see it: LMDB 0.9 reports a short write as
   // EIO, which on a nearly full filesystem is the disk filling up. Sets
   // disk_refused when the filesystem had no room.
@@ -849,7 +865,7 @@ struct sequence_log::impl {
         txn t;
         if ((ec = t.begin(env, 0))) return ec;
         ec = body(t.get());
-        if (!ec) ec = commit_error(t.commit_rc());
+        if (!ec) ec = commit_error(commit_counted(t));
       }
       if (ec != errc::storage_full) return ec;
       if (auto grown = grow(reserve)) return grown;
@@ -1097,7 +1113,7 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
     return fail(errc::corrupted, "the last stream id in the \"meta\" database is damaged");
   else if (rc != MDB_NOTFOUND)
     return fail(from_lmdb(rc), std::string("cannot read the last stream id: ") + mdb_strerror(rc));
-  if (auto ec = t.commit()) return fail(ec, std::string("cannot commit: ") + ec.message());
+  if (auto ec = from_lmdb(p->commit_counted(t))) return fail(ec, std::string("cannot commit: ") + ec.message());
   p->locate_map_now();
   if (auto ec = p->preallocate()) return fail(ec, std::string("cannot reserve disk space: ") + ec.message());
   return std::unique_ptr<sequence_log>(new sequence_log(std::move(p)));
@@ -1748,7 +1764,13 @@ std::error_code sequence_log::check(std::string_view stream, std::size_t payload
   return {};
 }
 
-std::error_code sequence_log::sync() { return from_lmdb(mdb_env_sync(impl_->env, 1)); }
+std::error_code sequence_log::sync() {
+  const auto ec = from_lmdb(mdb_env_sync(impl_->env, 1));
+  if (!ec) impl_->fsyncs.fetch_add(1, std::memory_order_relaxed);
+  return ec;
+}
+
+std::uint64_t sequence_log::fsyncs() const noexcept { return impl_->fsyncs.load(std::memory_order_relaxed); }
 
 std::size_t sequence_log::map_size() const noexcept {
   std::shared_lock lock(impl_->resize);

@@ -358,6 +358,11 @@ class sequence_log {
   // Errors: io_error, storage_full (ENOSPC, EDQUOT) or the system error
   // of the flush.
   std::error_code sync();
+  // How often the log was flushed to disk since it was opened: in the
+  // sync mode each commit that wrote something (LMDB flushes it before the
+  // commit returns: the data pages, then the meta page), in every mode
+  // each sync() that succeeded. Any thread.
+  std::uint64_t fsyncs() const noexcept;
 
   std::size_t map_size() const noexcept;
   durability mode() const noexcept;

@@ -92,9 +92,32 @@ TEST_CASE("switchyard-bench says server figures are not measured for a broker of
     const auto [code, out] = run_bench(address_of(server), "handshakes --clients 1 --seconds 0.2");
     INFO(out);
     CHECK(code == 0);
-    CHECK(contains(out, "CPU per connect: broker not measured for a broker of --address, clients "));
+    CHECK(contains(out, " us per connect ("));
+    CHECK(contains(out, "; broker not measured for a broker of --address"));
     CHECK_FALSE(contains(out, "nan"));
   }
+  SECTION("CPU per message, every workload") {
+    for (const char* args : {"fanout --count 1000 --size 64", "route --users 100 --gateways 4 --count 500 --window 0",
+                             "durable --count 100 --size 64 --fsync-probe 0"}) {
+      INFO(args);
+      const auto [code, json] = run_bench(address_of(server), std::string("--json ") + args);
+      INFO(json);
+      CHECK(code == 0);
+      CHECK(contains(json, R"("broker_s":null,"total_s":null,"us_per_msg":null,)"));
+      CHECK(contains(json, R"("broker_note":"not measured for a broker of --address")"));
+    }
+  }
+}
+
+TEST_CASE("switchyard-bench durable probes the disk of a broker of --address on this machine and counts its fsyncs",
+          "[bench]") {
+  auto server = start_server_process();
+  const auto [code, out] =
+      run_bench(address_of(server), "--json durable --count 100 --size 64 --window 8 --fsync-probe 0.05", true);
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, R"("group_commit":{"appends":100,"batches":)"));
+  CHECK(contains(out, R"("fsync_probe":{"dir":")"));
 }
 
 TEST_CASE("switchyard-bench revokes its leases on a broker of --address, and their routes go with them",

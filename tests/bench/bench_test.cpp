@@ -30,6 +30,18 @@ std::pair<int, std::string> run_bench(const temp_dir& tmp, const std::string& ar
                            SWITCHYARD_SERVER_BINARY + " --json " + args + " 2>/dev/null");
 }
 
+// The number after "key": in a JSON line (-1 if absent or not a number).
+double json_number(const std::string& json, const std::string& key) {
+  const std::string start = "\"" + key + "\":";
+  const auto at = json.find(start);
+  if (at == std::string::npos) return -1;
+  try {
+    return std::stod(json.substr(at + start.size()));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 bool is_empty_dir(const std::filesystem::path& dir) {
   return std::filesystem::directory_iterator(dir) == std::filesystem::directory_iterator();
 }
@@ -202,4 +214,98 @@ TEST_CASE("switchyard-bench route with a window reports its sends as answered", 
   CHECK(r.code == 0);
   CHECK(contains(r.err, "/s answered (500 routed, 0 no route, 0 errors)"));
   CHECK(contains(r.out, R"("routed":500,"no_route":0,)"));
+}
+
+TEST_CASE("switchyard-bench route checks every delivery: none misrouted or reordered, a sentinel per gateway",
+          "[bench]") {
+  temp_dir tmp;
+  for (const char* window : {"0", "16"}) {
+    INFO("window " << window);
+    const auto r = run_bench_with_stderr(
+        tmp, std::string("--json route --users 100 --gateways 4 --count 500 --size 64 --window ") + window);
+    INFO(r.err);
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK(contains(r.out, R"("recv_total":500,)"));
+    CHECK(contains(r.out, R"("loss":0,"misrouted":0,"reorder":0,"gw_end":{"sentinel":4})"));
+    const double min = json_number(r.out, "recv_min"), max = json_number(r.out, "recv_max");
+    CHECK(min >= 1);
+    CHECK(min <= max);
+    CHECK(max <= 500);
+    CHECK(contains(r.err, "  checked:   0 misrouted, 0 reordered; "));
+  }
+}
+
+TEST_CASE("switchyard-bench route with more gateways than users ends the gateways without users at once",
+          "[bench]") {
+  temp_dir tmp;
+  const auto r = run_bench_with_stderr(tmp, "--json route --users 3 --gateways 5 --count 100 --size 64 --window 0");
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, R"("recv_min":0,)"));
+  CHECK(contains(r.out, R"("gw_end":{"no_users":2,"sentinel":3})"));
+}
+
+TEST_CASE("every switchyard-bench workload reports the CPU of the bench and its broker per message", "[bench]") {
+  temp_dir tmp;
+  const std::pair<const char*, const char*> runs[] = {
+      {"fanout --count 2000 --size 64", "delivered message"},
+      {"latency --rate 2000 --seconds 0.2 --size 64", "received message"},
+      {"durable --count 200 --size 64 --durability none --fsync-probe 0", "acknowledged append"},
+      {"replay --count 200 --size 64", "record read"},
+      {"route --users 100 --gateways 4 --count 500 --size 64 --window 0", "delivered message"},
+      {"leases --leases 100 --window 16", "request"},
+      {"connections --count 20", "connection with its hello"},
+      {"handshakes --clients 1 --seconds 0.2", "connect"},
+      {"reconnect --clients 6 --gateways 2 --mode kill --phase-timeout 30", "reconnected client"}};
+  for (const auto& [args, unit] : runs) {
+    INFO(args);
+    const auto r = run_bench_with_stderr(tmp, std::string("--json ") + args);
+    INFO(r.err);
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK(contains(r.out, std::string(R"("cpu":{"unit":")") + unit + R"(","count":)"));
+    // Measured for the broker the bench started: numbers, never null.
+    CHECK(json_number(r.out, "bench_s") >= 0);
+    CHECK(json_number(r.out, "broker_s") >= 0);
+    CHECK_FALSE(contains(r.out, "broker_note"));
+    CHECK(contains(r.err, "  CPU:       "));
+    CHECK(contains(r.err, std::string(" us per ") + unit + " (bench "));
+    CHECK_FALSE(contains(r.err, "nan"));
+  }
+}
+
+TEST_CASE("switchyard-bench durable reports the group committer's batches and fsyncs and probes the data folder's disk",
+          "[bench]") {
+  temp_dir tmp;
+  // switchyard-bench --json durable `args`, which must succeed: its output.
+  const auto durable = [&](const std::string& args) {
+    auto r = run_bench_with_stderr(tmp, "--json durable --size 64 " + args);
+    if (r.code != 0) FAIL("exit " << r.code << ": " << r.err << r.out);
+    return r;
+  };
+  SECTION("sync: an fsync per batch") {
+    const auto r = durable("--count 300 --window 16 --fsync-probe 0.05");
+    INFO(r.err << r.out);
+    CHECK(json_number(r.out, "appends") == 300);
+    const double batches = json_number(r.out, "batches");
+    CHECK(batches >= 300.0 / 16);
+    CHECK(json_number(r.out, "fsyncs") == batches);
+    CHECK(contains(r.err, "  group commit: 300 appends in "));
+    CHECK(contains(r.out, R"("fsync_probe":{"dir":")"));
+    CHECK(json_number(r.out, "ops") >= 1);
+    CHECK(contains(r.err, "  disk: 4 KiB append + fdatasync in "));
+  }
+  SECTION("none: no fsync, and no probe when asked for none") {
+    const auto r = durable("--count 300 --durability none --fsync-probe 0");
+    INFO(r.err << r.out);
+    CHECK(json_number(r.out, "appends") == 300);
+    CHECK(json_number(r.out, "fsyncs") == 0);
+    CHECK(contains(r.err, "fsyncs (none: nothing waited for the disk)"));
+    CHECK(contains(r.out, R"("fsync_probe":null,"fsync_probe_note":"not measured: --fsync-probe 0")"));
+  }
+  SECTION("with --auth the bench's admin principal reads the counters") {
+    CHECK(json_number(durable("--auth --count 100 --fsync-probe 0").out, "appends") == 100);
+  }
+  CHECK(is_empty_dir(tmp.path()));
 }

@@ -143,6 +143,33 @@ TEST_CASE("a batch holds at most max_batch_records appends", "[storage]") {
   CHECK(gc.stats().batches == 11);
 }
 
+TEST_CASE("the committer counts one fsync per batch in the sync mode and one per sync in the batch mode", "[storage]") {
+  {
+    temp_log t;
+    const auto opened = t.log->fsyncs();  // the new log's format stamp
+    group_committer gc(*t.log);
+    std::atomic<int> done{0};
+    // One at a time: a batch each.
+    for (int i = 1; i <= 5; ++i) {
+      gc.append("s", bytes("x"), [&](auto) { ++done; });
+      REQUIRE(wait_until([&] { return done == i; }));
+    }
+    const auto s = gc.stats();
+    CHECK(s.batches == 5);
+    CHECK(s.fsyncs == opened + 5);
+    CHECK(s.syncs == 0);
+  }
+  temp_log t(durability::batch);
+  group_committer gc(*t.log, {.sync_interval = std::chrono::milliseconds(20)});
+  std::atomic<int> done{0};
+  for (int i = 0; i < 10; ++i) gc.append("b", bytes("x"), [&](auto) { ++done; });
+  REQUIRE(wait_until([&] { return done == 10; }));
+  CHECK(wait_until([&] {
+    const auto s = gc.stats();
+    return s.syncs >= 1 && s.fsyncs == s.syncs;
+  }, std::chrono::seconds(10)));
+}
+
 TEST_CASE("a lone append is committed in a batch of its own", "[storage]") {
   temp_log t;
   group_committer gc(*t.log);

@@ -1282,6 +1282,33 @@ TEST_CASE("the batch and none durability modes behave the same functionally", "[
   CHECK(append_ok(*log, "s", to_bytes("seven")) == 7);
 }
 
+TEST_CASE("in the sync mode each commit that writes counts one fsync, a trim that removes nothing none", "[storage]") {
+  log_env env;
+  auto log = env.open();
+  const auto opened = log->fsyncs();  // a new log's format stamp is a commit of its own
+  append_ok(*log, "s", to_bytes("a"));
+  CHECK(log->fsyncs() == opened + 1);
+  const bytes b = to_bytes("b"), c = to_bytes("c");
+  const sy::append_item two[] = {{"s", b}, {"t", c}};
+  REQUIRE(log->append(two));
+  CHECK(log->fsyncs() == opened + 2);  // one transaction
+  CHECK(*log->trim("s", 1, 10) == 0);  // nothing below sequence 1: nothing written
+  CHECK(log->fsyncs() == opened + 2);
+  CHECK_FALSE(log->sync());
+  CHECK(log->fsyncs() == opened + 3);
+}
+
+TEST_CASE("in the batch and none modes only sync() counts an fsync", "[storage]") {
+  const auto mode = GENERATE(sy::durability::batch, sy::durability::none);
+  log_env env;
+  auto log = env.open(env.options(mode));
+  CHECK(log->fsyncs() == 0);
+  for (int i = 1; i <= 3; ++i) append_ok(*log, "s", pattern(30, static_cast<std::uint64_t>(i)));
+  CHECK(log->fsyncs() == 0);
+  CHECK_FALSE(log->sync());
+  CHECK(log->fsyncs() == 1);
+}
+
 TEST_CASE("open with an empty directory path fails with invalid_argument", "[storage]") {
   sy::log_options opts;
   auto r = sy::sequence_log::open(opts);
