@@ -518,3 +518,26 @@ TEST_CASE("server config --http takes host:port, is off by default and names its
   CHECK(parse({"--http", "10.1.2.3:8222", "--http-public"}).http_public);
   CHECK_THROWS_WITH(parse({"--http-public"}), Catch::Contains("http-public needs --http"));
 }
+
+TEST_CASE("server config takes the offer limits and flags at start", "[broker][offers]") {
+  const auto cfg = parse({"--max-offers", "5", "--max-pending-per-key", "3", "--max-offer-expiry-ms", "60000",
+                          "--exposure-window-ms", "120000", "--max-exposure-keys", "9", "--flag", "offers=10"});
+  CHECK(cfg.max_offers == 5);
+  CHECK(cfg.max_pending_per_key == 3);
+  CHECK(cfg.max_offer_expiry == 60000ms);
+  CHECK(cfg.exposure_window == 120000ms);
+  CHECK(cfg.max_exposure_keys == 9);
+  REQUIRE(cfg.flags.size() == 1);
+  CHECK(cfg.flags[0].first == "offers");
+  CHECK(cfg.flags[0].second == 10);
+  CHECK(parse({}).flags.empty());
+}
+
+TEST_CASE("server config refuses an unknown flag or a percentage outside 0..100", "[broker][offers]") {
+  CHECK_THROWS_WITH(parse({"--flag", "bogus=1"}), Catch::Contains("known flag"));
+  CHECK_THROWS_WITH(parse({"--flag", "offers"}), Catch::Contains("NAME=PERCENT"));
+  CHECK_THROWS_WITH(parse({"--flag", "offers=101"}), Catch::Contains("0..100"));
+  CHECK_THROWS_WITH(parse({"--flag", "offers=-1"}), Catch::Contains("0..100"));
+  CHECK_THROWS_WITH(parse({"--max-offers", "0"}), Catch::Contains("max-offers"));
+  CHECK_THROWS_WITH(parse({"--exposure-window-ms", "0"}), Catch::Contains("exposure-window-ms"));
+}
