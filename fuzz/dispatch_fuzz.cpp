@@ -198,11 +198,11 @@ std::vector<switchyard::fuzz::seed> seeds() {
   o.receipt_timeout_ms = 2000;
   o.cap_max = 2;
   o.cap_window_ms = 60000;
-  const std::string_view keys[] = {"u.1", "u.2"};
-  add(2, b.send(4, keys, bytes("ride"), {}, &o));
+  const std::string_view offer_keys[] = {"u.1", "u.2"};
+  add(2, b.send(4, offer_keys, bytes("ride"), {}, &o));
   add(1, b.offer_ack(5, 7, "u.1"));
   add(1, b.pending_offers(6, "u.2", 0));
-  add(2, b.exposure_query(7, keys, 60000));
+  add(2, b.exposure_query(7, offer_keys, 60000));
   add(2, b.withdraw(8, 7));
   add(2, b.flag_set(9, "offers", 10));
   add(2, b.flag_list(10));
