@@ -34,6 +34,11 @@ offer_handler::offer_handler(const server_config& config, routing_table& routing
       exposure_(config.max_exposure_keys, config.exposure_window) {}
 
 bool offer_handler::is_offer(const wire::Send& m) noexcept {
+  // A Send whose vtable ends at `stream` (every send of a client without
+  // offers) has none of the offer fields: one compare on the send path.
+  const auto* vtable = reinterpret_cast<const flatbuffers::Table*>(&m)->GetVTable();
+  if (flatbuffers::ReadScalar<flatbuffers::voffset_t>(vtable) <= wire::Send::VT_STREAM + sizeof(flatbuffers::voffset_t))
+    [[likely]] return false;
   return m.expires_in_ms() != 0 || m.offer_id() != 0 || m.receipt_timeout_ms() != 0 || m.cap_max() != 0 ||
          m.cap_window_ms() != 0 || (m.receipt_inbox() && m.receipt_inbox()->size() > 0);
 }
