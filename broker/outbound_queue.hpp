@@ -45,15 +45,26 @@ class outbound_queue {
   bool admit(std::size_t bytes) noexcept;
   // Queues a delivery unless that would take the queued bytes past the
   // limit; then it is dropped and counted. Returns false when dropped.
-  bool push_droppable(const frame_ref& f, const delivery_meta& meta = {}) {
+  bool push_droppable(const frame_ref& f) {
+    if (!admit(f.size())) return false;
+    push(f);
+    return true;
+  }
+  bool push_droppable(const frame_ref& f, const delivery_meta& meta) {
     if (!admit(f.size())) return false;
     push(f, meta);
     return true;
   }
   // Queues a control frame (answers, pings, errors): never dropped, so the
-  // limit can be exceeded by control traffic alone. With `meta`, a
-  // delivery that admit() let in.
-  void push(frame_ref f, const delivery_meta& meta = {});
+  // limit can be exceeded by control traffic alone. Inline: every delivery
+  // of a plain frame comes through here.
+  void push(frame_ref f) {
+    queued_bytes_ += f.size();
+    pending_.push_back(std::move(f));
+  }
+  // The same for a delivery that admit() let in, with what the writer must
+  // know of it (a deadline, an offer id).
+  void push(frame_ref f, const delivery_meta& meta);
 
   // The most one write takes (begin_write), unless a single frame is larger.
   static constexpr std::size_t max_write_bytes = 256 * 1024;
