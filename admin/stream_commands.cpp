@@ -98,7 +98,10 @@ int command::streams_read() {
                 what + ": sequence " + std::to_string(s_.from) + " was trimmed" + starts +
                     " (--from 0 reads from the first retained record)");
   }
-  const std::uint64_t next = r->records.empty() ? std::max(s_.from, r->first_seq) : r->records.back().seq + 1;
+  // next_seq also steps over records left out because they had expired.
+  const std::uint64_t next = r->next_seq != 0       ? r->next_seq
+                             : r->records.empty() ? std::max(s_.from, r->first_seq)
+                                                  : r->records.back().seq + 1;
   const bool more = next <= r->last_seq;
   if (s_.json) {
     json_writer j;
@@ -110,7 +113,7 @@ int command::streams_read() {
       write_record_fields(j, rec);
       j.end_object();
     }
-    j.end_array().boolean("more", more).number("next_seq", next).end_object();
+    j.end_array().number("expired", r->expired).boolean("more", more).number("next_seq", next).end_object();
     out_ << j.str() << "\n";
     return exit_ok;
   }
@@ -123,7 +126,8 @@ int command::streams_read() {
                     std::string(payload.encoding()), std::move(payload.value)});
   }
   if (rows.size() > 1) out_ << format_table(rows, {true, false, false, false, false});
-  else out_ << "no records from seq " << next << "\n";
+  else if (r->expired == 0) out_ << "no records from seq " << next << "\n";
+  if (r->expired != 0) out_ << "(" << r->expired << " expired records left out)\n";
   if (more) out_ << "(more from seq " << next << ": --from " << next << ")\n";
   return exit_ok;
 }
@@ -204,8 +208,13 @@ int command::streams_tail() {
       ++printed;
     }
     out_.flush();
-    if (!r->records.empty()) {
-      next = r->records.back().seq + 1;
+    // next_seq steps over expired records too (an answer of only those
+    // still moves on).
+    const std::uint64_t after = r->next_seq != 0       ? r->next_seq
+                                : r->records.empty() ? next
+                                                     : r->records.back().seq + 1;
+    if (after > next) {
+      next = after;
       continue;  // more may be there already
     }
     if (!s_.follow) break;  // read to the end

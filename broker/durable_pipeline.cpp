@@ -56,7 +56,8 @@ std::string_view durable_pipeline::check_message() noexcept {
 
 void durable_pipeline::append(peer& from, std::uint64_t request_id, std::string_view stream,
                               std::span<const std::byte> payload, std::span<const std::byte> destination,
-                              std::string_view channel, std::span<const std::string_view> route_keys) {
+                              std::string_view channel, std::span<const std::string_view> route_keys,
+                              std::chrono::milliseconds expires_in) {
   // The waiting append lives in a reused slot: its strings and buffers keep
   // their capacity, so the steady state allocates nothing here.
   std::uint32_t index = 0;
@@ -69,6 +70,7 @@ void durable_pipeline::append(peer& from, std::uint64_t request_id, std::string_
   }
   slot& s = slots_[index];
   s.queued_at = std::chrono::steady_clock::now();
+  s.deadline = expires_in.count() > 0 ? s.queued_at + expires_in : std::chrono::steady_clock::time_point{};
   s.from = from.weak_peer();
   s.request_id = request_id;
   s.stream.assign(stream);
@@ -144,7 +146,11 @@ void durable_pipeline::finish(slot& s, const std::expected<storage::append_ack, 
     auto& keys = fanout_.key_scratch();
     keys.assign(s.route_keys.begin(), s.route_keys.end());
     auto& gateways = fanout_.gateway_scratch();
-    const auto routed = fanout_.send_to_users(keys, payload, &position, gateways);
+    const auto routed =
+        s.deadline == std::chrono::steady_clock::time_point{}
+            ? fanout_.send_to_users(keys, payload, &position, gateways)
+            : fanout_.send_offer(keys, payload, delivery_meta{s.deadline, 0, false},
+                                 std::chrono::steady_clock::now(), gateways, &position);
     if (from) {
       if (!from->closed() && s.request_id != 0)
         from->send(builder_.send_result(s.request_id, gateways, routed, result->seq, result->epoch));
@@ -155,7 +161,10 @@ void durable_pipeline::finish(slot& s, const std::expected<storage::append_ack, 
   if (result && !s.channel.empty()) {
     // Durable now: deliver, even if the publisher has gone meanwhile.
     const log_position position{s.stream, result->seq, result->epoch};
-    fanout_.publish(s.channel, payload, &position);
+    if (s.deadline == std::chrono::steady_clock::time_point{})
+      fanout_.publish(s.channel, payload, &position);
+    else
+      fanout_.publish_expiring(s.channel, payload, s.deadline, std::chrono::steady_clock::now(), &position);
   }
   // Logged (in summary) whether or not the appender is still there.
   if (!result) refusals_.refused(*logger_, from ? from->id() : 0, s.stream, result.error());

@@ -85,10 +85,13 @@ class durable_pipeline {
   //     answered with a SendResult carrying the position;
   //   - a plain append is answered Appended.
   // A failed append is answered with its error (wire_code). A request id of
-  // 0 gets no answer. Everything it borrows is copied.
+  // 0 gets no answer. Everything it borrows is copied. `expires_in` > 0 (a
+  // publish or send with an expiry, capability "offers"; the destination
+  // carries it too): the live delivery is never written `expires_in` after
+  // this call, even if the record became durable only then.
   void append(peer& from, std::uint64_t request_id, std::string_view stream, std::span<const std::byte> payload,
               std::span<const std::byte> destination, std::string_view channel = {},
-              std::span<const std::string_view> route_keys = {});
+              std::span<const std::string_view> route_keys = {}, std::chrono::milliseconds expires_in = {});
 
   // Scratch for the encoded destination of the append being queued
   // (reused: a durable publish or send allocates nothing for it).
@@ -117,6 +120,7 @@ class durable_pipeline {
     std::vector<std::string> route_keys;  // a send: deliver to these users
     std::vector<std::byte> payload;       // ... this payload
     std::chrono::steady_clock::time_point queued_at;  // for append_latency
+    std::chrono::steady_clock::time_point deadline;   // {} = no expiry
   };
   void commit_step();
   void drain();

@@ -42,16 +42,24 @@ std::uint32_t ms_left(std::chrono::steady_clock::time_point deadline, std::chron
 
 std::size_t fanout::publish_expiring(std::string_view channel, protocol::bytes_view payload,
                                      std::chrono::steady_clock::time_point deadline,
-                                     std::chrono::steady_clock::time_point now) {
+                                     std::chrono::steady_clock::time_point now, const log_position* position) {
   ++counters_.published;
   const auto& subs = channels_.match(channel);
   if (subs.empty()) return 0;
   const delivery_meta shared_meta{deadline, 0, false};
   const delivery_meta own_meta{deadline, 0, true};
-  frame_ref plain;
+  frame_ref plain, positioned;  // shared by the targets without the offer fields
   for (delivery_target* t : subs) {
+    const bool with_position = position && t->wants_log_positions();
     if (t->wants_offer_fields()) {
-      t->deliver(builder_.deliver(channel, payload, {}, 0, 0, ms_left(deadline, now)), own_meta);
+      t->deliver(with_position ? builder_.deliver(channel, payload, position->stream, position->seq, position->epoch,
+                                                  ms_left(deadline, now))
+                               : builder_.deliver(channel, payload, {}, 0, 0, ms_left(deadline, now)),
+                 own_meta);
+    } else if (with_position) {
+      if (!positioned)
+        positioned = arena_.store(builder_.deliver(channel, payload, position->stream, position->seq, position->epoch));
+      t->deliver(positioned, shared_meta);
     } else {
       if (!plain) plain = arena_.store(builder_.deliver(channel, payload));
       t->deliver(plain, shared_meta);
@@ -63,19 +71,24 @@ std::size_t fanout::publish_expiring(std::string_view channel, protocol::bytes_v
 void fanout::deliver_offer(delivery_target* owner, std::string_view inbox, std::span<const std::string_view> keys,
                            protocol::bytes_view payload) {
   const delivery_meta& meta = *offer_meta_;
+  const log_position* position = owner->wants_log_positions() ? offer_position_ : nullptr;
+  const std::string_view stream = position ? std::string_view(position->stream) : std::string_view{};
+  const std::uint64_t seq = position ? position->seq : 0, epoch = position ? position->epoch : 0;
   if (owner->wants_offer_fields()) {
     delivery_meta own = meta;
     own.refresh_time_left = meta.deadline != std::chrono::steady_clock::time_point{};
-    owner->deliver(builder_.inbox_delivery(inbox, keys, payload, {}, 0, 0, offer_time_left_ms_, meta.offer_id), own);
+    owner->deliver(
+        builder_.inbox_delivery(inbox, keys, payload, stream, seq, epoch, offer_time_left_ms_, meta.offer_id), own);
   } else {
-    owner->deliver(builder_.inbox_delivery(inbox, keys, payload), meta);
+    owner->deliver(builder_.inbox_delivery(inbox, keys, payload, stream, seq, epoch), meta);
   }
 }
 
 std::uint32_t fanout::send_offer(std::span<const std::string_view> keys, protocol::bytes_view payload,
                                  const delivery_meta& meta, std::chrono::steady_clock::time_point now,
-                                 std::vector<std::string_view>& gateways) {
+                                 std::vector<std::string_view>& gateways, const log_position* position) {
   offer_meta_ = &meta;
+  offer_position_ = position;
   offer_time_left_ms_ =
       meta.deadline == std::chrono::steady_clock::time_point{} ? 0 : ms_left(meta.deadline, now);
   const auto routed = route_and_group(keys, gateways, [&](delivery_target* owner, std::string_view inbox,
@@ -83,6 +96,7 @@ std::uint32_t fanout::send_offer(std::span<const std::string_view> keys, protoco
     deliver_offer(owner, inbox, ks, payload);
   });
   offer_meta_ = nullptr;
+  offer_position_ = nullptr;
   return routed;
 }
 

@@ -45,11 +45,14 @@ class fanout {
   // protocol::is_valid_channel(channel). Counts one publish.
   std::size_t publish(std::string_view channel, protocol::bytes_view payload, const log_position* position = nullptr);
   // The same for a message that expires at `deadline` (capability
-  // "offers"; no log position): nothing is delivered at or after it.
-  // Targets that want the offer fields get their own copy carrying the time
-  // left (refreshed when written); the others share one plain frame.
+  // "offers"): nothing is delivered at or after it (a deadline already
+  // passed: the queues drop it unwritten, counted as expired). Targets that
+  // want the offer fields get their own copy carrying the time left
+  // (refreshed when written); the others share one frame (with the log
+  // position, for a durable publish, to those that want it).
   std::size_t publish_expiring(std::string_view channel, protocol::bytes_view payload,
-                               std::chrono::steady_clock::time_point deadline, std::chrono::steady_clock::time_point now);
+                               std::chrono::steady_clock::time_point deadline, std::chrono::steady_clock::time_point now,
+                               const log_position* position = nullptr);
 
   // Resolves each route key and delivers the payload once into each inbox
   // the keys lead to, listing that inbox's keys (with the log position for
@@ -59,14 +62,15 @@ class fanout {
   // keys routed.
   std::uint32_t send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
                               const log_position* position, std::vector<std::string_view>& gateways);
-  // A send with an expiry or an offer id (capability "offers"; no log
-  // position): as send_to_users, each inbox delivery queued with `meta`
-  // (its deadline and offer id); targets that want the offer fields get
-  // time_left_ms (refreshed when written) and the offer id. Precondition:
-  // meta.deadline is after `now`.
+  // A send with an expiry or an offer id (capability "offers"): as
+  // send_to_users, each inbox delivery queued with `meta` (its deadline and
+  // offer id; a deadline already passed: dropped unwritten, counted as
+  // expired); targets that want the offer fields get time_left_ms
+  // (refreshed when written) and the offer id, those that want log
+  // positions the position of a durable send.
   std::uint32_t send_offer(std::span<const std::string_view> keys, protocol::bytes_view payload,
                            const delivery_meta& meta, std::chrono::steady_clock::time_point now,
-                           std::vector<std::string_view>& gateways);
+                           std::vector<std::string_view>& gateways, const log_position* position = nullptr);
 
   // Scratch a caller may fill with a send's keys before send_to_users (the
   // keys of one send at a time; reused, so the steady state allocates
@@ -86,6 +90,7 @@ class fanout {
                                 Deliver&& deliver);
   // The offer being sent (send_offer), for deliver_offer.
   const delivery_meta* offer_meta_ = nullptr;
+  const log_position* offer_position_ = nullptr;
   std::uint32_t offer_time_left_ms_ = 0;
 
   channel_table& channels_;

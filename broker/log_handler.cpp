@@ -22,8 +22,8 @@ constexpr std::uint32_t min_record_bytes = 128;
 }  // namespace
 
 log_handler::log_handler(const server_config& config, durable_pipeline& durable, protocol::frame_builder& builder,
-                         std::shared_ptr<spdlog::logger> logger)
-    : config_(config), durable_(durable), builder_(builder), logger_(std::move(logger)) {}
+                         server_counters& counters, std::shared_ptr<spdlog::logger> logger)
+    : config_(config), durable_(durable), builder_(builder), counters_(counters), logger_(std::move(logger)) {}
 
 void log_handler::append(peer& from, std::uint64_t rid, const protocol::wire::Append& m) {
   const std::string_view stream = m.stream()->string_view();
@@ -94,6 +94,12 @@ void log_handler::read(peer& from, std::uint64_t rid, const protocol::wire::Read
   // frame limit; the first record always goes.
   auto budget = protocol::answer_budget::for_records(config_.max_frame);
   budget.reserve(stream.size());
+  // Records appended with an expiry are left out once it has passed
+  // (counted in `expired`); next_seq says where the next read goes on.
+  const std::uint64_t now_ms = log.wall_clock_ms();
+  const bool time_left = from.wants_offer_fields();
+  std::uint64_t expired = 0;
+  std::uint64_t next_seq = from_seq;
   for (const auto& rec : r->records) {
     auto dest = decode_destination(rec.destination, keys);
     if (!dest) {
@@ -103,18 +109,31 @@ void log_handler::read(peer& from, std::uint64_t rid, const protocol::wire::Read
                                  ": its delivery destination is malformed; read from " + std::to_string(rec.seq + 1) +
                                  " to go on past it");
     }
+    std::uint32_t left_ms = 0;
+    if (dest->expires_in_ms != 0) {
+      const std::uint64_t expires_at = rec.timestamp_ms + dest->expires_in_ms;
+      if (now_ms >= expires_at) {
+        keys.resize(dest->first_key);  // its keys are not needed
+        ++expired;
+        next_seq = rec.seq + 1;
+        continue;
+      }
+      if (time_left) left_ms = static_cast<std::uint32_t>(std::min<std::uint64_t>(expires_at - now_ms, UINT32_MAX));
+    }
     std::size_t size = rec.payload.size() + protocol::record_overhead + dest->channel.size() + protocol::string_overhead;
     for (std::size_t i = 0; i < dest->key_count; ++i)
       size += keys[dest->first_key + i].size() + protocol::string_overhead;
     if (!budget.take(size)) break;
     records.push_back({rec.seq, rec.timestamp_ms,
                        {reinterpret_cast<const std::uint8_t*>(rec.payload.data()), rec.payload.size()},
-                       dest->channel});
+                       dest->channel, {}, left_ms});
     destinations.push_back(*dest);
+    next_seq = rec.seq + 1;
   }
+  if (expired != 0) counters_.expired_read += expired;
   for (std::size_t i = 0; i < records.size(); ++i)
     records[i].route_keys = std::span(keys).subspan(destinations[i].first_key, destinations[i].key_count);
-  from.send(builder_.records(rid, stream, r->epoch, r->first_seq, r->last_seq, records));
+  from.send(builder_.records(rid, stream, r->epoch, r->first_seq, r->last_seq, records, expired, next_seq));
 }
 
 }  // namespace switchyard::broker

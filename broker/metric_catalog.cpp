@@ -37,6 +37,7 @@ std::vector<metric> metrics_of(const metrics_snapshot& m) {
       counter("sent_bytes_total", "Bytes written to clients (before TLS).", n.bytes_out),
       counter("write_waits_total", "Turns a small write waited for more input to coalesce.", n.write_waits),
       counter("expired_total", "Deliveries dropped unwritten because their expiry passed while queued.", n.expired),
+      counter("expired_read_total", "Log records left out of reads because their expiry had passed.", n.expired_read),
       counter("withdrawn_unwritten_total", "Deliveries dropped unwritten because their offer was withdrawn.",
               n.withdrawn_queued),
       counter("offers_total", "Sends with an offer id taken.", n.offers),

@@ -33,20 +33,11 @@ offer_handler::offer_handler(const server_config& config, routing_table& routing
       offers_({config.max_offers, config.max_offer_bytes, config.max_pending_per_key}),
       exposure_(config.max_exposure_keys, config.exposure_window) {}
 
-bool offer_handler::is_offer(const wire::Send& m) noexcept {
-  // A Send whose vtable ends at `stream` (every send of a client without
-  // offers) has none of the offer fields: one compare on the send path.
-  const auto* vtable = reinterpret_cast<const flatbuffers::Table*>(&m)->GetVTable();
-  if (flatbuffers::ReadScalar<flatbuffers::voffset_t>(vtable) <= wire::Send::VT_STREAM + sizeof(flatbuffers::voffset_t))
-    [[likely]] return false;
-  return m.expires_in_ms() != 0 || m.offer_id() != 0 || m.receipt_timeout_ms() != 0 || m.cap_max() != 0 ||
-         m.cap_window_ms() != 0 || (m.receipt_inbox() && m.receipt_inbox()->size() > 0);
-}
-
 void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
   if (!from.granted().offers) return from.send_error(rid, errc::unsupported_message, no_offers_message);
   if (m.stream() && m.stream()->size() > 0)
-    return from.send_error(rid, errc::bad_request, "an expiry or an offer cannot be combined with a stream");
+    return from.send_error(rid, errc::bad_request,
+                           "an offer id, a receipt or a cap cannot be combined with a stream (an expiry can)");
   const auto* p = m.payload();
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
   auto& keys = fanout_.key_scratch();

@@ -46,8 +46,24 @@ class offer_handler {
                 server_counters& counters, std::function<clock::time_point()> now,
                 std::shared_ptr<spdlog::logger> logger);
 
-  // Whether a Send uses the offer fields (then routing_handler hands it here).
-  static bool is_offer(const protocol::wire::Send& m) noexcept;
+  // Whether a Send uses the offer fields (then routing_handler hands it
+  // here, unless is_expiring_durable_send). Inline: every Send asks. A Send
+  // whose vtable ends at `stream` (every send of a client without offers)
+  // has none of the offer fields: one compare.
+  static bool is_offer(const protocol::wire::Send& m) noexcept {
+    const auto* vtable = reinterpret_cast<const flatbuffers::Table*>(&m)->GetVTable();
+    if (flatbuffers::ReadScalar<flatbuffers::voffset_t>(vtable) <=
+        protocol::wire::Send::VT_STREAM + sizeof(flatbuffers::voffset_t)) [[likely]]
+      return false;
+    return m.expires_in_ms() != 0 || m.offer_id() != 0 || m.receipt_timeout_ms() != 0 || m.cap_max() != 0 ||
+           m.cap_window_ms() != 0 || (m.receipt_inbox() && m.receipt_inbox()->size() > 0);
+  }
+  // A Send with a stream whose only offer field is an expiry: a durable send
+  // that expires (routing_handler keeps it; the record carries the expiry).
+  static bool is_expiring_durable_send(const protocol::wire::Send& m) noexcept {
+    return m.stream() && m.stream()->size() > 0 && m.offer_id() == 0 && m.receipt_timeout_ms() == 0 &&
+           m.cap_max() == 0 && m.cap_window_ms() == 0 && !(m.receipt_inbox() && m.receipt_inbox()->size() > 0);
+  }
 
   // A Send with an expiry, offer id, receipts or cap (routing_handler has
   // checked the "routing" capability; "offers" is checked here). Answers

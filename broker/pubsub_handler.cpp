@@ -63,21 +63,21 @@ void pubsub_handler::publish(peer& from, std::uint64_t rid, const protocol::wire
   std::string_view stream = m.stream() ? m.stream()->string_view() : std::string_view{};
   const bool by_policy = stream.empty() && durable_channel(channel);
   if (by_policy) stream = channel;
-  if (m.expires_in_ms() != 0) {
+  const std::chrono::milliseconds expires_in(m.expires_in_ms());
+  if (expires_in.count() != 0) {
     if (!from.granted().offers)
       return from.send_error(rid, errc::unsupported_message,
                              "expiries and offers need the \"offers\" capability in the hello");
-    if (!stream.empty())
-      return from.send_error(rid, errc::bad_request, "an expiry cannot be combined with a stream");
-    const std::chrono::milliseconds expires_in(m.expires_in_ms());
     if (expires_in > config_.max_offer_expiry)
       return from.send_error(rid, errc::bad_request,
                              "expires_in_ms is at most max-offer-expiry-ms (" +
                                  std::to_string(config_.max_offer_expiry.count()) + ")");
-    const auto now = std::chrono::steady_clock::now();
-    fanout_.publish_expiring(channel, payload, now + expires_in, now);
-    if (rid != 0 && from.granted().publish_ack) from.send(builder_.ok(rid));
-    return;
+    if (stream.empty()) {
+      const auto now = std::chrono::steady_clock::now();
+      fanout_.publish_expiring(channel, payload, now + expires_in, now);
+      if (rid != 0 && from.granted().publish_ack) from.send(builder_.ok(rid));
+      return;
+    }
   }
   if (stream.empty()) {
     fanout_.publish(channel, payload);
@@ -88,11 +88,13 @@ void pubsub_handler::publish(peer& from, std::uint64_t rid, const protocol::wire
   if ((!from.granted().sequence_log && !by_policy) || !durable_)
     return from.send_error(rid, errc::unsupported_message, no_log_message(durable_ != nullptr));
   const auto bytes = std::as_bytes(payload);
-  if (durable_->check(stream, bytes.size(), channel_destination_size(channel)))
+  // An expiry is kept with the record: reads skip it once expired.
+  const std::size_t expiry_bytes = expires_in.count() != 0 ? destination_expiry_bytes : 0;
+  if (durable_->check(stream, bytes.size(), channel_destination_size(channel) + expiry_bytes))
     return from.send_error(rid, errc::bad_request, durable_pipeline::check_message());
   auto& destination = durable_->destination_scratch();
-  encode_channel_destination(channel, destination);
-  durable_->append(from, rid, stream, bytes, destination, channel);
+  encode_channel_destination(channel, destination, m.expires_in_ms());
+  durable_->append(from, rid, stream, bytes, destination, channel, {}, expires_in);
 }
 
 void pubsub_handler::disconnected(peer& p) {

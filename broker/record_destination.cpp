@@ -26,6 +26,16 @@ std::string_view as_chars(std::span<const std::byte> b) {
 
 std::unexpected<std::error_code> malformed() { return std::unexpected(std::make_error_code(std::errc::bad_message)); }
 
+void put_kind(std::vector<std::byte>& out, destination_kind kind, std::uint32_t expires_in_ms) {
+  out.clear();
+  if (expires_in_ms == 0) {
+    out.push_back(static_cast<std::byte>(kind));
+    return;
+  }
+  out.push_back(static_cast<std::byte>(static_cast<std::uint8_t>(kind) | destination_expiry_flag));
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>((expires_in_ms >> (8 * i)) & 0xFF));
+}
+
 }  // namespace
 
 std::size_t channel_destination_size(std::string_view channel) noexcept { return 1 + channel.size(); }
@@ -42,15 +52,14 @@ std::size_t route_keys_destination_size(std::span<const std::string_view> keys) 
   return size;
 }
 
-void encode_channel_destination(std::string_view channel, std::vector<std::byte>& out) {
-  out.clear();
-  out.push_back(static_cast<std::byte>(destination_kind::channel));
+void encode_channel_destination(std::string_view channel, std::vector<std::byte>& out, std::uint32_t expires_in_ms) {
+  put_kind(out, destination_kind::channel, expires_in_ms);
   put_bytes(out, channel);
 }
 
-void encode_route_keys_destination(std::span<const std::string_view> keys, std::vector<std::byte>& out) {
-  out.clear();
-  out.push_back(static_cast<std::byte>(destination_kind::route_keys));
+void encode_route_keys_destination(std::span<const std::string_view> keys, std::vector<std::byte>& out,
+                                   std::uint32_t expires_in_ms) {
+  put_kind(out, destination_kind::route_keys, expires_in_ms);
   put_u16(out, keys.size());
   for (const auto& k : keys) {
     put_u16(out, k.size());
@@ -62,8 +71,16 @@ std::expected<destination_view, std::error_code> decode_destination(std::span<co
                                                                      std::vector<std::string_view>& route_keys) {
   destination_view out;
   if (destination.empty()) return out;
-  const auto kind = static_cast<destination_kind>(destination[0]);
+  const auto first = static_cast<std::uint8_t>(destination[0]);
+  const auto kind = static_cast<destination_kind>(first & ~destination_expiry_flag);
   auto rest = destination.subspan(1);
+  if ((first & destination_expiry_flag) != 0) {
+    if (kind == destination_kind::none || rest.size() < destination_expiry_bytes) return malformed();
+    for (std::size_t i = 0; i < destination_expiry_bytes; ++i)
+      out.expires_in_ms |= static_cast<std::uint32_t>(rest[i]) << (8 * i);
+    if (out.expires_in_ms == 0) return malformed();
+    rest = rest.subspan(destination_expiry_bytes);
+  }
   switch (kind) {
     case destination_kind::none:
       if (!rest.empty()) return malformed();

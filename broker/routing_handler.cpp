@@ -187,9 +187,22 @@ void routing_handler::inbox_close(peer& from, std::uint64_t rid, const wire::Inb
 }
 
 void routing_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
-  if (offer_handler::is_offer(m)) {
-    if (offers_) return offers_->send(from, rid, m);
-    return from.send_error(rid, errc::unsupported_message, "this server does not take offers");
+  std::uint32_t expires_in_ms = 0;  // a durable send's expiry (checked below)
+  if (offer_handler::is_offer(m)) [[unlikely]] {
+    // A durable send with only an expiry stays here; everything else of
+    // the offers goes to offer_handler.
+    if (!offer_handler::is_expiring_durable_send(m)) {
+      if (offers_) return offers_->send(from, rid, m);
+      return from.send_error(rid, errc::unsupported_message, "this server does not take offers");
+    }
+    if (!from.granted().offers)
+      return from.send_error(rid, errc::unsupported_message,
+                             "expiries and offers need the \"offers\" capability in the hello");
+    if (std::chrono::milliseconds(m.expires_in_ms()) > config_.max_offer_expiry)
+      return from.send_error(rid, errc::bad_request,
+                             "expires_in_ms is at most max-offer-expiry-ms (" +
+                                 std::to_string(config_.max_offer_expiry.count()) + ")");
+    expires_in_ms = m.expires_in_ms();
   }
   const auto* p = m.payload();
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
@@ -205,12 +218,13 @@ void routing_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
     if (!from.granted().sequence_log || !durable_)
       return from.send_error(rid, errc::unsupported_message, no_log_message(durable_ != nullptr));
     const auto bytes = std::as_bytes(payload);
-    if (durable_->check(stream, bytes.size(), route_keys_destination_size(keys)))
+    const std::size_t expiry_bytes = expires_in_ms != 0 ? destination_expiry_bytes : 0;
+    if (durable_->check(stream, bytes.size(), route_keys_destination_size(keys) + expiry_bytes))
       return from.send_error(rid, errc::bad_request, durable_pipeline::check_message());
     if (keys.empty()) return from.send_error(rid, errc::bad_request, "a send needs at least one route key");
     auto& destination = durable_->destination_scratch();
-    encode_route_keys_destination(keys, destination);
-    durable_->append(from, rid, stream, bytes, destination, {}, keys);
+    encode_route_keys_destination(keys, destination, expires_in_ms);
+    durable_->append(from, rid, stream, bytes, destination, {}, keys, std::chrono::milliseconds(expires_in_ms));
     return;
   }
 

@@ -278,6 +278,7 @@ void server::impl::open_log() {
   o.dir = std::filesystem::path(config.data_dir) / "log";
   o.mode = config.durability;
   o.max_map_size = config.log_max_bytes;
+  o.wall_clock_ms = config.log_wall_clock_ms;
   o.initial_map_size = std::min<std::size_t>(o.initial_map_size, o.max_map_size);
   if (config.verify_on_start) verify_log_or_throw(*logger, config, o.dir);
   storage::diagnostics diag;
@@ -293,7 +294,7 @@ void server::impl::wire_handlers() {
   pubsub = std::make_unique<pubsub_handler>(config, channels, fan, durable.get(), builder, logger);
   routing_requests = std::make_unique<routing_handler>(config, leases, routing, fan, durable.get(), builder, logger);
   if (durable) {
-    log_requests = std::make_unique<log_handler>(config, *durable, builder, logger);
+    log_requests = std::make_unique<log_handler>(config, *durable, builder, counters, logger);
     stream_admin = std::make_unique<stream_admin_handler>(config, *durable, io.get_executor(), builder, logger);
   }
   server_admin_handler::sources admin_sources{

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -97,6 +98,10 @@ struct server_config {
   std::uint64_t retention_max_records = 0;
   std::chrono::milliseconds retention_max_age{0};
   std::uint64_t retention_max_bytes = 0;
+  // The wall clock the log stamps records with and reads compare record
+  // expiries against (ms since the Unix epoch); empty = the system clock.
+  // Tests inject one; no flag sets it.
+  std::function<std::uint64_t()> log_wall_clock_ms;
   // Channels configured as durable (subscription patterns): a publish to a
   // matching channel without a stream of its own is appended to the stream
   // named like the channel, then delivered with its position. Needs the log.

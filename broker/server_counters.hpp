@@ -31,6 +31,7 @@ struct server_counters {
   std::uint64_t forbidden = 0;             // requests refused by a permission list (not by ownership)
   // Offers and expiries (docs/protocol.md §15, docs/offers.md).
   std::uint64_t expired = 0;               // deliveries dropped unwritten: their expiry passed while queued
+  std::uint64_t expired_read = 0;          // log records left out of reads: their expiry had passed
   std::uint64_t withdrawn_queued = 0;      // deliveries dropped unwritten: their offer was withdrawn
   std::uint64_t offers = 0;                // sends with an offer id taken
   std::uint64_t offers_capped = 0;         // route keys an offer skipped: over its exposure cap

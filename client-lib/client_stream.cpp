@@ -3,6 +3,7 @@
 #include "switchyard/client.hpp"
 
 #include "client_impl.hpp"
+#include "offer_frames.hpp"
 
 namespace switchyard {
 
@@ -52,6 +53,33 @@ result<send_result> client::send_durable(std::span<const std::string_view> route
       detail::parse_send_result);
 }
 
+result<append_ack> client::publish_durable(std::string_view channel, std::string_view stream,
+                                          std::span<const std::byte> payload, std::chrono::milliseconds expires_in) {
+  if (expires_in.count() == 0) return publish_durable(channel, stream, payload);
+  if (!impl_->log_cap || !impl_->offers) return std::unexpected(make_error_code(errc::not_supported));
+  if (!protocol::is_valid_channel(channel)) return std::unexpected(make_error_code(errc::invalid_channel));
+  const auto expires = detail::expiry_ms(expires_in);
+  if (!expires) return std::unexpected(expires.error());
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->call<append_ack>(
+      [&](std::uint64_t r) { return local_builder().publish(r, channel, data, stream, *expires); }, parse_appended);
+}
+
+result<send_result> client::send_durable(std::span<const std::string_view> route_keys, std::string_view stream,
+                                        std::span<const std::byte> payload, std::chrono::milliseconds expires_in) {
+  if (expires_in.count() == 0) return send_durable(route_keys, stream, payload);
+  if (!impl_->log_cap || !impl_->routing || !impl_->offers)
+    return std::unexpected(make_error_code(errc::not_supported));
+  const auto expires = detail::expiry_ms(expires_in);
+  if (!expires) return std::unexpected(expires.error());
+  protocol::offer_fields fields;
+  fields.expires_in_ms = *expires;
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  return impl_->call<send_result>(
+      [&](std::uint64_t r) { return local_builder().send(r, route_keys, data, stream, &fields); },
+      detail::parse_send_result);
+}
+
 result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq, std::size_t max_count,
                                  std::size_t max_bytes) {
   if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
@@ -65,7 +93,7 @@ result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq
 result<stream_read> detail::parse_records(const wire::Frame& f) {
   const auto* m = f.message_as_Records();
   if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
-  stream_read out{m->epoch(), m->first_seq(), m->last_seq(), {}};
+  stream_read out{m->epoch(), m->first_seq(), m->last_seq(), {}, m->expired(), m->next_seq()};
   if (m->records()) {
     out.records.reserve(m->records()->size());
     for (const auto* rec : *m->records()) {
@@ -83,8 +111,11 @@ result<stream_read> detail::parse_records(const wire::Frame& f) {
         r.route_keys.reserve(keys->size());
         for (const auto* k : *keys) r.route_keys.push_back(k->str());
       }
+      r.time_left = std::chrono::milliseconds(rec->time_left_ms());
     }
   }
+  // From a broker before expiries: the next read follows the last record.
+  if (out.next_seq == 0 && !out.records.empty()) out.next_seq = out.records.back().seq + 1;
   return out;
 }
 

@@ -127,12 +127,27 @@ void stream_tracker::read_done(const std::string& stream, const stream_read& res
     }
   }
   if (use_records) {
+    // The log is contiguous; a sequence missing from the answer is a record
+    // the broker left out because it had expired (it says how many): gone,
+    // not lost. Without that, a hole is never expected: stop there.
+    std::uint64_t skipped = 0;
     for (const auto& rec : result.records) {
       if (rec.seq <= s.seq) continue;
-      if (rec.seq != s.seq + 1) break;  // the log is contiguous: never expected
+      if (rec.seq != s.seq + 1) {
+        if (result.expired == 0) break;
+        skipped += rec.seq - s.seq - 1;
+        s.seq = rec.seq - 1;
+      }
       s.seq = rec.seq;
       deliver(stream, s.epoch, rec);
     }
+    // Expired records at the end of the range read.
+    if (result.expired != 0 && result.next_seq > s.seq + 1) {
+      skipped += result.next_seq - s.seq - 1;
+      s.seq = result.next_seq - 1;
+    }
+    if (skipped != 0)
+      log(log_level::debug, "switchyard: stream {}: {} expired records skipped, now at seq={}", stream, skipped, s.seq);
   }
   // The handlers ran: `s` is still valid (nothing here erases streams, and
   // handlers cannot reach the tracker).

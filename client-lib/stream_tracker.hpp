@@ -24,6 +24,9 @@
 // When the position cannot be recovered (the range was trimmed, the stream
 // was recreated with a new epoch, or it is gone), the tracker says so
 // through on_unrecoverable and continues where the application tells it.
+// Records the broker leaves out of a read because their expiry passed
+// (stream_read::expired) are stepped over silently: they are gone by the
+// sender's wish, not lost.
 //
 // No I/O and no threads here: reads are issued through the injected
 // read_fn, so the logic is unit-tested without a broker. Single-threaded:

@@ -31,6 +31,10 @@ std::vector<switchyard::fuzz::seed> seeds() {
   const std::vector<std::string_view> keys{"user:1", "", "user:3"};
   encode_route_keys_destination(keys, d);
   add();
+  encode_channel_destination("rides.offers", d, 15000);
+  add();
+  encode_route_keys_destination(keys, d, 1);
+  add();
   d.assign(1, std::byte{0});
   add();
   return out;
@@ -62,19 +66,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::byte> again;
   switch (r->kind) {
     case destination_kind::none:
-      if (r->key_count != 0 || !(size == 0 || (size == 1 && data[0] == 0))) std::abort();
+      if (r->key_count != 0 || r->expires_in_ms != 0 || !(size == 0 || (size == 1 && data[0] == 0))) std::abort();
       return 0;
     case destination_kind::channel:
       if (!inside(r->channel, in)) std::abort();
-      encode_channel_destination(r->channel, again);
+      encode_channel_destination(r->channel, again, r->expires_in_ms);
       break;
     case destination_kind::route_keys: {
       if (r->first_key != 1 || keys.size() != 1 + r->key_count) std::abort();
       const std::span<const std::string_view> decoded(keys.data() + r->first_key, r->key_count);
       for (auto k : decoded)
         if (!inside(k, in)) std::abort();
-      if (route_keys_destination_size(decoded) != size) std::abort();
-      encode_route_keys_destination(decoded, again);
+      const std::size_t expiry = r->expires_in_ms != 0 ? destination_expiry_bytes : 0;
+      if (route_keys_destination_size(decoded) + expiry != size) std::abort();
+      encode_route_keys_destination(decoded, again, r->expires_in_ms);
       break;
     }
     default:

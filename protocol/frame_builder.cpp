@@ -417,7 +417,8 @@ bytes_view frame_builder::read(std::uint64_t request_id, std::string_view stream
 
 bytes_view frame_builder::records(std::uint64_t request_id, std::string_view stream, std::uint64_t epoch,
                                   std::uint64_t first_seq, std::uint64_t last_seq,
-                                  std::span<const record_fields> records) {
+                                  std::span<const record_fields> records, std::uint64_t expired,
+                                  std::uint64_t next_seq) {
   auto& fbb = start();
   std::vector<Offset<wire::Record>> items;
   items.reserve(records.size());
@@ -425,11 +426,11 @@ bytes_view frame_builder::records(std::uint64_t request_id, std::string_view str
     const auto data = fbb.CreateVector(r.payload.data(), r.payload.size());
     const auto channel = string_or_null(fbb, r.channel);
     const auto keys = string_list(fbb, r.route_keys, strings_);
-    items.push_back(wire::CreateRecord(fbb, r.seq, r.timestamp_ms, data, channel, keys));
+    items.push_back(wire::CreateRecord(fbb, r.seq, r.timestamp_ms, data, channel, keys, r.time_left_ms));
   }
   const auto list = fbb.CreateVector(items);
   const auto name = fbb.CreateString(stream.data(), stream.size());
-  return finish_as(request_id, wire::CreateRecords(fbb, name, epoch, first_seq, last_seq, list));
+  return finish_as(request_id, wire::CreateRecords(fbb, name, epoch, first_seq, last_seq, list, expired, next_seq));
 }
 
 namespace {

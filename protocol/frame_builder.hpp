@@ -50,6 +50,7 @@ struct record_fields {
   // How the record was delivered live; omitted from the frame when empty.
   std::string_view channel;                       // a durable publish
   std::span<const std::string_view> route_keys;   // a durable send
+  std::uint32_t time_left_ms = 0;                  // an expiring record, to an "offers" reader (0 = omitted)
 };
 
 struct registry_entry_fields {
@@ -233,7 +234,8 @@ class frame_builder {
   bytes_view read(std::uint64_t request_id, std::string_view stream, std::uint64_t from_seq, std::uint32_t max_count,
                   std::uint32_t max_bytes);
   bytes_view records(std::uint64_t request_id, std::string_view stream, std::uint64_t epoch, std::uint64_t first_seq,
-                     std::uint64_t last_seq, std::span<const record_fields> records);
+                     std::uint64_t last_seq, std::span<const record_fields> records, std::uint64_t expired = 0,
+                     std::uint64_t next_seq = 0);
 
   // Stream administration (capability "log").
   bytes_view stream_info(std::uint64_t request_id, std::string_view stream);

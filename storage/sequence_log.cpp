@@ -1779,6 +1779,8 @@ std::size_t sequence_log::map_size() const noexcept {
 
 durability sequence_log::mode() const noexcept { return impl_->opts.mode; }
 
+std::uint64_t sequence_log::wall_clock_ms() const { return impl_->now_ms(); }
+
 sequence_log::space_info sequence_log::space() const noexcept {
   return {impl_->allocated, std::uint64_t{impl_->disk_reserve_pages()} * impl_->page};
 }

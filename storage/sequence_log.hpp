@@ -366,6 +366,9 @@ class sequence_log {
 
   std::size_t map_size() const noexcept;
   durability mode() const noexcept;
+  // The wall clock the log stamps records with (log_options::wall_clock_ms,
+  // ms since the Unix epoch): a reader compares record timestamps with it.
+  std::uint64_t wall_clock_ms() const;
 
   // Space of the data file in bytes, as the writer last saw it: allocated
   // on disk (0 when not preallocating), and the disk reserve appends leave

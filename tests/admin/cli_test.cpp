@@ -12,6 +12,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <string>
 
 using namespace switchyard;
@@ -177,6 +180,35 @@ TEST_CASE("an unreachable broker exits 2 and bad usage exits 1, with JSON errors
   }
 }
 
+TEST_CASE("streams read and tail step over expired records and say how many were left out", "[admin][offers]") {
+  temp_dir dir;
+  std::atomic<std::uint64_t> now_ms{1'700'000'000'000};
+  auto cfg = with_data(dir);
+  cfg.log_wall_clock_ms = [&] { return now_ms.load(); };
+  test_server server(cfg);
+  auto c = connect_to(server.port());
+  const auto body = [](std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); };
+  REQUIRE(c->publish_durable("rides.eu", "rides", body("gone"), std::chrono::seconds(1)));
+  REQUIRE(c->publish_durable("rides.eu", "rides", body("kept"), std::chrono::seconds(60)));
+  REQUIRE(c->publish_durable("rides.eu", "rides", body("gone too"), std::chrono::seconds(1)));
+  now_ms += 1'000;
+  const auto [code, out] = cli(server.port(), "streams read rides --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, R"("records":[{"seq":2,)"));
+  CHECK(out.ends_with(R"(],"expired":2,"more":false,"next_seq":4})"
+                      "\n"));
+  const auto [code2, text] = cli(server.port(), "streams read rides");
+  CHECK(code2 == 0);
+  CHECK(contains(text, "(2 expired records left out)"));
+  const auto [code3, tail] = cli(server.port(), "streams tail rides --from 0 --json");
+  CHECK(code3 == 0);
+  // One line: the record that did not expire.
+  CHECK(std::count(tail.begin(), tail.end(), '\n') == 1);
+  CHECK(contains(tail, R"("seq":2,)"));
+  CHECK(contains(tail, R"("payload":"kept")"));
+}
+
 TEST_CASE("streams read --json prints text payloads as text and binary ones as base64", "[admin]") {
   temp_dir dir;
   test_server server(with_data(dir));
@@ -194,12 +226,12 @@ TEST_CASE("streams read --json prints text payloads as text and binary ones as b
   CHECK(contains(out, R"("encoding":"base64","payload":"AAH/"})"));
   CHECK(contains(out, R"("encoding":"base64","payload":"dHdvCmxpbmVz"})"));
   CHECK(contains(out, "\"encoding\":\"text\",\"payload\":\"caf\xC3\xA9\"}"));
-  CHECK(out.ends_with(R"(],"more":false,"next_seq":5})"
+  CHECK(out.ends_with(R"(],"expired":0,"more":false,"next_seq":5})"
                       "\n"));
   const auto [code2, page] = cli(server.port(), "streams read mixed --from 2 --count 1 --json");
   CHECK(code2 == 0);
   CHECK(contains(page, R"("records":[{"seq":2,)"));
-  CHECK(page.ends_with(R"(],"more":true,"next_seq":3})"
+  CHECK(page.ends_with(R"(],"expired":0,"more":true,"next_seq":3})"
                        "\n"));
 }
 

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstddef>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -126,4 +127,47 @@ TEST_CASE("malformed destinations fail to decode with bad_message and add no key
     REQUIRE(keys.size() == 1);
     CHECK(keys[0] == "kept");
   }
+}
+
+TEST_CASE("a destination with an expiry keeps it and decodes the rest as without", "[broker][log]") {
+  std::vector<std::byte> out;
+  encode_channel_destination("rides.eu", out, 15'000);
+  CHECK(out.size() == channel_destination_size("rides.eu") + destination_expiry_bytes);
+  std::vector<std::string_view> keys;
+  auto d = decode_destination(out, keys);
+  REQUIRE(d);
+  CHECK(d->kind == destination_kind::channel);
+  CHECK(d->channel == "rides.eu");
+  CHECK(d->expires_in_ms == 15'000);
+
+  const std::vector<std::string> to{"user:1", "", "user:3"};
+  encode_route_keys_destination(views(to), out, 0xFFFF'FFFF);
+  CHECK(out.size() == route_keys_destination_size(views(to)) + destination_expiry_bytes);
+  d = decode_destination(out, keys);
+  REQUIRE(d);
+  CHECK(d->kind == destination_kind::route_keys);
+  CHECK(d->expires_in_ms == 0xFFFF'FFFF);
+  REQUIRE(d->key_count == 3);
+  CHECK(keys[d->first_key + 2] == "user:3");
+
+  encode_channel_destination("rides.eu", out);  // 0: no expiry, no flag
+  d = decode_destination(out, keys);
+  REQUIRE(d);
+  CHECK(d->expires_in_ms == 0);
+  CHECK(out.size() == channel_destination_size("rides.eu"));
+}
+
+TEST_CASE("an expiry flag on no destination, a zero or a cut expiry is malformed", "[broker][log]") {
+  const auto bad = [](std::vector<std::uint8_t> raw) {
+    std::vector<std::byte> b(raw.size());
+    std::memcpy(b.data(), raw.data(), raw.size());
+    std::vector<std::string_view> keys{"kept"};
+    const auto d = decode_destination(b, keys);
+    return !d && d.error() == std::make_error_code(std::errc::bad_message) && keys.size() == 1;
+  };
+  CHECK(bad({0x80, 1, 0, 0, 0}));             // "none" cannot expire
+  CHECK(bad({0x81, 0, 0, 0, 0, 'c'}));        // an expiry of 0 is written as no flag
+  CHECK(bad({0x81, 1, 0}));                   // cut inside the expiry
+  CHECK(bad({0x82, 1, 0, 0, 0, 1, 0}));       // the keys after it cut
+  CHECK_FALSE(bad({0x82, 1, 0, 0, 0, 0, 0})); // an expiring send to no key at all decodes
 }

@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct fake_stream {
   std::uint64_t epoch = 7;
   std::uint64_t first = 1;
   std::uint64_t last = 0;
+  std::set<std::uint64_t> expired;  // left out of reads, as the broker does once their expiry passed
 };
 
 struct harness {
@@ -76,8 +78,14 @@ struct harness {
         continue;
       }
       stream_read r{s.epoch, s.first, s.last, {}};
-      for (std::uint64_t q = std::max(from, s.first); q <= s.last && r.records.size() < batch; ++q)
-        r.records.push_back(stream_record{q, 0, {}, "ch", {}});
+      // As the broker: expired records count towards the batch, are left
+      // out and counted; next_seq follows the last one examined.
+      std::uint64_t q = std::max(from, s.first);
+      for (std::size_t examined = 0; q <= s.last && examined < batch; ++q, ++examined) {
+        if (s.expired.contains(q)) ++r.expired;
+        else r.records.push_back(stream_record{q, 0, {}, "ch", {}});
+      }
+      r.next_seq = q;
       tracker.read_done(stream, r, [&](const std::string&, std::uint64_t, const stream_record& rec) {
         delivered.push_back(rec.seq);
       });
@@ -313,4 +321,55 @@ TEST_CASE("a read that makes no progress ends the recovery instead of looping", 
   h.pump();
   CHECK(h.delivered == range(1, 2));
   CHECK(h.reads.size() == 2);
+}
+
+TEST_CASE("records the broker left out as expired are stepped over, not reported lost", "[client-lib]") {
+  harness h;
+  h.append("s", 10);
+  h.log["s"].expired = {3, 4, 9, 10};
+  h.live("s", 1);
+  h.live("s", 6);  // 2..5 missing: 2 and 5 dropped on the way, 3 and 4 expired
+  h.pump();
+  CHECK(h.delivered == std::vector<std::uint64_t>{1, 2, 5, 6, 7, 8});
+  CHECK(h.lost.empty());
+  CHECK(h.tracker.positions().at("s").seq == 10);  // past the expired tail too
+  h.append("s", 1);
+  h.live("s", 11);  // live again, no read
+  CHECK(h.delivered.back() == 11);
+  CHECK(h.reads.size() == 1);
+}
+
+TEST_CASE("a read answer that holds only expired records still moves the position on", "[client-lib]") {
+  harness h;
+  h.batch = 3;
+  h.append("s", 9);
+  h.log["s"].expired = {2, 3, 4, 5, 6, 7};
+  h.live("s", 1);
+  h.live("s", 9);
+  h.pump();
+  CHECK(h.delivered == std::vector<std::uint64_t>{1, 8, 9});
+  CHECK(h.lost.empty());
+  // 2..4, 5..7, then 8..9: each answer made progress, none was taken as a hole.
+  REQUIRE(h.reads.size() == 3);
+  CHECK(h.reads[1].second == 5);
+  CHECK(h.reads[2].second == 8);
+}
+
+TEST_CASE("a hole without an expired count is never stepped over", "[client-lib]") {
+  harness h;
+  h.append("s", 5);
+  h.live("s", 1);
+  h.live("s", 5);
+  // A broker that left 3 out without saying so (never happens: the log is
+  // contiguous): the tracker stops before it instead of skipping.
+  stream_read r{7, 1, 5, {}};
+  r.records.push_back(stream_record{2, 0, {}, "ch", {}});
+  r.records.push_back(stream_record{4, 0, {}, "ch", {}});
+  r.next_seq = 5;
+  h.pending.clear();
+  h.tracker.read_done("s", r, [&](const std::string&, std::uint64_t, const stream_record& rec) {
+    h.delivered.push_back(rec.seq);
+  });
+  CHECK(h.delivered == std::vector<std::uint64_t>{1, 2});
+  CHECK(h.tracker.positions().at("s").seq == 2);
 }

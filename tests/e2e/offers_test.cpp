@@ -6,12 +6,15 @@
 #include "broker/feature_flags.hpp"
 #include "protocol/frame_builder.hpp"
 #include "protocol/limits.hpp"
+#include "tests/support/log_helpers.hpp"
 #include "tests/support/raw_connection.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -29,6 +32,8 @@ namespace {
 
 constexpr std::string_view offers_caps[] = {"routing", "offers", "admin"};
 constexpr std::string_view routing_only[] = {"routing", "admin"};
+constexpr std::string_view durable_offers_caps[] = {"routing", "offers", "log", "admin"};
+constexpr std::string_view durable_only_caps[] = {"routing", "log", "admin"};
 
 // A raw connection past its welcome, with its own builder and request ids.
 struct peer_conn {
@@ -481,4 +486,141 @@ TEST_CASE("offer requests that break the rules are refused with the reason", "[e
   CHECK(refused(offer(1, 4'000'000)));     // past max-offer-expiry-ms
   send_offer(c, {"user:a"}, "x", offer(1, 60000));
   CHECK(refused(offer(1, 60000)));         // a live id again
+}
+
+namespace {
+
+// A broker with a log whose wall clock the test moves (record timestamps
+// and the reads' expiry checks), starting at `start_ms`.
+struct durable_broker {
+  temp_dir dir;
+  std::atomic<std::uint64_t> now_ms{1'700'000'000'000};
+  test_server server{[this] {
+    auto c = test::with_data(dir);
+    c.log_wall_clock_ms = [this] { return now_ms.load(); };
+    return c;
+  }()};
+};
+
+protocol::bytes_view bytes(std::string_view s) { return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()}; }
+
+// Reads `stream` from `from` and returns its Records (REQUIREd).
+const wire::Records* read_records(peer_conn& c, std::string_view stream, std::uint64_t from) {
+  const auto r = c.rid();
+  const auto* f = c.call(c.b.read(r, stream, from, 0, 0), r);
+  REQUIRE(f);
+  if (const auto* e = f->message_as_Error()) FAIL("read answered " << e->message()->str());
+  REQUIRE(f->message_as_Records());
+  return f->message_as_Records();
+}
+
+}  // namespace
+
+TEST_CASE("a durable send with an expiry is delivered with its position and the time left", "[e2e][offers][log]") {
+  durable_broker b;
+  gateway_conn gw(b.server.port(), "gw-1", {"user:a"}, durable_offers_caps);
+  peer_conn sender(b.server.port(), durable_offers_caps);
+  protocol::offer_fields o;
+  o.expires_in_ms = 10'000;
+  const std::string_view keys[] = {"user:a"};
+  const auto r = sender.rid();
+  const auto* a = sender.call(sender.b.send(r, keys, bytes("ride 7"), "offers:eu", &o), r);
+  REQUIRE(a);
+  REQUIRE(a->message_as_SendResult());
+  CHECK(a->message_as_SendResult()->seq() == 1);
+  const auto* f = gw.next(Message::InboxDelivery);
+  REQUIRE(f);
+  const auto* d = f->message_as_InboxDelivery();
+  CHECK(text(d->payload()) == "ride 7");
+  REQUIRE(d->stream());
+  CHECK(d->stream()->str() == "offers:eu");
+  CHECK(d->seq() == 1);
+  CHECK(d->time_left_ms() > 0);
+  CHECK(d->time_left_ms() <= 10'000);
+  CHECK(d->offer_id() == 0);
+}
+
+TEST_CASE("reads leave out records whose expiry has passed and say how many", "[e2e][offers][log]") {
+  durable_broker b;
+  gateway_conn gw(b.server.port(), "gw-1", {"user:a"}, durable_offers_caps);
+  peer_conn sender(b.server.port(), durable_offers_caps);
+  const std::string_view keys[] = {"user:a"};
+  protocol::offer_fields short_lived, long_lived;
+  short_lived.expires_in_ms = 1'000;
+  long_lived.expires_in_ms = 60'000;
+  // 1: expires in 1 s; 2: no expiry; 3: a durable publish expiring in 1 s;
+  // 4: expires in 60 s; 5: expires in 1 s (the tail).
+  auto call = [&](protocol::bytes_view frame, std::uint64_t rid) {
+    const auto* f = sender.call(frame, rid);
+    REQUIRE(f);
+    if (const auto* e = f->message_as_Error()) FAIL("answered " << e->message()->str());
+  };
+  auto r = sender.rid();
+  call(sender.b.send(r, keys, bytes("one"), "s", &short_lived), r);
+  r = sender.rid();
+  call(sender.b.send(r, keys, bytes("two"), "s"), r);
+  r = sender.rid();
+  call(sender.b.publish(r, "rides.eu", bytes("three"), "s", 1'000), r);
+  r = sender.rid();
+  call(sender.b.send(r, keys, bytes("four"), "s", &long_lived), r);
+  r = sender.rid();
+  call(sender.b.send(r, keys, bytes("five"), "s", &short_lived), r);
+
+  // Before any expiry: all five, the expiring ones with their time left.
+  const auto* all = read_records(sender, "s", 1);
+  REQUIRE(all->records()->size() == 5);
+  CHECK(all->expired() == 0);
+  CHECK(all->next_seq() == 6);
+  CHECK(all->records()->Get(0)->time_left_ms() == 1'000);  // the log's clock has not moved
+  CHECK(all->records()->Get(1)->time_left_ms() == 0);
+  CHECK(all->records()->Get(3)->time_left_ms() == 60'000);
+
+  b.now_ms += 1'000;  // 1, 3 and 5 expire now (timestamp + expiry reached)
+  const auto* later = read_records(sender, "s", 1);
+  REQUIRE(later->records()->size() == 2);
+  CHECK(later->records()->Get(0)->seq() == 2);
+  CHECK(later->records()->Get(1)->seq() == 4);
+  CHECK(later->records()->Get(1)->time_left_ms() == 59'000);
+  CHECK(later->expired() == 3);
+  CHECK(later->next_seq() == 6);
+  CHECK(later->last_seq() == 5);
+  // From inside the expired tail: nothing but the count and where to go on.
+  const auto* tail = read_records(sender, "s", 5);
+  CHECK(tail->records()->size() == 0);
+  CHECK(tail->expired() == 1);
+  CHECK(tail->next_seq() == 6);
+
+  // A reader without the capability gets the same records, no time left.
+  peer_conn plain(b.server.port(), durable_only_caps);
+  const auto* p = read_records(plain, "s", 1);
+  REQUIRE(p->records()->size() == 2);
+  CHECK(p->records()->Get(1)->time_left_ms() == 0);
+  CHECK(p->expired() == 3);
+  CHECK(b.server.live_metrics().counters.expired_read == 7);
+}
+
+TEST_CASE("a durable expiry needs the capability and goes with no other offer field", "[e2e][offers][log]") {
+  durable_broker b;
+  const std::string_view keys[] = {"user:a"};
+  const auto refused = [&](peer_conn& c, const protocol::offer_fields& o, wire::ErrorCode code) {
+    const auto r = c.rid();
+    const auto* f = c.call(c.b.send(r, keys, bytes("x"), "s", &o), r);
+    REQUIRE(f);
+    return f->message_as_Error() && f->message_as_Error()->code() == code;
+  };
+  peer_conn with(b.server.port(), durable_offers_caps), without(b.server.port(), durable_only_caps);
+  protocol::offer_fields expiry;
+  expiry.expires_in_ms = 5'000;
+  CHECK(refused(without, expiry, wire::ErrorCode::unsupported_message));
+  const auto r = without.rid();
+  const auto* f = without.call(without.b.publish(r, "rides.eu", bytes("x"), "s", 5'000), r);
+  REQUIRE(f->message_as_Error());
+  CHECK(f->message_as_Error()->code() == wire::ErrorCode::unsupported_message);
+  CHECK(refused(with, offer(1, 5'000), wire::ErrorCode::bad_request));        // an offer id
+  auto cap = expiry;
+  cap.cap_max = 1;
+  cap.cap_window_ms = 1'000;
+  CHECK(refused(with, cap, wire::ErrorCode::bad_request));                    // a cap
+  expiry.expires_in_ms = 4'000'000;
+  CHECK(refused(with, expiry, wire::ErrorCode::bad_request));                 // past max-offer-expiry-ms
 }

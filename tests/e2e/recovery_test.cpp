@@ -311,3 +311,53 @@ TEST_CASE("a slow gateway whose inbox deliveries were dropped receives every dur
   CHECK(conn->dropped_total() > 0);
   CHECK(got.replayed > 0);
 }
+
+TEST_CASE("a durable inbox reopened after some sends expired receives the others and resumes live",
+          "[e2e][log][routing][offers]") {
+  temp_dir dir;
+  std::atomic<std::uint64_t> now_ms{1'700'000'000'000};
+  auto cfg = log_config(dir);
+  cfg.log_wall_clock_ms = [&] { return now_ms.load(); };
+  test_server server(cfg);
+  auto svc = connect_to(server, "dispatcher");
+  collector<std::string> got;  // "seq:payload[:log]"
+  auto handler = [&](const inbox_message& m) {
+    got.add(std::to_string(m.seq) + ":" + std::string(m.payload_text()) + (m.replayed ? ":log" : ""));
+  };
+  const std::string_view to_alice[] = {"user:alice"};
+
+  auto gw = connect_to(server, "gw");
+  auto lease = gw->lease_grant(std::chrono::seconds(30));
+  REQUIRE(lease);
+  REQUIRE_FALSE(gw->open_inbox_durable("gw-1", lease->id, handler));
+  REQUIRE(gw->registry_put("user:alice", "gw-1", lease->id));
+  REQUIRE(svc->send_durable(to_alice, "offers:7", bytes_of("kept"), std::chrono::seconds(60)));
+  REQUIRE(wait_until([&] { return got.count == 1; }));
+  const auto saved = gw->inbox_stream_positions("gw-1");
+  gw->close();
+
+  // While the gateway is away: 2 and 4 expire, 3 has no expiry.
+  REQUIRE(svc->send_durable(to_alice, "offers:7", bytes_of("short"), std::chrono::seconds(1)));
+  REQUIRE(svc->send_durable(to_alice, "offers:7", bytes_of("plain")));
+  REQUIRE(svc->send_durable(to_alice, "offers:7", bytes_of("short too"), std::chrono::seconds(1)));
+  now_ms += 2'000;
+
+  auto gw2 = connect_to(server, "gw-again");
+  std::atomic<int> unrecoverable{0};
+  REQUIRE_FALSE(gw2->open_inbox_durable("gw-1", lease->id, handler,
+                                        {.resume_from = saved, .on_unrecoverable = [&](const unrecoverable_position&) {
+                                           ++unrecoverable;
+                                           return resume_at::first_available;
+                                         }}));
+  REQUIRE(wait_until([&] { return got.count == 2; }));
+  // Past the expired tail: the next send arrives live, not read again.
+  REQUIRE(svc->send_durable(to_alice, "offers:7", bytes_of("live"), std::chrono::seconds(60)));
+  REQUIRE(wait_until([&] { return got.count == 3; }));
+  REQUIRE_FALSE(gw2->flush());
+  CHECK(got.snapshot() == std::vector<std::string>{"1:kept", "3:plain:log", "5:live"});
+  CHECK(gw2->inbox_stream_positions("gw-1").at("offers:7").seq == 5);
+  // Nothing was reported lost: the expired ones are gone by the sender's wish.
+  CHECK(unrecoverable == 0);
+  server.stop();
+  CHECK(server.counters().expired_read >= 2);
+}

@@ -145,6 +145,10 @@ struct stream_record {
   // the route keys of a send_durable; both empty for a plain append.
   std::string channel;
   std::vector<std::string> route_keys;
+  // Appended with an expiry (capability "offers", and the broker's flag
+  // "offers" on for this connection): the time it had left when read
+  // (0 = no expiry, or not told).
+  std::chrono::milliseconds time_left{0};
 };
 
 struct stream_read {
@@ -152,6 +156,14 @@ struct stream_read {
   std::uint64_t first_seq = 0;  // first retained
   std::uint64_t last_seq = 0;   // last appended
   std::vector<stream_record> records;
+  // Records of the range read that the broker left out because their
+  // expiry had passed (appended with one: send_durable / publish_durable
+  // with expires_in). Every sequence below next_seq that is not in
+  // `records` is one of them; they are gone, not lost.
+  std::uint64_t expired = 0;
+  // Where the next read goes on (one past the last record returned or
+  // left out; from a broker before expiries, the last record's seq + 1).
+  std::uint64_t next_seq = 0;
 };
 
 // ---- Gap-free delivery of durable streams ----
@@ -717,11 +729,24 @@ class client {
   std::expected<send_result, std::error_code> send_durable(std::span<const std::string_view> route_keys,
                                                            std::string_view stream,
                                                            std::span<const std::byte> payload);
+  // The same with an expiry (capability "offers" too; 0 = none): never
+  // written to a gateway `expires_in` after the broker read it, and left
+  // out of reads (and so of gap recovery) once the record's timestamp plus
+  // `expires_in` has passed. Errors also not_supported (no "offers"),
+  // bad_request (negative, or above the broker's max-offer-expiry-ms).
+  std::expected<send_result, std::error_code> send_durable(std::span<const std::string_view> route_keys,
+                                                           std::string_view stream,
+                                                           std::span<const std::byte> payload,
+                                                           std::chrono::milliseconds expires_in);
   // Publishes to `channel` through the log: appended to `stream` first,
   // delivered (carrying stream, seq and epoch) once durable; returns the
   // record's position. Blocking.
   std::expected<append_ack, std::error_code> publish_durable(std::string_view channel, std::string_view stream,
                                                              std::span<const std::byte> payload);
+  // The same with an expiry, as send_durable above.
+  std::expected<append_ack, std::error_code> publish_durable(std::string_view channel, std::string_view stream,
+                                                             std::span<const std::byte> payload,
+                                                             std::chrono::milliseconds expires_in);
   // Records from `from_seq` (0 = the first retained) on, at most max_count
   // (0 = server default) and about max_bytes (0 = server default). Errors:
   // not_found (no such stream), trimmed (from_seq was trimmed: read from 0
