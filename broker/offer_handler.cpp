@@ -33,6 +33,20 @@ offer_handler::offer_handler(const server_config& config, routing_table& routing
       offers_({config.max_offers, config.max_offer_bytes, config.max_pending_per_key}),
       exposure_(config.max_exposure_keys, config.exposure_window) {}
 
+bool offer_handler::refuse_expiry(peer& from, std::uint64_t rid, std::uint32_t expires_in_ms,
+                                  const server_config& config) {
+  if (!from.granted().offers) {
+    from.send_error(rid, errc::unsupported_message, no_offers_message);
+    return true;
+  }
+  if (std::chrono::milliseconds(expires_in_ms) > config.max_offer_expiry) {
+    from.send_error(rid, errc::bad_request,
+                    fmt::format("expires_in_ms is at most max-offer-expiry-ms ({})", config.max_offer_expiry.count()));
+    return true;
+  }
+  return false;
+}
+
 void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
   if (!from.granted().offers) return from.send_error(rid, errc::unsupported_message, no_offers_message);
   if (m.stream() && m.stream()->size() > 0)

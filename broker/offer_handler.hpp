@@ -58,6 +58,11 @@ class offer_handler {
     return m.expires_in_ms() != 0 || m.offer_id() != 0 || m.receipt_timeout_ms() != 0 || m.cap_max() != 0 ||
            m.cap_window_ms() != 0 || (m.receipt_inbox() && m.receipt_inbox()->size() > 0);
   }
+  // Checks the expiry a Publish or a durable Send asks for (> 0): answers
+  // the refusal (unsupported_message without "offers" granted,
+  // bad_request above max-offer-expiry-ms) and returns true when refused.
+  static bool refuse_expiry(peer& from, std::uint64_t request_id, std::uint32_t expires_in_ms,
+                            const server_config& config);
   // A Send with a stream whose only offer field is an expiry: a durable send
   // that expires (routing_handler keeps it; the record carries the expiry).
   static bool is_expiring_durable_send(const protocol::wire::Send& m) noexcept {

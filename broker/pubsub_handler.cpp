@@ -1,6 +1,7 @@
 #include "broker/pubsub_handler.hpp"
 
 #include "broker/durable_pipeline.hpp"
+#include "broker/offer_handler.hpp"
 #include "broker/record_destination.hpp"
 #include "protocol/channel_name.hpp"
 
@@ -65,13 +66,7 @@ void pubsub_handler::publish(peer& from, std::uint64_t rid, const protocol::wire
   if (by_policy) stream = channel;
   const std::chrono::milliseconds expires_in(m.expires_in_ms());
   if (expires_in.count() != 0) {
-    if (!from.granted().offers)
-      return from.send_error(rid, errc::unsupported_message,
-                             "expiries and offers need the \"offers\" capability in the hello");
-    if (expires_in > config_.max_offer_expiry)
-      return from.send_error(rid, errc::bad_request,
-                             "expires_in_ms is at most max-offer-expiry-ms (" +
-                                 std::to_string(config_.max_offer_expiry.count()) + ")");
+    if (offer_handler::refuse_expiry(from, rid, m.expires_in_ms(), config_)) return;
     if (stream.empty()) {
       const auto now = std::chrono::steady_clock::now();
       fanout_.publish_expiring(channel, payload, now + expires_in, now);

@@ -195,13 +195,7 @@ void routing_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
       if (offers_) return offers_->send(from, rid, m);
       return from.send_error(rid, errc::unsupported_message, "this server does not take offers");
     }
-    if (!from.granted().offers)
-      return from.send_error(rid, errc::unsupported_message,
-                             "expiries and offers need the \"offers\" capability in the hello");
-    if (std::chrono::milliseconds(m.expires_in_ms()) > config_.max_offer_expiry)
-      return from.send_error(rid, errc::bad_request,
-                             "expires_in_ms is at most max-offer-expiry-ms (" +
-                                 std::to_string(config_.max_offer_expiry.count()) + ")");
+    if (offer_handler::refuse_expiry(from, rid, m.expires_in_ms(), config_)) return;
     expires_in_ms = m.expires_in_ms();
   }
   const auto* p = m.payload();
