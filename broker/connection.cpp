@@ -399,6 +399,8 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
       queue_.end_write();
       continue;
     }
+    ++ctx_.counters.writes;
+    ctx_.counters.frames_written += queue_.frames_in_flight();
     std::size_t writing = 0;
     for (const auto& s : spans) {
       buffers.emplace_back(s.data(), s.size());

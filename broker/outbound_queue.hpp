@@ -71,6 +71,8 @@ class outbound_queue {
 
   bool has_pending() const noexcept { return head_ < pending_.size(); }
   bool writing() const noexcept { return !in_flight_.empty(); }
+  // Frames the current write carries (begin_write to end_write).
+  std::size_t frames_in_flight() const noexcept { return in_flight_.size(); }
   std::size_t queued_bytes() const noexcept { return queued_bytes_; }
   std::size_t max_bytes() const noexcept { return max_bytes_; }
 

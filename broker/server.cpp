@@ -878,8 +878,11 @@ server::server(server_config config) : impl_(std::make_unique<impl>((validate(co
 server::~server() {
   const auto& n = impl_->counters;
   if (impl_->listening)
-    impl_->logger->info("traffic: {} published, {} delivered, {} dropped, {} sends routed, {} unrouted, {} write waits",
-                        n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted, n.write_waits);
+    impl_->logger->info(
+        "traffic: {} published, {} delivered, {} dropped, {} sends routed, {} unrouted, {} write waits, "
+        "{} writes carrying {} frames",
+        n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted, n.write_waits, n.writes,
+        n.frames_written);
   // The committer's last completions post to the io_context: stop it while
   // the context still exists (those handlers are destroyed with it).
   if (auto& d = impl_->durable) {

@@ -22,6 +22,8 @@ struct server_counters {
   std::uint64_t sends_routed = 0;          // route keys delivered into an inbox
   std::uint64_t sends_unrouted = 0;        // route keys with no route
   std::uint64_t write_waits = 0;           // turns a small write waited for more input (connection::writer)
+  std::uint64_t writes = 0;                // socket writes of queued frames (one gather write each)
+  std::uint64_t frames_written = 0;        // frames those writes carried: frames per write = this / writes
   std::uint64_t slow_consumers = 0;        // times a connection began dropping deliveries (until its queue drained)
   std::uint64_t bytes_in = 0;              // read from clients (plaintext, after TLS)
   std::uint64_t bytes_out = 0;             // written to clients (plaintext, before TLS)

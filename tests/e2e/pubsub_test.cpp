@@ -170,3 +170,18 @@ TEST_CASE("connecting to a port with no server fails with a clear error", "[e2e]
   REQUIRE_FALSE(c);
   CHECK(c.error() == std::errc::connection_refused);
 }
+
+TEST_CASE("a delivery to an idle subscriber is written at once, one frame in one write", "[e2e][pubsub]") {
+  test_server server;
+  auto sub = connect_to(server.port());
+  std::atomic<int> got{0};
+  REQUIRE(sub->subscribe("idle.news", [&](const message&) { ++got; }));
+  auto pub = connect_to(server.port());
+  const auto before = server.live_metrics().counters;
+  REQUIRE_FALSE(pub->publish("idle.news", "one"));  // no answer asked: the subscriber's write is the only one
+  REQUIRE(wait_until([&] { return got == 1; }));
+  const auto after = server.live_metrics().counters;
+  CHECK(after.writes - before.writes == 1);
+  CHECK(after.frames_written - before.frames_written == 1);
+  CHECK(after.write_waits == before.write_waits);  // nothing waited: the loop was idle
+}

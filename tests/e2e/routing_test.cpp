@@ -779,4 +779,6 @@ TEST_CASE("a burst of sends to users on many gateways arrives complete and in or
   }
   CHECK(server.counters().sends_routed == sends);
   CHECK(server.counters().write_waits > 0);
+  // Coalesced: the gateways' writes carried more than one frame each on average.
+  CHECK(server.counters().frames_written > server.counters().writes);
 }
