@@ -14,9 +14,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <expected>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -115,6 +117,10 @@ struct settings {
   int rc_loops = 2;              // client I/O threads
   // handshakes
   int hs_clients = 4;  // client threads connecting in a loop
+  // offers
+  long offer_count = 200'000;  // plain sends, then offers, per round
+  long pending = 50'000;       // offers nobody acks, for the memory figure
+  int rounds = 3;
 };
 
 // Minimal JSON object writer: keys are ours, strings are escaped.
@@ -253,6 +259,38 @@ inline client_options options_for(const target& t, std::string name) {
 }
 
 
+// The broker's settings and figures (a Stats request, which needs the
+// admin capability: with --auth the bench's admin principal asks), or
+// unexpected(why not).
+inline std::expected<server_stats, std::string> broker_stats(const target& t) {
+  auto o = options_for(t, "bench-settings");
+  o.admin = true;  // Stats is an admin request
+  if (!t.admin_token.empty()) o.token = t.admin_token;
+  auto c = client::connect(o);
+  if (!c) return std::unexpected("connect: " + c.error().message());
+  auto st = (*c)->stats();
+  (*c)->close();
+  if (!st) {
+    if (st.error() == errc::not_supported || st.error() == errc::forbidden)
+      return std::unexpected(std::string("reading the broker's settings needs the admin capability, not granted to "
+                                         "these credentials"));
+    return std::unexpected("stats: " + st.error().message());
+  }
+  return std::move(*st);
+}
+
+inline std::optional<std::string> setting_of(const server_stats& st, std::string_view name) {
+  for (const auto& [key, value] : st.settings)
+    if (key == name) return value;
+  return std::nullopt;
+}
+
+inline std::optional<std::uint64_t> value_of(const server_stats& st, std::string_view name) {
+  for (const auto& v : st.values)
+    if (v.name == name) return v.value;
+  return std::nullopt;
+}
+
 // Workloads beside fanout/latency (their own files).
 // Runs `count` requests on `c` with at most `window` unanswered, all issued
 // from c's loop thread: the first `window` at once, then one more from each
@@ -316,6 +354,7 @@ int run_durable(const settings& s, const target& t);
 int run_replay(const settings& s, const target& t);
 int run_connections(const settings& s, const target& t, int server_pid);
 int run_handshakes(const settings& s, const target& t);
+int run_offers(const settings& s, const target& t);
 // `t`: its credentials, TLS and security arguments (host and port are the server's).
 int run_reconnect(const settings& s, const target& t, server_process& server);
 

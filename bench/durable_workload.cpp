@@ -29,38 +29,6 @@ const char* policy(std::string_view mode) {
   return "unknown: the broker's mode could not be read";
 }
 
-// The broker's settings and figures (a Stats request, which needs the
-// admin capability: with --auth the bench's admin principal asks), or
-// unexpected(why not).
-std::expected<server_stats, std::string> broker_stats(const target& t) {
-  auto o = options_for(t, "bench-settings");
-  o.admin = true;  // Stats is an admin request
-  if (!t.admin_token.empty()) o.token = t.admin_token;
-  auto c = client::connect(o);
-  if (!c) return std::unexpected("connect: " + c.error().message());
-  auto st = (*c)->stats();
-  (*c)->close();
-  if (!st) {
-    if (st.error() == errc::not_supported || st.error() == errc::forbidden)
-      return std::unexpected(std::string("reading the broker's settings needs the admin capability, not granted to "
-                                         "these credentials"));
-    return std::unexpected("stats: " + st.error().message());
-  }
-  return std::move(*st);
-}
-
-std::optional<std::string> setting_of(const server_stats& st, std::string_view name) {
-  for (const auto& [key, value] : st.settings)
-    if (key == name) return value;
-  return std::nullopt;
-}
-
-std::optional<std::uint64_t> value_of(const server_stats& st, std::string_view name) {
-  for (const auto& v : st.values)
-    if (v.name == name) return v.value;
-  return std::nullopt;
-}
-
 // The durability mode ("sync", "batch", "none") in the broker's settings,
 // or unexpected(why not).
 std::expected<std::string, std::string> durability_of(const std::expected<server_stats, std::string>& st) {

@@ -11,6 +11,13 @@
 //   switchyard-bench connections --count C [--declare BYTES] [--json]
 //   switchyard-bench handshakes --clients C --seconds D [--tls] [--json]
 //   switchyard-bench reconnect --clients C --max-hellos-per-s R [--mode kill|drain|both] [--json]
+//   switchyard-bench offers  --users U --gateways G --count N --window W --rounds R --rate R --seconds D
+//                            --pending P [--json]
+//     offers with delivery receipts against plain sends, in one run
+//     (offers_workload.cpp): (a) throughput of each and their ratio,
+//     R alternating rounds of N each; (b) receipt latency (send call ->
+//     receipt) at a fixed rate; (c) broker memory per pending offer
+//     (RSS and the offer_bytes gauge, P offers nobody acks).
 //
 // Without --address it starts its own switchyard-server on 127.0.0.1 (a
 // fresh one per run). Progress goes to stderr while it is a terminal (none
@@ -402,8 +409,24 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 3600.0))->capture_default_str();
   storm->add_option("--loops", s.rc_loops, "client I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
 
+  auto* offers = app.add_subcommand(
+      "offers", "offers with receipts against plain send-to-user: throughput ratio, receipt latency, memory per pending offer");
+  offers->add_option("--users", s.users, "registered users")->check(CLI::Range(1L, 200'000L))->capture_default_str();
+  offers->add_option("--gateways", s.gateways, "gateways (inboxes)")->check(CLI::Range(1, 10'000))->capture_default_str();
+  offers->add_option("--count", s.offer_count, "plain sends, then offers, per round")
+      ->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
+  offers->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
+  offers->add_option("--window", s.window, "sends (offers) in flight at most, unanswered")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  offers->add_option("--rounds", s.rounds, "throughput rounds (plain, then offers, each)")
+      ->check(CLI::Range(1, 100))->capture_default_str();
+  offers->add_option("--rate", s.rate, "offers per second in the latency phase")->check(CLI::Range(1.0, 1e6))->capture_default_str();
+  offers->add_option("--seconds", s.seconds, "duration of the latency phase")->check(CLI::Range(0.001, 600.0))->capture_default_str();
+  offers->add_option("--pending", s.pending, "offers nobody acks, for the memory per pending offer (0 = skip)")
+      ->check(CLI::Range(0L, 900'000L))->capture_default_str();
+
   // Flags may come before or after the workload name.
-  for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, shakes, storm}) sub->fallthrough();
+  for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, shakes, storm, offers}) sub->fallthrough();
   CLI11_PARSE(app, argc, argv);
   s.workload = app.get_subcommands().front()->get_name();
   if (!s.auth && s.token.empty() && s.key_file.empty()) {
@@ -416,7 +439,8 @@ int main(int argc, char** argv) {
       return fail_line(s, "SWITCHYARD_TOKEN and SWITCHYARD_KEY_FILE are both set: unset one", 2);
   }
 
-  if (s.workload == "latency" && s.rate * s.seconds > 5e7) return fail_line(s, "rate*seconds too large", 2);
+  if ((s.workload == "latency" || s.workload == "offers") && s.rate * s.seconds > 5e7)
+    return fail_line(s, "rate*seconds too large", 2);
   if (s.workload == "reconnect" && !s.address.empty())
     return fail_line(s, "reconnect kills and restarts its own broker: --address is not allowed", 2);
   if (s.workload == "reconnect") s.timeout = std::max(s.timeout, 2 * s.phase_timeout + s.drain_window + 120);
@@ -470,6 +494,8 @@ int main(int argc, char** argv) {
     if (s.workload == "leases") args = {"--lease-min-ttl-ms", "100"};
     if (s.workload == "durable") args = {"--durability", s.durability};
     if (s.workload == "replay") args = {"--durability", "none"};  // loading speed is not what is measured
+    // No offer evicted while the throughput phase keeps 2 s of them live.
+    if (s.workload == "offers") args = {"--max-offers", "1000000", "--max-offer-bytes", "1073741824"};
     if (s.workload == "connections") args = {"--max-connections", "20000", "--max-frame", "16777216", "--max-pending-bytes", "16777216"};
     // Set-up is not rate limited; the broker restarted in each phase is.
     if (s.workload == "reconnect") args = {"--max-connections", "20000", "--lease-min-ttl-ms", "100", "--log-level", "error"};
@@ -514,6 +540,7 @@ int main(int argc, char** argv) {
   else if (s.workload == "connections") rc = run_connections(s, t, server ? server->pid() : -1);
   else if (s.workload == "reconnect") rc = run_reconnect(s, t, *server);
   else if (s.workload == "handshakes") rc = run_handshakes(s, t);
+  else if (s.workload == "offers") rc = run_offers(s, t);
   else rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;

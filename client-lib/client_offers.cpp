@@ -192,6 +192,24 @@ result<offer_result> client::send_offer(std::span<const std::string_view> route_
   return r;
 }
 
+void client::async_send_offer(std::span<const std::string_view> route_keys, std::span<const std::byte> payload,
+                              const offer_options& options, std::function<void(result<offer_result>)> done) {
+  if (!impl_->offers || !impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
+  const auto fields = detail::offer_fields_of(options);
+  if (!fields) return done(std::unexpected(fields.error()));
+  const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
+  const std::size_t keys = route_keys.size();
+  const bool offer = options.offer_id != 0 || options.cap_max != 0;
+  impl_->call_async<offer_result>(
+      [&](std::uint64_t id) { return local_builder().send(id, route_keys, data, {}, &*fields); },
+      [keys](const wire::Frame& f) { return detail::parse_offer_result(f, keys); },
+      [keys, offer, done = std::move(done)](result<offer_result> r) {
+        // As send_offer: a plain send's single key without a route is an outcome.
+        if (!r && r.error() == errc::no_route && !offer) return done(detail::unrouted_result(keys));
+        done(std::move(r));
+      });
+}
+
 std::error_code client::ack(std::uint64_t offer_id, std::string_view route_key) {
   if (!impl_->offers) return errc::not_supported;
   if (offer_id == 0) return errc::bad_request;

@@ -126,7 +126,9 @@ TEST_CASE("switchyard-bench revokes its leases on a broker of --address, and the
   auto c = observer(server);
   for (const char* args : {"leases --leases 300 --window 16",
                            "route --users 200 --gateways 4 --count 500 --size 64 --window 16",
-                           "route --users 200 --gateways 4 --count 500 --size 64 --window 0"}) {
+                           "route --users 200 --gateways 4 --count 500 --size 64 --window 0",
+                           "offers --users 200 --gateways 4 --count 500 --rounds 1 --rate 1000 --seconds 0.2 "
+                           "--pending 200 --size 64 --window 16"}) {
     INFO(args);
     const auto [code, out] = run_bench(address_of(server), args);
     INFO(out);
@@ -140,6 +142,14 @@ TEST_CASE("switchyard-bench revokes its leases on a broker of --address, and the
     REQUIRE(entries);
     CHECK(entries->empty());
   }
+  // The offers workload withdrew its pending offers: none left for its users.
+  auto admin = switchyard::client::connect(
+      {.host = "127.0.0.1", .port = server.port(), .client_name = "bench-observer-admin", .admin = true});
+  REQUIRE(admin);
+  const auto stats = (*admin)->stats();
+  REQUIRE(stats);
+  for (const auto& v : stats->values)
+    if (v.name == "offers_pending") CHECK(v.value == 0);
 }
 
 TEST_CASE("switchyard-bench appends to a stream of its own per run on a broker of --address and empties it",

@@ -113,7 +113,9 @@ TEST_CASE("switchyard-bench --auth runs every client workload against a broker c
   for (const char* args : {"fanout --count 1000 --size 64", "latency --rate 1000 --seconds 0.2 --size 64",
                            "durable --count 200 --size 64 --durability none", "replay --count 200 --size 64",
                            "route --users 100 --gateways 4 --count 500 --size 64 --window 16",
-                           "leases --leases 100 --window 16", "connections --count 20"}) {
+                           "leases --leases 100 --window 16", "connections --count 20",
+                           "offers --users 100 --gateways 4 --count 500 --rounds 1 --rate 1000 --seconds 0.2 "
+                           "--pending 100 --size 64"}) {
     INFO(args);
     const auto [code, json] = run_bench(tmp, std::string("--auth ") + args);
     INFO(json);
@@ -257,7 +259,9 @@ TEST_CASE("every switchyard-bench workload reports the CPU of the bench and its 
       {"leases --leases 100 --window 16", "request"},
       {"connections --count 20", "connection with its hello"},
       {"handshakes --clients 1 --seconds 0.2", "connect"},
-      {"reconnect --clients 6 --gateways 2 --mode kill --phase-timeout 30", "reconnected client"}};
+      {"reconnect --clients 6 --gateways 2 --mode kill --phase-timeout 30", "reconnected client"},
+      {"offers --users 100 --gateways 4 --count 500 --rounds 1 --rate 1000 --seconds 0.2 --pending 100 --size 64",
+       "offer with its receipt"}};
   for (const auto& [args, unit] : runs) {
     INFO(args);
     const auto r = run_bench_with_stderr(tmp, std::string("--json ") + args);
@@ -308,4 +312,53 @@ TEST_CASE("switchyard-bench durable reports the group committer's batches and fs
     CHECK(json_number(durable("--auth --count 100 --fsync-probe 0").out, "appends") == 100);
   }
   CHECK(is_empty_dir(tmp.path()));
+}
+
+TEST_CASE("switchyard-bench offers measures plain sends and offers with receipts in one run, every receipt arriving",
+          "[bench][offers]") {
+  temp_dir tmp;
+  const auto r = run_bench_with_stderr(tmp,
+                                       "--json offers --users 200 --gateways 4 --count 2000 --rounds 2 --window 16 "
+                                       "--rate 2000 --seconds 0.5 --pending 1000 --size 64");
+  INFO(r.err);
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, R"("workload":"offers","users":200,"gateways":4,"n":2000,"size":64,"window":16,"rounds":2,)"));
+  // (a) both rates and their ratio, per round and the medians.
+  CHECK(json_number(r.out, "plain_rate") > 0);
+  CHECK(json_number(r.out, "offer_rate") > 0);
+  CHECK(json_number(r.out, "ratio") > 0);
+  CHECK(contains(r.out, R"("plain_rates":[)"));
+  CHECK(contains(r.out, R"("ratios":[)"));
+  CHECK(json_number(r.out, "plain_delivered") == 4000);
+  CHECK(json_number(r.out, "plain_missing") == 0);
+  // Every offer routed, every one with its receipt, none evicted.
+  CHECK(json_number(r.out, "offers_sent") == 4000);
+  CHECK(json_number(r.out, "offers_routed") == 4000);
+  CHECK(json_number(r.out, "receipts") == 4000);
+  CHECK(json_number(r.out, "receipts_acked") + json_number(r.out, "receipt_timeouts") == 4000);
+  CHECK(json_number(r.out, "receipts_missing") == 0);
+  CHECK(json_number(r.out, "evicted") == 0);
+  // (b) the latency phase: 1000 offers, each with its receipt.
+  CHECK(contains(r.out, R"("latency":{"rate":2000,"secs":0.5,"sent":1000,)"));
+  CHECK(contains(r.out, R"(,"receipts":1000,)"));
+  CHECK(json_number(r.out, "p50_us") > 0);
+  CHECK(json_number(r.out, "p99_us") >= json_number(r.out, "p50_us"));
+  CHECK(json_number(r.out, "p999_us") >= json_number(r.out, "p99_us"));
+  CHECK(json_number(r.out, "broker_p99_us") >= 0);
+  // (c) the memory per pending offer: the gauge counts at least the
+  // payload per offer, and every offer was still pending when withdrawn.
+  CHECK(contains(r.out, R"("memory":{"pending":1000,"routed":1000,)"));
+  CHECK(json_number(r.out, "offer_bytes_per_offer") > 64);
+  CHECK_FALSE(contains(r.out, R"("rss_per_offer":null)"));  // measured: the bench started the broker
+  CHECK(json_number(r.out, "offers_live") == 1000);
+  CHECK(json_number(r.out, "offers_pending") == 1000);
+  CHECK(json_number(r.out, "withdrawn_pending") == 1000);
+  CHECK(json_number(r.out, "misrouted") == 0);
+  CHECK(json_number(r.out, "errors") == 0);
+  CHECK(contains(r.out, R"("cpu":{"unit":"offer with its receipt","count":4000,)"));
+  CHECK(contains(r.out, R"("cpu_plain":{"unit":"delivered message","count":4000,)"));
+  CHECK(contains(r.err, "    ratio:       "));
+  CHECK(contains(r.err, "  memory per pending offer (1000 offers nobody acked, 64 B payload): "));
+  CHECK_FALSE(contains(r.err, "nan"));
 }

@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -304,6 +306,76 @@ TEST_CASE("an exposure cap makes the keys over it capped, and exposure counts wh
   REQUIRE(wait_until([&] { return gw.got.count == 1; }));
   REQUIRE_FALSE(sender->flush());
   CHECK(gw.got.count == 1);
+}
+
+TEST_CASE("async_send_offer answers with every key's outcome and the receipt follows, many in flight",
+          "[client-lib][offers]") {
+  test_server server;
+  set_offers_flag(server, 100);
+  collector<receipt> receipts;
+  client_options so;
+  so.on_receipt = [&](const receipt& r) { receipts.add(r); };
+  auto sender = connect_with(server, "dispatcher", so);
+  auto conn = test::connect_to(server, "gw");
+  std::unique_ptr<gateway> gw;
+  std::atomic<gateway*> acker{nullptr};
+  // The device acks every offer at once, on the loop thread.
+  auto started = gateway::start(*conn, {.inbox_id = "gw-1",
+                                        .on_message = [&](const inbox_message& m) {
+                                          if (auto* g = acker.load()) (void)g->ack(m);
+                                        },
+                                        .routes = {"user:alice"}});
+  REQUIRE(started);
+  gw = std::move(*started);
+  acker = gw.get();
+  collector<offer_result> answers;
+  collector<std::error_code> failures;
+  const std::array<std::string_view, 2> keys{"user:alice", "user:nobody"};
+  constexpr int n = 50;
+  for (int i = 0; i < n; ++i)
+    sender->async_send_offer(keys, std::as_bytes(std::span("ride", 4)),
+                             {.offer_id = 200u + static_cast<std::uint64_t>(i), .expires_in = 30s, .receipt_timeout = 30s},
+                             [&](std::expected<offer_result, std::error_code> r) {
+                               if (r) answers.add(*r);
+                               else failures.add(r.error());
+                             });
+  REQUIRE(wait_until([&] { return answers.count + failures.count == n; }));
+  CHECK(failures.count == 0);
+  for (const auto& r : answers.snapshot()) {
+    CHECK(r.outcomes == std::vector<key_outcome>{key_outcome::routed, key_outcome::no_route});
+    CHECK(r.gateways == std::vector<std::string>{"gw-1", ""});
+  }
+  // One acked receipt per offer (user:nobody had no route: no receipt).
+  REQUIRE(wait_until([&] { return receipts.count == n; }));
+  std::vector<std::uint64_t> ids;
+  for (const auto& r : receipts.snapshot()) {
+    CHECK(r.outcome == receipt_outcome::acked);
+    CHECK(r.route_key == "user:alice");
+    ids.push_back(r.offer_id);
+  }
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());
+  CHECK(ids.front() == 200);
+  CHECK(ids.back() == 200 + n - 1);
+}
+
+TEST_CASE("async_send_offer refuses what send_offer refuses, calling back at once", "[client-lib][offers]") {
+  test_server server;
+  auto c = test::connect_to(server);
+  const std::array<std::string_view, 1> keys{"user:alice"};
+  std::optional<std::expected<offer_result, std::error_code>> got;
+  c->async_send_offer(keys, std::as_bytes(std::span("x", 1)), {.offer_id = 1},
+                      [&](std::expected<offer_result, std::error_code> r) { got = std::move(r); });
+  REQUIRE(got.has_value());  // called before async_send_offer returned
+  CHECK(got->error() == errc::bad_request);
+  // A plain send with an expiry to a user without a route: an outcome, as send_offer.
+  collector<offer_result> answers;
+  c->async_send_offer(keys, std::as_bytes(std::span("x", 1)), {.expires_in = 10s},
+                      [&](std::expected<offer_result, std::error_code> r) {
+                        if (r) answers.add(*r);
+                      });
+  REQUIRE(wait_until([&] { return answers.count == 1; }));
+  CHECK(answers.snapshot().front().outcomes == std::vector<key_outcome>{key_outcome::no_route});
 }
 
 TEST_CASE("a publish with an expiry reaches a subscriber with the time it had left", "[client-lib][offers]") {

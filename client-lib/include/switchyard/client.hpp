@@ -827,6 +827,12 @@ class client {
                           std::function<void(std::expected<std::uint64_t, std::error_code>)> done);
   void async_send(std::string_view route_key, std::span<const std::byte> payload,
                   std::function<void(std::expected<std::string_view, std::error_code>)> done);
+  // send_offer without waiting (capability "offers"): `done` gets what
+  // send_offer returns. Refused arguments (bad_request) and not_supported
+  // call `done` at once, on the calling thread.
+  void async_send_offer(std::span<const std::string_view> route_keys, std::span<const std::byte> payload,
+                        const offer_options& options,
+                        std::function<void(std::expected<offer_result, std::error_code>)> done);
 
   // Closes the connection (and stops reconnecting); pending requests fail
   // with not_connected, held publishes are dropped.
