@@ -24,8 +24,12 @@ void offer_table::unlist_key(std::uint64_t id, key_state& k) {
   if (const auto pos = std::find(ids.begin(), ids.end(), id); pos != ids.end()) {
     ids.erase(pos);
     --pending_entries_;
+    pending_bytes_ -= pending_entry_bytes;
   }
-  if (ids.empty()) pending_.erase(it);
+  if (ids.empty()) {
+    pending_bytes_ -= pending_list_overhead + it->first.size();
+    pending_.erase(it);
+  }
 }
 
 void offer_table::unlist(offer& o) {
@@ -40,11 +44,11 @@ void offer_table::add(offer o) {
   order_.push_back(id);
   auto& stored = offers_.emplace(id, std::move(o)).first->second;
   for (auto& k : stored.keys) {
-    auto& ids = pending_[k.key];
-    if (ids.size() >= limits_.max_pending_per_key && !ids.empty()) {
+    auto list = pending_.find(std::string_view(k.key));
+    if (list != pending_.end() && list->second.size() >= limits_.max_pending_per_key && !list->second.empty()) {
       // The key's oldest pending offer leaves the list (it stays live for
       // acks, withdrawal and its other keys).
-      const std::uint64_t oldest = ids.front();
+      const std::uint64_t oldest = list->second.front();
       if (offer* old = find(oldest))
         for (auto& ok : old->keys)
           if (ok.key == k.key && ok.pending) {
@@ -52,11 +56,17 @@ void offer_table::add(offer o) {
             ++pushed_out_;
             break;
           }
+      list = pending_.find(std::string_view(k.key));  // emptied lists are erased
     }
-    pending_[k.key].push_back(id);
+    if (list == pending_.end()) {
+      list = pending_.emplace(k.key, std::vector<std::uint64_t>{}).first;
+      pending_bytes_ += pending_list_overhead + k.key.size();
+    }
+    list->second.push_back(id);
     ++pending_entries_;
+    pending_bytes_ += pending_entry_bytes;
   }
-  while ((offers_.size() > limits_.max_offers || bytes_ > limits_.max_bytes) && !order_.empty()) {
+  while ((offers_.size() > limits_.max_offers || bytes() > limits_.max_bytes) && !order_.empty()) {
     const std::uint64_t oldest = order_.front();
     if (oldest == id) break;  // never the one just added
     order_.pop_front();

@@ -7,8 +7,8 @@
 // (not acknowledged, not expired, not withdrawn), oldest first: the pull.
 //
 // Bounded: at most max_offers offers and max_bytes of them (payload,
-// keys and inboxes, plus a fixed cost each); past either the oldest offers
-// go (evicted, counted). At most max_pending_per_key offers pending per
+// keys and inboxes, plus a fixed cost each, and the per-key pending lists);
+// past either the oldest offers go (evicted, counted). At most max_pending_per_key offers pending per
 // key; past it the key's oldest pending entry goes (counted).
 //
 // Time is passed in (tests use a fake clock). Loop thread only.
@@ -66,6 +66,10 @@ class offer_table {
   // The fixed part of an offer's cost (bytes()) besides payload, keys and inboxes.
   static constexpr std::size_t offer_overhead = sizeof(offer) + 64;
   static constexpr std::size_t key_overhead = sizeof(key_state) + 32;
+  // A key's pending list: its map entry besides the key (node, bucket, the
+  // vector), and each offer id in it (with room for the vector's growth).
+  static constexpr std::size_t pending_list_overhead = sizeof(std::string) + sizeof(std::vector<std::uint64_t>) + 32;
+  static constexpr std::size_t pending_entry_bytes = 2 * sizeof(std::uint64_t);
 
   explicit offer_table(limits l) : limits_(l) {}
 
@@ -96,7 +100,8 @@ class offer_table {
   std::optional<clock::time_point> next_deadline() const;
 
   std::size_t size() const noexcept { return offers_.size(); }
-  std::size_t bytes() const noexcept { return bytes_; }
+  // The offers' bytes plus their keys' pending lists (what max_bytes bounds).
+  std::size_t bytes() const noexcept { return bytes_ + pending_bytes_; }
   std::size_t pending_entries() const noexcept { return pending_entries_; }
   // Since the table was made.
   std::uint64_t evicted() const noexcept { return evicted_; }
@@ -113,11 +118,14 @@ class offer_table {
 
   limits limits_;
   std::unordered_map<std::uint64_t, offer> offers_;
-  std::unordered_map<std::string, std::deque<std::uint64_t>, string_hash, std::equal_to<>> pending_;
+  // Per key, the ids pending for it, oldest first (at most
+  // max_pending_per_key: a vector, small and cheap to shift).
+  std::unordered_map<std::string, std::vector<std::uint64_t>, string_hash, std::equal_to<>> pending_;
   std::deque<std::uint64_t> order_;  // ids in the order added (stale ids skipped): eviction
   deadline_heap receipts_;
   deadline_heap expiries_;
-  std::size_t bytes_ = 0;
+  std::size_t bytes_ = 0;          // the live offers' bytes()
+  std::size_t pending_bytes_ = 0;  // pending_'s lists (pending_list_overhead, pending_entry_bytes)
   std::size_t pending_entries_ = 0;
   std::uint64_t evicted_ = 0;
   std::uint64_t pushed_out_ = 0;

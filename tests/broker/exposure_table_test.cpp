@@ -50,3 +50,26 @@ TEST_CASE("a full exposure table counts no new key and the sweep frees quiet key
   CHECK(t.bytes() == 0);
   CHECK(t.record("user:c", t0 + 90s));
 }
+
+TEST_CASE("a sweep forgets keys in the order of their last offer and stops at the first still counted",
+          "[broker][offers]") {
+  exposure_table t(100, 60s);
+  REQUIRE(t.record("user:a", t0));
+  REQUIRE(t.record("user:b", t0 + 10s));
+  REQUIRE(t.record("user:c", t0 + 20s));
+  REQUIRE(t.record("user:a", t0 + 30s));  // a's last offer is now the latest
+  CHECK(t.sweep(t0 + 71s) == 1);          // b only: a's first offer does not count
+  CHECK(t.count("user:a", 60s, t0 + 71s) == 1);
+  CHECK(t.count("user:b", 60s, t0 + 71s) == 0);
+  CHECK(t.count("user:c", 60s, t0 + 71s) == 1);
+  CHECK(t.sweep(t0 + 81s) == 1);  // c
+  CHECK(t.size() == 1);
+  CHECK(t.sweep(t0 + 90s) == 1);  // a
+  CHECK(t.size() == 0);
+  CHECK(t.bytes() == 0);
+  // Keys come back after a sweep and are ordered again.
+  REQUIRE(t.record("user:b", t0 + 100s));
+  REQUIRE(t.record("user:a", t0 + 101s));
+  CHECK(t.sweep(t0 + 160s) == 1);
+  CHECK(t.count("user:a", 60s, t0 + 160s) == 1);
+}

@@ -139,7 +139,8 @@ TEST_CASE("past max offers or max bytes the oldest offers are forgotten, never t
 
   offer_table::limits b;
   const auto one = make(9, {"user:a"}, t0, 60s, 0ms, std::string(1000, 'x')).bytes();
-  b.max_bytes = one * 2;
+  // Two such offers and user:a's pending list of two.
+  b.max_bytes = one * 2 + offer_table::pending_list_overhead + 6 + 2 * offer_table::pending_entry_bytes;
   offer_table small(b);
   small.add(make(1, {"user:a"}, t0, 60s, 0ms, std::string(1000, 'x')));
   small.add(make(2, {"user:a"}, t0, 60s, 0ms, std::string(1000, 'x')));
@@ -157,4 +158,20 @@ TEST_CASE("past max offers or max bytes the oldest offers are forgotten, never t
 TEST_CASE("an offer's memory is its payload, keys and a fixed cost", "[broker][offers]") {
   const auto o = make(1, {"user:a"}, t0, 60s, 0ms, std::string(100, 'x'));
   CHECK(o.bytes() == offer_table::offer_overhead + 100 + offer_table::key_overhead + 6 + 4);
+}
+
+TEST_CASE("the pending lists of an offer's keys count towards the table's bytes and go with them",
+          "[broker][offers]") {
+  offer_table t({});
+  const auto one = make(1, {"user:a", "user:bb"}, t0, 60s).bytes();
+  const auto two = make(2, {"user:a"}, t0, 60s).bytes();
+  t.add(make(1, {"user:a", "user:bb"}, t0, 60s));
+  const std::size_t lists = 2 * offer_table::pending_list_overhead + 6 + 7;
+  CHECK(t.bytes() == one + lists + 2 * offer_table::pending_entry_bytes);
+  t.add(make(2, {"user:a"}, t0, 60s));  // user:a's list gets a second id
+  CHECK(t.bytes() == one + two + lists + 3 * offer_table::pending_entry_bytes);
+  REQUIRE(t.remove(1));  // user:bb's list goes with it
+  CHECK(t.bytes() == two + offer_table::pending_list_overhead + 6 + offer_table::pending_entry_bytes);
+  REQUIRE(t.remove(2));
+  CHECK(t.bytes() == 0);
 }
