@@ -233,8 +233,10 @@ class devices {
         cv_.wait(lock);
         continue;
       }
-      if (clock_type::now() < due_.top().due) {
-        cv_.wait_until(lock, due_.top().due);
+      // A copy: the wait lets go of the lock, and a push meanwhile may move
+      // the queue's elements.
+      if (const auto due = due_.top().due; clock_type::now() < due) {
+        cv_.wait_until(lock, due);
         continue;
       }
       const pending_ack a = due_.top();
