@@ -38,6 +38,30 @@ inline void sleep_until_ns(std::uint64_t t) {
   }
 }
 
+// A sender at a fixed rate: send i is due at start + i / rate. take(i)
+// sleeps until it is due (never a busy wait) and returns the time it goes;
+// late_max() is how late the latest one went.
+class pacer {
+ public:
+  pacer(std::uint64_t start_ns, double rate) : start_(start_ns), interval_ns_(1e9 / rate) {}
+  std::uint64_t take(std::uint64_t i) {
+    const std::uint64_t due = start_ + static_cast<std::uint64_t>(static_cast<double>(i) * interval_ns_);
+    std::uint64_t now = now_ns();
+    if (now < due) {
+      sleep_until_ns(due);
+      now = now_ns();
+    }
+    late_max_ = std::max(late_max_, now - due);
+    return now;
+  }
+  std::uint64_t late_max() const noexcept { return late_max_; }
+
+ private:
+  std::uint64_t start_;
+  double interval_ns_;
+  std::uint64_t late_max_ = 0;
+};
+
 // Progress on stderr, redrawn in place ('\r') and erased when done, only
 // while stderr is a terminal. Redirected to a file or a pipe, stderr gets
 // no progress at all: only the summary (with --json) and errors.

@@ -185,10 +185,10 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   });
 
   std::string pub_error;
-  std::uint64_t late_max = 0;
   const cpu_meter cpu(t.server);
   const std::uint64_t start = now_ns();
   t0 = start;
+  pacer pace(start, s.rate);  // latency only
   if (!latency) {
     for (std::uint64_t i = 0; i < count; ++i) {
       put_u64(buf.data(), i);
@@ -203,15 +203,8 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
       }
     }
   } else {
-    const double interval = 1e9 / s.rate;
     for (std::uint64_t i = 0; i < count; ++i) {
-      const std::uint64_t due = start + static_cast<std::uint64_t>(static_cast<double>(i) * interval);
-      std::uint64_t now = now_ns();
-      if (now < due) {
-        sleep_until_ns(due);
-        now = now_ns();
-      }
-      late_max = std::max(late_max, now - due);
+      const std::uint64_t now = pace.take(i);
       put_u64(buf.data(), i);
       put_u64(buf.data() + 8, now);
       if (auto ec = (*pub)->publish(channel, buf)) {
@@ -291,7 +284,7 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
     j.str("client", "switchyard client-lib: publish writes immediately, subscriber on its own I/O thread");
     j.integer("sent", static_cast<long long>(sent.load())).integer("recv", static_cast<long long>(subs[0]->recv));
     j.num("loss", loss).num("achieved_rate", static_cast<double>(sent.load()) / (static_cast<double>(t_sent - start) / 1e9));
-    j.num("pub_late_max_us", static_cast<double>(late_max) / 1000.0).integer("samples", static_cast<long long>(lat.size()));
+    j.num("pub_late_max_us", static_cast<double>(pace.late_max()) / 1000.0).integer("samples", static_cast<long long>(lat.size()));
     j.num("min_us", lat.empty() ? NAN : static_cast<double>(lat.front()) / 1000.0);
     j.num("mean_us", lat.empty() ? NAN : sum / static_cast<double>(lat.size()) / 1000.0);
     j.num("p50_us", pct_us(lat, 50)).num("p90_us", pct_us(lat, 90)).num("p99_us", pct_us(lat, 99));
@@ -303,7 +296,7 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
         "  received {}/{} (loss {:.2f}%), publisher late by at most {:.1f} us\n",
         s.rate, s.seconds, s.size, pct_us(lat, 50), pct_us(lat, 90), pct_us(lat, 99), pct_us(lat, 99.9),
         lat.empty() ? NAN : static_cast<double>(lat.back()) / 1000.0, subs[0]->recv.load(), count, loss * 100,
-        static_cast<double>(late_max) / 1000.0);
+        static_cast<double>(pace.late_max()) / 1000.0);
   }
   j.raw("sub_end", ends);
   j.raw("server", fmt::format("{{\"dropped\":{}}}", dropped.load())).raw("cpu", cost.json());

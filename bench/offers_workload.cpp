@@ -270,6 +270,19 @@ int run_offers(const settings& s, const target& t) {
     std::lock_guard lock(error_mu);
     if (first_error.empty()) first_error = std::move(what);
   };
+  // One offer from the dispatcher (its loop thread answers): counted in
+  // `routed` when its one key was routed, else an error `unrouted`; then
+  // the pipeline's slot goes back.
+  const auto send_one = [&](std::span<const std::string_view> k, const offer_options& o,
+                            std::atomic<std::uint64_t>& routed, const char* unrouted, answer_fn done) {
+    (*sender)->async_send_offer(k, payload, o,
+                                [&routed, &note_error, unrouted, done](std::expected<offer_result, std::error_code> res) {
+                                  if (res && res->routed == 1) ++routed;
+                                  else note_error(res ? std::string(unrouted) : "send_offer: " + res.error().message());
+                                  done(res.has_value());
+                                });
+  };
+
   const bool have_stats = broker_stats(t).has_value();
 
   // ---- (c) memory per pending offer.
@@ -300,14 +313,8 @@ int run_offers(const settings& s, const target& t) {
           const std::uint64_t u = i % static_cast<std::uint64_t>(nusers);  // each user the same number
           put_route_header(payload, i, u);
           const std::string_view k[] = {keys[u]};
-          (*sender)->async_send_offer(k, payload,
-                                      {.offer_id = base + i, .expires_in = pending_expiry,
-                                       .receipt_timeout = pending_expiry},
-                                      [&, done](std::expected<offer_result, std::error_code> res) {
-                                        if (res && res->routed == 1) ++routed;
-                                        else note_error(res ? "pending offer not routed" : "send_offer: " + res.error().message());
-                                        done(res.has_value());
-                                      });
+          send_one(k, {.offer_id = base + i, .expires_in = pending_expiry, .receipt_timeout = pending_expiry},
+                   routed, "pending offer not routed", std::move(done));
         },
         [&](std::uint64_t n) { progress("offers: memory: {}/{} pending offers sent", n, pending_n); });
     mem.routed = routed.load();
@@ -394,14 +401,10 @@ int run_offers(const settings& s, const target& t) {
             const std::uint64_t u = pick.next();
             put_route_header(payload, i, u);
             const std::string_view k[] = {keys[u]};
-            (*sender)->async_send_offer(k, payload,
-                                        {.offer_id = base + i, .expires_in = throughput_expiry,
-                                         .receipt_timeout = throughput_receipt_timeout},
-                                        [&, done](std::expected<offer_result, std::error_code> res) {
-                                          if (res && res->routed == 1) ++routed;
-                                          else note_error(res ? "offer not routed" : "send_offer: " + res.error().message());
-                                          done(res.has_value());
-                                        });
+            send_one(k,
+                     {.offer_id = base + i, .expires_in = throughput_expiry,
+                      .receipt_timeout = throughput_receipt_timeout},
+                     routed, "offer not routed", std::move(done));
           },
           [&](std::uint64_t n) {
             progress("offers: round {}/{}: offers {}/{}, receipts {}", round + 1, s.rounds, n, count, sink.first.load());
@@ -442,7 +445,7 @@ int run_offers(const settings& s, const target& t) {
 
   // ---- (b) receipt latency at a fixed rate.
   const auto lat_n = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(s.rate * s.seconds)));
-  std::uint64_t lat_sent = 0, late_max = 0;
+  std::uint64_t lat_sent = 0, late_max = 0;  // late_max: the pacer's, once the phase ends
   double lat_achieved = NAN;
   std::atomic<std::uint64_t> lat_answered{0};
   cpu_cost cpu_latency;
@@ -456,18 +459,12 @@ int run_offers(const settings& s, const target& t) {
     const std::uint64_t base = next_id;
     next_id += lat_n;
     sink.reset(base, lat_n, true);
-    const double interval = 1e9 / s.rate;
     const cpu_meter cpu(t.server);
     const std::uint64_t start = now_ns();
+    pacer pace(start, s.rate);
     std::uint64_t next_progress = start + 1'000'000'000ull;
     for (std::uint64_t i = 0; i < lat_n && errors.load() == 0; ++i) {
-      const std::uint64_t due = start + static_cast<std::uint64_t>(static_cast<double>(i) * interval);
-      std::uint64_t now = now_ns();
-      if (now < due) {
-        sleep_until_ns(due);
-        now = now_ns();
-      }
-      late_max = std::max(late_max, now - due);
+      const std::uint64_t now = pace.take(i);
       const std::uint64_t u = pick.next();
       put_route_header(payload, i, u);
       const std::string_view k[] = {keys[u]};
@@ -491,6 +488,7 @@ int run_offers(const settings& s, const target& t) {
       }
     }
     lat_achieved = static_cast<double>(lat_sent) / (static_cast<double>(now_ns() - start) / 1e9);
+    late_max = pace.late_max();
     wait_for([&] { return sink.first.load() >= lat_sent && lat_answered.load() >= lat_sent; },
              [&] { return sink.first.load() + lat_answered.load(); }, latency_receipt_timeout + 2s, deadline);
     cpu_latency = cpu.stop(sink.first.load(), "offer with its receipt");
