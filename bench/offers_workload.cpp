@@ -32,6 +32,7 @@
 
 #include "bench/bench_common.hpp"
 #include "bench/cpu_usage.hpp"
+#include "bench/gateway_fleet.hpp"
 #include "bench/route_check.hpp"
 #include "bench/server_process.hpp"
 
@@ -194,64 +195,33 @@ int run_offers(const settings& s, const target& t) {
     for (const auto& x : tallies) n = std::max(n, x->last_ns.load(std::memory_order_relaxed));
     return n;
   };
-  std::vector<std::shared_ptr<event_loop>> loops{std::make_shared<event_loop>(), std::make_shared<event_loop>()};
-  std::vector<std::unique_ptr<client>> gateways;
-  std::vector<lease_id> leases;
-  std::string cleaned;
-  bool cleanup_reported = false;
-  const auto clean_up = [&] {
-    if (!t.remote || !cleaned.empty()) return;
-    std::vector<std::pair<client*, lease_id>> granted;
-    for (std::size_t g = 0; g < leases.size(); ++g) granted.emplace_back(gateways[g].get(), leases[g]);
-    cleaned = revoke_leases(granted, "within 10 minutes");
-  };
-  const scope_exit cleanup_on_failure([&] {
-    clean_up();
-    if (!cleanup_reported) std::fputs(cleaned.c_str(), s.json ? stderr : stdout);
-  });
   std::atomic<std::uint64_t> gw_withdrawn{0};
-  for (int g = 0; g < ngw; ++g) {
-    auto o = options_for(t, fmt::format("bench-gw-{}", g));
-    o.on_withdrawn = [&gw_withdrawn](const withdrawn_notice&) { gw_withdrawn.fetch_add(1, std::memory_order_relaxed); };
-    auto c = client::connect(o, loops[static_cast<std::size_t>(g) % 2]);
-    if (!c) return fail_line(s, "gateway connect: " + c.error().message());
-    auto lease = (*c)->lease_grant(std::chrono::minutes(10));
-    if (!lease) return fail_line(s, "lease grant: " + lease.error().message());
-    leases.push_back(lease->id);
-    gateways.push_back(std::move(*c));
-    const auto inbox = name_for(t, fmt::format("gw-{}", g));
-    client* conn = gateways.back().get();
-    gw_tally* tally = tallies[static_cast<std::size_t>(g)].get();
-    auto ec = conn->open_inbox(inbox, lease->id, [conn, tally, g, ngw, &mode](const inbox_message& m) {
-      // Bytes 8..15: the user the message was sent to (route_check.hpp's layout).
-      if (m.payload.size() < route_payload_min || get_u64(m.payload.data() + 8) % static_cast<std::uint64_t>(ngw) !=
-                                                       static_cast<std::uint64_t>(g))
-        tally->misrouted.fetch_add(1, std::memory_order_relaxed);
-      if (m.offer_id != 0) {
-        tally->offers.fetch_add(1, std::memory_order_relaxed);
-        if (mode.load(std::memory_order_relaxed) == static_cast<int>(gw_mode::ack)) (void)conn->ack(m);
-      }
-      tally->last_ns.store(now_ns(), std::memory_order_relaxed);
-      tally->received.fetch_add(1, std::memory_order_release);
-    });
-    if (ec) return fail_line(s, "open inbox " + inbox + ": " + ec.message());
-  }
-  {
-    std::counting_semaphore<> window(4096);
-    std::atomic<long> failed{0};
-    for (long u = 0; u < nusers; ++u) {
-      const auto g = static_cast<std::size_t>(u % ngw);
-      window.acquire();
-      gateways[g]->async_registry_put(keys[static_cast<std::size_t>(u)], name_for(t, fmt::format("gw-{}", g)),
-                                      leases[g], [&](std::expected<std::uint64_t, std::error_code> r) {
-                                        if (!r) ++failed;
-                                        window.release();
-                                      });
-      if (u % 20000 == 0) progress("offers: registering users {}/{}", u, nusers);
-    }
-    for (int i = 0; i < 4096; ++i) window.acquire();
-    if (failed) return fail_line(s, fmt::format("{} registrations failed", failed.load()));
-  }
+  gateway_fleet fleet(s, t);
+  if (auto e = fleet.start(
+          ngw,
+          [&](int g, client& conn) -> inbox_handler {
+            return [conn = &conn, tally = tallies[static_cast<std::size_t>(g)].get(), g, ngw,
+                    &mode](const inbox_message& m) {
+              // Bytes 8..15: the user the message was sent to (route_check.hpp's layout).
+              if (m.payload.size() < route_payload_min ||
+                  get_u64(m.payload.data() + 8) % static_cast<std::uint64_t>(ngw) != static_cast<std::uint64_t>(g))
+                tally->misrouted.fetch_add(1, std::memory_order_relaxed);
+              if (m.offer_id != 0) {
+                tally->offers.fetch_add(1, std::memory_order_relaxed);
+                if (mode.load(std::memory_order_relaxed) == static_cast<int>(gw_mode::ack)) (void)conn->ack(m);
+              }
+              tally->last_ns.store(now_ns(), std::memory_order_relaxed);
+              tally->received.fetch_add(1, std::memory_order_release);
+            };
+          },
+          [&gw_withdrawn](client_options& o) {
+            o.on_withdrawn = [&gw_withdrawn](const withdrawn_notice&) {
+              gw_withdrawn.fetch_add(1, std::memory_order_relaxed);
+            };
+          });
+      !e.empty())
+    return fail_line(s, e);
+  if (auto e = fleet.register_users(keys, "offers"); !e.empty()) return fail_line(s, e);
 
   receipt_sink sink;
   auto so = options_for(t, "bench-dispatcher");
@@ -499,10 +469,9 @@ int run_offers(const settings& s, const target& t) {
   if (lat_receipts < lat_sent) receipts_missing += lat_sent - lat_receipts;
 
   progress_done();
-  clean_up();
-  cleanup_reported = true;
+  const std::string& cleaned = fleet.finish();
   (*sender)->close();
-  for (auto& g : gateways) g->close();
+  fleet.close();
   std::uint64_t misrouted = 0;
   for (const auto& x : tallies) misrouted += x->misrouted.load();
 

@@ -11,6 +11,7 @@
 
 #include "bench/bench_common.hpp"
 #include "bench/cpu_usage.hpp"
+#include "bench/gateway_fleet.hpp"
 #include "bench/route_check.hpp"
 
 #include <atomic>
@@ -44,56 +45,15 @@ int run_route(const settings& s, const target& t) {
     for (const auto& c : checkers) n += c->received();
     return n;
   };
-  // Gateways share two I/O threads: the broker and the service need the rest.
-  std::vector<std::shared_ptr<event_loop>> loops{std::make_shared<event_loop>(), std::make_shared<event_loop>()};
-  std::vector<std::unique_ptr<client>> gateways;
-  std::vector<lease_id> leases;
-  // On a broker of --address the gateways' leases go at the end, however
-  // the run ends; `cleaned` holds the summary lines.
-  std::string cleaned;
-  bool cleanup_reported = false;
-  const auto clean_up = [&] {
-    if (!t.remote || !cleaned.empty()) return;
-    std::vector<std::pair<client*, lease_id>> granted;
-    for (std::size_t g = 0; g < leases.size(); ++g) granted.emplace_back(gateways[g].get(), leases[g]);
-    cleaned = revoke_leases(granted, "within 10 minutes");
-  };
-  const scope_exit cleanup_on_failure([&] {
-    clean_up();
-    if (!cleanup_reported) std::fputs(cleaned.c_str(), s.json ? stderr : stdout);
-  });
-  for (int g = 0; g < ngw; ++g) {
-    auto c = client::connect(options_for(t, fmt::format("bench-gw-{}", g)), loops[static_cast<std::size_t>(g) % 2]);
-    if (!c) return fail_line(s, "gateway connect: " + c.error().message());
-    auto lease = (*c)->lease_grant(std::chrono::minutes(10));
-    if (!lease) return fail_line(s, "lease grant: " + lease.error().message());
-    leases.push_back(lease->id);
-    gateways.push_back(std::move(*c));
-    const auto inbox = name_for(t, fmt::format("gw-{}", g));
-    auto ec = gateways.back()->open_inbox(inbox, lease->id, [check = checkers[static_cast<std::size_t>(g)].get()](
-                                                                const inbox_message& m) {
-      check->on_delivery(m.payload, m.route_keys, now_ns());
-    });
-    if (ec) return fail_line(s, "open inbox " + inbox + ": " + ec.message());
-  }
-
-  // Register the users, pipelined over the gateways' connections.
-  {
-    std::counting_semaphore<> window(4096);
-    std::atomic<long> failed{0};
-    for (long u = 0; u < nusers; ++u) {
-      const auto g = static_cast<std::size_t>(u % ngw);
-      window.acquire();
-      gateways[g]->async_registry_put(keys[static_cast<std::size_t>(u)], fmt::format("{}gw-{}", t.prefix, g), leases[g],
-                                      [&](std::expected<std::uint64_t, std::error_code> r) {
-                                        if (!r) ++failed;
-                                        window.release();
-                                      });
-      if (u % 20000 == 0) progress("route: registering users {}/{}", u, nusers);
-    }
-    for (int i = 0; i < 4096; ++i) window.acquire();
-    if (failed) return fail_line(s, fmt::format("{} registrations failed", failed.load()));
-  }
+  gateway_fleet fleet(s, t);
+  if (auto e = fleet.start(ngw, [&](int g, client&) -> inbox_handler {
+        return [check = checkers[static_cast<std::size_t>(g)].get()](const inbox_message& m) {
+          check->on_delivery(m.payload, m.route_keys, now_ns());
+        };
+      });
+      !e.empty())
+    return fail_line(s, e);
+  if (auto e = fleet.register_users(keys, "route"); !e.empty()) return fail_line(s, e);
 
   auto service = client::connect(options_for(t, "bench-service"));
   if (!service) return fail_line(s, "service connect: " + service.error().message());
@@ -181,10 +141,9 @@ int run_route(const settings& s, const target& t) {
   }
   const cpu_cost cost = cpu.stop(delivered(), "delivered message");
   progress_done();
-  clean_up();
-  cleanup_reported = true;
+  const std::string& cleaned = fleet.finish();
   // The checkers are read once no delivery runs any more.
-  for (auto& g : gateways) g->close();
+  fleet.close();
   const auto tally = route_tally::of(checked, static_cast<std::uint64_t>(nusers), unfinished);
 
   const double send_secs = static_cast<double>(t_answered - t0) / 1e9;
