@@ -123,6 +123,7 @@ struct settings {
   // route / leases
   long users = 100'000;
   int gateways = 200;
+  double route_rate = 0;  // route: sends per second, paced (0 = as fast as the client queues)
   long leases = 100'000;
   // durable
   std::string durability = "sync";

@@ -369,6 +369,10 @@ int main(int argc, char** argv) {
   route->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
   route->add_option("--window", s.window, "sends in flight at most (0 = fire and forget, no answers)")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  route->add_option("--rate", s.route_rate,
+                    "fire and forget at this many sends per second, each stamped with its send time: reports the "
+                    "send-to-inbox latency (p50/p99/p99.9); 0 = as fast as the client queues")
+      ->check(CLI::Range(0.0, 10'000'000.0))->capture_default_str();
   route->add_option("--idle", s.idle,
                     "stop waiting for the gateways' sentinels after this many seconds without a delivery")
       ->capture_default_str();

@@ -31,6 +31,8 @@ namespace switchyard::bench {
 
 constexpr std::uint64_t route_sentinel = std::numeric_limits<std::uint64_t>::max();
 constexpr std::size_t route_payload_min = 16;
+// route --rate: the send time (now_ns) follows the header, bytes 16..23.
+constexpr std::size_t timed_payload_min = route_payload_min + 8;
 
 // The users the route workload sends to: uniformly random in [0, users),
 // splitmix64 from seed 7 and a multiply-shift into the range, the peers'

@@ -8,14 +8,22 @@
 // the peers' checks). On a broker of --address the users and inboxes are
 // named under the run's prefix and the gateways' leases are revoked at the
 // end, taking the routes and inboxes with them.
+//
+// With --rate R the sends are paced at R per second (fire and forget), each
+// stamped with its send time (payload bytes 16..23), and every gateway
+// records send-to-inbox latency: what write coalescing costs in latency at
+// a given load (docs/benchmarks.md).
 
 #include "bench/bench_common.hpp"
 #include "bench/cpu_usage.hpp"
 #include "bench/gateway_fleet.hpp"
 #include "bench/route_check.hpp"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <semaphore>
 #include <thread>
 #include <vector>
@@ -45,10 +53,23 @@ int run_route(const settings& s, const target& t) {
     for (const auto& c : checkers) n += c->received();
     return n;
   };
+  const bool paced = s.route_rate > 0;
+  if (paced && (s.window != 0 || s.size < static_cast<int>(timed_payload_min)))
+    return fail_line(s, fmt::format("--rate needs --window 0 and --size of at least {}", timed_payload_min));
+  // Latency samples per gateway (ns), each written by its gateway's I/O
+  // thread only and read once deliveries stopped; the checkers' end.
+  std::vector<std::vector<std::int64_t>> latencies(static_cast<std::size_t>(ngw));
+  if (paced)
+    for (auto& l : latencies) l.reserve(static_cast<std::size_t>(s.count / ngw + s.count / ngw / 4 + 64));
   gateway_fleet fleet(s, t);
   if (auto e = fleet.start(ngw, [&](int g, client&) -> inbox_handler {
-        return [check = checkers[static_cast<std::size_t>(g)].get()](const inbox_message& m) {
-          check->on_delivery(m.payload, m.route_keys, now_ns());
+        return [check = checkers[static_cast<std::size_t>(g)].get(), lat = &latencies[static_cast<std::size_t>(g)],
+                paced](const inbox_message& m) {
+          const std::uint64_t now = now_ns();
+          const bool counted = !check->ended();
+          check->on_delivery(m.payload, m.route_keys, now);
+          if (paced && counted && m.payload.size() >= timed_payload_min && get_u64(m.payload.data()) != route_sentinel)
+            lat->push_back(static_cast<std::int64_t>(now - get_u64(m.payload.data() + route_payload_min)));
         };
       });
       !e.empty())
@@ -69,12 +90,30 @@ int run_route(const settings& s, const target& t) {
   const auto show = [&](std::uint64_t n) {
     progress("route: sent {}/{}, delivered {}", n, count, delivered());
   };
+  std::optional<pacer> pace;
+  if (paced) pace.emplace(t0, s.route_rate);
   if (nowait) {
-    // Fire and forget: sends/s = as fast as the client queues.
+    // Fire and forget: sends/s = as fast as the client queues, or paced.
     std::uint64_t next_progress = t0 + 1'000'000'000ull;
+    // The users are drawn `ahead` sends early and their keys prefetched:
+    // the key table (100,000 strings, megabytes) misses the cache on every
+    // random user, and that miss was a third of the bench's CPU per send,
+    // taken from the broker on a machine whose cores both run. The users
+    // and their order stay the picker's.
+    constexpr std::uint64_t ahead = 4;
+    std::array<std::uint64_t, ahead> upcoming{};
+    for (auto& u : upcoming) {
+      u = pick.next();
+      __builtin_prefetch(&keys[u]);
+    }
     for (; sent < count && now_ns() < deadline; ++sent) {
-      const std::uint64_t u = pick.next();
+      const std::uint64_t u = upcoming[sent % ahead];
+      const std::uint64_t later = pick.next();
+      upcoming[sent % ahead] = later;
+      __builtin_prefetch(&keys[later]);
+      __builtin_prefetch(keys[upcoming[(sent + 1) % ahead]].data());  // a long key's characters
       put_route_header(payload, sent, u);
+      if (pace) put_u64(payload.data() + route_payload_min, pace->take(sent));
       if (auto ec = (*service)->send_nowait(keys[u], payload)) {
         ++errors;
         break;
@@ -168,6 +207,20 @@ int run_route(const settings& s, const target& t) {
   j.integer("misrouted", static_cast<long long>(tally.misrouted));
   j.integer("reorder", static_cast<long long>(tally.reorder));
   j.raw("gw_end", tally.ends_json()).raw("cpu", cost.json());
+  std::string latency_line;
+  if (paced) {
+    std::vector<std::int64_t> lat;
+    for (const auto& l : latencies) lat.insert(lat.end(), l.begin(), l.end());
+    std::sort(lat.begin(), lat.end());
+    const double late_us = static_cast<double>(pace->late_max()) / 1000.0;
+    j.num("rate", s.route_rate).integer("samples", static_cast<long long>(lat.size()));
+    j.num("p50_us", pct_us(lat, 50)).num("p99_us", pct_us(lat, 99)).num("p999_us", pct_us(lat, 99.9));
+    j.num("max_us", lat.empty() ? NAN : static_cast<double>(lat.back()) / 1000.0).num("send_late_max_us", late_us);
+    latency_line = fmt::format(
+        "  latency:   send to inbox p50 {:.1f} us, p99 {:.1f} us, p99.9 {:.1f} us at {:.0f} sends/s offered ({} "
+        "samples; the pacer ran at most {:.0f} us late)\n",
+        pct_us(lat, 50), pct_us(lat, 99), pct_us(lat, 99.9), s.route_rate, lat.size(), late_us);
+  }
   const std::string sends_line =
       nowait ? fmt::format("  sends:     {:.0f}/s sent (fire and forget: no answers, so routed or not is unknown; "
                            "{} errors)\n",
@@ -184,7 +237,7 @@ int run_route(const settings& s, const target& t) {
       fmt::format("  checked:   {} misrouted, {} reordered; {} to {} per gateway; gateway ends {}{}\n", tally.misrouted,
                   tally.reorder, tally.min, tally.max, tally.ends_json(),
                   tally.passed() ? "" : " (FAILED: a message went to the wrong gateway or out of order)") +
-      cost.summary() + cleaned;
+      latency_line + cost.summary() + cleaned;
   emit(s, summary, j);
   return errors.load() == 0 && unrouted.load() == 0 && tally.passed() && unfinished != "deadline" ? 0 : 1;
 }

@@ -34,10 +34,6 @@ constexpr std::size_t initial_read_size = 64 * 1024;
 // An incomplete frame up to this size is moved in front of the next read
 // in the shared buffer; a larger one is read into its own buffer.
 constexpr std::size_t spill_in_place = 64 * 1024;
-// While input is waiting, a writer with less than this queued lets the
-// reader handle up to this many more reads before it writes.
-constexpr std::size_t coalesce_bytes = 64 * 1024;
-constexpr int coalesce_turns = 2;
 // Input a closing connection reads and throws away before it is closed
 // without waiting for the peer any longer.
 constexpr std::size_t max_discard = 1024 * 1024;
@@ -373,12 +369,15 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
     }
     // Under load, one write per connection per turn means hundreds of small
     // writes when one service sends to users on many gateways; the writes,
-    // not the sends, then take most of the loop. Waiting at most
-    // coalesce_turns reads puts more frames into each. Never while idle (a
-    // read that did not fill its buffer clears input_waiting), so latency
-    // at moderate rates is unchanged.
-    for (int turn = 0; turn < coalesce_turns && ctx_.pressure.input_waiting() && !closing_ &&
-                       queue_.queued_bytes() < coalesce_bytes;
+    // not the sends, then take most of the loop. While more input is
+    // already waiting, let the loop run a few more turns (its reads add
+    // frames to this queue) unless the byte budget is queued or the oldest
+    // frame has waited the time budget (server_config::write_coalesce_*).
+    // Never while idle (a read that did not fill its buffer clears
+    // input_waiting), so latency at moderate rates is unchanged.
+    for (int turn = 0; turn < ctx_.config.write_coalesce_turns && ctx_.pressure.input_waiting() && !closing_ &&
+                       queue_.queued_bytes() < ctx_.config.write_coalesce_bytes &&
+                       clock::now() - queued_since_ < ctx_.config.write_coalesce_time;
          ++turn) {
       ++ctx_.counters.write_waits;
       co_await asio::post(stream_.executor(), use_awaitable);

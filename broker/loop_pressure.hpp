@@ -7,9 +7,10 @@
 //             (begin_read); if it is still clear after, the reader may read
 //             more per turn: a publisher must not outrun its subscribers.
 //   input     The last read filled its buffer: more input is already
-//             waiting, so a writer with little queued may wait a turn or
-//             two for more frames (fewer, larger writes under load). Never
-//             set while idle, so latency at moderate rates is unchanged.
+//             waiting, so a writer with little queued may wait a few turns
+//             for more frames (fewer, larger writes under load; the budget
+//             is server_config::write_coalesce_*). Never set while idle, so
+//             latency at moderate rates is unchanged.
 //
 // One per loop, owned by the server; loop thread only. Hints only: no
 // correctness depends on them.

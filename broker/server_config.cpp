@@ -67,6 +67,12 @@ void validate(const server_config& cfg) {
   if (cfg.heartbeat_interval.count() < 10 || cfg.heartbeat_interval > std::chrono::hours(1))
     bad("heartbeat-ms must be between 10 and 3600000");
   if (cfg.max_pending_bytes < cfg.max_frame) bad("max-pending-bytes must be at least max-frame");
+  if (cfg.write_coalesce_turns < 0 || cfg.write_coalesce_turns > 64)
+    bad("write-coalesce-turns must be between 0 and 64");
+  if (cfg.write_coalesce_time.count() < 0 || cfg.write_coalesce_time > std::chrono::seconds(1))
+    bad("write-coalesce-us must be between 0 and 1000000");
+  if (cfg.write_coalesce_bytes < 1 || cfg.write_coalesce_bytes > cfg.max_pending_bytes)
+    bad("write-coalesce-bytes must be between 1 and max-pending-bytes");
   if (cfg.frame_timeout.count() < 1) bad("frame-timeout-ms must be at least 1");
   if (cfg.max_incomplete_bytes < cfg.max_frame) bad("max-incomplete-bytes must be at least max-frame");
   if (cfg.max_offers < 1 || cfg.max_offer_bytes < 1 || cfg.max_pending_per_key < 1 || cfg.max_exposure_keys < 1)
@@ -154,6 +160,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::string listen = cfg.listen_host + ":" + std::to_string(cfg.listen_port);
   std::int64_t hello_ms = cfg.hello_timeout.count();
   std::int64_t heartbeat_ms = cfg.heartbeat_interval.count();
+  std::int64_t coalesce_us = cfg.write_coalesce_time.count();
   std::string slow = "drop";
   std::int64_t min_ttl_ms = cfg.lease_min_ttl.count();
   std::int64_t max_ttl_ms = cfg.lease_max_ttl.count();
@@ -202,6 +209,16 @@ server_config parse_server_args(int argc, const char* const* argv) {
       ->capture_default_str();
   app.add_option("--max-pending-bytes", cfg.max_pending_bytes,
                  "per-connection outbound queue limit; past it the connection is a slow consumer")
+      ->capture_default_str();
+  app.add_option("--write-coalesce-turns", cfg.write_coalesce_turns,
+                 "under load (more input already waiting), a connection's write waits up to this many loop turns "
+                 "for more frames; never while idle; 0 = off")
+      ->capture_default_str();
+  app.add_option("--write-coalesce-us", coalesce_us,
+                 "a write that waits for more frames never waits past this long after its oldest queued frame")
+      ->capture_default_str();
+  app.add_option("--write-coalesce-bytes", cfg.write_coalesce_bytes,
+                 "a connection with this much queued writes at once, under load or not")
       ->capture_default_str();
   app.add_option("--frame-timeout-ms", frame_timeout_ms,
                  "a frame must complete this long after its first byte arrived, or the connection is closed")
@@ -322,6 +339,7 @@ server_config parse_server_args(int argc, const char* const* argv) {
   if (!http.empty()) std::tie(cfg.http_host, cfg.http_port) = split_host_port("--http", http);
   cfg.hello_timeout = std::chrono::milliseconds(hello_ms);
   cfg.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
+  cfg.write_coalesce_time = std::chrono::microseconds(coalesce_us);
   cfg.slow_consumer = slow == "disconnect" ? slow_consumer_policy::disconnect : slow_consumer_policy::drop;
   cfg.lease_min_ttl = std::chrono::milliseconds(min_ttl_ms);
   cfg.lease_max_ttl = std::chrono::milliseconds(max_ttl_ms);

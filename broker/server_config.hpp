@@ -34,6 +34,15 @@ struct server_config {
   std::chrono::milliseconds hello_timeout{2000};
   std::chrono::milliseconds heartbeat_interval{5000};
   std::size_t max_pending_bytes = 64u << 20;  // per connection, then slow consumer
+  // Write coalescing under load (connection::writer; docs/protocol.md §9):
+  // while the loop's last read filled its buffer (more input already
+  // waiting), a connection with under write_coalesce_bytes queued lets the
+  // loop run write_coalesce_turns more turns before it writes (each turn's
+  // reads add frames to its queue), but never once its oldest queued frame
+  // has waited write_coalesce_time. An idle loop never waits. 0 turns = off.
+  int write_coalesce_turns = 2;
+  std::chrono::microseconds write_coalesce_time{10'000};
+  std::size_t write_coalesce_bytes = 64 * 1024;
   slow_consumer_policy slow_consumer = slow_consumer_policy::drop;
   // SIGTERM/SIGINT: how long the goodbyes (shutting_down) may take to flush
   // before the server exits anyway; also how long a closing connection waits

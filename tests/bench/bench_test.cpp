@@ -218,6 +218,38 @@ TEST_CASE("switchyard-bench route with a window reports its sends as answered", 
   CHECK(contains(r.out, R"("routed":500,"no_route":0,)"));
 }
 
+TEST_CASE("switchyard-bench route --rate paces its sends and reports send-to-inbox latency percentiles", "[bench]") {
+  temp_dir tmp;
+  const auto r = run_bench_with_stderr(
+      tmp, "--json route --users 100 --gateways 4 --count 2000 --size 64 --window 0 --rate 4000");
+  INFO(r.err);
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, R"("recv_total":2000,)"));
+  CHECK(json_number(r.out, "rate") == 4000);
+  CHECK(json_number(r.out, "samples") == 2000);  // every delivery but the sentinels
+  const double p50 = json_number(r.out, "p50_us"), p99 = json_number(r.out, "p99_us"),
+               p999 = json_number(r.out, "p999_us");
+  CHECK(p50 > 0);
+  CHECK(p50 <= p99);
+  CHECK(p99 <= p999);
+  // Send i goes no earlier than i / rate after the first: 2,000 sends take
+  // at least 0.49975 s, so the send rate cannot pass 4,000/s by more than
+  // rounding.
+  CHECK(json_number(r.out, "send_rate") <= 4010);
+  CHECK(contains(r.err, "  latency:   send to inbox p50 "));
+}
+
+TEST_CASE("switchyard-bench route --rate refuses a window or a payload too small for the send time", "[bench]") {
+  temp_dir tmp;
+  const auto windowed = run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 8 --rate 100");
+  CHECK(windowed.code == 1);
+  CHECK(contains(windowed.out + windowed.err, "--rate needs --window 0 and --size of at least 24"));
+  const auto small = run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 0 --size 16 --rate 100");
+  CHECK(small.code == 1);
+  CHECK(contains(small.out + small.err, "--rate needs --window 0 and --size of at least 24"));
+}
+
 TEST_CASE("switchyard-bench route checks every delivery: none misrouted or reordered, a sentinel per gateway",
           "[bench]") {
   temp_dir tmp;

@@ -416,6 +416,26 @@ TEST_CASE("server config lifecycle flags have documented defaults and parse from
   CHECK(c.shutdown_grace == 750ms);
 }
 
+TEST_CASE("server config write coalescing has documented defaults, parses from flags and refuses values out of range",
+          "[broker]") {
+  const server_config d = parse({});
+  CHECK(d.write_coalesce_turns == 2);
+  CHECK(d.write_coalesce_time == 10'000us);
+  CHECK(d.write_coalesce_bytes == 64 * 1024);
+  const server_config c =
+      parse({"--write-coalesce-turns", "0", "--write-coalesce-us", "250", "--write-coalesce-bytes", "16384"});
+  CHECK(c.write_coalesce_turns == 0);
+  CHECK(c.write_coalesce_time == 250us);
+  CHECK(c.write_coalesce_bytes == 16384);
+  CHECK_THROWS_AS(parse({"--write-coalesce-turns", "65"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--write-coalesce-turns", "-1"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--write-coalesce-us", "1000001"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--write-coalesce-us", "-1"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--write-coalesce-bytes", "0"}), std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--max-pending-bytes", "2097152", "--write-coalesce-bytes", "2097153"}),
+                  std::invalid_argument);
+}
+
 TEST_CASE("server config refuses lifecycle settings out of range", "[broker]") {
   CHECK_THROWS_AS(parse({"--shutdown-grace-ms", "0"}), std::invalid_argument);
   CHECK_THROWS_AS(parse({"--drain-window-ms", "0"}), std::invalid_argument);

@@ -735,9 +735,19 @@ TEST_CASE("routing requests without the routing capability get a non-fatal unsup
   CHECK(frame->request_id() == 9);
 }
 
-TEST_CASE("a burst of sends to users on many gateways arrives complete and in order per gateway, writes held back",
-          "[e2e][broker][client][routing]") {
-  test_server server(routing_config());
+namespace {
+// What a burst's writes did: the server's counters once it was delivered.
+struct burst_writes {
+  std::uint64_t routed = 0, writes = 0, frames_written = 0, write_waits = 0;
+};
+
+// Sends 20,000 messages fire and forget, as fast as the client queues, to
+// 200 users on 20 gateways of a server with `cfg`: the broker's reads fill
+// their buffer, so (coalescing on) small gateway writes wait a turn or two
+// for more. Checks that every message arrives once, in send order, at its
+// user's gateway.
+burst_writes burst_to_gateways(broker::server_config cfg) {
+  test_server server(std::move(cfg));
   constexpr int gateways = 20, users_per_gateway = 10, sends = 20000;
   std::vector<std::unique_ptr<client>> conns;
   std::vector<deliveries> got(gateways);
@@ -750,8 +760,6 @@ TEST_CASE("a burst of sends to users on many gateways arrives complete and in or
       REQUIRE(conns.back()->registry_put("user:" + std::to_string(g * users_per_gateway + u), "gw-" + std::to_string(g),
                                          lease->id));
   }
-  // Fire and forget, as fast as the client queues: the broker's reads fill
-  // their buffer, so small gateway writes wait a turn or two for more.
   auto service = connect_to(server, "service");
   std::string payload(100, 'x');
   for (int i = 0; i < sends; ++i) {
@@ -777,8 +785,39 @@ TEST_CASE("a burst of sends to users on many gateways arrives complete and in or
       last = i;
     }
   }
-  CHECK(server.counters().sends_routed == sends);
-  CHECK(server.counters().write_waits > 0);
+  const auto& n = server.counters();
+  return {n.sends_routed, n.writes, n.frames_written, n.write_waits};
+}
+}  // namespace
+
+TEST_CASE("a burst of sends to users on many gateways arrives complete and in order per gateway, writes held back",
+          "[e2e][broker][client][routing]") {
+  const auto b = burst_to_gateways(routing_config());
+  CHECK(b.routed == 20000);
+  CHECK(b.write_waits > 0);
   // Coalesced: the gateways' writes carried more than one frame each on average.
-  CHECK(server.counters().frames_written > server.counters().writes);
+  CHECK(b.frames_written > b.writes);
+  // At most the turn budget (2 by default) per write.
+  CHECK(b.write_waits <= 2 * b.writes);
+}
+
+TEST_CASE("a write waits at most --write-coalesce-turns loop turns", "[e2e][broker][client][routing]") {
+  auto cfg = routing_config();
+  cfg.write_coalesce_turns = 1;
+  const auto b = burst_to_gateways(cfg);
+  CHECK(b.write_waits > 0);
+  CHECK(b.write_waits <= b.writes);
+}
+
+TEST_CASE("zero turns, a zero time budget or a one-byte budget turn write coalescing off, and a burst still arrives "
+          "complete and in order",
+          "[e2e][broker][client][routing]") {
+  auto cfg = routing_config();
+  SECTION("zero turns") { cfg.write_coalesce_turns = 0; }
+  SECTION("a zero time budget") { cfg.write_coalesce_time = std::chrono::microseconds(0); }
+  SECTION("a one-byte budget: anything queued is written at once") { cfg.write_coalesce_bytes = 1; }
+  const auto b = burst_to_gateways(cfg);
+  CHECK(b.routed == 20000);
+  CHECK(b.write_waits == 0);
+  CHECK(b.frames_written >= 20000);
 }
