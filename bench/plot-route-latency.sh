@@ -47,7 +47,7 @@ done < "$tmp/labels"
 gnuplot <<GP
 set terminal pngcairo size 900,520 font ',10'
 set output '$out'
-set title 'Send-to-user latency (send -> gateway inbox) against the offered rate, 200 gateways, 100,000 users, 128 B; medians of the runs'
+set title 'Send-to-user latency (send -> gateway inbox) by offered rate; 200 gateways, 100,000 users, 128 B; medians'
 set xlabel 'offered sends per second (thousands)'
 set ylabel 'microseconds (log scale)'
 set logscale y

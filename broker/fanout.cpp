@@ -91,7 +91,7 @@ std::uint32_t fanout::send_offer(std::span<const std::string_view> keys, protoco
   offer_position_ = position;
   offer_time_left_ms_ =
       meta.deadline == std::chrono::steady_clock::time_point{} ? 0 : ms_left(meta.deadline, now);
-  const auto routed = route_and_group(keys, gateways, [&](delivery_target* owner, std::string_view inbox,
+  const auto routed = route_and_group(keys, gateways, routing_.lease_now(), [&](delivery_target* owner, std::string_view inbox,
                                                           std::span<const std::string_view> ks) {
     deliver_offer(owner, inbox, ks, payload);
   });
@@ -102,20 +102,26 @@ std::uint32_t fanout::send_offer(std::span<const std::string_view> keys, protoco
 
 std::uint32_t fanout::send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
                                     const log_position* position, std::vector<std::string_view>& gateways) {
-  return route_and_group(keys, gateways, [&](delivery_target* owner, std::string_view inbox,
-                                             std::span<const std::string_view> ks) {
+  return send_to_users(keys, payload, position, gateways, routing_.lease_now());
+}
+
+std::uint32_t fanout::send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                                    const log_position* position, std::vector<std::string_view>& gateways,
+                                    mono_clock::time_point lease_now) {
+  return route_and_group(keys, gateways, lease_now, [&](delivery_target* owner, std::string_view inbox,
+                                                        std::span<const std::string_view> ks) {
     deliver_to_inbox(owner, inbox, ks, payload, position);
   });
 }
 
 template <class Deliver>
 std::uint32_t fanout::route_and_group(std::span<const std::string_view> keys, std::vector<std::string_view>& gateways,
-                                      Deliver&& deliver) {
+                                      mono_clock::time_point lease_now, Deliver&& deliver) {
   gateways.assign(keys.size(), {});
   std::uint32_t routed = 0;
   if (keys.size() == 1) {
     // Send to a user: nothing to group.
-    if (const auto to = routing_.route(keys[0]); to.owner) {
+    if (const auto to = routing_.route(keys[0], lease_now); to.owner) {
       deliver(to.owner, to.inbox, keys);
       gateways[0] = to.inbox;
       routed = 1;
@@ -126,7 +132,7 @@ std::uint32_t fanout::route_and_group(std::span<const std::string_view> keys, st
     std::size_t used = 0;
     group_index_.clear();
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      const auto to = routing_.route(keys[i]);
+      const auto to = routing_.route(keys[i], lease_now);
       if (!to.owner) continue;
       auto [it, fresh] = group_index_.try_emplace(to.inbox, used);
       if (fresh) {

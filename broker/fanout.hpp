@@ -62,6 +62,11 @@ class fanout {
   // keys routed.
   std::uint32_t send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
                               const log_position* position, std::vector<std::string_view>& gateways);
+  // As above, the routes judged at `lease_now` (routing_table::lease_now(),
+  // read once for a run of sends: routing_handler's batch).
+  std::uint32_t send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                              const log_position* position, std::vector<std::string_view>& gateways,
+                              mono_clock::time_point lease_now);
   // A send with an expiry or an offer id (capability "offers"): as
   // send_to_users, each inbox delivery queued with `meta` (its deadline and
   // offer id; a deadline already passed: dropped unwritten, counted as
@@ -87,7 +92,7 @@ class fanout {
   // deliver for each group. Returns the keys routed.
   template <class Deliver>
   std::uint32_t route_and_group(std::span<const std::string_view> keys, std::vector<std::string_view>& gateways,
-                                Deliver&& deliver);
+                                mono_clock::time_point lease_now, Deliver&& deliver);
   // The offer being sent (send_offer), for deliver_offer.
   const delivery_meta* offer_meta_ = nullptr;
   const log_position* offer_position_ = nullptr;

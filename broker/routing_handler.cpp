@@ -223,7 +223,7 @@ void routing_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
   }
 
   auto& gateways = fanout_.gateway_scratch();
-  const std::uint32_t routed = fanout_.send_to_users(keys, payload, nullptr, gateways);
+  const std::uint32_t routed = fanout_.send_to_users(keys, payload, nullptr, gateways, batch_lease_now_);
   // A send to one user that found no route is an error (send answers "no
   // route"); a send to several reports per key.
   if (keys.size() == 1 && routed == 0)
@@ -244,6 +244,8 @@ void routing_handler::look_ahead(std::span<const protocol::frame_view> frames, s
     if (const auto k = key_of(j); !k.empty()) routing_.prefetch_entry(k);
   };
   if (i == 0) {
+    // One clock reading for the batch's sends (see batch_lease_now_).
+    batch_lease_now_ = routing_.lease_now();
     // The first frames of a batch had nothing before them to do it.
     slot(0);
     slot(1);

@@ -75,6 +75,12 @@ class routing_handler {
   lease_table& leases_;
   routing_table& routing_;
   fanout& fanout_;
+  // The lease time the sends of the batch being handled are routed at:
+  // read once per batch by look_ahead(frames, 0), which the connection
+  // calls before it handles a batch's first frame (and a Send is handled
+  // only within a batch: connection::handle_input). A batch holds at most
+  // 32 frames, so a route is judged at most that many sends late.
+  mutable mono_clock::time_point batch_lease_now_{};
   durable_pipeline* durable_;
   offer_handler* offers_ = nullptr;
   protocol::frame_builder& builder_;

@@ -139,10 +139,9 @@ void routing_table::erase_inbox(decltype(inboxes_)::iterator it) {
   inboxes_.erase(it);
 }
 
-routing_table::route_target routing_table::route(std::string_view key) {
+routing_table::route_target routing_table::route(std::string_view key, mono_clock::time_point now) {
   registry_entry* entry = registry_.find(key);
   if (!entry || entry->lease == 0) return {};
-  const auto now = leases_.now();
   if (!leases_.alive(entry->lease, now)) return {};
   inbox* box = entry->cached_inbox;
   if (entry->cached_generation != inbox_generation_) {

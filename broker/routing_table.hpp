@@ -100,7 +100,12 @@ class routing_table {
     std::string_view inbox;
     delivery_target* owner = nullptr;
   };
-  route_target route(std::string_view key);
+  route_target route(std::string_view key) { return route(key, leases_.now()); }
+  // As route(key), judging the entry's and the inbox's leases at
+  // `lease_now` (lease_now() read earlier): a caller routing a run of sends
+  // reads the clock once for the run.
+  route_target route(std::string_view key, mono_clock::time_point lease_now);
+  mono_clock::time_point lease_now() const { return leases_.now(); }
   // Cache hints for a caller that knows its next route() keys (a run of
   // sends read at once): prefetch_slot for a key two lookups ahead,
   // prefetch_entry for the next one. See flat_index.
