@@ -12,8 +12,15 @@
 # root and they are missing. Writes OUT.png over any earlier one.
 set -eu
 usage='usage: plot-route-latency.sh RESULTS.jsonl OUT.png'
-in=${1:?$usage}
-out=${2:?$usage}
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; echo "$usage"; exit 0 ;; esac
+if [ $# -ne 2 ]; then
+  echo "$usage" >&2
+  exit 2
+fi
+in=$1
+out=$2
+[ -r "$in" ] || { echo "plot-route-latency.sh: cannot read $in" >&2; exit 1; }
+[ -s "$in" ] || { echo "plot-route-latency.sh: $in is empty" >&2; exit 1; }
 if ! command -v gnuplot >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox jq >/dev/null
@@ -22,13 +29,14 @@ if ! command -v gnuplot >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
     exit 1
   fi
 fi
+jq -e . "$in" >/dev/null 2>&1 || { echo "plot-route-latency.sh: $in is not JSON lines" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # One data file per label: rate (k/s), median p50, median p99 (µs).
 jq -rs '
   def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
                      else (.[length / 2 - 1] + .[length / 2]) / 2 end;
-  map(select(.workload == "route" and .rate != null and .p50_us != null))
+  map(select(.workload == "route" and .label != null and .rate != null and .p50_us != null))
   | group_by(.label)[]
   | (.[0].label) as $l
   | group_by(.rate)[]

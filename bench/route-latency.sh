@@ -14,7 +14,9 @@
 # (default build/release/bench/switchyard-bench) starts its own broker for
 # each run.
 set -eu
-out=${1:?usage: route-latency.sh OUT.jsonl [REPS] [RATES]}
+usage='usage: route-latency.sh OUT.jsonl [REPS] [RATES]'
+case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; echo "$usage"; exit 0 ;; esac
+out=${1:?$usage}
 reps=${2:-3}
 rates=${3:-"20000 50000 100000 200000 400000"}
 bench=${BENCH:-build/release/bench/switchyard-bench}
