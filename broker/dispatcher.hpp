@@ -70,7 +70,10 @@ class dispatcher {
   bool dispatch(peer& from, const protocol::wire::Frame& frame);
 
   // Cache hints before frames[i] is handled (frames verified ahead of
-  // handling, in order).
+  // handling, in order). Also the start of a batch: REQUIRES a call with
+  // i == 0 before the first frame of every batch is dispatched (the
+  // routing handler reads the lease clock there once for the batch's
+  // sends; without it a send finds no route).
   void look_ahead(const peer& from, std::span<const protocol::frame_view> frames, std::size_t i) const noexcept;
 
   // `p` closed: every handler forgets it (subscriptions, inboxes).

@@ -80,7 +80,9 @@ class routing_handler {
   // calls before it handles a batch's first frame (and a Send is handled
   // only within a batch: connection::handle_input). A batch holds at most
   // 32 frames, so a route is judged at most that many sends late.
-  mutable mono_clock::time_point batch_lease_now_{};
+  // Until the first batch: the end of time, so that a send handled without
+  // look_ahead (a broken contract) finds every lease expired, never alive.
+  mutable mono_clock::time_point batch_lease_now_ = mono_clock::time_point::max();
   durable_pipeline* durable_;
   offer_handler* offers_ = nullptr;
   protocol::frame_builder& builder_;

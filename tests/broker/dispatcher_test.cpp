@@ -78,12 +78,20 @@ struct fixture : fake_clock {
   std::shared_ptr<recording_peer> peer(capability_set granted = {}) {
     return std::make_shared<recording_peer>(next_id++, builder, granted);
   }
-  // Dispatches an encoded request from `p`.
+  // Dispatches an encoded request from `p` as a connection does: a batch
+  // of one frame, look_ahead on it first (connection::handle_input).
   bool from(recording_peer& p, protocol::bytes_view request) {
+    const auto* frame = decoded(request);
+    const protocol::frame_view batch[] = {{frame, request.size()}};
+    dispatch.look_ahead(p, batch, 0);
+    return dispatch.dispatch(p, *frame);
+  }
+  // Keeps a copy of `request` for as long as the fixture; its decoded frame.
+  const protocol::wire::Frame* decoded(protocol::bytes_view request) {
     frames.emplace_back(request.begin(), request.end());
     auto f = protocol::decode_frame(frames.back(), protocol::default_max_frame);
     REQUIRE(f);
-    return dispatch.dispatch(p, **f);
+    return *f;
   }
   std::uint64_t next_id = 1;
 };
@@ -312,4 +320,28 @@ TEST_CASE("a disconnected peer's subscriptions and inboxes are forgotten", "[bro
   const auto* e = svc->answer(svc->sent.size() - 1).message_as_Error();
   REQUIRE(e != nullptr);
   CHECK(e->code() == wire::ErrorCode::no_route);
+}
+
+TEST_CASE("the sends of one batch are routed at the lease time read when the batch began", "[broker][dispatch]") {
+  fixture f;
+  auto gw = f.peer(routing_caps());
+  auto svc = f.peer(routing_caps());
+  CHECK(f.from(*gw, f.requests.lease_grant(1, 1000)));  // the fixture's shortest TTL: 1 s
+  const auto lease = gw->answer(0).message_as_LeaseInfo()->lease_id();
+  CHECK(f.from(*gw, f.requests.inbox_open(2, "gw-1", lease)));
+  CHECK(f.from(*gw, f.requests.registry_put(3, "user:1", "gw-1", lease, 0)));
+  const std::vector<std::string_view> keys{"user:1"};
+  // A batch of two sends: the lease expires between them, and both are
+  // judged when the batch began (a batch holds at most 32 frames).
+  const protocol::frame_view batch[] = {{f.decoded(f.requests.send(0, keys, wire_bytes_of("one"))), 0},
+                                        {f.decoded(f.requests.send(0, keys, wire_bytes_of("two"))), 0}};
+  f.dispatch.look_ahead(*svc, batch, 0);
+  CHECK(f.dispatch.dispatch(*svc, *batch[0].frame));
+  f.advance(1500ms);
+  f.dispatch.look_ahead(*svc, batch, 1);
+  CHECK(f.dispatch.dispatch(*svc, *batch[1].frame));
+  CHECK(gw->delivered.size() == 2);
+  // The next batch reads the clock again: the lease has expired.
+  CHECK(f.from(*svc, f.requests.send(0, keys, wire_bytes_of("three"))));
+  CHECK(gw->delivered.size() == 2);
 }
