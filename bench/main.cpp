@@ -33,6 +33,7 @@
 #include "bench/auth_file.hpp"
 #include "bench/bench_common.hpp"
 #include "bench/cpu_usage.hpp"
+#include "bench/route_check.hpp"
 #include "bench/server_process.hpp"
 #include "bench/temp_folder.hpp"
 #include "switchyard/client.hpp"
@@ -440,6 +441,8 @@ int main(int argc, char** argv) {
     return fail_line(s, "rate*seconds too large", 2);
   if (s.workload == "reconnect" && !s.address.empty())
     return fail_line(s, "reconnect kills and restarts its own broker: --address is not allowed", 2);
+  if (s.workload == "route" && s.route_rate > 0 && (s.window != 0 || s.size < static_cast<int>(timed_payload_min)))
+    return fail_line(s, fmt::format("route --rate needs --window 0 and --size of at least {}", timed_payload_min), 2);
   if (s.workload == "reconnect") s.timeout = std::max(s.timeout, 2 * s.phase_timeout + s.drain_window + 120);
 
   if (durability->count() > 0 && !s.address.empty())

@@ -240,14 +240,15 @@ TEST_CASE("switchyard-bench route --rate paces its sends and reports send-to-inb
   CHECK(contains(r.err, "  latency:   send to inbox p50 "));
 }
 
-TEST_CASE("switchyard-bench route --rate refuses a window or a payload too small for the send time", "[bench]") {
+TEST_CASE("switchyard-bench route --rate refuses a window or a payload too small for the send time, exit 2",
+          "[bench]") {
   temp_dir tmp;
   const auto windowed = run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 8 --rate 100");
-  CHECK(windowed.code == 1);
-  CHECK(contains(windowed.out + windowed.err, "--rate needs --window 0 and --size of at least 24"));
+  CHECK(windowed.code == 2);
+  CHECK(contains(windowed.out + windowed.err, "route --rate needs --window 0 and --size of at least 24"));
   const auto small = run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 0 --size 16 --rate 100");
-  CHECK(small.code == 1);
-  CHECK(contains(small.out + small.err, "--rate needs --window 0 and --size of at least 24"));
+  CHECK(small.code == 2);
+  CHECK(contains(small.out + small.err, "route --rate needs --window 0 and --size of at least 24"));
 }
 
 TEST_CASE("switchyard-bench route checks every delivery: none misrouted or reordered, a sentinel per gateway",
