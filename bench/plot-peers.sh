@@ -23,14 +23,8 @@ set -eu
 usage='usage: plot-peers.sh RESULTS.jsonl OUT.png'
 in=${1:?$usage}
 out=${2:?$usage}
-if ! command -v gnuplot >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox jq >/dev/null
-  else
-    echo "plot-peers.sh: needs gnuplot and jq (apt-get install gnuplot-nox jq)" >&2
-    exit 2
-  fi
-fi
+. "$(dirname "$0")/plot-deps.sh"
+need_gnuplot_and_jq plot-peers.sh
 die() { echo "plot-peers.sh: $*" >&2; exit 1; }
 if [ ! -f "$in" ] || [ ! -r "$in" ]; then die "cannot read $in (no such file, or not a readable file)"; fi
 [ -s "$in" ] || die "$in is empty: expected the JSON lines the peers harness writes"

@@ -11,14 +11,8 @@
 set -eu
 in=${1:?usage: plot-reconnect.sh RESULT.json OUT.png}
 out=${2:?usage: plot-reconnect.sh RESULT.json OUT.png}
-if ! command -v gnuplot >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox jq >/dev/null
-  else
-    echo "plot-reconnect.sh: needs gnuplot and jq (apt-get install gnuplot-nox jq)" >&2
-    exit 2
-  fi
-fi
+. "$(dirname "$0")/plot-deps.sh"
+need_gnuplot_and_jq plot-reconnect.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 phases=$(jq -r '.phases[].phase' "$in")

@@ -21,14 +21,8 @@ in=$1
 out=$2
 [ -r "$in" ] || { echo "plot-route-latency.sh: cannot read $in" >&2; exit 1; }
 [ -s "$in" ] || { echo "plot-route-latency.sh: $in is empty" >&2; exit 1; }
-if ! command -v gnuplot >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox jq >/dev/null
-  else
-    echo "plot-route-latency.sh: needs gnuplot and jq (apt-get install gnuplot-nox jq)" >&2
-    exit 1
-  fi
-fi
+. "$(dirname "$0")/plot-deps.sh"
+need_gnuplot_and_jq plot-route-latency.sh
 jq -e . "$in" >/dev/null 2>&1 || { echo "plot-route-latency.sh: $in is not JSON lines" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
