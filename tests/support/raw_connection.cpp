@@ -62,6 +62,16 @@ void raw_connection::send(protocol::bytes_view bytes) {
   }
 }
 
+std::size_t raw_connection::send_some(protocol::bytes_view bytes) {
+  std::size_t off = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) break;  // full (EAGAIN) or closed
+    off += static_cast<std::size_t>(n);
+  }
+  return off;
+}
+
 void raw_connection::send_hello(std::uint16_t major, bool capabilities) {
   static constexpr std::array<std::string_view, 2> caps{protocol::capability::dropped_notice,
                                                         protocol::capability::publish_ack};

@@ -35,6 +35,9 @@ class raw_connection {
   raw_connection& operator=(const raw_connection&) = delete;
 
   void send(protocol::bytes_view bytes);
+  // Writes as much of `bytes` as the kernel takes now, without waiting:
+  // how many bytes that was (0 when its buffers are full or on error).
+  std::size_t send_some(protocol::bytes_view bytes);
   // Sends a hello (request id 1) with both v1 capabilities unless
   // `capabilities` is false.
   void send_hello(std::uint16_t major = 1, bool capabilities = true);

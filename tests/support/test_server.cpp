@@ -58,4 +58,22 @@ broker::metrics_snapshot test_server::live_metrics() {
   return got.get();
 }
 
+void test_server::loop_hold::release() {
+  if (!release_) return;
+  release_->set_value();
+  release_.reset();
+}
+
+test_server::loop_hold test_server::hold_loop() {
+  auto held = std::make_shared<std::promise<void>>();
+  auto release = std::make_shared<std::promise<void>>();
+  auto is_held = held->get_future();
+  server_->post_metrics([held, done = release->get_future().share()](const broker::metrics_snapshot&) {
+    held->set_value();
+    done.wait_for(std::chrono::seconds(30));
+  });
+  REQUIRE(is_held.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  return loop_hold(std::move(release));
+}
+
 }  // namespace switchyard::test

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <thread>
 
@@ -34,6 +35,25 @@ class test_server {
   // The same while the server runs, gathered on its loop thread (waits at
   // most 10 s; REQUIREs an answer).
   broker::metrics_snapshot live_metrics();
+
+  // Blocks the server's loop thread until the returned hold is released
+  // (or destroyed): returns once the loop is held, so whatever clients
+  // write meanwhile waits in the kernel and the loop's next reads find it
+  // all at once (a loop turn that took long). A hold left unreleased gives
+  // the loop back after 30 s. REQUIREs that the loop took the hold within
+  // 10 s.
+  class loop_hold {
+   public:
+    explicit loop_hold(std::shared_ptr<std::promise<void>> release) : release_(std::move(release)) {}
+    loop_hold(loop_hold&&) = default;
+    loop_hold& operator=(loop_hold&&) = delete;
+    ~loop_hold() { release(); }
+    void release();
+
+   private:
+    std::shared_ptr<std::promise<void>> release_;
+  };
+  [[nodiscard]] loop_hold hold_loop();
 
   // What SIGHUP does (broker::server::reload), run on the loop thread;
   // returns once it ran.
