@@ -425,7 +425,23 @@ int main(int argc, char** argv) {
 
   // Flags may come before or after the workload name.
   for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, shakes, storm, offers}) sub->fallthrough();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // No workload, or a word that is not one: CLI11 says only "A subcommand
+    // is required"; name the word and the workloads (same exit code).
+    if (e.get_exit_code() != 0 && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr &&
+        app.get_subcommands().empty()) {
+      std::string known;
+      for (const auto* c : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + c->get_name();
+      const auto rest = app.remaining(true);
+      const std::string what = rest.empty() ? std::string("a workload is required")
+                                            : fmt::format("'{}' is not a workload", rest.front());
+      std::fprintf(stderr, "switchyard-bench: %s: {%s} (see --help)\n", what.c_str(), known.c_str());
+      return e.get_exit_code();
+    }
+    return app.exit(e);
+  }
   s.workload = app.get_subcommands().front()->get_name();
   if (!s.auth && s.token.empty() && s.key_file.empty()) {
     // The environment, when no flag chose the credentials.

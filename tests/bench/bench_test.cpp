@@ -197,6 +197,24 @@ TEST_CASE("switchyard-bench names a server binary it cannot find and the flag th
   CHECK_FALSE(contains(out, "status"));
 }
 
+TEST_CASE("switchyard-bench without a workload, or with a word that is not one, names the workloads", "[bench]") {
+  temp_dir tmp;
+  const auto none = run_bench_with_stderr(tmp, "");
+  INFO(none.err);
+  CHECK(none.code == 106);  // CLI11's code for a missing subcommand, as before
+  CHECK(contains(none.err, "switchyard-bench: a workload is required: {"));
+  CHECK(contains(none.err, "fanout"));
+  CHECK(contains(none.err, "route"));
+  CHECK(contains(none.err, "offers"));
+
+  const auto wrong = run_bench_with_stderr(tmp, "--json nosuch");
+  INFO(wrong.err);
+  CHECK(wrong.code == 106);
+  CHECK(contains(wrong.err, "switchyard-bench: 'nosuch' is not a workload: {"));
+  CHECK(contains(wrong.err, "route"));
+  CHECK(wrong.out.empty());  // nothing was run
+}
+
 TEST_CASE("switchyard-bench route --window 0 reports its sends as sent without answers", "[bench]") {
   temp_dir tmp;
   const auto r = run_bench_with_stderr(tmp, "--json route --users 100 --gateways 4 --count 500 --size 64 --window 0");
