@@ -50,6 +50,9 @@ broker::server_config tiny_queue_config(const temp_dir& dir) {
   cfg.durability = storage::durability::none;  // delivery is under test here, not fsync
   cfg.max_frame = 64 * 1024;
   cfg.max_pending_bytes = 128 * 1024;
+  // A stalled client answers no pings: no heartbeat deadline (12.5 s by
+  // default) while thousands of frames go by under ASan.
+  cfg.heartbeat_interval = std::chrono::seconds(60);
   return cfg;
 }
 

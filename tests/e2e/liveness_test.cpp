@@ -61,13 +61,16 @@ TEST_CASE("a silent connection is closed by the heartbeat deadline", "[e2e][brok
 
 TEST_CASE("a client that heartbeats stays connected past several deadlines", "[e2e][broker][client]") {
   auto cfg = test_server::default_config();
-  cfg.heartbeat_interval = std::chrono::milliseconds(20);
+  // Deadline 2.5 intervals (625 ms): a pause of either loop thread shorter
+  // than ~300 ms (a busy CI machine under ASan) must not close the
+  // connection, so the interval is not shorter.
+  cfg.heartbeat_interval = std::chrono::milliseconds(250);
   test_server server(cfg);
   disconnect_probe probe;
   auto c = client::connect({.port = server.port(), .on_disconnect = probe.callback()});
   REQUIRE(c);
-  // Ten deadlines' worth of idle time: only heartbeats flow.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Three deadlines' worth of idle time: only heartbeats flow.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
   CHECK_FALSE(probe.fired);
   CHECK((*c)->connected());
   CHECK_FALSE((*c)->flush());

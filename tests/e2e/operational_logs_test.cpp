@@ -50,12 +50,14 @@ TEST_CASE("expired leases are logged per sweep with the routes and inboxes they 
   test_server server(config);
   auto gw = connect_to(server, "gateway");
   // One lease carrying three routes and an inbox; and two more leases.
-  auto lease = gw->lease_grant(150ms);
+  // 1 s: the puts and the inbox must land before it expires, however slowly
+  // this process runs.
+  auto lease = gw->lease_grant(1000ms);
   REQUIRE(lease);
   for (int i = 0; i < 3; ++i) REQUIRE(gw->registry_put("user-" + std::to_string(i), "gw-1", lease->id));
   REQUIRE_FALSE(gw->open_inbox("gw-1", lease->id, [](const inbox_message&) {}));
-  REQUIRE(gw->lease_grant(150ms));
-  REQUIRE(gw->lease_grant(150ms));
+  REQUIRE(gw->lease_grant(1000ms));
+  REQUIRE(gw->lease_grant(1000ms));
   const std::string leases = R"(lease sweep: (\d+) leases expired)";
   REQUIRE(wait_until([&] { return sum_of(log.text(), leases) == 3; }, 10s));
   const auto text = log.text();

@@ -354,9 +354,12 @@ TEST_CASE("a rejected connection saying goodbye does not count against the cap",
   // Over the cap: rejected, and it neither reads nor closes.
   raw_connection lingering(server.port());
   lingering.send_hello();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE(wait_until([&] { return server.live_metrics().counters.connections_rejected == 1; }));
   first.reset();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE(wait_until([&] {
+    const auto m = server.live_metrics();
+    return m.connections == m.connections_rejecting;  // only the rejected one is left
+  }));
   // The one place is free again, although the rejected one is still open.
   auto second = connect_to(server, "second");
   CHECK_FALSE(second->flush());

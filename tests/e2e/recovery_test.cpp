@@ -58,6 +58,9 @@ broker::server_config slow_consumer_config(const temp_dir& dir) {
   auto cfg = log_config(dir);
   cfg.max_frame = 64 * 1024;
   cfg.max_pending_bytes = 128 * 1024;
+  // A stalled client answers no pings: no heartbeat deadline (12.5 s by
+  // default) while thousands of frames go by under ASan.
+  cfg.heartbeat_interval = std::chrono::seconds(60);
   return cfg;
 }
 

@@ -111,23 +111,24 @@ TEST_CASE("lease keepalive resets the remaining time and keeps a lease past its 
           "[e2e][broker][client][routing]") {
   test_server server(routing_config());
   auto c = connect_to(server);
-  auto l = c->lease_grant(500ms);
+  // 1 s: a pause of this process under a busy CI must not expire it.
+  auto l = c->lease_grant(1000ms);
   REQUIRE(l);
   std::this_thread::sleep_for(200ms);
   auto before = c->lease_time_to_live(l->id);
   REQUIRE(before);
-  CHECK(before->remaining <= 300ms);
+  CHECK(before->remaining <= 800ms);
   auto kept = c->lease_keepalive(l->id);
   REQUIRE(kept);
   CHECK(kept->id == l->id);
-  CHECK(kept->ttl == 500ms);
-  CHECK(kept->remaining == 500ms);
+  CHECK(kept->ttl == 1000ms);
+  CHECK(kept->remaining == 1000ms);
   auto after = c->lease_time_to_live(l->id);
   REQUIRE(after);
   CHECK(after->remaining > before->remaining);
 
   // Kept alive every 50 ms for two TTLs, it never expires.
-  const auto until = std::chrono::steady_clock::now() + 1000ms;
+  const auto until = std::chrono::steady_clock::now() + 2000ms;
   for (int i = 0; i < 100 && std::chrono::steady_clock::now() < until; ++i) {
     REQUIRE(c->lease_keepalive(l->id));
     std::this_thread::sleep_for(50ms);
@@ -516,7 +517,9 @@ TEST_CASE("a gateway whose lease is revoked by someone else re-grants it and res
   deliveries got;
   std::atomic<lease_id> renewed_from{0}, renewed_to{0};
   auto gw = gateway::start(*gw_conn, {.inbox_id = "gw-7",
-                                      .lease_ttl = 300ms,
+                                      // Long enough that only the revoke ends it (a
+                                      // pause of this process must not).
+                                      .lease_ttl = 3000ms,
                                       .on_message = got.handler(),
                                       .on_lease_renewed = [&](lease_id old_lease, lease_id new_lease) {
                                         renewed_to = new_lease;
@@ -531,7 +534,7 @@ TEST_CASE("a gateway whose lease is revoked by someone else re-grants it and res
   REQUIRE_FALSE(admin->lease_revoke(first));
   auto service = connect_to(server, "service");
 
-  REQUIRE(wait_until([&] { return renewed_from.load() != 0; }, 5s));
+  REQUIRE(wait_until([&] { return renewed_from.load() != 0; }, 10s));  // next keepalive: TTL/3
   CHECK(renewed_from == first);
   CHECK(renewed_to != first);
   CHECK((*gw)->lease() == renewed_to);
@@ -690,13 +693,15 @@ TEST_CASE("a gateway keeps its lease alive by itself over several TTLs", "[e2e][
   deliveries got;
   std::atomic<int> renewals{0};
   auto gw = gateway::start(*conn, {.inbox_id = "gw-7",
-                                   .lease_ttl = 300ms,
+                                   // Keepalives every 333 ms: a pause of this
+                                   // process under 600 ms must not cost the lease.
+                                   .lease_ttl = 1000ms,
                                    .on_message = got.handler(),
                                    .on_lease_renewed = [&](lease_id, lease_id) { ++renewals; }});
   REQUIRE(gw);
   REQUIRE_FALSE((*gw)->add_route("user:alice"));
   const lease_id first = (*gw)->lease();
-  std::this_thread::sleep_for(1000ms);  // over three TTLs
+  std::this_thread::sleep_for(3500ms);  // over three TTLs
   auto service = connect_to(server, "service");
   CHECK(service->lease_time_to_live(first));
   CHECK((*gw)->lease() == first);
@@ -749,13 +754,15 @@ struct burst_writes {
 // turn or two for more. Checks that every message arrives once, in send
 // order, at its user's gateway.
 burst_writes burst_to_gateways(broker::server_config cfg) {
+  // Nothing renews these leases: long enough for the slowest set-up.
+  cfg.lease_max_ttl = 60s;
   test_server server(std::move(cfg));
   constexpr int gateways = 20, users_per_gateway = 10, sends = 20000;
   std::vector<std::unique_ptr<client>> conns;
   std::vector<deliveries> got(gateways);
   for (int g = 0; g < gateways; ++g) {
     conns.push_back(connect_to(server, "gw-" + std::to_string(g)));
-    auto lease = conns.back()->lease_grant(5s);
+    auto lease = conns.back()->lease_grant(60s);
     REQUIRE(lease);
     REQUIRE_FALSE(conns.back()->open_inbox("gw-" + std::to_string(g), lease->id, got[static_cast<std::size_t>(g)].handler()));
     for (int u = 0; u < users_per_gateway; ++u)
@@ -817,7 +824,11 @@ burst_writes burst_to_gateways(broker::server_config cfg) {
 
 TEST_CASE("a burst of sends to users on many gateways arrives complete and in order per gateway, writes held back",
           "[e2e][broker][client][routing]") {
-  const auto b = burst_to_gateways(routing_config());
+  auto cfg = routing_config();
+  // The default turn budget; a time budget no slow loop turn under ASan
+  // uses up before a writer first runs (the default is 10 ms).
+  cfg.write_coalesce_time = 1s;
+  const auto b = burst_to_gateways(cfg);
   CHECK(b.routed == 20000);
   CHECK(b.write_waits > 0);
   // Coalesced: the gateways' writes carried more than one frame each on average.
@@ -829,6 +840,7 @@ TEST_CASE("a burst of sends to users on many gateways arrives complete and in or
 TEST_CASE("a write waits at most --write-coalesce-turns loop turns", "[e2e][broker][client][routing]") {
   auto cfg = routing_config();
   cfg.write_coalesce_turns = 1;
+  cfg.write_coalesce_time = 1s;
   const auto b = burst_to_gateways(cfg);
   CHECK(b.write_waits > 0);
   CHECK(b.write_waits <= b.writes);

@@ -30,6 +30,9 @@ broker::server_config small_queue_config() {
   auto cfg = test_server::default_config();
   cfg.max_frame = 64 * 1024;
   cfg.max_pending_bytes = 256 * 1024;
+  // Raw subscribers here never answer pings: no heartbeat deadline (12.5 s
+  // by default) during a long run under ASan.
+  cfg.heartbeat_interval = std::chrono::seconds(60);
   return cfg;
 }
 
@@ -41,6 +44,7 @@ broker::server_config disconnect_config(std::size_t pending, std::chrono::millis
   cfg.max_pending_bytes = pending;
   cfg.slow_consumer = broker::slow_consumer_policy::disconnect;
   cfg.shutdown_grace = grace;
+  cfg.heartbeat_interval = std::chrono::seconds(60);  // as small_queue_config
   return cfg;
 }
 
@@ -181,8 +185,10 @@ TEST_CASE("with slow-consumer=disconnect the slow subscriber is closed with slow
 
 TEST_CASE("with slow-consumer=disconnect a subscriber that reads slowly finds the slow_consumer error, not a reset",
           "[e2e][broker][slow]") {
-  // 16 MiB queued: far more than the reader gets through before the close watchdog.
-  test_server server(disconnect_config(16u << 20, std::chrono::seconds(2)));
+  // 16 MiB queued: far more than the reader gets through before the close
+  // watchdog (8 s: the rest of the publishing, under ASan on a busy
+  // machine, must not use it up before the reader starts).
+  test_server server(disconnect_config(16u << 20, std::chrono::seconds(8)));
   raw_connection slow(server.port(), 64 * 1024);
   raw_subscribe(slow, "feed.prices");
   auto pub = connect_to(server, "pub");
@@ -193,8 +199,8 @@ TEST_CASE("with slow-consumer=disconnect a subscriber that reads slowly finds th
     REQUIRE_FALSE(pub->publish("feed.prices", payload));
   }
   REQUIRE_FALSE(pub->flush());
-  // Then it reads, at most 4.3 MB/s: the error must come within the close
-  // watchdog's 2 s, so it cannot wait behind the 16 MiB backlog (4 s).
+  // Then it reads, at most 1.3 MB/s: the error must come within the close
+  // watchdog's 8 s, so it cannot wait behind the 16 MiB backlog (13 s).
   raw_frame f;
   std::size_t deliveries = 0;
   const protocol::wire::Frame* frame = nullptr;
@@ -203,7 +209,7 @@ TEST_CASE("with slow-consumer=disconnect a subscriber that reads slowly finds th
     frame = slow.next(f, std::chrono::seconds(5));
     if (!frame || frame->message_type() == Message::Error) break;
     if (frame->message_type() == Message::Deliver && ++deliveries % 64 == 0)
-      std::this_thread::sleep_until(start + std::chrono::milliseconds(15) * (deliveries / 64));
+      std::this_thread::sleep_until(start + std::chrono::milliseconds(50) * (deliveries / 64));
   }
   INFO(deliveries << " deliveries read first");
   REQUIRE(frame != nullptr);

@@ -373,7 +373,9 @@ TEST_CASE("TLS handshakes in progress count against the connection cap; beyond i
   auto cfg = tls_config();
   cfg.max_connections = 2;
   cfg.admin_slots = 1;
-  cfg.hello_timeout = std::chrono::milliseconds(1500);
+  // Long enough that the silent ones still hold their places when the
+  // client comes, however slowly this process runs.
+  cfg.hello_timeout = std::chrono::milliseconds(5000);
   test_server server(cfg);
   // Three connections (the cap plus the admin slot) that never start their
   // handshake: each holds a place until the hello timeout.
