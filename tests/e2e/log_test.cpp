@@ -263,11 +263,24 @@ TEST_CASE("kill -9 during a burst loses no acknowledged append and tears nothing
         });
       }
     });
+    // Each round has appends acknowledged before the kill (however slow the
+    // disk's fsync), then more in flight when it comes.
+    const auto acked_before = [&] {
+      std::lock_guard lock(mu);
+      return acked.size();
+    }();
+    const bool some_acked = wait_until(
+        [&] {
+          std::lock_guard lock(mu);
+          return acked.size() > acked_before;
+        },
+        std::chrono::seconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(5, 60)(rng)));
     const auto status = server->signal_and_wait(SIGKILL, std::chrono::seconds(10));
-    REQUIRE(status.has_value());
     stop = true;
     writer.join();
+    REQUIRE(some_acked);
+    REQUIRE(status.has_value());
     c->close();  // fails whatever was still in flight: those were never acknowledged
   }
   // Restart once more and check the whole stream.
