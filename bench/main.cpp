@@ -435,8 +435,11 @@ int main(int argc, char** argv) {
       std::string known;
       for (const auto* c : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + c->get_name();
       const auto rest = app.remaining(true);
-      const std::string what = rest.empty() ? std::string("a workload is required")
-                                            : fmt::format("'{}' is not a workload", rest.front());
+      std::string what = "a workload is required";
+      if (!rest.empty() && rest.front().starts_with('-'))
+        what += fmt::format(" ('{}' is not a flag of switchyard-bench itself)", rest.front());
+      else if (!rest.empty())
+        what = fmt::format("'{}' is not a workload", rest.front());
       std::fprintf(stderr, "switchyard-bench: %s: {%s} (see --help)\n", what.c_str(), known.c_str());
       return e.get_exit_code();
     }

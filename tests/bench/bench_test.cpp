@@ -213,6 +213,12 @@ TEST_CASE("switchyard-bench without a workload, or with a word that is not one, 
   CHECK(contains(wrong.err, "switchyard-bench: 'nosuch' is not a workload: {"));
   CHECK(contains(wrong.err, "route"));
   CHECK(wrong.out.empty());  // nothing was run
+
+  // A workload's flag without the workload: the flag is not called a workload.
+  const auto flag_only = run_bench_with_stderr(tmp, "--count 5");
+  INFO(flag_only.err);
+  CHECK(flag_only.code == 106);
+  CHECK(contains(flag_only.err, "switchyard-bench: a workload is required ('--count' is not a flag of switchyard-bench itself): {"));
 }
 
 TEST_CASE("switchyard-bench route --window 0 reports its sends as sent without answers", "[bench]") {
