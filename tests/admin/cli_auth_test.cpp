@@ -289,7 +289,7 @@ bench::server_process auth_broker(const temp_dir& dir, const std::string& auth_t
 
 }  // namespace
 
-TEST_CASE("switchyard-cli --token and SWITCHYARD_TOKEN authenticate; a wrong or missing token exits 4 with unauthorized",
+TEST_CASE("switchyard-cli --token and SWITCHYARD_TOKEN authenticate, and a wrong or missing token exits 4 with unauthorized",
           "[admin][auth]") {
   temp_dir dir;
   auto server = auth_broker(dir, "[principals.operator]\ntoken_sha256 = [\"" + sha256_hex("s3cret-token") +

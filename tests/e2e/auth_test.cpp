@@ -208,7 +208,7 @@ TEST_CASE("a refused hello waits the failure delay before its answer", "[e2e][au
   CHECK(f->message_as_Error()->code() == wire::ErrorCode::unauthorized);
 }
 
-TEST_CASE("an Ed25519 key the auth file lists is welcomed after the challenge; the key never leaves the client",
+TEST_CASE("an Ed25519 key the auth file lists is welcomed after the challenge, and the key never leaves the client",
           "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));
@@ -513,7 +513,7 @@ TEST_CASE("stats and the connection list need an admin principal, and the list n
 
 // ---- Ownership ----
 
-TEST_CASE("a lease belongs to its principal: another cannot keep it alive, read or revoke it; an admin can",
+TEST_CASE("a lease belongs to its principal: another cannot keep it alive, read or revoke it, but an admin can",
           "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));

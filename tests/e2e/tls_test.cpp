@@ -338,7 +338,7 @@ TEST_CASE("a plain port answers a TLS ClientHello that it does not speak TLS", "
   CHECK(c.closed_by_peer());
 }
 
-TEST_CASE("a reload makes new connections use the certificate now in the files; one that does not load is not used",
+TEST_CASE("a reload makes new connections use the certificate now in the files, and one that does not load is not used",
           "[e2e][tls]") {
   test::temp_dir dir("switchyard-tls-reload");
   const auto cert = (dir.path() / "broker.pem").string();
@@ -368,7 +368,7 @@ TEST_CASE("a reload makes new connections use the certificate now in the files; 
   CHECK_FALSE(connect_error(tls_client(server.port(), "other-ca")));
 }
 
-TEST_CASE("TLS handshakes in progress count against the connection cap; beyond it a connection is closed at once",
+TEST_CASE("TLS handshakes in progress count against the connection cap, and beyond it a connection is closed at once",
           "[e2e][tls]") {
   auto cfg = tls_config();
   cfg.max_connections = 2;
