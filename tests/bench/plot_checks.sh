@@ -1,15 +1,9 @@
 # Shared by the plot scripts' tests (sourced, not run): skips the test
-# (exit 77) without gnuplot and jq, and gives it a temporary folder ($tmp,
-# removed on exit), fail(), is_png() and expect_failure(), which runs
-# "$plot" (the caller sets it) with the given arguments.
-if ! command -v gnuplot >/dev/null 2>&1 || ! command -v jq >/dev/null 2>&1; then
-  echo "skipped: needs gnuplot and jq (scripts/setup.sh installs them)"
-  exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# (exit 77) without gnuplot and jq; with script_test.sh's $tmp and fail(),
+# gives is_png() and expect_failure(), which runs "$plot" (the caller sets
+# it) with the given arguments.
+. "$(dirname "$0")/script_test.sh"
+needs gnuplot jq
 
 # is_png FILE MIN_BYTES: the PNG signature and at least MIN_BYTES bytes
 is_png() {

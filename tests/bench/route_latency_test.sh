@@ -7,14 +7,8 @@
 #   route_latency_test.sh path/to/bench/route-latency.sh
 set -u
 script=${1:?usage: route_latency_test.sh ROUTE_LATENCY_SCRIPT}
-if ! command -v jq >/dev/null 2>&1; then
-  echo "skipped: needs jq (scripts/setup.sh installs it)"
-  exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. "$(dirname "$0")/script_test.sh"
+needs jq
 mkdir -p "$tmp/bench"
 
 # A bench that answers like switchyard-bench --json route --rate R.
