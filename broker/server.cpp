@@ -19,6 +19,7 @@
 #include "broker/routing_table.hpp"
 #include "broker/http_monitor.hpp"
 #include "broker/server_admin_handler.hpp"
+#include "broker/setting_table.hpp"
 #include "broker/metric_catalog.hpp"
 #include "broker/log_format.hpp"
 #include "broker/stream_admin_handler.hpp"
@@ -33,6 +34,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <csignal>
@@ -668,75 +670,45 @@ void server::impl::reload() {
     return;
   }
   // The TLS files are read again (rotated certificates keep their paths),
-  // from the paths in the file if it changed them; on or off is fixed.
+  // from the paths in the file if it changed them. Turning TLS on or off
+  // takes a restart; files that do not load change nothing (logged).
+  std::vector<std::string> fixed;
+  const auto tls_files_of = [](server_config& to, const server_config& from) {
+    to.tls_cert = from.tls_cert;
+    to.tls_key = from.tls_key;
+    to.tls_ca = from.tls_ca;
+    to.tls_verify_client = from.tls_verify_client;
+  };
   if (tls && !fresh.tls_cert.empty()) {
     server_config paths = config;
-    paths.tls_cert = fresh.tls_cert;
-    paths.tls_key = fresh.tls_key;
-    paths.tls_ca = fresh.tls_ca;
-    paths.tls_verify_client = fresh.tls_verify_client;
-    if (reload_tls(paths)) {
-      config.tls_cert = paths.tls_cert;
-      config.tls_key = paths.tls_key;
-      config.tls_ca = paths.tls_ca;
-      config.tls_verify_client = paths.tls_verify_client;
-    }
+    tls_files_of(paths, fresh);
+    if (!reload_tls(paths)) tls_files_of(fresh, config);  // not loaded: the running paths stay
   } else {
     reload_tls(config);
+    // TLS off, or turned off: its files' settings take a restart.
+    for (const auto& s : settings())
+      if (s.name.starts_with("tls-") && s.show(config) != s.show(fresh)) fixed.emplace_back(s.name);
+    tls_files_of(fresh, config);
   }
+  // Every setting the file changed is applied or named as needing a
+  // restart (setting_table.hpp): nothing is skipped silently.
   std::vector<std::string> changed;
-  const auto apply = [&changed](std::string_view name, auto& running, const auto& wanted, auto show) {
-    if (running == wanted) return;
-    changed.push_back(std::string(name) + " " + show(running) + " -> " + show(wanted));
-    running = wanted;
-  };
-  const auto num = [](const auto& v) { return std::to_string(v); };
-  const auto ms = [](const std::chrono::milliseconds& v) { return std::to_string(v.count()) + " ms"; };
-  const auto text = [](const std::string& v) { return v; };
-  const auto policy = [](slow_consumer_policy p) {
-    return std::string(p == slow_consumer_policy::drop ? "drop" : "disconnect");
-  };
-  // What can change at run time (docs: README, "Signals"); each is read
-  // where it is used, so the new value holds from the next use on.
-  apply("log-level", config.log_level, fresh.log_level, text);
-  apply("max-connections", config.max_connections, fresh.max_connections, num);
-  apply("admin-slots", config.admin_slots, fresh.admin_slots, num);
-  apply("max-hellos-per-s", config.max_hellos_per_s, fresh.max_hellos_per_s, num);
-  apply("hello-burst", config.hello_burst, fresh.hello_burst, num);
-  apply("hello-timeout-ms", config.hello_timeout, fresh.hello_timeout, ms);
-  apply("frame-timeout-ms", config.frame_timeout, fresh.frame_timeout, ms);
-  apply("max-subscriptions", config.max_subscriptions, fresh.max_subscriptions, num);
-  apply("max-inboxes", config.max_inboxes, fresh.max_inboxes, num);
-  apply("max-leases", config.max_leases, fresh.max_leases, num);
-  apply("max-registry-entries", config.max_registry_entries, fresh.max_registry_entries, num);
-  apply("slow-consumer", config.slow_consumer, fresh.slow_consumer, policy);
-  apply("shutdown-grace-ms", config.shutdown_grace, fresh.shutdown_grace, ms);
-  apply("drain-window-ms", config.drain_window, fresh.drain_window, ms);
+  for (const auto& s : settings()) {
+    const std::string was = s.show(config), now = s.show(fresh);
+    if (was == now) continue;
+    if (s.effect == takes_effect::at_restart) {
+      fixed.emplace_back(s.name);
+      continue;
+    }
+    const auto shown = [&s](const std::string& v) {
+      return (v.empty() ? std::string("(none)") : v) + (s.unit.empty() || s.unit == "bytes" ? "" : " " + std::string(s.unit));
+    };
+    changed.push_back(std::string(s.name) + " " + shown(was) + " -> " + shown(now));
+    s.assign(config, fresh);
+  }
+  // Each use reads the running config; these keep state derived from it.
   logger->set_level(spdlog::level::from_str(config.log_level));
   admission.reconfigure(std::chrono::steady_clock::now());
-  // The rest is fixed at start: say so rather than ignore it silently.
-  std::vector<std::string> fixed;
-  const auto keep = [&fixed](std::string_view name, bool differs) {
-    if (differs) fixed.emplace_back(name);
-  };
-  keep("listen", config.listen_host != fresh.listen_host || config.listen_port != fresh.listen_port);
-  keep("data-dir", config.data_dir != fresh.data_dir);
-  keep("max-frame", config.max_frame != fresh.max_frame);
-  keep("heartbeat-ms", config.heartbeat_interval != fresh.heartbeat_interval);
-  keep("max-pending-bytes", config.max_pending_bytes != fresh.max_pending_bytes);
-  keep("max-incomplete-bytes", config.max_incomplete_bytes != fresh.max_incomplete_bytes);
-  keep("lease settings", config.lease_min_ttl != fresh.lease_min_ttl || config.lease_max_ttl != fresh.lease_max_ttl ||
-                             config.sweep_period != fresh.sweep_period ||
-                             config.max_expiries_per_sweep != fresh.max_expiries_per_sweep ||
-                             config.stall_threshold != fresh.stall_threshold);
-  keep("durability", config.durability != fresh.durability || config.sync_interval != fresh.sync_interval ||
-                         config.log_max_bytes != fresh.log_max_bytes);
-  keep("retention", config.retention_max_records != fresh.retention_max_records ||
-                        config.retention_max_age != fresh.retention_max_age ||
-                        config.retention_max_bytes != fresh.retention_max_bytes);
-  keep("durable-channel", config.durable_channels != fresh.durable_channels);
-  keep("TLS on or off", config.tls_cert.empty() != fresh.tls_cert.empty());
-  keep("log-format", config.log_format != fresh.log_format);
   std::string list;
   for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
   logger->info("SIGHUP: {} re-read: {}", config.config_file, changed.empty() ? std::string("nothing changed") : list);
@@ -829,15 +801,15 @@ stats_report server::impl::stats(const metrics_snapshot& snapshot) const {
   const auto setting = [&r](std::string name, std::string value) { r.settings.emplace_back(std::move(name), std::move(value)); };
   setting("listen", fmt::format("{}:{}", config.listen_host, port));
   setting("http", http ? fmt::format("{}:{}", config.http_host, http->port()) : std::string("off"));
-  setting("data_dir", config.data_dir.empty() ? "(none: no sequence log)" : config.data_dir);
-  setting("durability", std::string(storage::durability_name(config.durability)));
   setting("tls", config.tls_cert.empty() ? "off" : (config.tls_verify_client ? "on, clients verified" : "on"));
   setting("auth", config.auth_file.empty() ? "off (anonymous)" : config.auth_file);
-  setting("max_connections", std::to_string(config.max_connections));
-  setting("max_frame", std::to_string(config.max_frame));
-  setting("max_pending_bytes", std::to_string(config.max_pending_bytes));
-  setting("slow_consumer", config.slow_consumer == slow_consumer_policy::drop ? "drop" : "disconnect");
-  setting("heartbeat_ms", std::to_string(config.heartbeat_interval.count()));
+  for (const auto& s : settings()) {
+    if (!s.in_stats) continue;
+    std::string name(s.name);
+    std::replace(name.begin(), name.end(), '-', '_');
+    const std::string value = s.show(config);
+    setting(std::move(name), value.empty() ? "(none)" : value);
+  }
   for (const auto& m : metrics_of(snapshot)) r.values.push_back({m.name, m.value, m.counter});
   return r;
 }

@@ -4,7 +4,7 @@
 #
 # Layers, lowest first. Every file of the folder must be listed.
 set(layer_0 delivery_target channel_table routing_table lease_table subscription_index flat_index string_hash
-            frame_arena outbound_queue record_destination refusal_summary server_config toml_config server_counters
+            frame_arena outbound_queue record_destination refusal_summary server_config setting_table toml_config server_counters
             token_bucket drain_schedule admission_control authenticator latency_histogram feature_flags
             offer_table exposure_table)
 set(layer_1 fanout)
