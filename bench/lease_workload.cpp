@@ -9,8 +9,8 @@
 
 #include "bench/bench_common.hpp"
 #include "bench/cpu_usage.hpp"
-#include "broker/lease_table.hpp"
-#include "broker/routing_table.hpp"
+#include "broker/tables/lease_table.hpp"
+#include "broker/tables/routing_table.hpp"
 
 #include <malloc.h>
 

@@ -1,12 +1,12 @@
 // Fuzz target: the destination stored with each record of the sequence log
-// (broker/record_destination.hpp), decoded from corrupted bytes as a reader
+// (broker/tables/record_destination.hpp), decoded from corrupted bytes as a reader
 // of the log decodes what it finds on disk. A decode either fails with
 // bad_message, leaving the route keys as they were, or yields views inside
 // the input; re-encoding what it decoded gives the input back (a lone kind
 // byte 0 decodes as none, like empty). Any crash, sanitizer report or
 // disagreement is a bug.
 
-#include "broker/record_destination.hpp"
+#include "broker/tables/record_destination.hpp"
 #include "fuzz/seeds.hpp"
 #include "storage/sequence_log.hpp"
 

@@ -2,7 +2,7 @@
 // broker::dispatcher and the real handlers (pubsub, routing with leases,
 // registry and inboxes, server admin) on in-memory tables, with peers
 // without sockets (tests/support/recording_peer.hpp), as
-// tests/broker/dispatcher_test.cpp wires them. No sequence log: log
+// tests/broker/dispatch/dispatcher_test.cpp wires them. No sequence log: log
 // requests are answered by the capability check.
 //
 // Input: records of one control byte and one size-prefixed frame:
@@ -17,16 +17,16 @@
 // would close). Each run starts from empty tables, and at its end every
 // peer disconnects, so tables and arena must come back empty.
 
-#include "broker/channel_table.hpp"
-#include "broker/dispatcher.hpp"
-#include "broker/fanout.hpp"
-#include "broker/frame_arena.hpp"
-#include "broker/lease_table.hpp"
-#include "broker/offer_handler.hpp"
-#include "broker/pubsub_handler.hpp"
-#include "broker/routing_handler.hpp"
-#include "broker/routing_table.hpp"
-#include "broker/server_admin_handler.hpp"
+#include "broker/tables/channel_table.hpp"
+#include "broker/dispatch/dispatcher.hpp"
+#include "broker/delivery/fanout.hpp"
+#include "broker/tables/frame_arena.hpp"
+#include "broker/tables/lease_table.hpp"
+#include "broker/handlers/offer_handler.hpp"
+#include "broker/handlers/pubsub_handler.hpp"
+#include "broker/handlers/routing_handler.hpp"
+#include "broker/tables/routing_table.hpp"
+#include "broker/handlers/server_admin_handler.hpp"
 #include "fuzz/seeds.hpp"
 #include "protocol/frame_parser.hpp"
 #include "tests/support/fake_clock.hpp"

@@ -1,58 +1,81 @@
-# Checks that the broker's layers depend only downwards (docs/architecture.md):
-# a file of a layer may include broker headers of its own layer or below,
-# never above. Run: cmake -DBROKER=<dir> -P check_layers.cmake
-#
-# Layers, lowest first. Every file of the folder must be listed.
-set(layer_0 delivery_target channel_table routing_table lease_table subscription_index flat_index string_hash
-            frame_arena outbound_queue record_destination refusal_summary server_config setting_table toml_config server_counters
-            token_bucket drain_schedule admission_control authenticator latency_histogram feature_flags
-            offer_table exposure_table)
-set(layer_1 fanout)
-set(layer_2 capabilities peer wire_error durable_pipeline)
-set(layer_3 pubsub_handler routing_handler log_handler stream_admin_handler server_admin_handler offer_handler)
-set(layer_4 dispatcher)
-set(layer_5 connection byte_stream tls_context loop_pressure input_memory connection_registry)
-set(layer_6 server metrics_snapshot metric_catalog log_format main http_monitor metrics_exposition monitor_pages)
+# Checks the broker's layering from its folders (docs/architecture.md):
+# each folder of broker/ with a CMakeLists.txt is a layer, built as one
+# library whose switchyard_broker_layer(... LAYERS ...) names the layers it
+# links; a file of a layer may include broker headers of its own layer and
+# of the layers it links (directly or through them), nothing else. No
+# source file sits in broker/ itself, outside a layer. The compiler enforces
+# the same (each layer sees only the headers of what it links: see
+# switchyard_include_root); this check names every violation at once.
+# Run: cmake -DBROKER=<dir> -P check_layers.cmake
 
-set(all_layers 0 1 2 3 4 5 6)
+cmake_minimum_required(VERSION 3.25)
+file(GLOB entries RELATIVE "${BROKER}" "${BROKER}/*")
+set(layers "")
+foreach(entry IN LISTS entries)
+  if(IS_DIRECTORY "${BROKER}/${entry}" AND EXISTS "${BROKER}/${entry}/CMakeLists.txt")
+    list(APPEND layers ${entry})
+    file(READ "${BROKER}/${entry}/CMakeLists.txt" text)
+    set(links_${entry} "")
+    if(text MATCHES "LAYERS([a-z ]*)")
+      string(STRIP "${CMAKE_MATCH_1}" below)
+      string(REPLACE " " ";" links_${entry} "${below}")
+    endif()
+  endif()
+endforeach()
+if(NOT layers)
+  message(FATAL_ERROR "no layer folders found in ${BROKER}")
+endif()
+
 set(failures "")
-foreach(level IN LISTS all_layers)
-  foreach(name IN LISTS layer_${level})
-    foreach(ext hpp cpp)
-      set(file "${BROKER}/${name}.${ext}")
-      if(NOT EXISTS "${file}")
+file(GLOB stray RELATIVE "${BROKER}" "${BROKER}/*.hpp" "${BROKER}/*.cpp")
+foreach(file IN LISTS stray)
+  string(APPEND failures "\n  broker/${file} is in no layer: put it in the folder of its layer")
+endforeach()
+
+# What each layer may use: itself and, transitively, what it links.
+foreach(layer IN LISTS layers)
+  set(reach ${layer})
+  set(todo ${links_${layer}})
+  while(todo)
+    list(POP_FRONT todo next)
+    if(NOT next IN_LIST layers)
+      string(APPEND failures "\n  broker/${layer}/CMakeLists.txt links '${next}', which is not a layer folder")
+      continue()
+    endif()
+    if(NOT next IN_LIST reach)
+      list(APPEND reach ${next})
+      list(APPEND todo ${links_${next}})
+    endif()
+  endwhile()
+  if(layer IN_LIST links_${layer})
+    string(APPEND failures "\n  broker/${layer} links itself")
+  endif()
+  foreach(other IN LISTS reach)
+    if(NOT other STREQUAL layer AND layer IN_LIST reach_${other})
+      string(APPEND failures "\n  broker/${layer} and broker/${other} link each other (a cycle)")
+    endif()
+  endforeach()
+  set(reach_${layer} ${reach})
+
+  file(GLOB_RECURSE sources RELATIVE "${BROKER}/${layer}" "${BROKER}/${layer}/*.hpp" "${BROKER}/${layer}/*.cpp")
+  foreach(source IN LISTS sources)
+    file(STRINGS "${BROKER}/${layer}/${source}" includes REGEX "^#include \"broker/")
+    foreach(line IN LISTS includes)
+      if(NOT line MATCHES "^#include \"broker/([a-z_]+)/[a-z_]+\\.hpp\"")
+        string(APPEND failures "\n  broker/${layer}/${source}: ${line} names no layer folder")
         continue()
       endif()
-      file(STRINGS "${file}" includes REGEX "^#include \"broker/")
-      foreach(line IN LISTS includes)
-        string(REGEX REPLACE "^#include \"broker/([a-z_]+)\\.hpp\".*" "\\1" used "${line}")
-        foreach(higher IN LISTS all_layers)
-          if(higher GREATER level)
-            list(FIND layer_${higher} "${used}" found)
-            if(NOT found EQUAL -1)
-              string(APPEND failures "\n  ${name}.${ext} (layer ${level}) includes ${used}.hpp (layer ${higher})")
-            endif()
-          endif()
-        endforeach()
-      endforeach()
+      set(used ${CMAKE_MATCH_1})
+      if(NOT used IN_LIST reach)
+        string(APPEND failures
+               "\n  broker/${layer}/${source} includes broker/${used}/, a layer broker/${layer} does not link")
+      endif()
     endforeach()
   endforeach()
-endforeach()
-# Every file belongs to a layer, so that a new one is checked too.
-set(listed "")
-foreach(level IN LISTS all_layers)
-  list(APPEND listed ${layer_${level}})
-endforeach()
-file(GLOB sources RELATIVE "${BROKER}" "${BROKER}/*.hpp" "${BROKER}/*.cpp")
-foreach(source IN LISTS sources)
-  string(REGEX REPLACE "\\.(hpp|cpp)$" "" name "${source}")
-  list(FIND listed "${name}" found)
-  if(found EQUAL -1)
-    string(APPEND failures "\n  ${source} is in no layer (add it to tests/broker/check_layers.cmake)")
-  endif()
 endforeach()
 
 if(failures)
   message(FATAL_ERROR "broker layering violated:${failures}")
 endif()
-message(STATUS "broker layers depend only downwards")
+list(LENGTH layers count)
+message(STATUS "broker: ${count} layers (${layers}), each including only what it links")

@@ -1,9 +1,9 @@
-// End to end: the HTTP monitoring port (--http; broker/http_monitor.hpp)
+// End to end: the HTTP monitoring port (--http; broker/monitor/http_monitor.hpp)
 // of a real broker, read with a real HTTP client, checked with the real
 // promtool (Debian's prometheus package) and rendered by a real headless
 // Chromium.
 
-#include "broker/http_monitor.hpp"
+#include "broker/monitor/http_monitor.hpp"
 #include "switchyard/client.hpp"
 #include "tests/support/broker_log_capture.hpp"
 #include "tests/support/clients.hpp"

@@ -3,7 +3,7 @@
 // after the sender reconnected), withdrawal before and after the write,
 // pending offers, exposure caps, and the flag "offers" with its ramp.
 
-#include "broker/feature_flags.hpp"
+#include "broker/tables/feature_flags.hpp"
 #include "protocol/frame_builder.hpp"
 #include "protocol/limits.hpp"
 #include "tests/support/log_helpers.hpp"

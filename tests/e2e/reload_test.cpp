@@ -2,7 +2,7 @@
 // each setting changed in the config file is either applied (and logged
 // as a change) or named in the "take effect only at a restart" warning.
 
-#include "broker/setting_table.hpp"
+#include "broker/config/setting_table.hpp"
 #include "tests/support/broker_log_capture.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/temp_dir.hpp"

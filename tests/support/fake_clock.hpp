@@ -3,7 +3,7 @@
 // the test moves `now`. The table reads it through source(), which refers
 // to this object, so the clock must outlive the table and stay in place.
 
-#include "broker/lease_table.hpp"
+#include "broker/tables/lease_table.hpp"
 
 #include <chrono>
 

@@ -3,7 +3,7 @@
 // delivered (decoded on demand) and how it was closed, so that dispatch and
 // the handlers can be tested without a connection.
 
-#include "broker/peer.hpp"
+#include "broker/requests/peer.hpp"
 #include "protocol/frame_parser.hpp"
 
 #include <cstdint>

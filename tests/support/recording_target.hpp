@@ -2,7 +2,7 @@
 // A delivery_target that keeps what fan-out hands it, decoded, so that
 // fan-out and routing can be tested without sockets.
 
-#include "broker/delivery_target.hpp"
+#include "broker/tables/delivery_target.hpp"
 #include "protocol/frame_parser.hpp"
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // A real switchyard broker on 127.0.0.1, port 0, running on its own thread
 // for the duration of a test.
 
-#include "broker/server.hpp"
+#include "broker/server/server.hpp"
 
 #include <atomic>
 #include <chrono>

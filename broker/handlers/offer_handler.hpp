@@ -1,0 +1,120 @@
+#pragma once
+// Offers (capability "offers"; docs/protocol.md §15, docs/offers.md): a
+// send with an expiry, an offer id, receipts or an exposure cap; the
+// gateway's OfferAck; Withdraw; PendingOffers; ExposureQuery; and the
+// sweep that sends receipt timeouts and forgets expired offers.
+//
+// It keeps the live offers (offer_table) and the exposure counts
+// (exposure_table), delivers through fanout::send_offer, and finds where
+// a receipt goes: the inbox the send named (routing_table::inbox_owner,
+// at the time of the receipt), else the sending connection while it is
+// open.
+//
+// Loop thread only. Time comes from `now` (the server's clock; tests pass
+// their own).
+
+#include "broker/tables/exposure_table.hpp"
+#include "broker/delivery/fanout.hpp"
+#include "broker/tables/offer_table.hpp"
+#include "broker/requests/peer.hpp"
+#include "broker/tables/routing_table.hpp"
+#include "broker/config/server_config.hpp"
+#include "broker/tables/server_counters.hpp"
+#include "protocol/frame_builder.hpp"
+#include "protocol/frame_parser.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace switchyard::broker {
+
+class offer_handler {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  // Borrows everything for its lifetime. `now` reads the clock.
+  offer_handler(const server_config& config, routing_table& routing, fanout& fan, protocol::frame_builder& builder,
+                server_counters& counters, std::function<clock::time_point()> now,
+                std::shared_ptr<spdlog::logger> logger);
+
+  // Whether a Send uses the offer fields (then routing_handler hands it
+  // here, unless is_expiring_durable_send). Inline: every Send asks. A Send
+  // whose vtable ends at `stream` (every send of a client without offers)
+  // has none of the offer fields: one compare.
+  static bool is_offer(const protocol::wire::Send& m) noexcept {
+    const auto* vtable = reinterpret_cast<const flatbuffers::Table*>(&m)->GetVTable();
+    if (flatbuffers::ReadScalar<flatbuffers::voffset_t>(vtable) <=
+        protocol::wire::Send::VT_STREAM + sizeof(flatbuffers::voffset_t)) [[likely]]
+      return false;
+    return m.expires_in_ms() != 0 || m.offer_id() != 0 || m.receipt_timeout_ms() != 0 || m.cap_max() != 0 ||
+           m.cap_window_ms() != 0 || (m.receipt_inbox() && m.receipt_inbox()->size() > 0);
+  }
+  // Checks the expiry a Publish or a durable Send asks for (> 0): answers
+  // the refusal (unsupported_message without "offers" granted,
+  // bad_request above max-offer-expiry-ms) and returns true when refused.
+  static bool refuse_expiry(peer& from, std::uint64_t request_id, std::uint32_t expires_in_ms,
+                            const server_config& config);
+  // A Send with a stream whose only offer field is an expiry: a durable send
+  // that expires (routing_handler keeps it; the record carries the expiry).
+  static bool is_expiring_durable_send(const protocol::wire::Send& m) noexcept {
+    return m.stream() && m.stream()->size() > 0 && m.offer_id() == 0 && m.receipt_timeout_ms() == 0 &&
+           m.cap_max() == 0 && m.cap_window_ms() == 0 && !(m.receipt_inbox() && m.receipt_inbox()->size() > 0);
+  }
+
+  // A Send with an expiry, offer id, receipts or cap (routing_handler has
+  // checked the "routing" capability; "offers" is checked here). Answers
+  // SendResult with per-key outcomes when it has an offer id or a cap,
+  // else as a plain send.
+  void send(peer& from, std::uint64_t request_id, const protocol::wire::Send& m);
+  void ack(peer& from, std::uint64_t request_id, const protocol::wire::OfferAck& m);
+  void withdraw(peer& from, std::uint64_t request_id, const protocol::wire::Withdraw& m);
+  void pending(peer& from, std::uint64_t request_id, const protocol::wire::PendingOffers& m);
+  void exposure(peer& from, std::uint64_t request_id, const protocol::wire::ExposureQuery& m);
+
+  // Sends the receipt timeouts due, forgets expired offers and stale
+  // exposure counts. Returns when it next has work (nullopt: no live offer).
+  std::optional<clock::time_point> sweep();
+  // Called after each offer is taken: the server arms its sweep timer.
+  // `f` gets the new offer's first deadline (receipt timeout or expiry).
+  void on_offer_added(std::function<void(clock::time_point)> f) { offer_added_ = std::move(f); }
+
+  // `p` closed: receipts for its offers now go to their receipt inbox only.
+  void disconnected(peer& p);
+
+  const offer_table& offers() const noexcept { return offers_; }
+  const exposure_table& exposure_counts() const noexcept { return exposure_; }
+
+ private:
+  void send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome,
+                    clock::time_point now);
+
+  const server_config& config_;
+  routing_table& routing_;
+  fanout& fanout_;
+  protocol::frame_builder& builder_;
+  server_counters& counters_;
+  std::function<clock::time_point()> now_;
+  std::shared_ptr<spdlog::logger> logger_;
+  offer_table offers_;
+  exposure_table exposure_;
+  // Senders of live offers that asked for receipts, by connection id.
+  std::unordered_map<std::uint64_t, std::weak_ptr<peer>> senders_;
+  std::function<void(clock::time_point)> offer_added_;
+  clock::time_point last_exposure_sweep_{};
+  // Reused per send: what became of each key.
+  std::vector<std::uint8_t> outcomes_;
+  std::vector<std::string_view> deliver_keys_;
+  std::vector<std::size_t> deliver_index_;
+  std::vector<std::string_view> inbox_of_;
+};
+
+}  // namespace switchyard::broker

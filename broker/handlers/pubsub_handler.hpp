@@ -1,0 +1,52 @@
+#pragma once
+// Channels: Subscribe, Unsubscribe and Publish (docs/protocol.md §5). A
+// publish without a stream is delivered at once (fanout::publish); one
+// with a stream, or to a channel the server made durable
+// (--durable-channel), goes through the durable pipeline first.
+//
+// Loop thread only. Each handler answers on `from` itself; the dispatcher
+// has checked the connection's capabilities.
+
+#include "broker/tables/channel_table.hpp"
+#include "broker/delivery/fanout.hpp"
+#include "broker/requests/peer.hpp"
+#include "broker/config/server_config.hpp"
+#include "protocol/frame_builder.hpp"
+
+#include <cstdint>
+#include <memory>
+
+namespace spdlog {
+class logger;
+}
+
+namespace switchyard::broker {
+
+class durable_pipeline;
+
+class pubsub_handler {
+ public:
+  // Borrows everything for its lifetime; `durable` is null without a
+  // sequence log.
+  pubsub_handler(const server_config& config, channel_table& channels, fanout& fan, durable_pipeline* durable,
+                 protocol::frame_builder& builder, std::shared_ptr<spdlog::logger> logger);
+
+  void subscribe(peer& from, std::uint64_t request_id, const protocol::wire::Subscribe& m);
+  void unsubscribe(peer& from, std::uint64_t request_id, const protocol::wire::Unsubscribe& m);
+  void publish(peer& from, std::uint64_t request_id, const protocol::wire::Publish& m);
+  // `p` closed: its subscriptions go.
+  void disconnected(peer& p);
+
+ private:
+  // True if the server configured `channel` as durable.
+  bool durable_channel(std::string_view channel) const;
+
+  const server_config& config_;
+  channel_table& channels_;
+  fanout& fanout_;
+  durable_pipeline* durable_;
+  protocol::frame_builder& builder_;
+  std::shared_ptr<spdlog::logger> logger_;
+};
+
+}  // namespace switchyard::broker
