@@ -56,60 +56,61 @@ verify_report log_walker::run(const std::function<void(const verify_progress&)>&
   return finish();
 }
 
-// Streams and their retention entries.
-void log_walker::walk_streams(MDB_txn* t) {
-  cursor c(t, dbs_.streams);
+// Walks `dbi`, keyed by stream name, in key order: `visit(name, value)`
+// for each entry whose name is readable. Reports a walk that does not end
+// (`no_end`), an unreadable name (`bad_name`) and LMDB's error (`doing`).
+template <class Visit>
+void log_walker::walk_names(MDB_txn* t, MDB_dbi dbi, std::string_view no_end, std::string_view bad_name,
+                            std::string_view doing, Visit visit) {
+  cursor c(t, dbi);
   MDB_val k{}, v{};
   int rc = c.status() == MDB_SUCCESS ? lmdb_guard::cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
   for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
     if (++step > max_steps_) {
-      problem({}, 0, "the streams database does not end (a loop in a damaged B-tree)");
+      problem({}, 0, std::string(no_end));
       break;
     }
     if (!checks_.readable(k.mv_data, k.mv_size)) {
-      problem({}, 0, "a stream name lies outside the data file");
+      problem({}, 0, std::string(bad_name));
       continue;
     }
-    const std::string name(static_cast<const char*>(k.mv_data), k.mv_size);
-    diagnostics d;
-    auto m = checks_.check_meta(name, v, &d);
-    if (!m) {
-      problem(name, 0, d.message);
-      continue;
-    }
-    if (m->id == 0 || by_id_.contains(m->id)) {
-      problem(name, 0,
-              where(name) + ": its id " + std::to_string(m->id) +
-                  (m->id == 0 ? " is not valid" : " is also stream '" + by_id_.at(m->id).name + "''s"));
-      continue;
-    }
-    if (auto own = checks_.load_retention(t, name, &d); !own) problem(name, 0, d.message);
-    ++r_.streams;
-    max_id_ = std::max(max_id_, m->id);
-    names_.insert(name);
-    by_id_.emplace(m->id, stream_state{name, *m, m->first});
+    visit(std::string(static_cast<const char*>(k.mv_data), k.mv_size), v);
   }
-  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) problem({}, 0, lmdb_says("walking the streams", rc));
+  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) problem({}, 0, lmdb_says(doing, rc));
+}
+
+// Streams and their retention entries.
+void log_walker::walk_streams(MDB_txn* t) {
+  walk_names(t, dbs_.streams, "the streams database does not end (a loop in a damaged B-tree)",
+             "a stream name lies outside the data file", "walking the streams",
+             [&](const std::string& name, const MDB_val& v) {
+               diagnostics d;
+               auto m = checks_.check_meta(name, v, &d);
+               if (!m) {
+                 problem(name, 0, d.message);
+                 return;
+               }
+               if (m->id == 0 || by_id_.contains(m->id)) {
+                 problem(name, 0,
+                         where(name) + ": its id " + std::to_string(m->id) +
+                             (m->id == 0 ? " is not valid" : " is also stream '" + by_id_.at(m->id).name + "''s"));
+                 return;
+               }
+               if (auto own = checks_.load_retention(t, name, &d); !own) problem(name, 0, d.message);
+               ++r_.streams;
+               max_id_ = std::max(max_id_, m->id);
+               names_.insert(name);
+               by_id_.emplace(m->id, stream_state{name, *m, m->first});
+             });
 }
 
 // Retention entries without a stream.
 void log_walker::walk_retention(MDB_txn* t) {
-  cursor c(t, dbs_.own_retention);
-  MDB_val k{}, v{};
-  int rc = c.status() == MDB_SUCCESS ? lmdb_guard::cursor_get(c.get(), &k, &v, MDB_FIRST) : c.status();
-  for (std::uint64_t step = 0; rc == MDB_SUCCESS; rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT)) {
-    if (++step > max_steps_) {
-      problem({}, 0, "the retention database does not end (a loop in a damaged B-tree)");
-      break;
-    }
-    if (!checks_.readable(k.mv_data, k.mv_size)) {
-      problem({}, 0, "a retention entry's stream name lies outside the data file");
-      continue;
-    }
-    const std::string name(static_cast<const char*>(k.mv_data), k.mv_size);
-    if (!names_.contains(name)) problem(name, 0, where(name) + " has a retention entry but no metadata");
-  }
-  if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) problem({}, 0, lmdb_says("walking the retention entries", rc));
+  walk_names(t, dbs_.own_retention, "the retention database does not end (a loop in a damaged B-tree)",
+             "a retention entry's stream name lies outside the data file", "walking the retention entries",
+             [&](const std::string& name, const MDB_val&) {
+               if (!names_.contains(name)) problem(name, 0, where(name) + " has a retention entry but no metadata");
+             });
 }
 
 // The "meta" database: the format stamp and the last stream id.
