@@ -35,6 +35,10 @@ inline constexpr std::size_t node_header = 8;   // NODESIZE: size or page number
 inline constexpr std::uint16_t f_bigdata = 0x01;  // the node's value is on overflow pages
 inline constexpr std::uint32_t magic = 0xBEEFC0DE;
 inline constexpr std::uint32_t data_version = 1;
+inline constexpr std::size_t metas = 2;  // meta pages at the start of the file (NUM_METAS)
+// LMDB's own databases (FREE_DBI, MAIN_DBI): handles mdb_stat and cursors take.
+inline constexpr unsigned free_dbi = 0;
+inline constexpr unsigned main_dbi = 1;
 // Pages an overflow value of `size` bytes takes (OVPAGES).
 constexpr std::uint64_t overflow_pages(std::uint64_t size, std::uint64_t page_size) {
   return (page_header - 1 + size) / page_size + 1;

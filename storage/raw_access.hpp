@@ -5,7 +5,7 @@
 // leave them, so that the log's own read paths (read, info, list, verify,
 // trim) can be run on them in a real LMDB environment that stays open.
 // Nothing of the broker uses this. The layout of each value is in
-// storage/sequence_log.hpp and docs/storage.md ("On disk").
+// storage/sequence_log.hpp ("Layout") and docs/storage.md ("On disk").
 
 #include "storage/sequence_log.hpp"
 
@@ -16,12 +16,13 @@
 
 namespace switchyard::storage {
 
-// The log's four LMDB databases.
+// The log's four LMDB databases (keys and values: "Layout" in
+// storage/sequence_log.hpp).
 enum class raw_db {
-  streams,    // stream name -> metadata (7 little-endian u64)
-  records,    // big-endian stream id + big-endian sequence -> record value
-  meta,       // "format_version", "last_stream_id" -> u64 little-endian
-  retention,  // stream name -> retention limits (3 little-endian u64)
+  streams,
+  records,
+  meta,
+  retention,
 };
 
 struct raw_entry {

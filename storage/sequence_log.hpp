@@ -2,9 +2,12 @@
 // The durable sequence log: named streams of records in one LMDB
 // environment, each record numbered by a per-stream sequence.
 //
-// Layout (four LMDB databases):
-//  - "streams": name -> stream metadata (id, epoch, first/last sequence,
-//    record count, bytes, created time);
+// Layout (four LMDB databases; the one description of them: the codec,
+// storage/log_codec.hpp, and the raw access of storage/raw_access.hpp
+// refer here; docs/storage.md, "On disk", says the same for operators):
+//  - "streams": name -> stream metadata, seven little-endian u64: id,
+//    epoch, first sequence, last sequence, record count, bytes, created
+//    time (ms);
 //  - "records": big-endian stream id + big-endian sequence -> a 24-byte
 //    header, then the destination, then the payload. The header is, all
 //    little-endian: checksum (u64), timestamp in ms (u64), destination length
@@ -16,16 +19,19 @@
 //    so padding would buy nothing). Keys sort by stream, then
 //    sequence, so appends to the newest stream go to the end of the B-tree
 //    (MDB_APPEND), and a stream's records are one contiguous range;
-//  - "meta": the last stream id handed out, and the on-disk format version
-//    (log_format_version). A log of another format is refused at open.
-//
-// A record's destination is opaque bytes (at most max_destination_bytes) stored
-// with it: the broker puts there how the record was delivered live.
-//  - "meta": the last stream id handed out;
+//  - "meta": two keys, each with a little-endian u64 value:
+//      "format_version": the on-disk format (log_format_version), stamped
+//        when a new log is first opened; a log of another format, or with
+//        data but no stamp (format 1), is refused at open;
+//      "last_stream_id": the last stream id handed out (ids are never
+//        reused); written with the first stream;
 //  - "retention": name -> the stream's own retention limits (three
 //    little-endian u64: max records, max age in ms, max bytes), only for
 //    streams that have their own (set_retention). Readers take the first
 //    24 bytes, so later versions may append fields.
+//
+// A record's destination is opaque bytes (at most max_destination_bytes) stored
+// with it: the broker puts there how the record was delivered live.
 //
 // Sequences start at 1, are contiguous per stream and are never reused,
 // even after trimming. An append is durable when append() returns in the
@@ -47,13 +53,14 @@
 // fail with storage_full before their commit, never with an I/O error.
 // Every append also leaves a disk reserve free inside the file (free pages
 // plus allocated slack, at least the trim pool and the tail reserve: see
-// disk_reserve_pages()), checked in its transaction before it commits, so a
+// storage/map_space.hpp), checked in its transaction before it commits, so a
 // trim (and retention) always finds the pages it needs, even when the
 // filesystem is full; the pages it frees are then reused by appends. Where
 // the filesystem cannot preallocate (or log_options::preallocate is off),
 // a commit the disk refuses fails with storage_full (ENOSPC, EDQUOT, or the
 // EIO that LMDB reports for a short write on a nearly full filesystem) and
-// the reserve is only the map's.
+// the reserve is only the map's. All of this is storage/map_space.hpp's,
+// which also owns the log's page size (LMDB's).
 //
 // Thread safety: any number of threads may read; appends, trims and
 // retention changes must come from one thread at a time (the group
@@ -69,14 +76,16 @@
 // with pread, that the file holds every page LMDB's meta page claims (a
 // short file is refused with `corrupted`). Every key and value LMDB hands
 // out is checked against the map and the file's current size (and against
-// LMDB 0.9's page layout) before a byte of it is read; a record failing
+// LMDB 0.9's page layout) before a byte of it is read
+// (storage/damage_check.hpp); a record failing
 // that, its checksum or the sequence order is reported as `corrupted`,
 // naming stream and sequence (diagnostics), and the records around it
 // still read. LMDB 0.9 has no page checksums: damage to its own B-tree
 // pages may go unseen; where LMDB would assert or fault on it during a
 // lookup or cursor step, the guard of storage/lmdb_guard.hpp makes that
-// `corrupted` too (puts and deletes are not guarded). verify() (best run
-// in another process: storage/log_verifier.hpp) walks everything.
+// `corrupted` too (puts and deletes are not guarded). verify()
+// (storage/log_walker.hpp; best run in another process:
+// storage/log_verifier.hpp) walks everything.
 
 #include "storage/durability.hpp"
 #include "storage/errc.hpp"
@@ -97,8 +106,8 @@
 
 namespace switchyard::storage {
 
-// The on-disk format this code reads and writes, stored in "meta" under
-// "format_version" (u64, little-endian). Format 1 (no version key) had a
+// The on-disk format this code reads and writes (the "meta" database's
+// "format_version": see "Layout" above). Format 1 (no version key) had a
 // 16-byte record header and no destination. Any other version, or a log with
 // data but no version, is refused with errc::unsupported_format.
 inline constexpr std::uint64_t log_format_version = 2;
@@ -391,6 +400,7 @@ class sequence_log {
   // storage/log_verifier.hpp) unless a crash is acceptable. Reads only;
   // any thread, but not two verify() calls on one log at once (it opens
   // LMDB database handles, which LMDB allows one transaction at a time).
+  // The walk itself: storage/log_walker.hpp.
   verify_report verify(std::size_t max_problems = 100,
                        const std::function<void(const verify_progress&)>& progress = {}) const;
 
