@@ -160,7 +160,7 @@ asio::awaitable<std::expected<protocol::frame_view, std::error_code>> client::im
   }
 }
 
-void client::impl::dispatch_inbox(const wire::InboxDelivery& d, const inbox_list& handlers) {
+inline void client::impl::dispatch_inbox(const wire::InboxDelivery& d, const inbox_list& handlers) {
   const inbox_message m = detail::to_inbox_message(d, key_scratch);
   for (const auto& h : handlers) {
     if (h->id != m.inbox) continue;

@@ -233,9 +233,11 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::shared_ptr<const inbox_list> inboxes = std::make_shared<const inbox_list>();
   std::vector<std::string_view> key_scratch;  // loop thread: route keys of one delivery
 
-  // Loop thread (client_connection.cpp): hands an inbox delivery to the handlers of its inbox in
+  // Loop thread: hands an inbox delivery to the handlers of its inbox in
   // `handlers` (a durable one's only if its tracker has not seen it).
-  void dispatch_inbox(const wire::InboxDelivery& d, const inbox_list& handlers);
+  // Inline, defined in client_connection.cpp next to dispatch (its only
+  // caller, per delivery).
+  inline void dispatch_inbox(const wire::InboxDelivery& d, const inbox_list& handlers);
 
   // ------------------------------------------------------ durable streams
   // (client_durable.cpp, but for the two lists' edits and on_loop)
