@@ -1,5 +1,6 @@
 #include "admin/cli.hpp"
 
+#include "admin/cli_context.hpp"
 #include "admin/command.hpp"
 #include "admin/credentials_tool.hpp"
 #include "admin/format.hpp"
@@ -18,7 +19,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <initializer_list>
 #include <istream>
 #include <iterator>
 #include <memory>
@@ -65,17 +65,6 @@ void wipe(std::string& secret) {
   if (!secret.empty()) sodium_memzero(secret.data(), secret.size());
   secret.clear();
 }
-
-// Digits only, at most 20 (an unsigned 64-bit value): CLI11 alone would
-// read "-1" into an unsigned option as 2^64 - 1, and "abc" says "not in
-// range".
-const CLI::Validator whole_number(
-    [](std::string& v) -> std::string {
-      if (v.empty() || v.size() > 20 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return "must be a whole number (0 or more), got '" + v + "'";
-      return {};
-    },
-    "UINT");
 
 // A conns --sort name; nullopt for an unknown one.
 std::optional<connection_order> parse_order(std::string_view name) {
@@ -124,14 +113,6 @@ int exit_code_of(std::error_code ec) {
   if (ec.category() == client_category() && ((ec.value() > 0 && ec.value() < 100) || ec == errc::not_supported))
     return exit_server_error;
   return exit_connection;
-}
-
-// The stream names a retention change with limits may use (it may create
-// the stream): 1..255 bytes of printable ASCII, no spaces. The broker's
-// rule (protocol::is_printable_stream_name), checked here before sending.
-bool printable_stream_name(std::string_view name) {
-  return !name.empty() && name.size() <= 255 &&
-         std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 0x7f; });
 }
 
 // "host:port" or "[v6]:port".
@@ -548,9 +529,14 @@ int command::drain() {
   return exit_ok;
 }
 
-int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, std::ostream& err) {
-  settings s;
-  CLI::App app{"switchyard-cli: inspect and administer a Switchyard broker", std::string(cli_name)};
+namespace {
+
+// The parser's own settings and the global options (before the commands:
+// --help lists them first). Returns the check of what they set (the TLS
+// options, credentials from the environment), which run() adds after the
+// commands' own checks.
+cli_context::check register_global_options(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
   app.require_subcommand(1, 1);
   app.fallthrough();  // global flags may also follow the command
   app.set_version_flag("--version,-V", std::string(cli_name) + " " + SWITCHYARD_VERSION);
@@ -593,162 +579,39 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
       "connection failed (or lost, or timed out, or TLS failed), 3 the broker answered an error (not_found, "
       "bad_request, ...), 4 the broker refused the credentials (unauthorized) or the operation (forbidden), 5 "
       "keygen / hash-token failed here (the file exists, cannot write), 6 send found no route.");
+  return [&s, tls, tls_ca, tls_cert, tls_key, tls_name, tls_insecure]() -> std::string {
+    s.tls = tls->count() + tls_ca->count() + tls_cert->count() + tls_key->count() + tls_name->count() +
+                tls_insecure->count() > 0;
+    if (s.tls_cert.empty() != s.tls_key.empty()) return "--tls-cert and --tls-key go together (mTLS)";
+    const bool local = s.command == "keygen" || s.command == "hash-token";
+    if (!local && s.token.empty() && s.key_file.empty()) {
+      // The environment, when no flag gave credentials.
+      const char* env_token = std::getenv("SWITCHYARD_TOKEN");
+      const char* env_key = std::getenv("SWITCHYARD_KEY_FILE");
+      if (env_token && *env_token) s.token = env_token;
+      if (env_key && *env_key) s.key_file = env_key;
+      if (!s.token.empty() && !s.key_file.empty())
+        return "SWITCHYARD_TOKEN and SWITCHYARD_KEY_FILE are both set: unset one, or give --token or --key-file";
+    }
+    return {};
+  };
+}
 
-  auto* ping = app.add_subcommand("ping", "round trip to the broker, its version, and the capabilities it grants");
+// ping (the first command --help lists).
+void register_ping_command(CLI::App& app) {
+  app.add_subcommand("ping", "round trip to the broker, its version, and the capabilities it grants");
+}
 
-  auto* pub = app.add_subcommand("pub", "publish one message to a channel (at most once, like any publish)");
-  pub->add_option("channel", s.channel, "channel, e.g. orders.eu (no wildcards)")->required();
-  pub->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
-      ->required();
-  pub->add_flag("--confirm", s.confirm,
-                "wait for the broker's answer that it routed the message, so that a refusal (forbidden, ...) "
-                "is reported; without it the CLI only waits until the broker has processed the publish");
-
-  auto* sub = app.add_subcommand(
-      "sub",
-      "print the messages published to channels matching a pattern, one line each (with --json one object "
-      "each), until SIGINT/SIGTERM (exit 0) or --count; --timeout-ms does not end it");
-  sub->add_option("pattern", s.channel, "pattern: * matches one token, > (last) the rest, e.g. orders.>")
-      ->required();
-  sub->add_option("--count", s.stop_after, "exit 0 after this many messages (0 = until interrupted)")
-      ->check(whole_number)
-      ->capture_default_str();
-
-  auto* send = app.add_subcommand(
-      "send",
-      "send one message to the user behind a route key (through the gateway inbox its registry entry names); "
-      "exit 6 when it has no route");
-  send->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
-  send->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
-      ->required();
-  send->add_option("--expires-ms", s.expires_ms,
-                   "the broker never writes it to the gateway after this many ms (capability \"offers\"; the "
-                   "gateway sees the time it had left)")
-      ->check(whole_number)
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}));
-
-  auto* streams = app.add_subcommand("streams", "streams of the broker's sequence log");
-  streams->require_subcommand(1, 1);
-
-  auto* list = streams->add_subcommand("list", "list streams in name order: positions, size, retention");
-  list->add_option("--prefix", s.prefix, "only streams whose name starts with this");
-  list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
-      ->check(whole_number)
-      ->capture_default_str();
-
-  auto* info = streams->add_subcommand("info", "one stream: epoch, positions, size, retention in force");
-  info->add_option("name", s.stream, "stream name")->required();
-
-  auto* retention = streams->add_subcommand(
-      "retention",
-      "show or set a stream's own retention. The limits given replace the stream's own (an omitted limit is 0 = "
-      "no limit; an unknown stream is created, empty); --clear reverts to the broker's default; with neither, "
-      "shows the retention in force");
-  retention->add_option("name", s.stream, "stream name")->required();
-  auto* records = retention->add_option("--max-records", s.max_records, "keep at most this many records (0 = none)")
-                      ->check(whole_number);
-  auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)")
-                  ->check(whole_number);
-  auto* bytes = retention->add_option("--max-bytes", s.max_bytes,
-                                      "keep at most this many record bytes, payload plus delivery destination (0 = none)")
-                      ->check(whole_number);
-  retention->add_flag("--clear", s.clear, "drop the stream's own limits: the broker's default applies again")
-      ->excludes(records)
-      ->excludes(age)
-      ->excludes(bytes);
-
-  auto* read = streams->add_subcommand(
-      "read", "print records: payloads as text when printable UTF-8 (no control characters), else base64");
-  read->add_option("name", s.stream, "stream name")->required();
-  read->add_option("--from", s.from, "first sequence (0 = the first retained)")
-      ->check(whole_number)
-      ->capture_default_str();
-  read->add_option("--count", s.count, "at most this many records (the broker answers at most 10000)")
-      ->check(whole_number)
-      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000}))
-      ->capture_default_str();
-
-  auto* tail = streams->add_subcommand(
-      "tail",
-      "print a stream's records one line each (with --json one object each): the last --last records, or from "
-      "--from, to the end; with --follow also those appended later, until SIGINT/SIGTERM (exit 0) or --count");
-  tail->add_option("name", s.stream, "stream name")->required();
-  auto* tail_from = tail->add_option("--from", s.from, "first sequence (0 = the first retained record)")
-                        ->check(whole_number);
-  tail->add_option("--last", s.last, "without --from: start this many records before the end (0 = only new ones)")
-      ->check(whole_number)
-      ->capture_default_str()
-      ->excludes(tail_from);
-  tail->add_flag("--follow,-f", s.follow,
-                 "keep reading records appended later (polling every 200 ms); a deleted stream is waited for, "
-                 "and one created again is followed from its first record");
-  tail->add_option("--count", s.stop_after, "exit 0 after this many records (0 = no limit)")
-      ->check(whole_number)
-      ->capture_default_str();
-
-  auto* del = streams->add_subcommand(
-      "delete",
-      "delete a stream: its records, its metadata and its own retention, at once; a later append starts a new "
-      "stream of that name (a new epoch, from sequence 1). Prints what it held");
-  del->add_option("name", s.stream, "stream name")->required();
-
-  auto* routes = app.add_subcommand("routes", "the routing registry (user -> gateway), live entries only");
-  routes->require_subcommand(1, 1);
-  auto* route_get = routes->add_subcommand("get", "one entry: value (the gateway's inbox), version, lease, TTL left");
-  route_get->add_option("key", s.key, "route key, e.g. user:alice")->required();
-  auto* route_list = routes->add_subcommand("list", "entries in key order");
-  route_list->add_option("--prefix", s.prefix, "only keys starting with this");
-  route_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
-      ->check(whole_number)
-      ->capture_default_str();
-  auto* route_delete = routes->add_subcommand(
-      "delete", "delete a registry entry: the user is no longer routed (its gateway may put it again)");
-  route_delete->add_option("key", s.key, "route key, e.g. user:alice")->required();
-
-  auto* leases = app.add_subcommand("leases", "leases (gateways prove they are alive with them)");
-  leases->require_subcommand(1, 1);
-  auto* lease_list = leases->add_subcommand("list", "live leases: id, granted TTL, time left; a page at a time");
-  lease_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
-      ->check(whole_number)
-      ->capture_default_str();
-  lease_list->add_option("--cursor", s.cursor, "the next page: the cursor the page before printed (0 = the first page)")
-      ->check(whole_number)
-      ->capture_default_str();
-  auto* lease_revoke = leases->add_subcommand(
-      "revoke", "revoke a lease now: the registry entries and inboxes bound to it go with it");
-  lease_revoke->add_option("id", s.lease, "lease id, as leases list prints it")->required()->check(whole_number);
-
-  auto* inboxes = app.add_subcommand("inboxes", "gateway inboxes");
-  inboxes->require_subcommand(1, 1);
-  auto* inbox_list = inboxes->add_subcommand(
-      "list", "the open inboxes: the connection holding each (id and name) and its lease; from the connection list");
-
-  auto* pending = app.add_subcommand(
-      "pending", "the offers still pending for a user (unexpired, not acknowledged by its gateway), oldest first");
-  pending->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
-  pending->add_option("--limit", s.limit, "at most this many (0 = all the broker keeps for a key)")
-      ->check(whole_number)
-      ->capture_default_str();
-
-  auto* flags = app.add_subcommand("flags", "the broker's flags: features turned on for a share of the connections");
-  flags->require_subcommand(1, 1);
-  auto* flag_list = flags->add_subcommand(
-      "list", "every flag: its percentage, and the open connections that asked for its capability, on and off");
-  auto* flag_set = flags->add_subcommand(
-      "set", "turn a flag on for PERCENT of the connections (by a hash of their client id), at once");
-  flag_set->add_option("name", s.flag, "flag name, e.g. offers")->required();
-  flag_set->add_option("percent", s.percent, "0 (off for all) .. 100 (on for all)")
-      ->required()
-      ->check(whole_number)
-      ->check(CLI::Range(0u, 100u));
-
+// drain, stats, conns (the broker's administration).
+void register_server_commands(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
   auto* drain = app.add_subcommand(
       "drain",
       "drain the broker: refuse new connections, close the open ones in batches spread over the window (each "
       "told to reconnect elsewhere), then exit");
   drain->add_option("--window", s.window, "e.g. 30s, 500ms, 5m (default: the broker's --drain-window-ms)");
 
-  auto* stats = app.add_subcommand("stats", "the broker's version, uptime, settings, and every counter and gauge");
+  app.add_subcommand("stats", "the broker's version, uptime, settings, and every counter and gauge");
   auto* conns = app.add_subcommand("conns", "the broker's open connections, a page at a time");
   conns->add_option("--sort", s.sort, "id (oldest first), idle, pending, dropped, subs, bytes-in or bytes-out (largest first)")
       ->capture_default_str();
@@ -758,7 +621,19 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   conns->add_option("--cursor", s.cursor, "the next page: the cursor the page before printed (0 = the first page)")
       ->check(whole_number)
       ->capture_default_str();
+  // Checked here so that nothing is sent.
+  cli.add_check([&s]() -> std::string {
+    if (!parse_order(s.sort))
+      return "--sort must be id, idle, pending, dropped, subs, bytes-in or bytes-out; got '" + s.sort + "'";
+    if (!s.window.empty() && !parse_window(s.window))
+      return "--window must be a duration with a unit up to 24h, e.g. 30s, 500ms, 5m; got '" + s.window + "'";
+    return {};
+  });
+}
 
+// keygen, hash-token (made here: no broker).
+void register_credentials_commands(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
   auto* keygen = app.add_subcommand(
       "keygen",
       "make an Ed25519 key pair for a broker's auth file (no broker involved): the secret key goes to --out (or "
@@ -771,6 +646,48 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
       "print the SHA-256 of a bearer token (an auth file's token_sha256): the token is one line on stdin (not "
       "echoed from a terminal) or --token (no broker involved)");
   hash->add_flag("--generate", s.generate, "make a random token (32 bytes, base64url) and print it with its hash");
+}
+
+// The message of a parse error. "A subcommand is required" when the word
+// given is not a command: says which word, and what the commands are. A
+// command that has no subcommands of its own lacks an argument instead:
+// CLI11's message names it.
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& e) {
+  std::string message = e.what();
+  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    const CLI::App* level = &deepest_parsed(app);
+    const auto rest = app.remaining(true);
+    std::string known;
+    for (const auto* c : level->get_subcommands({})) known += (known.empty() ? "" : ", ") + c->get_name();
+    const std::string where = level == &app ? "" : level->get_name() + " ";
+    if (known.empty()) {  // a command without its required argument: CLI11 names it
+      message = command_path(app, *level) + ": " + message;
+    } else {
+      message = rest.empty() || rest.front().starts_with("-")
+                    ? "a command is required: " + where + "{" + known + "}"
+                    : "unknown command '" + where + rest.front() + "' (commands: " + known + ")";
+    }
+  }
+  return message;
+}
+
+}  // namespace
+
+int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, std::ostream& err) {
+  settings s;
+  CLI::App app{"switchyard-cli: inspect and administer a Switchyard broker", std::string(cli_name)};
+  cli_context cli(s);
+  cli_context::check check_global = register_global_options(app, cli);
+  // The commands, in the order --help lists them.
+  register_ping_command(app);
+  register_pubsub_commands(app, cli);
+  register_send_command(app, cli);
+  register_stream_commands(app, cli);
+  register_routing_commands(app, cli);
+  register_offer_commands(app, cli);
+  register_server_commands(app, cli);
+  register_credentials_commands(app, cli);
+  cli.add_check(std::move(check_global));  // after the commands' own checks
 
   // --json decides the error format even when parsing fails.
   for (int i = 1; i < argc; ++i) s.json |= std::string_view(argv[i]) == "--json";
@@ -778,87 +695,10 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e, out, err);  // --help, --version
-    // "A subcommand is required" when the word given is not a command: say
-    // which word, and what the commands are. A command that has no
-    // subcommands of its own lacks an argument instead: CLI11's message
-    // names it.
-    std::string message = e.what();
-    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
-      const CLI::App* level = &app;
-      for (const CLI::App* sub = level; sub != nullptr;) {
-        const auto parsed = sub->get_subcommands([](const CLI::App* a) { return a->parsed(); });
-        level = sub;
-        sub = parsed.empty() ? nullptr : parsed.front();
-      }
-      const auto rest = app.remaining(true);
-      std::string known;
-      for (const auto* c : level->get_subcommands({})) known += (known.empty() ? "" : ", ") + c->get_name();
-      const std::string where = level == &app ? "" : level->get_name() + " ";
-      if (known.empty()) {  // a command without its required argument: CLI11 names it
-        std::string path = level->get_name();
-        for (const CLI::App* up = level->get_parent(); up != nullptr && up != &app; up = up->get_parent())
-          path = up->get_name() + " " + path;
-        message = path + ": " + message;
-      } else {
-        message = rest.empty() || rest.front().starts_with("-")
-                      ? "a command is required: " + where + "{" + known + "}"
-                      : "unknown command '" + where + rest.front() + "' (commands: " + known + ")";
-      }
-    }
-    command(s, in, out, err).fail(exit_usage, "usage", message + " (see --help)");
-    return exit_usage;
+    return command(s, in, out, err).fail(exit_usage, "usage", parse_error_message(app, e) + " (see --help)");
   }
-  s.set_limits = records->count() + age->count() + bytes->count() > 0;
-  s.from_given = tail_from->count() > 0;
-  for (const auto& [sub_app, name] : std::initializer_list<std::pair<const CLI::App*, const char*>>{
-           {ping, "ping"},
-           {pub, "pub"},
-           {sub, "sub"},
-           {send, "send"},
-           {list, "streams list"},
-           {info, "streams info"},
-           {retention, "streams retention"},
-           {read, "streams read"},
-           {tail, "streams tail"},
-           {del, "streams delete"},
-           {route_get, "routes get"},
-           {route_list, "routes list"},
-           {route_delete, "routes delete"},
-           {lease_list, "leases list"},
-           {lease_revoke, "leases revoke"},
-           {inbox_list, "inboxes list"},
-           {pending, "pending"},
-           {flag_list, "flags list"},
-           {flag_set, "flags set"},
-           {drain, "drain"},
-           {stats, "stats"},
-           {conns, "conns"},
-           {keygen, "keygen"},
-           {hash, "hash-token"}})
-    if (sub_app->parsed()) s.command = name;
-  const auto usage = [&](const std::string& message) { return command(s, in, out, err).fail(exit_usage, "usage", message); };
-  // The broker refuses these too; checked here so that nothing is sent.
-  if (s.command == "streams retention" && s.set_limits && !printable_stream_name(s.stream))
-    return usage("streams retention: the stream name must be 1..255 bytes of printable ASCII without spaces to be "
-                 "given limits (a stream of another name can still be shown, cleared or deleted); got '" +
-                 s.stream + "'");
-  if (!parse_order(s.sort))
-    return usage("--sort must be id, idle, pending, dropped, subs, bytes-in or bytes-out; got '" + s.sort + "'");
-  if (!s.window.empty() && !parse_window(s.window))
-    return usage("--window must be a duration with a unit up to 24h, e.g. 30s, 500ms, 5m; got '" + s.window + "'");
-  s.tls = tls->count() + tls_ca->count() + tls_cert->count() + tls_key->count() + tls_name->count() +
-              tls_insecure->count() > 0;
-  if (s.tls_cert.empty() != s.tls_key.empty()) return usage("--tls-cert and --tls-key go together (mTLS)");
-  const bool local = s.command == "keygen" || s.command == "hash-token";
-  if (!local && s.token.empty() && s.key_file.empty()) {
-    // The environment, when no flag gave credentials.
-    const char* env_token = std::getenv("SWITCHYARD_TOKEN");
-    const char* env_key = std::getenv("SWITCHYARD_KEY_FILE");
-    if (env_token && *env_token) s.token = env_token;
-    if (env_key && *env_key) s.key_file = env_key;
-    if (!s.token.empty() && !s.key_file.empty())
-      return usage("SWITCHYARD_TOKEN and SWITCHYARD_KEY_FILE are both set: unset one, or give --token or --key-file");
-  }
+  if (const std::string problem = cli.finish(app); !problem.empty())
+    return command(s, in, out, err).fail(exit_usage, "usage", problem);
   return command(s, in, out, err).run();
 }
 

@@ -2,10 +2,12 @@
 // switchyard-cli's commands (internal to admin/): what the command line set
 // (`settings`) and one run of one command (`command`). cli.cpp parses the
 // command line, connects and runs the command; the commands are grouped by
-// what they administer:
+// what they administer, and each file registers its own subcommands and
+// their options (register_*_commands, cli_context.hpp):
 //
-//   cli.cpp               parsing, connecting, errors; ping, drain, stats,
-//                         conns; keygen and hash-token (no broker)
+//   cli.cpp               parsing, the global options, connecting, errors;
+//                         ping, drain, stats, conns; keygen and hash-token
+//                         (no broker)
 //   stream_commands.cpp   streams list / info / retention / read / tail / delete
 //   routing_commands.cpp  routes get / list / delete, leases list / revoke,
 //                         inboxes list, send

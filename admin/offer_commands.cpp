@@ -1,7 +1,10 @@
 // switchyard-cli: pending and send --expires-ms (offers, capability
 // "offers"), flags list / set (the broker's flags, capability "admin").
 
+#include "admin/cli_context.hpp"
 #include "admin/command.hpp"
+
+#include <CLI/CLI.hpp>
 
 #include <array>
 #include <chrono>
@@ -119,6 +122,28 @@ int command::send_expiring() {
   out_ << "sent " << payload.size() << " bytes to " << s_.key << " through inbox " << inbox << " (expires in "
        << format_duration_ms(s_.expires_ms) << ")\n";
   return exit_ok;
+}
+
+void register_offer_commands(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
+  auto* pending = app.add_subcommand(
+      "pending", "the offers still pending for a user (unexpired, not acknowledged by its gateway), oldest first");
+  pending->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
+  pending->add_option("--limit", s.limit, "at most this many (0 = all the broker keeps for a key)")
+      ->check(whole_number)
+      ->capture_default_str();
+
+  auto* flags = app.add_subcommand("flags", "the broker's flags: features turned on for a share of the connections");
+  flags->require_subcommand(1, 1);
+  flags->add_subcommand(
+      "list", "every flag: its percentage, and the open connections that asked for its capability, on and off");
+  auto* flag_set = flags->add_subcommand(
+      "set", "turn a flag on for PERCENT of the connections (by a hash of their client id), at once");
+  flag_set->add_option("name", s.flag, "flag name, e.g. offers")->required();
+  flag_set->add_option("percent", s.percent, "0 (off for all) .. 100 (on for all)")
+      ->required()
+      ->check(whole_number)
+      ->check(CLI::Range(0u, 100u));
 }
 
 }  // namespace switchyard::admin

@@ -1,7 +1,10 @@
 // switchyard-cli: pub and sub (channels; docs/protocol.md §5).
 
+#include "admin/cli_context.hpp"
 #include "admin/command.hpp"
 #include "admin/interrupt.hpp"
+
+#include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
@@ -113,6 +116,27 @@ int command::sub() {
                   what + ": the connection ended: " + (why ? why.message() : std::string("closed")));
   }
   return exit_ok;
+}
+
+void register_pubsub_commands(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
+  auto* pub = app.add_subcommand("pub", "publish one message to a channel (at most once, like any publish)");
+  pub->add_option("channel", s.channel, "channel, e.g. orders.eu (no wildcards)")->required();
+  pub->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
+      ->required();
+  pub->add_flag("--confirm", s.confirm,
+                "wait for the broker's answer that it routed the message, so that a refusal (forbidden, ...) "
+                "is reported; without it the CLI only waits until the broker has processed the publish");
+
+  auto* sub = app.add_subcommand(
+      "sub",
+      "print the messages published to channels matching a pattern, one line each (with --json one object "
+      "each), until SIGINT/SIGTERM (exit 0) or --count; --timeout-ms does not end it");
+  sub->add_option("pattern", s.channel, "pattern: * matches one token, > (last) the rest, e.g. orders.>")
+      ->required();
+  sub->add_option("--count", s.stop_after, "exit 0 after this many messages (0 = until interrupted)")
+      ->check(whole_number)
+      ->capture_default_str();
 }
 
 }  // namespace switchyard::admin

@@ -3,7 +3,10 @@
 // capability "routing"; docs/protocol.md §12; inboxes list reads the
 // connection list, capability "admin", §14).
 
+#include "admin/cli_context.hpp"
 #include "admin/command.hpp"
+
+#include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <string>
@@ -164,6 +167,56 @@ void command::write_route(json_writer& j, const registry_entry& e) {
   j.begin_object().string("key", e.key).string("value", e.value).number("version", e.version);
   j.string("lease", e.lease == 0 ? "" : std::to_string(e.lease));
   j.number("remaining_ms", static_cast<std::uint64_t>(e.remaining.count())).end_object();
+}
+
+void register_send_command(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
+  auto* send = app.add_subcommand(
+      "send",
+      "send one message to the user behind a route key (through the gateway inbox its registry entry names); "
+      "exit 6 when it has no route");
+  send->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
+  send->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
+      ->required();
+  send->add_option("--expires-ms", s.expires_ms,
+                   "the broker never writes it to the gateway after this many ms (capability \"offers\"; the "
+                   "gateway sees the time it had left)")
+      ->check(whole_number)
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}));
+}
+
+void register_routing_commands(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
+  auto* routes = app.add_subcommand("routes", "the routing registry (user -> gateway), live entries only");
+  routes->require_subcommand(1, 1);
+  auto* route_get = routes->add_subcommand("get", "one entry: value (the gateway's inbox), version, lease, TTL left");
+  route_get->add_option("key", s.key, "route key, e.g. user:alice")->required();
+  auto* route_list = routes->add_subcommand("list", "entries in key order");
+  route_list->add_option("--prefix", s.prefix, "only keys starting with this");
+  route_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->check(whole_number)
+      ->capture_default_str();
+  auto* route_delete = routes->add_subcommand(
+      "delete", "delete a registry entry: the user is no longer routed (its gateway may put it again)");
+  route_delete->add_option("key", s.key, "route key, e.g. user:alice")->required();
+
+  auto* leases = app.add_subcommand("leases", "leases (gateways prove they are alive with them)");
+  leases->require_subcommand(1, 1);
+  auto* lease_list = leases->add_subcommand("list", "live leases: id, granted TTL, time left; a page at a time");
+  lease_list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->check(whole_number)
+      ->capture_default_str();
+  lease_list->add_option("--cursor", s.cursor, "the next page: the cursor the page before printed (0 = the first page)")
+      ->check(whole_number)
+      ->capture_default_str();
+  auto* lease_revoke = leases->add_subcommand(
+      "revoke", "revoke a lease now: the registry entries and inboxes bound to it go with it");
+  lease_revoke->add_option("id", s.lease, "lease id, as leases list prints it")->required()->check(whole_number);
+
+  auto* inboxes = app.add_subcommand("inboxes", "gateway inboxes");
+  inboxes->require_subcommand(1, 1);
+  inboxes->add_subcommand(
+      "list", "the open inboxes: the connection holding each (id and name) and its lease; from the connection list");
 }
 
 }  // namespace switchyard::admin

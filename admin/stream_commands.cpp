@@ -1,8 +1,11 @@
 // switchyard-cli: streams list / info / retention / read / tail / delete
 // (the broker's sequence log, capability "log"; docs/protocol.md §13).
 
+#include "admin/cli_context.hpp"
 #include "admin/command.hpp"
 #include "admin/interrupt.hpp"
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +37,14 @@ void write_record_fields(json_writer& j, const stream_record& rec) {
     for (const auto& k : rec.route_keys) j.string(std::string_view(k));
     j.end_array();
   }
+}
+
+// The stream names a retention change with limits may use (it may create
+// the stream): 1..255 bytes of printable ASCII, no spaces. The broker's
+// rule (protocol::is_printable_stream_name), checked here before sending.
+bool printable_stream_name(std::string_view name) {
+  return !name.empty() && name.size() <= 255 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 0x7f; });
 }
 
 }  // namespace
@@ -296,6 +307,84 @@ void command::print_stream(const stream_summary& st) {
                         {"  max_age_ms", std::to_string(r.max_age.count())},
                         {"  max_bytes", std::to_string(r.max_bytes)}},
                        {});
+}
+
+void register_stream_commands(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
+  auto* streams = app.add_subcommand("streams", "streams of the broker's sequence log");
+  streams->require_subcommand(1, 1);
+
+  auto* list = streams->add_subcommand("list", "list streams in name order: positions, size, retention");
+  list->add_option("--prefix", s.prefix, "only streams whose name starts with this");
+  list->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 1000; at most 10000)")
+      ->check(whole_number)
+      ->capture_default_str();
+
+  auto* info = streams->add_subcommand("info", "one stream: epoch, positions, size, retention in force");
+  info->add_option("name", s.stream, "stream name")->required();
+
+  auto* retention = streams->add_subcommand(
+      "retention",
+      "show or set a stream's own retention. The limits given replace the stream's own (an omitted limit is 0 = "
+      "no limit; an unknown stream is created, empty); --clear reverts to the broker's default; with neither, "
+      "shows the retention in force");
+  retention->add_option("name", s.stream, "stream name")->required();
+  auto* records = retention->add_option("--max-records", s.max_records, "keep at most this many records (0 = none)")
+                      ->check(whole_number);
+  auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)")
+                  ->check(whole_number);
+  auto* bytes = retention->add_option("--max-bytes", s.max_bytes,
+                                      "keep at most this many record bytes, payload plus delivery destination (0 = none)")
+                      ->check(whole_number);
+  retention->add_flag("--clear", s.clear, "drop the stream's own limits: the broker's default applies again")
+      ->excludes(records)
+      ->excludes(age)
+      ->excludes(bytes);
+
+  auto* read = streams->add_subcommand(
+      "read", "print records: payloads as text when printable UTF-8 (no control characters), else base64");
+  read->add_option("name", s.stream, "stream name")->required();
+  read->add_option("--from", s.from, "first sequence (0 = the first retained)")
+      ->check(whole_number)
+      ->capture_default_str();
+  read->add_option("--count", s.count, "at most this many records (the broker answers at most 10000)")
+      ->check(whole_number)
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000}))
+      ->capture_default_str();
+
+  auto* tail = streams->add_subcommand(
+      "tail",
+      "print a stream's records one line each (with --json one object each): the last --last records, or from "
+      "--from, to the end; with --follow also those appended later, until SIGINT/SIGTERM (exit 0) or --count");
+  tail->add_option("name", s.stream, "stream name")->required();
+  auto* tail_from = tail->add_option("--from", s.from, "first sequence (0 = the first retained record)")
+                        ->check(whole_number);
+  tail->add_option("--last", s.last, "without --from: start this many records before the end (0 = only new ones)")
+      ->check(whole_number)
+      ->capture_default_str()
+      ->excludes(tail_from);
+  tail->add_flag("--follow,-f", s.follow,
+                 "keep reading records appended later (polling every 200 ms); a deleted stream is waited for, "
+                 "and one created again is followed from its first record");
+  tail->add_option("--count", s.stop_after, "exit 0 after this many records (0 = no limit)")
+      ->check(whole_number)
+      ->capture_default_str();
+
+  auto* del = streams->add_subcommand(
+      "delete",
+      "delete a stream: its records, its metadata and its own retention, at once; a later append starts a new "
+      "stream of that name (a new epoch, from sequence 1). Prints what it held");
+  del->add_option("name", s.stream, "stream name")->required();
+  cli.add_check([&s, records, age, bytes, tail_from]() -> std::string {
+    s.set_limits = records->count() + age->count() + bytes->count() > 0;
+    s.from_given = tail_from->count() > 0;
+    // The broker refuses it too; checked here so that nothing is sent.
+    if (s.command == "streams retention" && s.set_limits && !printable_stream_name(s.stream))
+      return "streams retention: the stream name must be 1..255 bytes of printable ASCII without spaces to be "
+             "given limits (a stream of another name can still be shown, cleared or deleted); got '" +
+             s.stream + "'";
+    return {};
+  });
 }
 
 }  // namespace switchyard::admin

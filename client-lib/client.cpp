@@ -1,12 +1,35 @@
+// client: the event loop, connecting, publish, subscribe, flush, close and
+// the session's accessors; client::impl's subscription list.
+
 #include "switchyard/client.hpp"
 
-#include "client_impl.hpp"
+#include "client_impl_inline.hpp"
 
+#include <openssl/crypto.h>
+
+#include <algorithm>
+#include <random>
 #include <tuple>
 
 namespace switchyard {
 
 // ------------------------------------------------------------- event_loop
+
+// OpenSSL keeps per-thread state (its random generator) for a thread that
+// made a TLS context or session; OPENSSL_thread_stop frees it when the
+// loop's thread ends, else every event_loop that ever did TLS leaves it
+// behind.
+event_loop::impl::impl()
+    : thread([this] {
+        io.run();
+        OPENSSL_thread_stop();
+      }) {}
+
+event_loop::impl::~impl() {
+  work.reset();
+  io.stop();
+  if (thread.joinable()) thread.join();
+}
 
 event_loop::event_loop() : impl_(std::make_unique<impl>()) {}
 event_loop::~event_loop() {
@@ -189,6 +212,24 @@ void detail::add_subscription(const std::shared_ptr<client_state>& self, std::st
     if (ec) return;
     if (auto self = weak.lock()) self->complete(*rid, errc::timeout);
   });
+}
+
+std::pair<std::string, bool> client::impl::remove_sub_locked(subscription_id id) {
+  auto next = std::make_shared<sub_list>();
+  std::string pattern;
+  for (const auto& s : *subs) {
+    if (s->id != id) {
+      next->push_back(s);
+      continue;
+    }
+    pattern = s->pattern;
+    if (s->durable) s->durable->active = false;
+  }
+  if (pattern.empty()) return {};
+  subs = std::move(next);
+  const bool last = --pattern_refs[pattern] == 0;
+  if (last) pattern_refs.erase(pattern);
+  return {std::move(pattern), last};
 }
 
 std::error_code client::unsubscribe(subscription_id id) {

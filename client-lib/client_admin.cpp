@@ -4,7 +4,7 @@
 
 #include "switchyard/client.hpp"
 
-#include "client_impl.hpp"
+#include "client_impl_inline.hpp"
 
 #include <algorithm>
 

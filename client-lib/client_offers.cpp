@@ -2,11 +2,11 @@
 // ids, acks, receipts, withdrawal, pending offers, exposure) and the
 // broker's flags (FlagSet, FlagList; capability "admin"). The frames'
 // conversions are offer_frames.hpp's; Receipt and Withdrawn arrive through
-// client_impl.hpp's dispatch.
+// client_connection.cpp's dispatch.
 
 #include "switchyard/client.hpp"
 
-#include "client_impl.hpp"
+#include "client_impl_inline.hpp"
 #include "offer_frames.hpp"
 
 #include <algorithm>

@@ -1,10 +1,12 @@
 // client: reconnecting after a lost connection, and restoring the session
 // (subscriptions, leases, inboxes, registry entries) before anything else
-// goes out. Everything here runs on the client's loop thread.
+// goes out; the records of what to restore (the leases and registry
+// entries made through this client). Reconnecting runs on the client's
+// loop thread; the records and the state queries are used from any thread.
 
 #include "switchyard/client.hpp"
 
-#include "client_impl.hpp"
+#include "client_impl_inline.hpp"
 
 #include <charconv>
 
@@ -278,6 +280,62 @@ void client::impl::restored(std::uint64_t gen, reconnect_info info) {
   log(log_level::info, "switchyard: session restored after {} attempts, {} ms down{}", info.attempts,
       info.downtime.count(), info.new_server_instance ? " (new server instance)" : "");
   if (opts.on_reconnect) opts.on_reconnect(info);
+}
+
+bool client::impl::inbox_installed(const inbox_entry* box) {
+  std::lock_guard lock(mu);
+  return std::any_of(inboxes->begin(), inboxes->end(), [box](const auto& e) { return e.get() == box; });
+}
+
+bool client::impl::reconnecting() {
+  std::lock_guard lock(mu);
+  return state == link::down || state == link::restoring;
+}
+
+void client::impl::drop_held_locked() {
+  held.clear();
+  held_frames.clear();
+  held_publish_bytes = 0;
+}
+
+// ------------------------------------------------------ session records
+
+lease_id client::impl::resolve_lease(lease_id id) {
+  std::lock_guard lock(mu);
+  const auto it = lease_moves.find(id);
+  return it == lease_moves.end() ? id : it->second;
+}
+
+void client::impl::track_lease(lease_id id, std::chrono::milliseconds ttl) {
+  std::lock_guard lock(mu);
+  owned_leases[id] = ttl;
+}
+
+void client::impl::forget_lease(lease_id id) {
+  std::lock_guard lock(mu);
+  owned_leases.erase(id);
+  std::erase_if(owned_puts, [id](const auto& kv) { return kv.second.lease == id; });
+}
+
+void client::impl::move_lease(lease_id old, lease_id fresh, std::chrono::milliseconds ttl) {
+  std::lock_guard lock(mu);
+  owned_leases.erase(old);
+  owned_leases[fresh] = ttl;
+  for (auto& [from, to] : lease_moves)
+    if (to == old) to = fresh;
+  lease_moves[old] = fresh;
+  for (auto& [key, put] : owned_puts)
+    if (put.lease == old) put.lease = fresh;
+}
+
+void client::impl::track_put(std::string_view key, std::string_view value, lease_id lease) {
+  std::lock_guard lock(mu);
+  owned_puts.insert_or_assign(std::string(key), detail::owned_put{std::string(value), lease});
+}
+
+void client::impl::forget_put(std::string_view key) {
+  std::lock_guard lock(mu);
+  if (auto it = owned_puts.find(key); it != owned_puts.end()) owned_puts.erase(it);
 }
 
 }  // namespace switchyard

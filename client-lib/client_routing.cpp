@@ -2,7 +2,7 @@
 
 #include "switchyard/client.hpp"
 
-#include "client_impl.hpp"
+#include "client_impl_inline.hpp"
 
 namespace switchyard {
 
@@ -44,6 +44,18 @@ result<std::uint64_t> detail::parse_put_version(const wire::Frame& f) {
   const auto* e = f.message_as_RegistryEntry();
   if (!e) return std::unexpected(mismatch());
   return e->version();
+}
+
+result<send_result> detail::parse_send_result(const wire::Frame& f) {
+  const auto* m = f.message_as_SendResult();
+  if (!m) return std::unexpected(mismatch());
+  send_result out;
+  out.routed = m->routed();
+  out.seq = m->seq();
+  out.epoch = m->epoch();
+  if (m->gateways())
+    for (const auto* g : *m->gateways()) out.gateways.push_back(g->str());
+  return out;
 }
 
 using detail::parse_lease;

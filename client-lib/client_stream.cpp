@@ -2,7 +2,7 @@
 
 #include "switchyard/client.hpp"
 
-#include "client_impl.hpp"
+#include "client_impl_inline.hpp"
 #include "offer_frames.hpp"
 
 namespace switchyard {

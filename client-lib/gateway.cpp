@@ -1,6 +1,6 @@
 #include "switchyard/gateway.hpp"
 
-#include "client_impl.hpp"
+#include "client_impl_inline.hpp"
 
 #include <algorithm>
 #include <deque>

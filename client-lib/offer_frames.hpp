@@ -1,7 +1,7 @@
 #pragma once
 // Internal: the frames of capability "offers" turned into the public
 // structs and back (client_offers.cpp), and the deliveries that carry an
-// offer's fields (client_impl.hpp's dispatch). Pure functions of a
+// offer's fields (client_connection.cpp's dispatch). Pure functions of a
 // verified frame: no connection, no loop. Not installed.
 
 #include "switchyard/client.hpp"
