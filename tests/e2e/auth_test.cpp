@@ -175,6 +175,22 @@ std::string standard_file(const key_pair& gw2_key) {
          "admin = true\n";
 }
 
+// Ownership: gw2 (by its key) owns what a test sets up; gw1, on a raw
+// connection, tries to touch it.
+struct ownership_case {
+  key_pair gw2_key;
+  auth_broker b{standard_file(gw2_key)};
+  std::unique_ptr<client> gw2;
+  raw_connection gw1{b.port()};
+  protocol::frame_builder fb;
+  ownership_case() {
+    client_options o = as_token(b.port(), "");
+    o.key = gw2_key.seed_hex();
+    gw2 = connect_ok(o);
+    welcome_raw(gw1, "gw1-token");
+  }
+};
+
 // Messages a client's subscription received, thread-safe.
 struct inbox_box {
   std::mutex mu;
@@ -203,19 +219,36 @@ TEST_CASE("a client with a listed token is welcomed, one without credentials is 
   CHECK(connect_error(as_token(b.port(), "wrong-token")) == unauthorized);
 }
 
+namespace {
+
+// What refused a hello with `token` on `raw`: the first frame, REQUIREd
+// to be an Error.
+struct refusal {
+  wire::ErrorCode code;
+  bool fatal;
+  std::uint32_t retry_after_ms;
+};
+refusal refusal_of_hello(raw_connection& raw, std::string_view token) {
+  send_hello(raw, token);
+  raw_frame storage;
+  const auto* f = raw.next(storage);
+  REQUIRE(f != nullptr);
+  REQUIRE(f->message_type() == wire::Message::Error);
+  const auto* e = f->message_as_Error();
+  return {e->code(), e->fatal(), e->retry_after_ms()};
+}
+
+}  // namespace
+
 TEST_CASE("a refused hello is answered unauthorized without a retry hint and closed, without a welcome",
           "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));
   raw_connection raw(b.port());
-  send_hello(raw, "not-a-token");
-  raw_frame storage;
-  const auto* f = raw.next(storage);
-  REQUIRE(f != nullptr);
-  REQUIRE(f->message_type() == wire::Message::Error);
-  CHECK(f->message_as_Error()->code() == wire::ErrorCode::unauthorized);
-  CHECK(f->message_as_Error()->fatal());
-  CHECK(f->message_as_Error()->retry_after_ms() == 0);  // docs/protocol.md §3: waiting does not help
+  const auto r = refusal_of_hello(raw, "not-a-token");
+  CHECK(r.code == wire::ErrorCode::unauthorized);
+  CHECK(r.fatal);
+  CHECK(r.retry_after_ms == 0);  // docs/protocol.md §3: waiting does not help
   CHECK(raw.closed_by_peer());
 }
 
@@ -225,14 +258,10 @@ TEST_CASE("a hello from an address past auth-failures-per-min is refused rate_li
   auth_broker b(standard_file(gw2), 1);
   CHECK(connect_error(as_token(b.port(), "guess")) == unauthorized);
   raw_connection raw(b.port());
-  send_hello(raw, "orders-token");
-  raw_frame storage;
-  const auto* f = raw.next(storage);
-  REQUIRE(f != nullptr);
-  REQUIRE(f->message_type() == wire::Message::Error);
-  CHECK(f->message_as_Error()->code() == wire::ErrorCode::rate_limited);
-  CHECK(f->message_as_Error()->fatal());
-  CHECK(f->message_as_Error()->retry_after_ms() > 0);
+  const auto r = refusal_of_hello(raw, "orders-token");
+  CHECK(r.code == wire::ErrorCode::rate_limited);
+  CHECK(r.fatal);
+  CHECK(r.retry_after_ms > 0);
 }
 
 TEST_CASE("a refused hello waits the failure delay before its answer", "[e2e][auth]") {
@@ -590,79 +619,54 @@ TEST_CASE("a lease belongs to its principal: another cannot keep it alive, read 
 
 TEST_CASE("a forbidden answer for another principal's lease names the request, the lease and the principal",
           "[e2e][auth]") {
-  key_pair gw2;
-  auth_broker b(standard_file(gw2));
-  client_options o2 = as_token(b.port(), "");
-  o2.key = gw2.seed_hex();
-  auto owner = connect_ok(o2);
-  auto lease = owner->lease_grant(std::chrono::seconds(30));
+  ownership_case t;
+  auto lease = t.gw2->lease_grant(std::chrono::seconds(30));
   REQUIRE(lease);
   const std::string resource = "lease " + std::to_string(lease->id);
-  raw_connection raw(b.port());
-  welcome_raw(raw, "gw1-token");
-  protocol::frame_builder fb;
-  raw.send(fb.lease_keepalive(4, lease->id));
-  check_forbidden(raw, 4, {"LeaseKeepAlive", resource, "principal 'gw1'"});
-  raw.send(fb.lease_time_to_live(5, lease->id));
-  check_forbidden(raw, 5, {"LeaseTimeToLive", resource, "principal 'gw1'"});
-  raw.send(fb.lease_revoke(6, lease->id));
-  check_forbidden(raw, 6, {"LeaseRevoke", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.lease_keepalive(4, lease->id));
+  check_forbidden(t.gw1, 4, {"LeaseKeepAlive", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.lease_time_to_live(5, lease->id));
+  check_forbidden(t.gw1, 5, {"LeaseTimeToLive", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.lease_revoke(6, lease->id));
+  check_forbidden(t.gw1, 6, {"LeaseRevoke", resource, "principal 'gw1'"});
   // A registry entry or an inbox under it: the lease is the resource.
-  raw.send(fb.registry_put(7, "user.1", "gw1", lease->id, 0));
-  check_forbidden(raw, 7, {"RegistryPut", resource, "principal 'gw1'"});
-  raw.send(fb.inbox_open(8, "gw1", lease->id));
-  check_forbidden(raw, 8, {"InboxOpen", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.registry_put(7, "user.1", "gw1", lease->id, 0));
+  check_forbidden(t.gw1, 7, {"RegistryPut", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.inbox_open(8, "gw1", lease->id));
+  check_forbidden(t.gw1, 8, {"InboxOpen", resource, "principal 'gw1'"});
 }
 
 TEST_CASE("a forbidden answer for another principal's registry key names the request, the key and the principal",
           "[e2e][auth]") {
-  key_pair gw2;
-  auth_broker b(standard_file(gw2));
-  client_options o2 = as_token(b.port(), "");
-  o2.key = gw2.seed_hex();
-  auto owner = connect_ok(o2);
-  REQUIRE(owner->registry_put_ttl("user.8", "gw2", std::chrono::seconds(30)));
-  raw_connection raw(b.port());
-  welcome_raw(raw, "gw1-token");
-  protocol::frame_builder fb;
-  raw.send(fb.registry_delete(4, "user.8"));
-  check_forbidden(raw, 4, {"RegistryDelete", "registry key 'user.8'", "principal 'gw1'"});
-  raw.send(fb.registry_put(5, "user.8", "gw1", 0, 30'000));
-  check_forbidden(raw, 5, {"RegistryPut", "registry key 'user.8'", "principal 'gw1'"});
+  ownership_case t;
+  REQUIRE(t.gw2->registry_put_ttl("user.8", "gw2", std::chrono::seconds(30)));
+  t.gw1.send(t.fb.registry_delete(4, "user.8"));
+  check_forbidden(t.gw1, 4, {"RegistryDelete", "registry key 'user.8'", "principal 'gw1'"});
+  t.gw1.send(t.fb.registry_put(5, "user.8", "gw1", 0, 30'000));
+  check_forbidden(t.gw1, 5, {"RegistryPut", "registry key 'user.8'", "principal 'gw1'"});
 }
 
 TEST_CASE("a forbidden answer for another principal's inbox names the request, the inbox and the principal",
           "[e2e][auth]") {
-  key_pair gw2;
-  auth_broker b(standard_file(gw2));
-  client_options o2 = as_token(b.port(), "");
-  o2.key = gw2.seed_hex();
-  auto owner = connect_ok(o2);
-  auto lease = owner->lease_grant(std::chrono::seconds(30));
+  ownership_case t;
+  auto lease = t.gw2->lease_grant(std::chrono::seconds(30));
   REQUIRE(lease);
-  REQUIRE_FALSE(owner->open_inbox("shared", lease->id, [](const inbox_message&) {}));
-  raw_connection raw(b.port());
-  welcome_raw(raw, "gw1-token");
-  protocol::frame_builder fb;
-  raw.send(fb.inbox_open(4, "shared", 0));
-  check_forbidden(raw, 4, {"InboxOpen", "inbox 'shared'", "principal 'gw1'"});
+  REQUIRE_FALSE(t.gw2->open_inbox("shared", lease->id, [](const inbox_message&) {}));
+  t.gw1.send(t.fb.inbox_open(4, "shared", 0));
+  check_forbidden(t.gw1, 4, {"InboxOpen", "inbox 'shared'", "principal 'gw1'"});
 }
 
 TEST_CASE("a Withdraw of another principal's offer is forbidden, naming the request, the offer and the principal",
           "[e2e][auth]") {
-  key_pair gw2;
-  auth_broker b(standard_file(gw2));
-  auto svc = connect_ok(as_token(b.port(), "orders-token"));
+  ownership_case t;
+  auto svc = connect_ok(as_token(t.b.port(), "orders-token"));
   offer_options offer;
   offer.offer_id = 7001;
   offer.expires_in = std::chrono::seconds(30);
   const std::array<std::string_view, 1> keys{"user.1"};
   REQUIRE(svc->send_offer(keys, "ride", offer));
-  raw_connection raw(b.port());
-  welcome_raw(raw, "gw1-token");
-  protocol::frame_builder fb;
-  raw.send(fb.withdraw(4, 7001));
-  check_forbidden(raw, 4, {"Withdraw", "offer 7001", "principal 'gw1'"});
+  t.gw1.send(t.fb.withdraw(4, 7001));
+  check_forbidden(t.gw1, 4, {"Withdraw", "offer 7001", "principal 'gw1'"});
   // Still live: its owner withdraws it.
   CHECK(svc->withdraw(7001));
 }

@@ -135,6 +135,14 @@ const wire::Frame* next_not_ping(peer_conn& c) {
   }
 }
 
+// Offer `id` (60 s expiry) with an exposure cap of `cap_max` in 60 s.
+protocol::offer_fields capped_offer(std::uint64_t id, std::uint32_t cap_max) {
+  auto o = offer(id, 60000);
+  o.cap_max = cap_max;
+  o.cap_window_ms = 60000;
+  return o;
+}
+
 std::string text(const flatbuffers::Vector<std::uint8_t>* v) {
   return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string();
 }
@@ -372,15 +380,9 @@ TEST_CASE("keys over the exposure cap are answered capped and not delivered", "[
   test_server server;
   gateway_conn gw(server.port(), "gw-1", {"user:a", "user:b"});
   peer_conn dispatcher(server.port(), offers_caps);
-  const auto capped_offer = [](std::uint64_t id) {
-    auto o = offer(id, 60000);
-    o.cap_max = 2;
-    o.cap_window_ms = 60000;
-    return o;
-  };
-  send_offer(dispatcher, {"user:a"}, "1", capped_offer(1));
-  send_offer(dispatcher, {"user:a"}, "2", capped_offer(2));
-  const auto third = send_offer(dispatcher, {"user:a", "user:b"}, "3", capped_offer(3));
+  send_offer(dispatcher, {"user:a"}, "1", capped_offer(1, 2));
+  send_offer(dispatcher, {"user:a"}, "2", capped_offer(2, 2));
+  const auto third = send_offer(dispatcher, {"user:a", "user:b"}, "3", capped_offer(3, 2));
   CHECK(third.outcomes == std::vector<wire::KeyOutcome>{wire::KeyOutcome::capped, wire::KeyOutcome::routed});
   CHECK(third.capped == 1);
   CHECK(third.routed == 1);
@@ -554,15 +556,11 @@ TEST_CASE("an offer counts toward a key's exposure only where it was routed, not
   test_server server;
   gateway_conn gw(server.port(), "gw-1", {"user:a"});
   peer_conn dispatcher(server.port(), offers_caps);
-  auto capped = offer(1, 60000);
-  capped.cap_max = 1;
-  capped.cap_window_ms = 60000;
   // routed to user:a; user:b has no route.
-  CHECK(send_offer(dispatcher, {"user:a", "user:b"}, "1", capped).outcomes ==
+  CHECK(send_offer(dispatcher, {"user:a", "user:b"}, "1", capped_offer(1, 1)).outcomes ==
         std::vector<wire::KeyOutcome>{wire::KeyOutcome::routed, wire::KeyOutcome::no_route});
   // user:a is now over its cap of 1; user:b, not counted, is not.
-  capped.offer_id = 2;
-  CHECK(send_offer(dispatcher, {"user:a", "user:b"}, "2", capped).outcomes ==
+  CHECK(send_offer(dispatcher, {"user:a", "user:b"}, "2", capped_offer(2, 1)).outcomes ==
         std::vector<wire::KeyOutcome>{wire::KeyOutcome::capped, wire::KeyOutcome::no_route});
   const std::string_view keys[] = {"user:a", "user:b"};
   const auto r = dispatcher.rid();
@@ -580,12 +578,8 @@ TEST_CASE("an offer capped for every key is not live: withdraw answers not_found
   test_server server;
   gateway_conn gw(server.port(), "gw-1", {"user:a"});
   peer_conn dispatcher(server.port(), offers_caps);
-  auto capped = offer(1, 60000);
-  capped.cap_max = 1;
-  capped.cap_window_ms = 60000;
-  send_offer(dispatcher, {"user:a"}, "1", capped);
-  capped.offer_id = 2;
-  CHECK(send_offer(dispatcher, {"user:a"}, "2", capped).outcomes ==
+  send_offer(dispatcher, {"user:a"}, "1", capped_offer(1, 1));
+  CHECK(send_offer(dispatcher, {"user:a"}, "2", capped_offer(2, 1)).outcomes ==
         std::vector<wire::KeyOutcome>{wire::KeyOutcome::capped});
   const auto r = dispatcher.rid();
   const auto* w = dispatcher.call(dispatcher.b.withdraw(r, 2), r);
