@@ -132,18 +132,17 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
   const auth::principal& who = *from.principal();
   if (who.admin) return true;
   const auto rid = frame.request_id();
-  const auto forbid = [&](std::string what) {
+  const auto forbid = [&](std::string_view operation, std::string_view resource, std::string_view why = {}) {
     ++counters_.forbidden;
-    from.send_error(rid, errc::forbidden, fmt::format("{} (principal '{}')", what, who.name));
+    from.send_forbidden(rid, operation, resource, why);
     return false;
   };
   // An empty name is not checked here: the handler refuses it (bad_request).
   const auto check = [&](auth::operation op, std::string_view name) {
-    return name.empty() || who.may(op, name) ||
-           forbid(fmt::format("{} '{}' is not allowed", auth::to_string(op), name));
+    return name.empty() || who.may(op, name) || forbid(auth::to_string(op), fmt::format("'{}'", name));
   };
   const auto text = [](const flatbuffers::String* s) { return s ? s->string_view() : std::string_view{}; };
-  const auto admin_only = [&](const char* what) { return forbid(fmt::format("{} needs an admin principal", what)); };
+  const auto admin_only = [&](const char* what) { return forbid(what, {}, "it needs an admin principal"); };
   using M = wire::Message;
   using op = auth::operation;
   switch (frame.message_type()) {
@@ -159,7 +158,7 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
       if (!protocol::is_valid_pattern(pattern) ||
           who.rule(op::subscribe).check_subscribe(pattern) != auth::permission_rule::subscribe_verdict::denied)
         return true;
-      return forbid(fmt::format("subscribe '{}' is not allowed", pattern));
+      return forbid(auth::to_string(op::subscribe), fmt::format("'{}'", pattern));
     }
     case M::Send: {
       const auto& m = *frame.message_as_Send();

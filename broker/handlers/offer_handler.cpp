@@ -197,7 +197,8 @@ void offer_handler::withdraw(peer& from, std::uint64_t rid, const wire::Withdraw
   offer_table::offer* o = offers_.find(m.offer_id());
   if (!o) return from.send_error(rid, errc::not_found, fmt::format("offer {} is not live (unknown, expired or withdrawn)", m.offer_id()));
   if (!from.may_touch(o->owner))
-    return from.send_error(rid, errc::forbidden, fmt::format("offer {} belongs to another principal", m.offer_id()));
+    return from.send_forbidden(rid, "Withdraw", fmt::format("offer {}", m.offer_id()),
+                               "it belongs to another principal");
   std::uint32_t dropped = 0, notified = 0, pending = 0;
   for (const auto& k : o->keys) pending += k.pending ? 1 : 0;
   // One delivery per inbox: dropped if still queued, else told.

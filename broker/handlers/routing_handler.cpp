@@ -47,12 +47,12 @@ routing_handler::routing_handler(const server_config& config, lease_table& lease
     : config_(config), leases_(leases), routing_(routing), fanout_(fan), durable_(durable), builder_(builder),
       logger_(std::move(logger)) {}
 
-bool routing_handler::owns(peer& from, std::uint64_t rid, std::optional<lease_id> lease, std::string_view what) {
+bool routing_handler::owns(peer& from, std::uint64_t rid, std::string_view operation, std::optional<lease_id> lease,
+                           std::string_view what) {
   if (!from.principal() || !lease) return true;
   const auto owner = leases_.owner_of(*lease);
   if (!owner || from.may_touch(*owner)) return true;
-  from.send_error(rid, errc::forbidden,
-                  fmt::format("{} belongs to another principal (principal '{}')", what, from.principal()->name));
+  from.send_forbidden(rid, operation, what, "it belongs to another principal");
   return false;
 }
 
@@ -73,14 +73,14 @@ void routing_handler::lease_grant(peer& from, std::uint64_t rid, const wire::Lea
 }
 
 void routing_handler::lease_keepalive(peer& from, std::uint64_t rid, const wire::LeaseKeepAlive& m) {
-  if (!owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
+  if (!owns(from, rid, "LeaseKeepAlive", m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
   if (auto l = leases_.keepalive(m.lease_id())) from.send(builder_.lease_info(rid, fields(*l)));
   else lease_gone(from, rid);
 }
 
 void routing_handler::lease_revoke(peer& from, std::uint64_t rid, const wire::LeaseRevoke& m) {
   const lease_id id = m.lease_id();
-  if (!owns(from, rid, id, fmt::format("lease {}", id))) return;
+  if (!owns(from, rid, "LeaseRevoke", id, fmt::format("lease {}", id))) return;
   const auto on_remove = [this](lease_id l, lease_attachment* first) { routing_.remove_lease(l, first); };
   if (!leases_.revoke(id, on_remove)) return lease_gone(from, rid);
   logger_->debug("conn={} lease={} revoked", from.id(), id);
@@ -88,7 +88,7 @@ void routing_handler::lease_revoke(peer& from, std::uint64_t rid, const wire::Le
 }
 
 void routing_handler::lease_time_to_live(peer& from, std::uint64_t rid, const wire::LeaseTimeToLive& m) {
-  if (!owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
+  if (!owns(from, rid, "LeaseTimeToLive", m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
   if (auto l = leases_.time_to_live(m.lease_id())) from.send(builder_.lease_info(rid, fields(*l)));
   else lease_gone(from, rid);
 }
@@ -119,8 +119,9 @@ void routing_handler::registry_put(peer& from, std::uint64_t rid, const wire::Re
   if (m.lease_id() == 0 && leases_.size() >= config_.max_leases) return leases_full(from, rid);
   if (from.principal()) {
     // Both the lease it goes under and the entry it replaces must be ours.
-    if (m.lease_id() != 0 && !owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
-    if (!owns(from, rid, routing_.entry_lease(key), fmt::format("registry key '{}'", key))) return;
+    if (m.lease_id() != 0 && !owns(from, rid, "RegistryPut", m.lease_id(), fmt::format("lease {}", m.lease_id())))
+      return;
+    if (!owns(from, rid, "RegistryPut", routing_.entry_lease(key), fmt::format("registry key '{}'", key))) return;
   }
   if (!routing_.put(key, value, m.lease_id(), milliseconds(m.ttl_ms()), from.owner())) return lease_gone(from, rid);
   from.send(builder_.registry_entry(rid, fields(*routing_.get(key))));
@@ -133,7 +134,7 @@ void routing_handler::registry_get(peer& from, std::uint64_t rid, const wire::Re
 
 void routing_handler::registry_delete(peer& from, std::uint64_t rid, const wire::RegistryDelete& m) {
   const std::string_view key = m.key()->string_view();
-  if (!owns(from, rid, routing_.entry_lease(key), fmt::format("registry key '{}'", key))) return;
+  if (!owns(from, rid, "RegistryDelete", routing_.entry_lease(key), fmt::format("registry key '{}'", key))) return;
   if (!routing_.erase(key)) return from.send_error(rid, errc::not_found, "no such key (or it expired)");
   if (rid != 0) from.send(builder_.ok(rid));
 }
@@ -165,8 +166,8 @@ void routing_handler::inbox_open(peer& from, std::uint64_t rid, const wire::Inbo
                            "this connection has max-inboxes (" + std::to_string(config_.max_inboxes) +
                                ") inboxes open");
   if (from.principal()) {
-    if (!owns(from, rid, m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
-    if (!owns(from, rid, routing_.inbox_lease(inbox_id), fmt::format("inbox '{}'", inbox_id))) return;
+    if (!owns(from, rid, "InboxOpen", m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
+    if (!owns(from, rid, "InboxOpen", routing_.inbox_lease(inbox_id), fmt::format("inbox '{}'", inbox_id))) return;
   }
   if (const auto ec = routing_.open_inbox(inbox_id, m.lease_id(), &from))
     return from.send_error(rid, wire_code(ec),

@@ -66,8 +66,10 @@ class routing_handler {
   // entries and inbox bound to it, may be touched only by the principal
   // that granted it, or an admin. True when `from` may touch `lease`
   // (also when there is no such lease: the caller answers not_found);
-  // otherwise answers forbidden, naming `what`, and returns false.
-  bool owns(peer& from, std::uint64_t request_id, std::optional<lease_id> lease, std::string_view what);
+  // otherwise answers forbidden, naming `operation` (the request's message
+  // type) and `what`, and returns false.
+  bool owns(peer& from, std::uint64_t request_id, std::string_view operation, std::optional<lease_id> lease,
+            std::string_view what);
   void lease_gone(peer& from, std::uint64_t request_id);
   void leases_full(peer& from, std::uint64_t request_id);
 

@@ -37,6 +37,14 @@ class peer : public delivery_target {
   virtual void send(protocol::bytes_view frame) = 0;
   // Answers `request_id` with an Error frame (not fatal).
   void send_error(std::uint64_t request_id, protocol::errc code, std::string_view message);
+  // Answers `request_id` forbidden (docs/protocol.md §8). Every forbidden
+  // answer is made here, so each names the operation, the resource and
+  // this peer's principal: "{operation} {resource} is not allowed[: {why}]
+  // (principal '{name}')". `resource` comes as the reader should see it
+  // ("'orders.x'", "lease 5"; empty for a request on no resource). Only a
+  // peer with a principal is ever forbidden anything.
+  void send_forbidden(std::uint64_t request_id, std::string_view operation, std::string_view resource,
+                      std::string_view why = {});
   // Sends a fatal error, stops reading and closes once it is written (or
   // after the shutdown grace). Idempotent.
   virtual void close_with_error(protocol::errc code, std::string_view message) = 0;

@@ -108,14 +108,41 @@ std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std:
 const std::error_code forbidden = make_error_code(errc::forbidden);
 const std::error_code unauthorized = make_error_code(errc::unauthorized);
 
-// Sends a hello by hand (request id 1) with a token or a public key.
-void send_hello(raw_connection& raw, std::string_view token, std::span<const std::uint8_t> public_key = {}) {
+// Sends a hello by hand (request id 1) with a token or a public key,
+// asking for `capabilities`.
+void send_hello(raw_connection& raw, std::string_view token, std::span<const std::uint8_t> public_key = {},
+                std::span<const std::string_view> capabilities = {}) {
   protocol::frame_builder fb;
   protocol::hello_fields h;
   h.protocol_major = protocol::protocol_major;
   h.credentials = token;
   h.public_key = public_key;
+  h.capabilities = capabilities;
   raw.send(fb.hello(1, h));
+}
+
+// A raw connection welcomed as `token`'s principal, granted "routing" and
+// "offers".
+void welcome_raw(raw_connection& raw, std::string_view token) {
+  const std::array<std::string_view, 2> caps{"routing", "offers"};
+  send_hello(raw, token, {}, caps);
+  raw_frame storage;
+  REQUIRE(raw.next_of(wire::Message::Welcome, storage) != nullptr);
+}
+
+// The next Error on `raw` answers `request_id` forbidden (not fatal), and
+// its message names each of `parts` (docs/protocol.md §8: the operation,
+// the resource and the principal).
+void check_forbidden(raw_connection& raw, std::uint64_t request_id, std::initializer_list<std::string_view> parts) {
+  raw_frame storage;
+  const auto* f = raw.next_of(wire::Message::Error, storage);  // (past a heartbeat Ping)
+  REQUIRE(f != nullptr);
+  CHECK(f->request_id() == request_id);
+  CHECK(f->message_as_Error()->code() == wire::ErrorCode::forbidden);
+  CHECK_FALSE(f->message_as_Error()->fatal());
+  REQUIRE(f->message_as_Error()->message() != nullptr);
+  const std::string text = f->message_as_Error()->message()->str();
+  for (const auto part : parts) CHECK_THAT(text, Catch::Contains(std::string(part)));
 }
 
 // The auth file most tests use: a service, two gateways and an operator.
@@ -148,6 +175,22 @@ std::string standard_file(const key_pair& gw2_key) {
          "admin = true\n";
 }
 
+// Ownership: gw2 (by its key) owns what a test sets up; gw1, on a raw
+// connection, tries to touch it.
+struct ownership_case {
+  key_pair gw2_key;
+  auth_broker b{standard_file(gw2_key)};
+  std::unique_ptr<client> gw2;
+  raw_connection gw1{b.port()};
+  protocol::frame_builder fb;
+  ownership_case() {
+    client_options o = as_token(b.port(), "");
+    o.key = gw2_key.seed_hex();
+    gw2 = connect_ok(o);
+    welcome_raw(gw1, "gw1-token");
+  }
+};
+
 // Messages a client's subscription received, thread-safe.
 struct inbox_box {
   std::mutex mu;
@@ -176,18 +219,49 @@ TEST_CASE("a client with a listed token is welcomed, one without credentials is 
   CHECK(connect_error(as_token(b.port(), "wrong-token")) == unauthorized);
 }
 
-TEST_CASE("a refused hello is answered unauthorized and closed, without a welcome", "[e2e][auth]") {
-  key_pair gw2;
-  auth_broker b(standard_file(gw2));
-  raw_connection raw(b.port());
-  send_hello(raw, "not-a-token");
+namespace {
+
+// What refused a hello with `token` on `raw`: the first frame, REQUIREd
+// to be an Error.
+struct refusal {
+  wire::ErrorCode code;
+  bool fatal;
+  std::uint32_t retry_after_ms;
+};
+refusal refusal_of_hello(raw_connection& raw, std::string_view token) {
+  send_hello(raw, token);
   raw_frame storage;
   const auto* f = raw.next(storage);
   REQUIRE(f != nullptr);
   REQUIRE(f->message_type() == wire::Message::Error);
-  CHECK(f->message_as_Error()->code() == wire::ErrorCode::unauthorized);
-  CHECK(f->message_as_Error()->fatal());
+  const auto* e = f->message_as_Error();
+  return {e->code(), e->fatal(), e->retry_after_ms()};
+}
+
+}  // namespace
+
+TEST_CASE("a refused hello is answered unauthorized without a retry hint and closed, without a welcome",
+          "[e2e][auth]") {
+  key_pair gw2;
+  auth_broker b(standard_file(gw2));
+  raw_connection raw(b.port());
+  const auto r = refusal_of_hello(raw, "not-a-token");
+  CHECK(r.code == wire::ErrorCode::unauthorized);
+  CHECK(r.fatal);
+  CHECK(r.retry_after_ms == 0);  // docs/protocol.md §3: waiting does not help
   CHECK(raw.closed_by_peer());
+}
+
+TEST_CASE("a hello from an address past auth-failures-per-min is refused rate_limited with a retry hint",
+          "[e2e][auth]") {
+  key_pair gw2;
+  auth_broker b(standard_file(gw2), 1);
+  CHECK(connect_error(as_token(b.port(), "guess")) == unauthorized);
+  raw_connection raw(b.port());
+  const auto r = refusal_of_hello(raw, "orders-token");
+  CHECK(r.code == wire::ErrorCode::rate_limited);
+  CHECK(r.fatal);
+  CHECK(r.retry_after_ms > 0);
 }
 
 TEST_CASE("a refused hello waits the failure delay before its answer", "[e2e][auth]") {
@@ -366,6 +440,16 @@ TEST_CASE("a forbidden answer names the operation, the resource and the principa
   CHECK(text.find("orders") != std::string::npos);
 }
 
+TEST_CASE("a forbidden answer for an admin-only request names the request and the principal", "[e2e][auth]") {
+  key_pair gw2;
+  auth_broker b(standard_file(gw2));
+  raw_connection raw(b.port());
+  welcome_raw(raw, "orders-token");
+  protocol::frame_builder fb;
+  raw.send(fb.lease_list(4, 0));
+  check_forbidden(raw, 4, {"LeaseList", "admin", "principal 'orders'"});
+}
+
 TEST_CASE("subscribe: a pattern no allow covers, or a deny covers, is forbidden", "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));
@@ -531,6 +615,60 @@ TEST_CASE("a lease belongs to its principal: another cannot keep it alive, read 
   CHECK(op->lease_time_to_live(lease->id));
   CHECK_FALSE(op->lease_revoke(lease->id));
   CHECK(gw1->lease_keepalive(lease->id).error() == make_error_code(errc::not_found));
+}
+
+TEST_CASE("a forbidden answer for another principal's lease names the request, the lease and the principal",
+          "[e2e][auth]") {
+  ownership_case t;
+  auto lease = t.gw2->lease_grant(std::chrono::seconds(30));
+  REQUIRE(lease);
+  const std::string resource = "lease " + std::to_string(lease->id);
+  t.gw1.send(t.fb.lease_keepalive(4, lease->id));
+  check_forbidden(t.gw1, 4, {"LeaseKeepAlive", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.lease_time_to_live(5, lease->id));
+  check_forbidden(t.gw1, 5, {"LeaseTimeToLive", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.lease_revoke(6, lease->id));
+  check_forbidden(t.gw1, 6, {"LeaseRevoke", resource, "principal 'gw1'"});
+  // A registry entry or an inbox under it: the lease is the resource.
+  t.gw1.send(t.fb.registry_put(7, "user.1", "gw1", lease->id, 0));
+  check_forbidden(t.gw1, 7, {"RegistryPut", resource, "principal 'gw1'"});
+  t.gw1.send(t.fb.inbox_open(8, "gw1", lease->id));
+  check_forbidden(t.gw1, 8, {"InboxOpen", resource, "principal 'gw1'"});
+}
+
+TEST_CASE("a forbidden answer for another principal's registry key names the request, the key and the principal",
+          "[e2e][auth]") {
+  ownership_case t;
+  REQUIRE(t.gw2->registry_put_ttl("user.8", "gw2", std::chrono::seconds(30)));
+  t.gw1.send(t.fb.registry_delete(4, "user.8"));
+  check_forbidden(t.gw1, 4, {"RegistryDelete", "registry key 'user.8'", "principal 'gw1'"});
+  t.gw1.send(t.fb.registry_put(5, "user.8", "gw1", 0, 30'000));
+  check_forbidden(t.gw1, 5, {"RegistryPut", "registry key 'user.8'", "principal 'gw1'"});
+}
+
+TEST_CASE("a forbidden answer for another principal's inbox names the request, the inbox and the principal",
+          "[e2e][auth]") {
+  ownership_case t;
+  auto lease = t.gw2->lease_grant(std::chrono::seconds(30));
+  REQUIRE(lease);
+  REQUIRE_FALSE(t.gw2->open_inbox("shared", lease->id, [](const inbox_message&) {}));
+  t.gw1.send(t.fb.inbox_open(4, "shared", 0));
+  check_forbidden(t.gw1, 4, {"InboxOpen", "inbox 'shared'", "principal 'gw1'"});
+}
+
+TEST_CASE("a Withdraw of another principal's offer is forbidden, naming the request, the offer and the principal",
+          "[e2e][auth]") {
+  ownership_case t;
+  auto svc = connect_ok(as_token(t.b.port(), "orders-token"));
+  offer_options offer;
+  offer.offer_id = 7001;
+  offer.expires_in = std::chrono::seconds(30);
+  const std::array<std::string_view, 1> keys{"user.1"};
+  REQUIRE(svc->send_offer(keys, "ride", offer));
+  t.gw1.send(t.fb.withdraw(4, 7001));
+  check_forbidden(t.gw1, 4, {"Withdraw", "offer 7001", "principal 'gw1'"});
+  // Still live: its owner withdraws it.
+  CHECK(svc->withdraw(7001));
 }
 
 TEST_CASE("registry entries and inboxes under a principal's lease cannot be taken over by another", "[e2e][auth]") {

@@ -126,6 +126,23 @@ protocol::offer_fields offer(std::uint64_t id, std::uint32_t expires_ms, std::ui
   return o;
 }
 
+// The next frame `c` was sent, past the server's heartbeat Pings; nullptr
+// on timeout.
+const wire::Frame* next_not_ping(peer_conn& c) {
+  for (;;) {
+    const auto* f = c.raw.next(c.storage);
+    if (!f || f->message_type() != Message::Ping) return f;
+  }
+}
+
+// Offer `id` (60 s expiry) with an exposure cap of `cap_max` in 60 s.
+protocol::offer_fields capped_offer(std::uint64_t id, std::uint32_t cap_max) {
+  auto o = offer(id, 60000);
+  o.cap_max = cap_max;
+  o.cap_window_ms = 60000;
+  return o;
+}
+
 std::string text(const flatbuffers::Vector<std::uint8_t>* v) {
   return v ? std::string(reinterpret_cast<const char*>(v->data()), v->size()) : std::string();
 }
@@ -363,15 +380,9 @@ TEST_CASE("keys over the exposure cap are answered capped and not delivered", "[
   test_server server;
   gateway_conn gw(server.port(), "gw-1", {"user:a", "user:b"});
   peer_conn dispatcher(server.port(), offers_caps);
-  const auto capped_offer = [](std::uint64_t id) {
-    auto o = offer(id, 60000);
-    o.cap_max = 2;
-    o.cap_window_ms = 60000;
-    return o;
-  };
-  send_offer(dispatcher, {"user:a"}, "1", capped_offer(1));
-  send_offer(dispatcher, {"user:a"}, "2", capped_offer(2));
-  const auto third = send_offer(dispatcher, {"user:a", "user:b"}, "3", capped_offer(3));
+  send_offer(dispatcher, {"user:a"}, "1", capped_offer(1, 2));
+  send_offer(dispatcher, {"user:a"}, "2", capped_offer(2, 2));
+  const auto third = send_offer(dispatcher, {"user:a", "user:b"}, "3", capped_offer(3, 2));
   CHECK(third.outcomes == std::vector<wire::KeyOutcome>{wire::KeyOutcome::capped, wire::KeyOutcome::routed});
   CHECK(third.capped == 1);
   CHECK(third.routed == 1);
@@ -467,25 +478,143 @@ TEST_CASE("the offers flag ramps by client bucket and rolls back at once", "[e2e
 TEST_CASE("offer requests that break the rules are refused with the reason", "[e2e][offers]") {
   test_server server;
   peer_conn c(server.port(), offers_caps);
-  const auto refused = [&](protocol::offer_fields o) {
+  // bad_request, and the message names the rule broken (docs/protocol.md §15.7).
+  const auto refused = [&](protocol::offer_fields o, std::string_view reason) {
     const std::string_view keys[] = {"user:a"};
     const auto r = c.rid();
     const auto* f = c.call(c.b.send(r, keys, {}, {}, &o), r);
     REQUIRE(f);
-    return f->message_as_Error() && f->message_as_Error()->code() == wire::ErrorCode::bad_request;
+    const auto* e = f->message_as_Error();
+    if (!e || e->code() != wire::ErrorCode::bad_request || !e->message()) return false;
+    INFO(e->message()->str());
+    return e->message()->string_view().find(reason) != std::string_view::npos;
   };
-  CHECK(refused(offer(1, 0)));             // an offer id without an expiry
-  CHECK(refused(offer(0, 1000, 500)));     // receipts without an offer id
+  CHECK(refused(offer(1, 0), "an offer id needs an expiry"));
+  CHECK(refused(offer(0, 1000, 500), "receipts need an offer id"));
+  auto inbox_only = offer(0, 1000);
+  inbox_only.receipt_inbox = "dispatch-1";
+  CHECK(refused(inbox_only, "receipts need an offer id"));
+  auto inbox_without_timeout = offer(1, 1000);
+  inbox_without_timeout.receipt_inbox = "dispatch-1";
+  CHECK(refused(inbox_without_timeout, "a receipt inbox needs a receipt timeout"));
   auto cap = offer(1, 1000);
   cap.cap_max = 17;
   cap.cap_window_ms = 1000;
-  CHECK(refused(cap));                     // above the 16 a key remembers
+  CHECK(refused(cap, "cap_max is at most 16"));  // above the 16 a key remembers
   cap.cap_max = 2;
   cap.cap_window_ms = 0;
-  CHECK(refused(cap));                     // a cap without its window
-  CHECK(refused(offer(1, 4'000'000)));     // past max-offer-expiry-ms
+  CHECK(refused(cap, "needs both cap_max and cap_window_ms"));
+  cap.cap_max = 0;
+  cap.cap_window_ms = 1000;
+  CHECK(refused(cap, "needs both cap_max and cap_window_ms"));
+  cap.cap_max = 2;
+  cap.cap_window_ms = 3'600'001;  // the default exposure-window-ms is an hour
+  CHECK(refused(cap, "cap_window_ms is at most exposure-window-ms"));
+  CHECK(refused(offer(1, 4'000'000), "expires_in_ms is at most max-offer-expiry-ms"));
   send_offer(c, {"user:a"}, "x", offer(1, 60000));
-  CHECK(refused(offer(1, 60000)));         // a live id again
+  CHECK(refused(offer(1, 60000), "offer 1 is live"));
+}
+
+TEST_CASE("a publish with an expiry above max-offer-expiry-ms is refused and not delivered", "[e2e][offers]") {
+  test_server server;
+  peer_conn sub(server.port(), offers_caps), pub(server.port(), offers_caps);
+  auto r = sub.rid();
+  REQUIRE(sub.call(sub.b.subscribe(r, "rides.>"), r));
+  r = pub.rid();
+  const std::string_view payload = "x";
+  const auto* f = pub.call(
+      pub.b.publish(r, "rides.eu", {reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()}, {},
+                    4'000'000),
+      r);
+  REQUIRE(f);
+  REQUIRE(f->message_as_Error());
+  CHECK(f->message_as_Error()->code() == wire::ErrorCode::bad_request);
+  CHECK_FALSE(f->message_as_Error()->fatal());
+  r = sub.rid();
+  sub.raw.send(sub.b.ping(r));
+  const auto* next = next_not_ping(sub);
+  REQUIRE(next);
+  CHECK(next->message_type() == Message::Pong);  // no Deliver before it
+}
+
+TEST_CASE("an exposure query with a window of 0 or above exposure-window-ms is refused", "[e2e][offers]") {
+  test_server server;
+  peer_conn c(server.port(), offers_caps);
+  const std::string_view keys[] = {"user:a"};
+  for (const std::uint32_t window : {0u, 3'600'001u}) {
+    INFO(window);
+    const auto r = c.rid();
+    const auto* f = c.call(c.b.exposure_query(r, keys, window), r);
+    REQUIRE(f);
+    REQUIRE(f->message_as_Error());
+    CHECK(f->message_as_Error()->code() == wire::ErrorCode::bad_request);
+  }
+}
+
+TEST_CASE("an offer counts toward a key's exposure only where it was routed, not where capped or unrouted",
+          "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"});
+  peer_conn dispatcher(server.port(), offers_caps);
+  // routed to user:a; user:b has no route.
+  CHECK(send_offer(dispatcher, {"user:a", "user:b"}, "1", capped_offer(1, 1)).outcomes ==
+        std::vector<wire::KeyOutcome>{wire::KeyOutcome::routed, wire::KeyOutcome::no_route});
+  // user:a is now over its cap of 1; user:b, not counted, is not.
+  CHECK(send_offer(dispatcher, {"user:a", "user:b"}, "2", capped_offer(2, 1)).outcomes ==
+        std::vector<wire::KeyOutcome>{wire::KeyOutcome::capped, wire::KeyOutcome::no_route});
+  const std::string_view keys[] = {"user:a", "user:b"};
+  const auto r = dispatcher.rid();
+  const auto* e = dispatcher.call(dispatcher.b.exposure_query(r, keys, 60000), r);
+  REQUIRE(e);
+  REQUIRE(e->message_as_ExposureResult());
+  const auto* counts = e->message_as_ExposureResult()->counts();
+  REQUIRE(counts->size() == 2);
+  CHECK(counts->Get(0) == 1);  // offer 1 only: offer 2 was capped there
+  CHECK(counts->Get(1) == 0);  // never routed
+}
+
+TEST_CASE("an offer capped for every key is not live: withdraw answers not_found and its id is free",
+          "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"});
+  peer_conn dispatcher(server.port(), offers_caps);
+  send_offer(dispatcher, {"user:a"}, "1", capped_offer(1, 1));
+  CHECK(send_offer(dispatcher, {"user:a"}, "2", capped_offer(2, 1)).outcomes ==
+        std::vector<wire::KeyOutcome>{wire::KeyOutcome::capped});
+  const auto r = dispatcher.rid();
+  const auto* w = dispatcher.call(dispatcher.b.withdraw(r, 2), r);
+  REQUIRE(w);
+  REQUIRE(w->message_as_Error());
+  CHECK(w->message_as_Error()->code() == wire::ErrorCode::not_found);
+  CHECK(send_offer(dispatcher, {"user:b"}, "2 again", offer(2, 60000)).outcomes ==
+        std::vector<wire::KeyOutcome>{wire::KeyOutcome::no_route});
+}
+
+TEST_CASE("an offer sent with request id 0 is taken but not answered, and a refused one is answered with id 0",
+          "[e2e][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-1", {"user:a"});
+  peer_conn dispatcher(server.port(), offers_caps);
+  const std::string_view keys[] = {"user:a"};
+  const auto o = offer(1, 60000);
+  dispatcher.raw.send(dispatcher.b.send(0, keys, {}, {}, &o));
+  const auto bad = offer(2, 0);  // no expiry
+  dispatcher.raw.send(dispatcher.b.send(0, keys, {}, {}, &bad));
+  auto r = dispatcher.rid();
+  dispatcher.raw.send(dispatcher.b.ping(r));
+  const auto* f = next_not_ping(dispatcher);
+  REQUIRE(f);
+  REQUIRE(f->message_as_Error());  // no SendResult for offer 1 before it
+  CHECK(f->request_id() == 0);
+  CHECK(f->message_as_Error()->code() == wire::ErrorCode::bad_request);
+  f = next_not_ping(dispatcher);
+  REQUIRE(f);
+  CHECK(f->message_type() == Message::Pong);
+  CHECK(f->request_id() == r);
+  // Offer 1 was taken: delivered, and live.
+  REQUIRE(gw.next(Message::InboxDelivery));
+  r = dispatcher.rid();
+  CHECK(dispatcher.call(dispatcher.b.withdraw(r, 1), r)->message_as_WithdrawResult());
 }
 
 namespace {

@@ -314,6 +314,22 @@ TEST_CASE("a plain client on a TLS port is told so with bad_request, not left to
   CHECK(connect_error(o) == errc::bad_request);
 }
 
+TEST_CASE("a plain hello on a TLS port is answered with a fatal bad_request with request id 0, then closed",
+          "[e2e][tls]") {
+  test_server server(tls_config());
+  test::raw_connection c(server.port());
+  c.send_hello();
+  test::raw_frame f;
+  const auto* frame = c.next(f);
+  REQUIRE(frame != nullptr);
+  REQUIRE(frame->message_type() == protocol::wire::Message::Error);
+  const auto* e = frame->message_as_Error();
+  CHECK(e->code() == protocol::wire::ErrorCode::bad_request);
+  CHECK(e->fatal());  // docs/protocol.md §8
+  CHECK(frame->request_id() == 0);
+  CHECK(c.closed_by_peer());
+}
+
 TEST_CASE("a TLS client on a plain port fails with tls_failed, not a timeout", "[e2e][tls]") {
   test_server server;
   CHECK(connect_error(tls_client(server.port())) == errc::tls_failed);
