@@ -17,7 +17,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 src=$PWD
 db=$build/compile_commands.json
 [[ -f $db ]] || { echo "thread-safety: no $db (configure the build first)" >&2; exit 2; }
-clang=clang++-14
+clang='clang++-14'
 command -v "$clang" >/dev/null || { echo "thread-safety: $clang not found (scripts/setup.sh installs it)" >&2; exit 2; }
 
 # What is checked: every translation unit of the libraries whose classes
@@ -61,7 +61,8 @@ clang_flags() {  # the build's command -> the flags for clang, one per line
   for ((i = 1; i < ${#args[@]}; ++i)); do
     a=${args[i]}
     case $a in
-      -o | -c) ((++i)) ;;
+      -o | -c | -MF | -MT | -MQ) ((++i)) ;;
+      -M*) ;;
       -include)
         a=${args[++i]}
         if [[ $a == */cmake_pch.hxx ]]; then
