@@ -4,6 +4,7 @@
 #include "admin/command.hpp"
 #include "admin/credentials_tool.hpp"
 #include "admin/format.hpp"
+#include "common/mutex.hpp"
 
 #include <switchyard/client.hpp>
 #include <switchyard/log.hpp>
@@ -22,7 +23,6 @@
 #include <istream>
 #include <iterator>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -42,13 +42,13 @@ using namespace std::chrono_literals;
 class connect_log {
  public:
   void add(std::string_view message) {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     last_ = std::string(message);
   }
   // The last line, without the library's "switchyard: " prefix and with
   // line breaks as spaces (errors are one line); empty if none.
   std::string last() const {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     std::string line = last_.starts_with("switchyard: ") ? last_.substr(12) : last_;
     for (char& c : line)
       if (c == '\n' || c == '\r') c = ' ';
@@ -56,8 +56,8 @@ class connect_log {
   }
 
  private:
-  mutable std::mutex mu_;
-  std::string last_;
+  mutable switchyard::mutex mu_;
+  std::string last_ SWITCHYARD_GUARDED_BY(mu_);
 };
 
 // Overwrites a string holding a secret (the optimiser may not skip it).
@@ -167,7 +167,7 @@ int command::run() {
   // Reported to a command that waits (sub).
   o.on_closed = [events = events_](std::error_code ec) {
     {
-      std::lock_guard lock(events->mu);
+      switchyard::lock_guard lock(events->mu);
       events->closed = true;
       events->why = ec;
     }
@@ -175,7 +175,7 @@ int command::run() {
   };
   o.on_dropped = [events = events_](std::uint64_t n) {
     {
-      std::lock_guard lock(events->mu);
+      switchyard::lock_guard lock(events->mu);
       events->dropped += n;
     }
     events->cv.notify_all();

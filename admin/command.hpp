@@ -19,12 +19,13 @@
 
 #include <switchyard/client.hpp>
 
+#include "common/mutex.hpp"
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <istream>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -102,14 +103,14 @@ struct session_events {
   // so that the CLI's memory stays bounded and the client's loop thread
   // never blocks (its heartbeats go on).
   static constexpr std::size_t max_queued_bytes = std::size_t{64} << 20;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<delivery> deliveries;
-  std::size_t queued_bytes = 0;      // of channels and payloads in `deliveries`
-  std::uint64_t dropped = 0;         // by the broker, since the command last looked
-  std::uint64_t dropped_here = 0;    // past max_queued_bytes, since the command last looked
-  bool closed = false;        // the connection ended (reconnect is off)
-  std::error_code why;        // ... with this
+  switchyard::mutex mu;
+  std::condition_variable cv;  // waited on under mu
+  std::deque<delivery> deliveries SWITCHYARD_GUARDED_BY(mu);
+  std::size_t queued_bytes SWITCHYARD_GUARDED_BY(mu) = 0;    // of channels and payloads in `deliveries`
+  std::uint64_t dropped SWITCHYARD_GUARDED_BY(mu) = 0;       // by the broker, since the command last looked
+  std::uint64_t dropped_here SWITCHYARD_GUARDED_BY(mu) = 0;  // past max_queued_bytes, since the command last looked
+  bool closed SWITCHYARD_GUARDED_BY(mu) = false;             // the connection ended (reconnect is off)
+  std::error_code why SWITCHYARD_GUARDED_BY(mu);             // ... with this
 };
 
 // A stored or delivered payload as text, or base64 when it is not

@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -54,7 +53,7 @@ int command::sub() {
   auto events = events_;
   auto id = client_->subscribe(s_.channel, [events](const message& m) {
     {
-      std::lock_guard lock(events->mu);
+      switchyard::lock_guard lock(events->mu);
       const std::size_t bytes = m.channel.size() + m.payload.size();
       if (events->queued_bytes + bytes > session_events::max_queued_bytes) {
         ++events->dropped_here;
@@ -76,8 +75,8 @@ int command::sub() {
     bool closed = false;
     std::error_code why;
     {
-      std::unique_lock lock(events->mu);
-      events->cv.wait_for(lock, std::chrono::milliseconds(100), [&] {
+      switchyard::unique_lock lock(events->mu);
+      events->cv.wait_for(lock.native(), std::chrono::milliseconds(100), [&]() SWITCHYARD_REQUIRES(events->mu) {
         return !events->deliveries.empty() || events->dropped != 0 || events->dropped_here != 0 || events->closed;
       });
       batch.swap(events->deliveries);

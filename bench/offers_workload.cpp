@@ -35,6 +35,7 @@
 #include "bench/gateway_fleet.hpp"
 #include "bench/route_check.hpp"
 #include "bench/server_process.hpp"
+#include "common/mutex.hpp"
 
 #include <atomic>
 #include <memory>
@@ -70,7 +71,7 @@ struct gw_tally {
 class receipt_sink {
  public:
   void reset(std::uint64_t base, std::uint64_t n, bool latency) {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     base_ = base;
     seen_.assign(n, 0);
     latency_ = latency;
@@ -85,12 +86,12 @@ class receipt_sink {
   }
   // The latency phase: offer i was sent at `t` (before its send call).
   void sent(std::uint64_t i, std::uint64_t t) {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     sent_ns_[i] = t;
   }
   void on_receipt(const receipt& r) {
     const std::uint64_t t = now_ns();
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     if (r.offer_id < base_ || r.offer_id - base_ >= seen_.size()) {
       ++stray;
       return;
@@ -112,7 +113,7 @@ class receipt_sink {
   }
   // Sorted copies of the latencies (ns).
   std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> latencies() {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     auto a = lat_, b = broker_lat_;
     std::sort(a.begin(), a.end());
     std::sort(b.begin(), b.end());
@@ -123,12 +124,12 @@ class receipt_sink {
   std::atomic<std::uint64_t> first{0}, acked{0}, timeouts{0}, again{0}, stray{0}, last_ns{0};
 
  private:
-  std::mutex mu_;
-  std::uint64_t base_ = 0;
-  std::vector<std::uint8_t> seen_;
-  bool latency_ = false;
-  std::vector<std::uint64_t> sent_ns_;
-  std::vector<std::int64_t> lat_, broker_lat_;
+  switchyard::mutex mu_;
+  std::uint64_t base_ SWITCHYARD_GUARDED_BY(mu_) = 0;
+  std::vector<std::uint8_t> seen_ SWITCHYARD_GUARDED_BY(mu_);
+  bool latency_ SWITCHYARD_GUARDED_BY(mu_) = false;
+  std::vector<std::uint64_t> sent_ns_ SWITCHYARD_GUARDED_BY(mu_);
+  std::vector<std::int64_t> lat_ SWITCHYARD_GUARDED_BY(mu_), broker_lat_ SWITCHYARD_GUARDED_BY(mu_);
 };
 
 double median(std::vector<double> v) {

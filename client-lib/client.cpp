@@ -150,7 +150,7 @@ void detail::add_subscription(const std::shared_ptr<client_state>& self, std::st
   bool ask_broker = false;  // the pattern's first subscription, or a durable one
   const bool entry_is_durable = durable != nullptr;
   {
-    std::lock_guard lock(p.mu);
+    switchyard::lock_guard lock(p.mu);
     if (p.state == client_state::link::closed) {
       done(std::unexpected(make_error_code(errc::not_connected)));
       return;
@@ -203,7 +203,7 @@ void detail::add_subscription(const std::shared_ptr<client_state>& self, std::st
         }
         if (auto self = weak.lock()) {
           // Roll back the local entry; the broker never confirmed it.
-          std::lock_guard lock(self->mu);
+          switchyard::lock_guard lock(self->mu);
           self->remove_sub_locked(id);
         }
         done(std::unexpected(ec));
@@ -237,7 +237,7 @@ std::error_code client::unsubscribe(subscription_id id) {
   std::string pattern;
   bool last = false;
   {
-    std::lock_guard lock(p.mu);
+    switchyard::lock_guard lock(p.mu);
     std::tie(pattern, last) = p.remove_sub_locked(id);
     if (pattern.empty()) return errc::not_found;
   }
@@ -276,7 +276,7 @@ std::uint64_t client::server_instance() const noexcept { return impl_->server_in
 const std::string& client::server_version() const noexcept { return impl_->server_version; }
 std::uint32_t client::server_max_frame() const noexcept { return impl_->max_frame; }
 std::vector<std::string> client::capabilities() const {
-  std::lock_guard lock(impl_->mu);
+  switchyard::lock_guard lock(impl_->mu);
   return impl_->caps;
 }
 std::uint64_t client::dropped_total() const noexcept { return impl_->dropped; }

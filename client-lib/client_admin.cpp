@@ -18,7 +18,7 @@ using result = std::expected<T, std::error_code>;
 // Whether the broker granted "admin" to this session.
 template <class State>
 bool granted_admin(State& c) {
-  std::lock_guard lock(c.mu);
+  switchyard::lock_guard lock(c.mu);
   return std::find(c.caps.begin(), c.caps.end(), protocol::capability::admin) != c.caps.end();
 }
 

@@ -46,7 +46,7 @@ client::impl::impl(client_options o, detail::loop_state& l)
 void client::impl::complete(std::uint64_t id, std::error_code ec, const wire::Frame* answer) {
   completion done;
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     auto it = requests.find(id);
     if (it == requests.end()) return;
     done = std::move(it->second);
@@ -65,7 +65,7 @@ void client::impl::fail(std::error_code ec, std::string_view what) {
   const bool reconnect = was_open && established && opts.reconnect.enabled && !closed_by_user;
   std::unordered_map<std::uint64_t, completion> pending;
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     if (state == link::closed) return;
     if (!was_open && state == link::down) return;  // a late error of a connection already handled
     state = reconnect ? link::down : link::closed;
@@ -102,7 +102,7 @@ void client::impl::fail(std::error_code ec, std::string_view what) {
 void client::impl::close_down(std::error_code request_error, std::error_code reason) {
   std::unordered_map<std::uint64_t, completion> pending;
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     if (state == link::closed) return;
     state = link::closed;
     out.clear();
@@ -285,7 +285,7 @@ asio::awaitable<void> client::impl::read_loop(std::shared_ptr<impl> self) {
     // One snapshot of the handlers per read batch: a lock per syscall,
     // not per message.
     {
-      std::lock_guard lock(mu);
+      switchyard::lock_guard lock(mu);
       subscriptions = subs;
       inbox_handlers = inboxes;
     }
@@ -438,7 +438,7 @@ asio::awaitable<std::error_code> client::impl::handshake(std::shared_ptr<impl> s
   stream_drops = has(protocol::capability::stream_drops);
   offers = has(protocol::capability::offers);
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     caps = std::move(granted);
   }
   rbuf.begin += r->size;
@@ -474,7 +474,7 @@ asio::awaitable<void> client::impl::run(std::shared_ptr<impl> self, std::functio
   established = true;
   backoff.connected();
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     state = link::up;
   }
   ready = true;

@@ -74,7 +74,7 @@ stream_positions client::stream_positions_of(subscription_id id) const {
   auto& p = *impl_;
   std::shared_ptr<durable_state> d;
   {
-    std::lock_guard lock(p.mu);
+    switchyard::lock_guard lock(p.mu);
     for (const auto& s : *p.subs)
       if (s->id == id) d = s->durable;
   }

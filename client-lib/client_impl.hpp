@@ -31,6 +31,7 @@
 #include "signing_key.hpp"
 #include "stream_tracker.hpp"
 #include "common/asio.hpp"
+#include "common/mutex.hpp"
 #include "protocol/channel_name.hpp"
 #include "protocol/frame_builder.hpp"
 #include "protocol/frame_parser.hpp"
@@ -40,7 +41,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -164,7 +164,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::string server_version;  // written only when it changes (a broker upgrade)
   std::atomic<std::uint32_t> max_frame{protocol::default_max_frame};
   std::chrono::milliseconds heartbeat{protocol::default_heartbeat_interval};
-  std::vector<std::string> caps;  // guarded by mu
+  std::vector<std::string> caps SWITCHYARD_GUARDED_BY(mu);
   std::atomic<bool> publish_ack{false};
   std::atomic<bool> routing{false};  // "routing" capability granted
   std::atomic<bool> log_cap{false};  // "log" capability granted
@@ -196,20 +196,22 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::atomic<std::uint64_t> attempts_total{0};
   bool established = false;  // a session was up once: losses are reconnected from then on
 
-  // Guarded by mu: the outbound buffer, the requests in flight and the
-  // subscriptions.
-  std::mutex mu;
-  std::condition_variable space_cv;
-  std::vector<std::uint8_t> out;      // frames waiting for the writer
+  // mu guards the outbound buffer, the requests in flight, the
+  // subscriptions and inboxes, and what restore() brings back (each such
+  // field says SWITCHYARD_GUARDED_BY(mu)); `writing` and `key_scratch` are
+  // the loop thread's.
+  switchyard::mutex mu;
+  std::condition_variable space_cv;  // waited on under mu
+  std::vector<std::uint8_t> out SWITCHYARD_GUARDED_BY(mu);  // frames waiting for the writer
   std::vector<std::uint8_t> writing;  // frames being written (loop thread)
-  bool write_active = false;          // writer scheduled or running
+  bool write_active SWITCHYARD_GUARDED_BY(mu) = false;  // writer scheduled or running
   // The connection's state for writers:
   //  up         frames go to `out`;
   //  restoring  restore()'s own frames (internal) go to `out`, others are held;
   //  down       reconnecting: user frames are held, internal ones refused;
   //  closed     for good: everything is refused (not_connected).
   enum class link { up, restoring, down, closed };
-  link state = link::up;
+  link state SWITCHYARD_GUARDED_BY(mu) = link::up;
   // Frames held while not up, written in order once restored: publishes
   // (counted against reconnect.buffer_bytes) and requests made meanwhile
   // (their id: skipped if the request timed out).
@@ -217,20 +219,20 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
     std::size_t size;
     std::uint64_t request_id;  // 0: a publish or send_nowait
   };
-  std::vector<std::uint8_t> held;
-  std::vector<held_frame> held_frames;
-  std::size_t held_publish_bytes = 0;
+  std::vector<std::uint8_t> held SWITCHYARD_GUARDED_BY(mu);
+  std::vector<held_frame> held_frames SWITCHYARD_GUARDED_BY(mu);
+  std::size_t held_publish_bytes SWITCHYARD_GUARDED_BY(mu) = 0;
   // What restore() brings back (besides subs and inboxes).
-  std::map<lease_id, std::chrono::milliseconds> owned_leases;  // id -> TTL as granted
-  std::unordered_map<lease_id, lease_id> lease_moves;          // an old id -> the grant that replaced it
-  std::map<std::string, detail::owned_put, std::less<>> owned_puts;
+  std::map<lease_id, std::chrono::milliseconds> owned_leases SWITCHYARD_GUARDED_BY(mu);  // id -> TTL as granted
+  std::unordered_map<lease_id, lease_id> lease_moves SWITCHYARD_GUARDED_BY(mu);  // an old id -> the grant that replaced it
+  std::map<std::string, detail::owned_put, std::less<>> owned_puts SWITCHYARD_GUARDED_BY(mu);
   // Told (on the loop thread, during restore) of every lease replaced:
   // the gateway helper, keyed by its address.
-  std::map<const void*, std::function<void(lease_id old_lease, lease_id new_lease)>> lease_listeners;
-  std::unordered_map<std::uint64_t, completion> requests;
-  std::shared_ptr<const sub_list> subs = std::make_shared<const sub_list>();
-  std::map<std::string, int, std::less<>> pattern_refs;
-  std::shared_ptr<const inbox_list> inboxes = std::make_shared<const inbox_list>();
+  std::map<const void*, std::function<void(lease_id old_lease, lease_id new_lease)>> lease_listeners SWITCHYARD_GUARDED_BY(mu);
+  std::unordered_map<std::uint64_t, completion> requests SWITCHYARD_GUARDED_BY(mu);
+  std::shared_ptr<const sub_list> subs SWITCHYARD_GUARDED_BY(mu) = std::make_shared<const sub_list>();
+  std::map<std::string, int, std::less<>> pattern_refs SWITCHYARD_GUARDED_BY(mu);
+  std::shared_ptr<const inbox_list> inboxes SWITCHYARD_GUARDED_BY(mu) = std::make_shared<const inbox_list>();
   std::vector<std::string_view> key_scratch;  // loop thread: route keys of one delivery
 
   // Loop thread: hands an inbox delivery to the handlers of its inbox in
@@ -256,12 +258,12 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // Under mu (client.cpp): removes subscription `id` (a durable one stops tracking) and
   // drops a reference to its pattern. Returns the pattern ("" for an
   // unknown id) and whether that was the pattern's last subscription.
-  std::pair<std::string, bool> remove_sub_locked(subscription_id id);
+  std::pair<std::string, bool> remove_sub_locked(subscription_id id) SWITCHYARD_REQUIRES(mu);
 
   // Under mu (client_impl_inline.hpp): removes the inboxes `drop(entry)`
   // selects (durable ones stop tracking); `add`, if given, joins the list.
   template <class Drop>
-  void replace_inboxes_locked(Drop drop, std::shared_ptr<const inbox_entry> add = nullptr);
+  void replace_inboxes_locked(Drop drop, std::shared_ptr<const inbox_entry> add = nullptr) SWITCHYARD_REQUIRES(mu);
 
   // A durable subscription's or inbox's positions (empty for null), read on
   // the loop thread, which owns the tracker.
@@ -272,7 +274,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // there).
   template <class F>
   auto on_loop(F fn) -> decltype(fn());
-  subscription_id next_sub = 1;
+  subscription_id next_sub SWITCHYARD_GUARDED_BY(mu) = 1;
 
   // ---------------------------------------------------------------- write
   // (client_impl_inline.hpp: on the publish and send path of several files)
@@ -287,7 +289,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // Under mu, while not up: keeps `frame` for the restored session.
   // Publishes count against reconnect.buffer_bytes (errc::buffer_full past
   // it); a request's frame is bounded by its own timeout.
-  inline std::error_code hold_locked(protocol::bytes_view frame, std::uint64_t request_id);
+  inline std::error_code hold_locked(protocol::bytes_view frame, std::uint64_t request_id) SWITCHYARD_REQUIRES(mu);
 
   // Loop thread: writes whatever is queued, then again until empty. A
   // write of an earlier connection that completes late only restarts the
@@ -349,7 +351,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   void fail(std::error_code ec, std::string_view what);
 
   // Under mu: forgets everything held for a restored session.
-  void drop_held_locked();
+  void drop_held_locked() SWITCHYARD_REQUIRES(mu);
 
   // Loop thread: the client is done for good while down (close() or giving
   // up). Every request fails with `request_error`, held frames are

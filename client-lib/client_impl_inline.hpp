@@ -60,12 +60,12 @@ auto client::impl::on_loop(F fn) -> decltype(fn()) {
 
 inline std::error_code client::impl::enqueue(protocol::bytes_view frame, bool internal, std::uint64_t request_id) {
   if (frame.size() > max_frame + protocol::frame_header_size) return errc::payload_too_large;
-  std::unique_lock lock(mu);
+  switchyard::unique_lock lock(mu);
   for (;;) {
     if (state == link::closed || (state == link::down && internal)) return errc::not_connected;
     if (state == link::down || (state == link::restoring && !internal)) return hold_locked(frame, request_id);
     if (out.size() + frame.size() <= opts.max_pending_bytes || out.empty() || loop.on_loop_thread()) break;
-    const bool ok = space_cv.wait_for(lock, opts.request_timeout, [&] {
+    const bool ok = space_cv.wait_for(lock.native(), opts.request_timeout, [&]() SWITCHYARD_REQUIRES(mu) {
       return state != link::up || out.size() + frame.size() <= opts.max_pending_bytes || out.empty();
     });
     if (!ok) return errc::timeout;
@@ -100,7 +100,7 @@ inline std::error_code client::impl::hold_locked(protocol::bytes_view frame, std
 
 inline void client::impl::start_write() {
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     if (out.empty() || (state != link::up && state != link::restoring)) {
       write_active = false;
       return;
@@ -122,7 +122,7 @@ template <class Encode>
 void client::impl::request(Encode encode, completion done, bool internal) {
   const std::uint64_t id = next_request.fetch_add(1, std::memory_order_relaxed);
   {
-    std::unique_lock lock(mu);
+    switchyard::unique_lock lock(mu);
     if (state == link::closed || (internal && state == link::down)) {
       lock.unlock();
       if (done) done(errc::not_connected, nullptr);

@@ -47,7 +47,7 @@ flag_info to_flag(const wire::FlagInfo& f) {
 
 // Whether the broker granted "admin" to this session.
 bool granted_admin(detail::client_state& c) {
-  std::lock_guard lock(c.mu);
+  switchyard::lock_guard lock(c.mu);
   return std::find(c.caps.begin(), c.caps.end(), protocol::capability::admin) != c.caps.end();
 }
 

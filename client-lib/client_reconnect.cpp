@@ -94,7 +94,7 @@ asio::awaitable<void> client::impl::reconnect_loop(std::shared_ptr<impl> self, s
       continue;
     }
     {
-      std::lock_guard lock(mu);
+      switchyard::lock_guard lock(mu);
       state = link::restoring;
     }
     reconnect_info info;
@@ -115,7 +115,7 @@ void client::impl::restore(std::uint64_t gen, reconnect_info info) {
   std::vector<std::shared_ptr<durable_state>> durable_subs;
   std::map<lease_id, std::chrono::milliseconds> leases;
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     for (const auto& [pattern, refs] : pattern_refs) patterns.push_back(pattern);
     for (const auto& s : *subs)
       if (s->durable) durable_subs.push_back(s->durable);
@@ -136,7 +136,7 @@ void client::impl::restore(std::uint64_t gen, reconnect_info info) {
     std::shared_ptr<const inbox_list> boxes;
     std::vector<std::pair<std::string, detail::owned_put>> puts;
     {
-      std::lock_guard lock(p.mu);
+      switchyard::lock_guard lock(p.mu);
       boxes = p.inboxes;
       for (const auto& [key, put] : p.owned_puts)
         if (fresh.contains(put.lease)) puts.emplace_back(key, put);
@@ -248,7 +248,7 @@ void client::impl::restored(std::uint64_t gen, reconnect_info info) {
   // ran meanwhile).
   std::vector<std::function<void(lease_id, lease_id)>> listeners;
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     if (state != link::restoring) return;
     for (const auto& [owner, fn] : lease_listeners) listeners.push_back(fn);
   }
@@ -257,7 +257,7 @@ void client::impl::restored(std::uint64_t gen, reconnect_info info) {
   // Held frames go out in order, before anything sent from now on; held
   // requests that timed out meanwhile are left out.
   {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     if (state != link::restoring) return;
     std::size_t at = 0;
     for (const auto& h : held_frames) {
@@ -283,12 +283,12 @@ void client::impl::restored(std::uint64_t gen, reconnect_info info) {
 }
 
 bool client::impl::inbox_installed(const inbox_entry* box) {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   return std::any_of(inboxes->begin(), inboxes->end(), [box](const auto& e) { return e.get() == box; });
 }
 
 bool client::impl::reconnecting() {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   return state == link::down || state == link::restoring;
 }
 
@@ -301,24 +301,24 @@ void client::impl::drop_held_locked() {
 // ------------------------------------------------------ session records
 
 lease_id client::impl::resolve_lease(lease_id id) {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   const auto it = lease_moves.find(id);
   return it == lease_moves.end() ? id : it->second;
 }
 
 void client::impl::track_lease(lease_id id, std::chrono::milliseconds ttl) {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   owned_leases[id] = ttl;
 }
 
 void client::impl::forget_lease(lease_id id) {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   owned_leases.erase(id);
   std::erase_if(owned_puts, [id](const auto& kv) { return kv.second.lease == id; });
 }
 
 void client::impl::move_lease(lease_id old, lease_id fresh, std::chrono::milliseconds ttl) {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   owned_leases.erase(old);
   owned_leases[fresh] = ttl;
   for (auto& [from, to] : lease_moves)
@@ -329,12 +329,12 @@ void client::impl::move_lease(lease_id old, lease_id fresh, std::chrono::millise
 }
 
 void client::impl::track_put(std::string_view key, std::string_view value, lease_id lease) {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   owned_puts.insert_or_assign(std::string(key), detail::owned_put{std::string(value), lease});
 }
 
 void client::impl::forget_put(std::string_view key) {
-  std::lock_guard lock(mu);
+  switchyard::lock_guard lock(mu);
   if (auto it = owned_puts.find(key); it != owned_puts.end()) owned_puts.erase(it);
 }
 

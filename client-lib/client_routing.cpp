@@ -196,14 +196,14 @@ std::shared_ptr<const inbox_entry> install_inbox(detail::client_state& p, std::s
       e->handler(inbox_message{e->id, keys, rec.payload, stream, rec.seq, epoch, true});
     };
   }
-  std::lock_guard lock(p.mu);
+  switchyard::lock_guard lock(p.mu);
   p.replace_inboxes_locked([&](const inbox_entry& e) { return e.id == id; }, entry);
   return entry;
 }
 
 // Removes `entry` again (the broker refused it).
 void uninstall_inbox(detail::client_state& p, const inbox_entry* entry) {
-  std::lock_guard lock(p.mu);
+  switchyard::lock_guard lock(p.mu);
   p.replace_inboxes_locked([&](const inbox_entry& e) { return &e == entry; });
 }
 
@@ -251,7 +251,7 @@ void detail::open_inbox_async(const std::shared_ptr<client_state>& self, std::st
 }
 
 void detail::remove_inboxes_of(client_state& p, const void* owner) {
-  std::lock_guard lock(p.mu);
+  switchyard::lock_guard lock(p.mu);
   p.replace_inboxes_locked([&](const inbox_entry& e) { return e.owner == owner; });
 }
 
@@ -276,7 +276,7 @@ stream_positions client::inbox_stream_positions(std::string_view id) const {
   auto& p = *impl_;
   std::shared_ptr<durable_state> d;
   {
-    std::lock_guard lock(p.mu);
+    switchyard::lock_guard lock(p.mu);
     for (const auto& e : *p.inboxes)
       if (e->id == id) d = e->durable;
   }
@@ -287,7 +287,7 @@ std::error_code client::close_inbox(std::string_view id) {
   auto& p = *impl_;
   if (!p.routing) return errc::not_supported;
   {
-    std::lock_guard lock(p.mu);
+    switchyard::lock_guard lock(p.mu);
     p.replace_inboxes_locked([&](const inbox_entry& e) { return e.id == id; });
   }
   return p.request_sync([&](std::uint64_t r) { return local_builder().inbox_close(r, id); });

@@ -20,18 +20,23 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
   // `finished` once done (then the next one starts).
   using op = std::function<void(step finished)>;
 
+  // The routes of `o` are the gateway's first (restore() registers them).
   impl(client& c, gateway_options o)
-      : conn(c), core(detail::access::state(c)), opts(std::move(o)), timer(core->io) {}
+      : conn(c),
+        core(detail::access::state(c)),
+        opts(std::move(o)),
+        routes(opts.routes.begin(), opts.routes.end()),
+        timer(core->io) {}
 
   client& conn;                        // borrowed: outlives the gateway (start's contract)
   std::shared_ptr<client_state> core;  // conn's state: its loop, its requests
   gateway_options opts;                // lease_ttl as granted, once started
 
   // Read by any thread (routes(), lease()); written on the loop thread
-  // (and by start() before the loop knows the gateway).
-  mutable std::mutex mu;
-  std::set<std::string, std::less<>> routes;  // guarded by mu
-  lease_id lease = 0;                         // guarded by mu
+  // (and by the constructor, before any other thread knows the gateway).
+  mutable switchyard::mutex mu;
+  std::set<std::string, std::less<>> routes SWITCHYARD_GUARDED_BY(mu);
+  lease_id lease SWITCHYARD_GUARDED_BY(mu) = 0;
 
   // Loop thread only.
   asio::steady_timer timer;         // the next keepalive
@@ -43,7 +48,7 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
   std::vector<std::string_view> mine;  // deliver(): the route keys of a replay held here
 
   lease_id current_lease() const {
-    std::lock_guard lock(mu);
+    switchyard::lock_guard lock(mu);
     return lease;
   }
 
@@ -160,7 +165,7 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
               // with the old id reach it.
               self->core->move_lease(lost, id, ttl);
               {
-                std::lock_guard lock(self->mu);
+                switchyard::lock_guard lock(self->mu);
                 self->lease = id;
               }
               client_lib::log(log_level::info, "switchyard: gateway {}: lease {} lost, renewed as {}",
@@ -193,7 +198,7 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
           if (ec) return done(ec);
           std::vector<std::string> keys;
           {
-            std::lock_guard lock(self->mu);
+            switchyard::lock_guard lock(self->mu);
             keys.assign(self->routes.begin(), self->routes.end());
           }
           if (keys.empty()) return done({});
@@ -225,7 +230,7 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
   void lease_replaced(lease_id old, lease_id fresh) {
     if (stopped) return;
     {
-      std::lock_guard lock(mu);
+      switchyard::lock_guard lock(mu);
       if (lease != old) return;
       lease = fresh;
     }
@@ -242,7 +247,7 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
     if (!m.replayed) return opts.on_message(m);
     mine.clear();
     {
-      std::lock_guard lock(mu);
+      switchyard::lock_guard lock(mu);
       for (auto k : m.route_keys)
         if (routes.contains(k)) mine.push_back(k);
     }
@@ -264,7 +269,7 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
     timer.cancel();
     ops.clear();
     detail::remove_inboxes_of(*core, this);
-    std::lock_guard lock(core->mu);
+    switchyard::lock_guard lock(core->mu);
     core->lease_listeners.erase(this);
   }
 };
@@ -275,7 +280,6 @@ std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& 
   if (options.inbox_id.empty() || !options.on_message) return std::unexpected(make_error_code(errc::bad_request));
   auto p = std::make_shared<impl>(conn, std::move(options));
   if (p->core->loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
-  p->routes.insert(p->opts.routes.begin(), p->opts.routes.end());  // restore() registers them
   lease_id id = 0;
   if (p->opts.resume_lease != 0) {
     if (auto r = conn.lease_keepalive(p->opts.resume_lease)) id = r->id;
@@ -298,11 +302,11 @@ std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& 
         detail::remove_inboxes_of(*p->core, p.get());
       } else {
         {
-          std::lock_guard lock(p->mu);
+          switchyard::lock_guard lock(p->mu);
           p->lease = id;
         }
         {
-          std::lock_guard lock(p->core->mu);
+          switchyard::lock_guard lock(p->core->mu);
           p->core->lease_listeners[p.get()] = [weak = std::weak_ptr<impl>(p)](lease_id old, lease_id fresh) {
             if (const auto self = weak.lock()) self->lease_replaced(old, fresh);
           };
@@ -340,7 +344,7 @@ std::error_code gateway::add_route(std::string_view route_key) {
         [&p, key, id, result, finished](std::expected<std::uint64_t, std::error_code> r) {
           if (r) {
             p.core->track_put(key, p.opts.inbox_id, id);
-            std::lock_guard lock(p.mu);
+            switchyard::lock_guard lock(p.mu);
             p.routes.insert(key);
           }
           result(r ? std::error_code{} : r.error());
@@ -354,7 +358,7 @@ std::error_code gateway::remove_route(std::string_view route_key) {
   if (p.core->loop.on_loop_thread()) return errc::would_deadlock;
   return p.run_and_wait([&p, key = std::string(route_key)](auto result, impl::step finished) {
     {
-      std::lock_guard lock(p.mu);
+      switchyard::lock_guard lock(p.mu);
       auto it = p.routes.find(key);
       if (it == p.routes.end()) {
         result(errc::not_found);
@@ -372,7 +376,7 @@ std::error_code gateway::remove_route(std::string_view route_key) {
 }
 
 std::vector<std::string> gateway::routes() const {
-  std::lock_guard lock(impl_->mu);
+  switchyard::lock_guard lock(impl_->mu);
   return {impl_->routes.begin(), impl_->routes.end()};
 }
 

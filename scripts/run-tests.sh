@@ -6,8 +6,10 @@
 #   SANITIZE=0 scripts/run-tests.sh   # plain build (faster) in build/test-plain
 #
 # Extra arguments go to ctest, e.g. `scripts/run-tests.sh -R wildcard`.
-# Without them, the fuzz targets then run too (scripts/run-fuzz.sh, each
-# for FUZZ_SECONDS, default 30 here); FUZZ=0 skips them.
+# Without them, the lock rules are checked after the build
+# (scripts/check-thread-safety.sh: clang-14's thread-safety analysis, about
+# a minute), and the fuzz targets run after the tests (scripts/run-fuzz.sh,
+# each for FUZZ_SECONDS, default 30 here); FUZZ=0 skips them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/setup.sh
@@ -22,6 +24,9 @@ else
 fi
 cmake -S . -B "$dir" -DSWITCHYARD_BUILD_TESTS=ON "${flags[@]}" >/dev/null
 cmake --build "$dir" -j2
+if [[ $# -eq 0 ]]; then
+  scripts/check-thread-safety.sh "$dir"
+fi
 # Sanitizer reports fail the test that triggers them.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

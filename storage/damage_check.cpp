@@ -44,7 +44,7 @@ void damage_check::attach(MDB_env* env) {
 // address of file offset 0 (and is kept in map_base_); else `p` is in a
 // page a write transaction copied or made (LMDB keeps those on the heap).
 damage_check::located damage_check::locate_map(std::uintptr_t p, std::uintptr_t& base) const {
-  std::lock_guard guard(map_lookup_);
+  switchyard::lock_guard guard(map_lookup_);
   if ((base = map_base_.load(std::memory_order_acquire)) != 0) return located::map;
   if (map_unknown_) return located::unknown;
   FILE* f = std::fopen("/proc/self/maps", "re");

@@ -22,13 +22,14 @@
 #include "storage/map_space.hpp"
 #include "storage/sequence_log.hpp"
 
+#include "common/mutex.hpp"
+
 #include <lmdb.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <expected>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -124,8 +125,9 @@ class damage_check {
   // hands out, and again after the map moved (map_moved clears it). 0: not
   // known yet.
   mutable std::atomic<std::uintptr_t> map_base_{0};
-  mutable std::mutex map_lookup_;
-  mutable bool map_unknown_ = false;  // /proc/self/maps cannot be read: no bounds checks (under map_lookup_)
+  mutable switchyard::mutex map_lookup_;  // one lookup at a time (locate_map)
+  // /proc/self/maps cannot be read: no bounds checks.
+  mutable bool map_unknown_ SWITCHYARD_GUARDED_BY(map_lookup_) = false;
   // data.mdb's size at the last look; it only grows while the log is open.
   mutable std::atomic<std::uint64_t> file_bytes_{0};
 };

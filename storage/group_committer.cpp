@@ -26,7 +26,7 @@ group_committer::group_committer(sequence_log& log, group_commit_options options
 
 group_committer::~group_committer() {
   {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -36,16 +36,16 @@ group_committer::~group_committer() {
     syncer_.join();
     // The writer's last commits came after the syncer's last look.
     if (commits_.load() != synced_ && !log_.sync()) {
-      std::lock_guard lock(mu_);
+      switchyard::lock_guard lock(mu_);
       ++stats_.syncs;
     }
   }
 }
 
 void group_committer::sync_loop() {
-  std::unique_lock lock(mu_);
+  switchyard::unique_lock lock(mu_);
   while (!stopping_) {
-    sync_wake_.wait_for(lock, options_.sync_interval, [&] { return stopping_; });
+    sync_wake_.wait_for(lock.native(), options_.sync_interval, [&]() SWITCHYARD_REQUIRES(mu_) { return stopping_; });
     const std::uint64_t committed = commits_.load(std::memory_order_acquire);
     if (stopping_ || committed == synced_) continue;
     // fdatasync on the log's file while the writer goes on committing:
@@ -96,7 +96,7 @@ void group_committer::enqueue(std::string_view stream, std::span<const std::byte
                               bool notify) {
   bool was_empty = false;
   {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     was_empty = queue_.items.empty();
     queue_.push(stream, destination, payload, token, std::move(done));
     ++appends_queued_;
@@ -133,7 +133,7 @@ void group_committer::delete_stream(std::string_view stream, change_completion d
 
 void group_committer::queue_change(retention_change change) {
   {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     change.after_appends = appends_queued_;
     changes_.push_back(std::move(change));
   }
@@ -141,7 +141,7 @@ void group_committer::queue_change(retention_change change) {
 }
 
 group_commit_stats group_committer::stats() const {
-  std::lock_guard lock(mu_);
+  switchyard::lock_guard lock(mu_);
   auto s = stats_;
   s.fsyncs = log_.fsyncs();
   return s;
@@ -165,12 +165,12 @@ bool group_committer::retention_pass() {
     if (!has_limits(limits)) continue;  // keeps everything: no write transaction
     bool queued = false;
     {
-      std::lock_guard lock(mu_);
+      switchyard::lock_guard lock(mu_);
       stopped = stopping_;  // the destructor commits what is queued; retention can wait
       queued = !queue_.items.empty();
     }
     if (stopped) break;
-    std::lock_guard writing(commit_mu_);
+    switchyard::lock_guard writing(commit_mu_);
     if (queued) commit_batch(0);
     if (options_.test_hook) options_.test_hook(commit_point::retention_step);
     auto r = log_.enforce(st.name, limits, options_.retention_step);
@@ -179,11 +179,11 @@ bool group_committer::retention_pass() {
     more |= *r == options_.retention_step;
   }
   if (!stopped) {
-    std::lock_guard writing(commit_mu_);
+    switchyard::lock_guard writing(commit_mu_);
     retention_active_ = own || has_limits(options_.default_retention);
   }
   if (removed > 0) {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     stats_.trimmed += removed;
   }
   return more;
@@ -192,7 +192,7 @@ bool group_committer::retention_pass() {
 void group_committer::run() {
   using clock = std::chrono::steady_clock;
   next_retention_ = clock::now() + options_.retention_interval;
-  std::unique_lock lock(mu_);
+  switchyard::unique_lock lock(mu_);
   for (;;) {
     if (!changes_.empty()) {
       lock.unlock();
@@ -204,17 +204,17 @@ void group_committer::run() {
       if (stopping_) break;
       // Idle: wait for an append, or until the next retention pass is due.
       auto due = clock::time_point::max();
-      if (retention_active_) due = std::min(due, next_retention_);
-      const auto ready = [&] { return !queue_.items.empty() || !changes_.empty() || stopping_; };
+      if (retention_active_on_writer()) due = std::min(due, next_retention_);
+      const auto ready = [&]() SWITCHYARD_REQUIRES(mu_) { return !queue_.items.empty() || !changes_.empty() || stopping_; };
       if (options_.test_hook) options_.test_hook(commit_point::idle);
       if (due == clock::time_point::max()) {
-        wake_.wait(lock, ready);
+        wake_.wait(lock.native(), ready);
         continue;
       }
-      if (wake_.wait_until(lock, due, ready)) continue;
+      if (wake_.wait_until(lock.native(), due, ready)) continue;
       lock.unlock();
       const auto now = clock::now();
-      if (retention_active_ && now >= next_retention_) {
+      if (retention_active_on_writer() && now >= next_retention_) {
         // Bounded steps; while records remain due, come back at once
         // (appends still go first: a pass starts on an empty queue only,
         // and commits what queued before each of its steps).
@@ -226,7 +226,7 @@ void group_committer::run() {
     }
     lock.unlock();
     {
-      std::lock_guard writing(commit_mu_);
+      switchyard::lock_guard writing(commit_mu_);
       commit_batch(0);
     }
     lock.lock();
@@ -240,16 +240,16 @@ bool group_committer::commit_queued(std::size_t max_records) {
   // queue (under mu_) after every write before it sleeps, and the
   // notification wakes it should it sleep now (the other thread was not
   // the writer).
-  std::unique_lock writing(commit_mu_, std::try_to_lock);
-  if (!writing.owns_lock()) {
+  if (!commit_mu_.try_lock()) {
     {
-      std::lock_guard lock(mu_);
+      switchyard::lock_guard lock(mu_);
       if (queue_.items.empty()) return false;
       ++stats_.handed_off;
     }
     wake_.notify_one();
     return false;
   }
+  switchyard::lock_guard writing(commit_mu_, std::adopt_lock);
   return commit_batch(max_records);
 }
 
@@ -259,7 +259,7 @@ bool group_committer::commit_batch(std::size_t max_records) {
   // commits them.
   bool more = false;
   {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     if (queue_.items.empty()) return false;
     std::size_t limit =
         max_records == 0 ? options_.max_batch_records : std::min(max_records, options_.max_batch_records);
@@ -307,14 +307,14 @@ void group_committer::apply_changes() {
   std::vector<std::expected<stream_change, std::error_code>> results;
   bool changed = false;
   {
-    std::lock_guard writing(commit_mu_);
+    switchyard::lock_guard writing(commit_mu_);
     for (;;) {
       // The first queued change, once every append queued before it is
       // committed. It leaves changes_ only here, under commit_mu_: until
       // it is applied, no thread commits an append queued after it.
       bool appends_first = false;
       {
-        std::lock_guard lock(mu_);
+        switchyard::lock_guard lock(mu_);
         if (changes_.empty()) break;
         appends_first = appends_taken_ < changes_.front().after_appends;
         if (!appends_first) {
@@ -355,7 +355,7 @@ void group_committer::apply_changes() {
       for (auto& r : results)
         if (r) r = std::unexpected(ec);
     } else {
-      std::lock_guard lock(mu_);
+      switchyard::lock_guard lock(mu_);
       ++stats_.syncs;
     }
   }
@@ -366,7 +366,7 @@ void group_committer::apply_changes() {
 void group_committer::commit(append_queue& batch) {
   const std::size_t size = batch.items.size();
   {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     ++stats_.batches;
     stats_.records += size;
     stats_.largest_batch = std::max<std::uint64_t>(stats_.largest_batch, size);
@@ -389,7 +389,7 @@ bool group_committer::commit_range(append_queue& batch, std::size_t begin, std::
   append_retention* retain = retention_active_ ? &retain_ : nullptr;
   auto result = log_.append(items_, &epochs_, retain);
   if (result && retain && retain->trimmed > 0) {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     stats_.trimmed += retain->trimmed;
     stats_.trimmed_in_commits += retain->trimmed;
   }
@@ -398,7 +398,7 @@ bool group_committer::commit_range(append_queue& batch, std::size_t begin, std::
   // the first half committed nothing, the log is full for appends like
   // these: the second half gets one attempt, whole.
   if (!result && result.error() == errc::storage_full) {
-    std::lock_guard lock(mu_);
+    switchyard::lock_guard lock(mu_);
     ++stats_.full_attempts;
   }
   if (!result && result.error() == errc::storage_full && split && end - begin > 1) {

@@ -54,6 +54,8 @@
 
 #include "storage/sequence_log.hpp"
 
+#include "common/mutex.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -61,7 +63,6 @@
 #include <cstdint>
 #include <expected>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -273,71 +274,83 @@ class group_committer {
     std::uint64_t after_appends = 0;
   };
 
-  void run();
+  // The writer thread's loop.
+  void run() SWITCHYARD_EXCLUDES(mu_, commit_mu_);
   // The syncer thread (batch mode).
-  void sync_loop();
+  void sync_loop() SWITCHYARD_EXCLUDES(mu_);
   // Queues a change (under mu_) and wakes the writer.
-  void queue_change(retention_change change);
+  void queue_change(retention_change change) SWITCHYARD_EXCLUDES(mu_);
   // Applies the queued changes in queue order (under commit_mu_), each
   // after the appends queued before it (committed here first), syncs
   // (outside the lock), then runs their completions. Writer thread.
-  void apply_changes();
+  void apply_changes() SWITCHYARD_EXCLUDES(mu_, commit_mu_);
   // One bounded retention pass over every stream, one step per stream
   // under commit_mu_ with the queued appends committed before each; true
   // if more is due. Writer thread.
-  bool retention_pass();
+  bool retention_pass() SWITCHYARD_EXCLUDES(mu_, commit_mu_);
+  // Whether retention runs, read on the writer thread without commit_mu_:
+  // only the writer thread writes retention_active_ (but for the
+  // constructor), so its own reads need no lock. Writer thread.
+  bool retention_active_on_writer() const SWITCHYARD_NO_THREAD_SAFETY_ANALYSIS { return retention_active_; }
   // Queues under mu_; with `notify`, wakes the writer on the first append
   // of an empty queue.
   void enqueue(std::string_view stream, std::span<const std::byte> destination, std::span<const std::byte> payload,
-               std::uint64_t token, completion done, bool notify);
+               std::uint64_t token, completion done, bool notify) SWITCHYARD_EXCLUDES(mu_);
   // Moves up to max_records queued appends (and max_batch_bytes) into
   // batch_; true if some stay queued. Holds mu_ and commit_mu_.
-  bool take_batch(std::size_t max_records);
+  bool take_batch(std::size_t max_records) SWITCHYARD_REQUIRES(mu_, commit_mu_);
   // Takes and commits one batch of at most max_records (0:
   // max_batch_records); true if appends stay queued. The caller holds
   // commit_mu_ (and not mu_).
-  bool commit_batch(std::size_t max_records);
-  void commit(append_queue& batch);
+  bool commit_batch(std::size_t max_records) SWITCHYARD_REQUIRES(commit_mu_) SWITCHYARD_EXCLUDES(mu_);
+  // Commits `batch` (batch_), runs its completions and the batch handler.
+  // The caller holds commit_mu_ (and not mu_).
+  void commit(append_queue& batch) SWITCHYARD_REQUIRES(commit_mu_) SWITCHYARD_EXCLUDES(mu_);
   // Commits batch.items[begin, end), runs its completions and collects the
   // tokened results in results_; true if anything was committed. With
   // `split`, a range the full log refuses is split in halves (see
-  // completion).
-  bool commit_range(append_queue& batch, std::size_t begin, std::size_t end, bool split = true);
+  // completion). The caller holds commit_mu_ (and not mu_).
+  bool commit_range(append_queue& batch, std::size_t begin, std::size_t end, bool split = true)
+      SWITCHYARD_REQUIRES(commit_mu_) SWITCHYARD_EXCLUDES(mu_);
 
   sequence_log& log_;
   group_commit_options options_;
-  mutable std::mutex mu_;
+  // The queue's lock (the waits on wake_ and sync_wake_ are on it).
+  mutable switchyard::mutex mu_;
   std::condition_variable wake_;
-  append_queue queue_;          // guarded by mu_
+  append_queue queue_ SWITCHYARD_GUARDED_BY(mu_);
   batch_handler batch_handler_;
   // Every write to the log (a commit, a retention step, retention changes)
   // holds commit_mu_, taken before mu_, for that one write and never for
   // a sync outside the sync mode's commits; the scratch below is guarded
   // by it. commit_queued() only tries it.
-  std::mutex commit_mu_;
-  append_queue batch_;                 // the batch being committed
-  std::vector<token_result> results_;  // its tokened results
-  std::vector<append_item> items_;     // scratch for log_.append
-  std::vector<std::uint64_t> epochs_;  // the epochs log_.append reports
-  append_retention retain_;            // retention in the commit (defaults and slack from options_)
-  std::vector<retention_change> changes_;  // guarded by mu_
+  switchyard::mutex commit_mu_;
+  append_queue batch_ SWITCHYARD_GUARDED_BY(commit_mu_);                 // the batch being committed
+  std::vector<token_result> results_ SWITCHYARD_GUARDED_BY(commit_mu_);  // its tokened results
+  std::vector<append_item> items_ SWITCHYARD_GUARDED_BY(commit_mu_);     // scratch for log_.append
+  std::vector<std::uint64_t> epochs_ SWITCHYARD_GUARDED_BY(commit_mu_);  // the epochs log_.append reports
+  // Retention in the commit (defaults and slack from options_).
+  append_retention retain_ SWITCHYARD_GUARDED_BY(commit_mu_);
+  std::vector<retention_change> changes_ SWITCHYARD_GUARDED_BY(mu_);
   // Appends ever queued, and ever taken into a batch (guarded by mu_):
   // take_batch stops at the first queued change's after_appends.
-  std::uint64_t appends_queued_ = 0;
-  std::uint64_t appends_taken_ = 0;
-  bool stopping_ = false;       // guarded by mu_
-  group_commit_stats stats_;    // guarded by mu_
+  std::uint64_t appends_queued_ SWITCHYARD_GUARDED_BY(mu_) = 0;
+  std::uint64_t appends_taken_ SWITCHYARD_GUARDED_BY(mu_) = 0;
+  bool stopping_ SWITCHYARD_GUARDED_BY(mu_) = false;
+  group_commit_stats stats_ SWITCHYARD_GUARDED_BY(mu_);
   // The batch mode's syncer: every sync_interval, an fsync if anything
   // was committed since the last one.
   std::condition_variable sync_wake_;
   std::atomic<std::uint64_t> commits_{0};  // batches committed (batch mode)
-  std::uint64_t synced_ = 0;               // guarded by mu_: commits_ as of the last sync
+  std::uint64_t synced_ SWITCHYARD_GUARDED_BY(mu_) = 0;  // commits_ as of the last sync
   std::thread syncer_;
   std::chrono::steady_clock::time_point next_retention_;  // writer thread
   // Whether retention runs (passes, and in commits): the default has
-  // limits, or some stream has limits of its own. Guarded by commit_mu_
-  // (set before the threads start; refreshed by every pass and change).
-  bool retention_active_ = false;
+  // limits, or some stream has limits of its own. Set before the threads
+  // start; refreshed by every pass and change, on the writer thread
+  // holding commit_mu_. Read holding commit_mu_ (any committing thread),
+  // or on the writer thread (retention_active_on_writer).
+  bool retention_active_ SWITCHYARD_GUARDED_BY(commit_mu_) = false;
   std::thread writer_;
 };
 

@@ -1,8 +1,9 @@
 #include "storage/lmdb_guard.hpp"
 
+#include "common/mutex.hpp"
+
 #include <signal.h>
 
-#include <mutex>
 
 namespace switchyard::storage {
 
@@ -11,9 +12,10 @@ namespace {
 // The guarded call running on this thread, if any.
 thread_local std::jmp_buf* active = nullptr;
 
-std::mutex install_mutex;
+switchyard::mutex install_mutex;
 // What handled SIGSEGV and SIGBUS before install() (index 0 and 1).
-struct sigaction previous[2];
+// Written by install() under install_mutex; read by on_fault (see there).
+struct sigaction previous[2] SWITCHYARD_GUARDED_BY(install_mutex);
 
 void on_assert(MDB_env*, const char*) {
   if (std::jmp_buf* const guard = active) {
@@ -23,7 +25,11 @@ void on_assert(MDB_env*, const char*) {
   // No guard: LMDB prints its message and aborts.
 }
 
-void on_fault(int sig, siginfo_t* info, void* context) {
+// A signal handler: it cannot take install_mutex, and reads `previous`
+// without it. install() writes a signal's entry only before it makes this
+// the signal's handler (never once it is), so the entry read here is
+// written before the signal can arrive.
+void on_fault(int sig, siginfo_t* info, void* context) SWITCHYARD_NO_THREAD_SAFETY_ANALYSIS {
   if (std::jmp_buf* const guard = active) {
     active = nullptr;
     std::longjmp(*guard, 1);  // SA_NODEFER: the signal is not blocked, no mask to restore
@@ -51,7 +57,7 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 }  // namespace
 
 MDB_assert_func* lmdb_guard::install() {
-  std::lock_guard lock(install_mutex);
+  switchyard::lock_guard lock(install_mutex);
   const int signals[2] = {SIGSEGV, SIGBUS};
   for (int i = 0; i < 2; ++i) {
     struct sigaction current {};

@@ -26,7 +26,7 @@ durable_pipeline::durable_pipeline(std::unique_ptr<storage::sequence_log> log,
   committer_->set_batch_handler([this](std::span<const storage::group_committer::token_result> r) {
     bool first = false;
     {
-      std::lock_guard lock(mailbox_mu_);
+      switchyard::lock_guard lock(mailbox_mu_);
       first = mailbox_.empty();
       mailbox_.insert(mailbox_.end(), r.begin(), r.end());
     }
@@ -122,7 +122,7 @@ void durable_pipeline::release(std::uint32_t index) {
 
 void durable_pipeline::drain() {
   {
-    std::lock_guard lock(mailbox_mu_);
+    switchyard::lock_guard lock(mailbox_mu_);
     draining_.swap(mailbox_);  // both keep their capacity
   }
   const auto now = std::chrono::steady_clock::now();

@@ -28,6 +28,7 @@
 #include "broker/tables/refusal_summary.hpp"
 #include "broker/tables/server_counters.hpp"
 #include "common/asio.hpp"
+#include "common/mutex.hpp"
 #include "protocol/frame_builder.hpp"
 #include "storage/group_committer.hpp"
 #include "storage/sequence_log.hpp"
@@ -36,7 +37,6 @@
 #include <cstdint>
 #include <expected>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -123,7 +123,9 @@ class durable_pipeline {
     std::chrono::steady_clock::time_point deadline;   // {} = no expiry
   };
   void commit_step();
-  void drain();
+  // Loop thread: delivers and answers what the mailbox holds (takes
+  // mailbox_mu_ for the swap only).
+  void drain() SWITCHYARD_EXCLUDES(mailbox_mu_);
   void finish(slot& s, const std::expected<storage::append_ack, std::error_code>& result);
   void release(std::uint32_t index);
 
@@ -144,8 +146,8 @@ class durable_pipeline {
   std::vector<std::byte> destination_scratch_;
   // The committer's results travel to the loop through this mailbox: one
   // post per batch.
-  std::mutex mailbox_mu_;
-  std::vector<storage::group_committer::token_result> mailbox_;   // guarded by mailbox_mu_
+  switchyard::mutex mailbox_mu_;
+  std::vector<storage::group_committer::token_result> mailbox_ SWITCHYARD_GUARDED_BY(mailbox_mu_);
   std::vector<storage::group_committer::token_result> draining_;  // loop thread
 };
 
