@@ -97,17 +97,15 @@ struct row {
   // Values outside lo..hi (in the row's unit) are refused by validate().
   template <class Get>
   row& range(bound lo, bound hi, Get get) {
-    s.range_doc = lo.doc() + " .. " + (hi.value == unbounded && hi.follows.empty() ? std::string("") : hi.doc());
-    if (hi.value == unbounded && hi.follows.empty()) s.range_doc = "at least " + lo.doc();
-    if (!s.unit.empty()) s.range_doc += " " + std::string(s.unit);
-    s.check = [name = s.name, unit = s.unit, lo, hi, get](const server_config& c) {
+    const bool open_ended = hi.value == unbounded && hi.follows.empty();
+    const std::string unit = s.unit.empty() ? std::string() : " " + std::string(s.unit);
+    s.range_doc = (open_ended ? "at least " + lo.doc() : lo.doc() + " .. " + hi.doc()) + unit;
+    s.check = [name = s.name, unit, open_ended, lo, hi, get](const server_config& c) {
       const std::int64_t v = get(c);
       if (v >= lo.at(c) && v <= hi.at(c)) return;
-      std::string what = std::string(name) + " must be ";
-      if (hi.value == unbounded && hi.follows.empty()) what += "at least " + lo.text(c);
-      else what += "between " + lo.text(c) + " and " + hi.text(c);
-      if (!unit.empty()) what += " " + std::string(unit);
-      throw std::invalid_argument(what);
+      throw std::invalid_argument(std::string(name) + " must be " +
+                                  (open_ended ? "at least " + lo.text(c) : "between " + lo.text(c) + " and " + hi.text(c)) +
+                                  unit);
     };
     return *this;
   }
@@ -464,14 +462,14 @@ std::vector<setting> build() {
     row r = duration("stall-threshold-ms", &c::stall_threshold,
                      "a sweeper this late was stalled: every lease then gets its full TTL from the stall's end");
     // Unset is -1 (stall_threshold_for derives it); a given value may not be negative.
-    r.s.add = [](CLI::App& app, server_config& into) {
+    r.s.add = [help = r.s.help](CLI::App& app, server_config& into) {
       return app.add_option_function<std::int64_t>(
           "--stall-threshold-ms",
           [&into](std::int64_t v) {
             if (v < 0) throw std::invalid_argument("stall-threshold-ms must not be negative");
             into.stall_threshold = milliseconds(v);
           },
-          "a sweeper this late was stalled: every lease then gets its full TTL from the stall's end");
+          std::string(help));
     };
     r.s.show = [](const server_config& x) {
       return x.stall_threshold.count() < 0 ? std::string() : std::to_string(x.stall_threshold.count());

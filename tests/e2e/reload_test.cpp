@@ -27,13 +27,22 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   REQUIRE(out.good());
 }
 
-// The line of `log` after `from` that starts with `prefix` ("" if none).
+// The first line of `log` after `from` that starts with `prefix` ("" if none).
 std::string line_after(const std::string& log, std::size_t from, std::string_view prefix) {
   for (auto at = log.find(prefix, from); at != std::string::npos; at = log.find(prefix, at + 1)) {
     if (at != 0 && log[at - 1] != '\n') continue;
     return log.substr(at, log.find('\n', at) - at);
   }
   return {};
+}
+
+// The first line of `log` after `from` that holds `part` ("" if none).
+std::string line_holding(const std::string& log, std::size_t from, std::string_view part) {
+  const auto at = log.find(part, from);
+  if (at == std::string::npos) return {};
+  const auto begin = log.rfind('\n', at);
+  const auto start = begin == std::string::npos || begin < from ? from : begin + 1;
+  return log.substr(start, log.find('\n', at) - start);
 }
 
 std::string quoted(const std::string& text) { return "\"" + text + "\""; }
@@ -166,13 +175,11 @@ TEST_CASE("a reload applies every setting the config file changed or names it as
     server.reload();
     const std::string text = log.text();
     const std::string reread = line_after(text, mark, "SIGHUP: " + file_arg + " re-read: ");
-    const std::string warning = line_after(text, mark, "SIGHUP: ");
-    const std::string restart = warning.find("take effect only at a restart") != std::string::npos ? warning
-                                : line_after(text, text.find('\n', text.find(reread, mark)) + 1, "SIGHUP: ");
+    const std::string restart = line_holding(text, mark, "take effect only at a restart");
     INFO("log: " << text.substr(mark));
     REQUIRE_FALSE(reread.empty());  // the file was read and validated
     const bool applied = names_in_changes(reread, s.name);
-    const bool named = restart.find("take effect only at a restart") != std::string::npos && names_in_warning(restart, s.name);
+    const bool named = names_in_warning(restart, s.name);
     CHECK(applied != named);  // exactly one of the two
     CHECK(applied == (s.effect == takes_effect::at_reload));
     // Back to the base file, so that the next row starts from the same config.
