@@ -104,7 +104,11 @@ server_config parse_server_args(int argc, const char* const* argv) {
   std::vector<std::string> keys;
   for (const auto& s : settings()) {
     CLI::Option* o = s.add(app, cfg);
-    if (!s.default_doc.empty()) o->default_str(std::string(s.default_doc));
+    if (!s.default_doc.empty()) {
+      std::string rule(s.default_doc);  // Markdown for the docs; plain on a terminal
+      std::erase(rule, '`');
+      o->default_str(rule);
+    }
     else if (const auto shown = s.show(defaults); !shown.empty() && shown != "false") o->default_str(shown);
     options.emplace_back(&s, o);
     keys.emplace_back(s.name);
