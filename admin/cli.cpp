@@ -68,14 +68,13 @@ void wipe(std::string& secret) {
 
 // A conns --sort name; nullopt for an unknown one.
 std::optional<connection_order> parse_order(std::string_view name) {
-  static constexpr std::pair<std::string_view, connection_order> orders[]{
-      {"id", connection_order::id},
-      {"idle", connection_order::idle},
-      {"pending", connection_order::pending_bytes},
-      {"dropped", connection_order::dropped},
-      {"subs", connection_order::subscriptions},
-      {"bytes-in", connection_order::bytes_in},
-      {"bytes-out", connection_order::bytes_out}};
+  static constexpr std::pair<std::string_view, connection_order> orders[]{{"id", connection_order::id},
+                                                                          {"idle", connection_order::idle},
+                                                                          {"pending", connection_order::pending_bytes},
+                                                                          {"dropped", connection_order::dropped},
+                                                                          {"subs", connection_order::subscriptions},
+                                                                          {"bytes-in", connection_order::bytes_in},
+                                                                          {"bytes-out", connection_order::bytes_out}};
   for (const auto& [n, o] : orders)
     if (n == name) return o;
   return std::nullopt;
@@ -94,11 +93,16 @@ std::optional<std::chrono::milliseconds> parse_window(std::string_view text) {
   if (digits == 0) return std::nullopt;
   const std::string_view unit = text.substr(digits);
   std::uint64_t scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  else return std::nullopt;
+  if (unit == "ms")
+    scale = 1;
+  else if (unit == "s")
+    scale = 1000;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  else
+    return std::nullopt;
   if (value * scale > 86'400'000) return std::nullopt;
   return std::chrono::milliseconds(static_cast<std::int64_t>(value * scale));
 }
@@ -263,13 +267,15 @@ int command::connect_failed(std::error_code ec, const std::string& why) {
 // keygen: a fresh key pair; the secret into --out (or stdout).
 int command::keygen() {
   auto keys = generate_key_pair();
-  if (!keys) return fail(exit_local, "no_randomness", "keygen: libsodium cannot be initialised: " + keys.error().message());
+  if (!keys)
+    return fail(exit_local, "no_randomness", "keygen: libsodium cannot be initialised: " + keys.error().message());
   std::string text = key_file_text(*keys);
   int code = exit_ok;
   if (s_.out_file.empty()) {
     if (::isatty(STDOUT_FILENO))
-      err_ << cli_name << ": the secret key is shown on this terminal only; keep it secret (keygen --out FILE "
-                          "writes it to a new file of mode 0600)\n";
+      err_ << cli_name
+           << ": the secret key is shown on this terminal only; keep it secret (keygen --out FILE "
+              "writes it to a new file of mode 0600)\n";
     if (s_.json) {
       json_writer j;
       j.begin_object().string("public_key", keys->public_key).string("secret_key", keys->seed).end_object();
@@ -303,10 +309,12 @@ int command::keygen() {
 int command::hash_token() {
   std::string token;
   if (s_.generate) {
-    if (!s_.token.empty()) return fail(exit_usage, "usage", "hash-token --generate makes the token: no --token with it");
+    if (!s_.token.empty())
+      return fail(exit_usage, "usage", "hash-token --generate makes the token: no --token with it");
     auto made = generate_token();
     if (!made)
-      return fail(exit_local, "no_randomness", "hash-token: libsodium cannot be initialised: " + made.error().message());
+      return fail(exit_local, "no_randomness",
+                  "hash-token: libsodium cannot be initialised: " + made.error().message());
     token = std::move(*made);
   } else if (!s_.token.empty()) {
     token = s_.token;
@@ -362,7 +370,8 @@ int command::fail(std::error_code ec, const std::string& what, std::string_view 
   // Offers: pending, and send with an expiry (a plain send's "routing" otherwise).
   const bool offers = what.starts_with("pending") || (what.starts_with("send") && s_.expires_ms != 0);
   std::string message = what + ": " + ec.message();
-  if (ec == errc::not_found) message = what + ": " + std::string(missing);
+  if (ec == errc::not_found)
+    message = what + ": " + std::string(missing);
   else if (ec == errc::not_supported && admin)
     message = what + ": the broker does not grant \"admin\" (" +
               (s_.token.empty() && s_.key_file.empty()
@@ -374,11 +383,14 @@ int command::fail(std::error_code ec, const std::string& what, std::string_view 
     message = what + ": the broker does not offer expiring sends and offers (\"offers\"; an older broker)";
   else if (ec == errc::not_supported && streams)
     message = what + ": the broker does not offer the sequence log (\"log\"; it runs without a data dir)";
-  else if (ec == errc::not_supported) message = what + ": the broker does not offer routing (\"routing\")";
-  else if (ec == errc::internal) message += " (is the broker running without a data dir?)";
+  else if (ec == errc::not_supported)
+    message = what + ": the broker does not offer routing (\"routing\")";
+  else if (ec == errc::internal)
+    message += " (is the broker running without a data dir?)";
   else if (ec == errc::corrupted)
-    message = what + ": the broker's sequence log is damaged (corrupted); check it with switchyard-server "
-                     "--verify-log --data-dir <its data dir> on the broker's host";
+    message = what +
+              ": the broker's sequence log is damaged (corrupted); check it with switchyard-server "
+              "--verify-log --data-dir <its data dir> on the broker's host";
   else if (ec == errc::bad_request && streams)
     message += " (stream names are 1..255 bytes, retention limits at most 9007199254740991)";
   else if (ec == errc::forbidden)
@@ -401,7 +413,8 @@ int command::ping() {
     j.begin_object().string("address", s_.address).key("rtt_ms").decimal(rtt_ms, 3);
     j.number("session_id", client_->session_id()).number("max_frame", client_->server_max_frame());
     // As a string, like lease ids: a JSON reader may keep only 53 bits of a number.
-    j.string("server_instance", std::to_string(client_->server_instance())).string("server_version", client_->server_version());
+    j.string("server_instance", std::to_string(client_->server_instance()))
+        .string("server_version", client_->server_version());
     j.key("capabilities").begin_array();
     for (const auto& cap : caps) j.string(cap);
     j.end_array().end_object();
@@ -496,8 +509,7 @@ int command::conns() {
                                               "PENDING B", "DROPPED", "IN B", "OUT B", "CAPABILITIES"}};
   for (const auto& c : list)
     rows.push_back({std::to_string(c.id), c.name.empty() ? "-" : c.name, c.principal.empty() ? "-" : c.principal,
-                    c.address + (c.tls ? " (tls)" : ""),
-                    format_elapsed(static_cast<std::uint64_t>(c.age.count())),
+                    c.address + (c.tls ? " (tls)" : ""), format_elapsed(static_cast<std::uint64_t>(c.age.count())),
                     format_elapsed(static_cast<std::uint64_t>(c.idle.count())), std::to_string(c.subscriptions),
                     c.inboxes.empty() ? "-" : join(c.inboxes), std::to_string(c.pending_bytes),
                     std::to_string(c.dropped), std::to_string(c.bytes_in), std::to_string(c.bytes_out),
@@ -556,7 +568,8 @@ cli_context::check register_global_options(CLI::App& app, cli_context& cli) {
   auto* tls_cert = app.add_option("--tls-cert", s.tls_cert,
                                   "this client's certificate chain (PEM), for a broker with --tls-verify-client; "
                                   "with --tls-key; implies --tls");
-  auto* tls_key = app.add_option("--tls-key", s.tls_key, "the private key of --tls-cert (PEM, unencrypted); implies --tls");
+  auto* tls_key =
+      app.add_option("--tls-key", s.tls_key, "the private key of --tls-cert (PEM, unencrypted); implies --tls");
   auto* tls_name = app.add_option("--tls-server-name", s.tls_server_name,
                                   "the name (DNS or IP) the broker's certificate must carry (default: the host of "
                                   "--address); implies --tls");
@@ -581,7 +594,8 @@ cli_context::check register_global_options(CLI::App& app, cli_context& cli) {
       "keygen / hash-token failed here (the file exists, cannot write), 6 send found no route.");
   return [&s, tls, tls_ca, tls_cert, tls_key, tls_name, tls_insecure]() -> std::string {
     s.tls = tls->count() + tls_ca->count() + tls_cert->count() + tls_key->count() + tls_name->count() +
-                tls_insecure->count() > 0;
+                tls_insecure->count() >
+            0;
     if (s.tls_cert.empty() != s.tls_key.empty()) return "--tls-cert and --tls-key go together (mTLS)";
     const bool local = s.command == "keygen" || s.command == "hash-token";
     if (!local && s.token.empty() && s.key_file.empty()) {
@@ -613,7 +627,9 @@ void register_server_commands(CLI::App& app, cli_context& cli) {
 
   app.add_subcommand("stats", "the broker's version, uptime, settings, and every counter and gauge");
   auto* conns = app.add_subcommand("conns", "the broker's open connections, a page at a time");
-  conns->add_option("--sort", s.sort, "id (oldest first), idle, pending, dropped, subs, bytes-in or bytes-out (largest first)")
+  conns
+      ->add_option("--sort", s.sort,
+                   "id (oldest first), idle, pending, dropped, subs, bytes-in or bytes-out (largest first)")
       ->capture_default_str();
   conns->add_option("--limit", s.limit, "at most this many (0 = the broker's default, 100; at most 1000)")
       ->check(whole_number)

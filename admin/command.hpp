@@ -44,9 +44,9 @@ struct settings {
   bool json = false;
   std::string command;  // "streams list", "ping", ...
   std::string stream;
-  std::string key;      // routes get / delete, send: a route key
-  std::string channel;  // pub: a channel; sub: a pattern
-  std::string message;  // pub, send: the payload, "-" = read it from stdin
+  std::string key;               // routes get / delete, send: a route key
+  std::string channel;           // pub: a channel; sub: a pattern
+  std::string message;           // pub, send: the payload, "-" = read it from stdin
   std::uint64_t expires_ms = 0;  // send: the expiry (0 = none); at most 2^32 - 1
   std::string flag;              // flags set: the flag's name
   unsigned percent = 0;          // flags set: 0..100

@@ -58,8 +58,10 @@ std::error_code write_secret_file(const std::filesystem::path& file, std::string
   while (!ec && done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) ec = n < 0 ? last_error() : std::make_error_code(std::errc::io_error);
-    else done += static_cast<std::size_t>(n);
+    if (n <= 0)
+      ec = n < 0 ? last_error() : std::make_error_code(std::errc::io_error);
+    else
+      done += static_cast<std::size_t>(n);
   }
   if (!ec && ::fsync(fd) != 0) ec = last_error();
   if (::close(fd) != 0 && !ec) ec = last_error();

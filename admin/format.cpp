@@ -16,8 +16,7 @@ std::string base64(std::string_view bytes) {
   for (std::size_t i = 0; i < bytes.size(); i += 3) {
     const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
     std::uint32_t v = 0;
-    for (std::size_t j = 0; j < 3; ++j)
-      v = v << 8 | (j < n ? static_cast<unsigned char>(bytes[i + j]) : 0u);
+    for (std::size_t j = 0; j < 3; ++j) v = v << 8 | (j < n ? static_cast<unsigned char>(bytes[i + j]) : 0u);
     for (std::size_t j = 0; j < 4; ++j) out += j <= n ? alphabet[(v >> (18 - 6 * j)) & 0x3F] : '=';
   }
   return out;
@@ -71,10 +70,14 @@ std::string format_elapsed(std::uint64_t ms) {
   char out[48];
   const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
   const std::uint64_t s = ms / 1000;
-  if (ms < 60'000) std::snprintf(out, sizeof out, "%llu.%llus", u(s), u(ms % 1000 / 100));
-  else if (s < 3600) std::snprintf(out, sizeof out, "%llum%02llus", u(s / 60), u(s % 60));
-  else if (s < 86'400) std::snprintf(out, sizeof out, "%lluh%02llum", u(s / 3600), u(s % 3600 / 60));
-  else std::snprintf(out, sizeof out, "%llud%02lluh", u(s / 86'400), u(s % 86'400 / 3600));
+  if (ms < 60'000)
+    std::snprintf(out, sizeof out, "%llu.%llus", u(s), u(ms % 1000 / 100));
+  else if (s < 3600)
+    std::snprintf(out, sizeof out, "%llum%02llus", u(s / 60), u(s % 60));
+  else if (s < 86'400)
+    std::snprintf(out, sizeof out, "%lluh%02llum", u(s / 3600), u(s % 3600 / 60));
+  else
+    std::snprintf(out, sizeof out, "%llud%02lluh", u(s / 86'400), u(s % 86'400 / 3600));
   return out;
 }
 

@@ -35,7 +35,8 @@ bool interrupt_guard::sleep_for(std::chrono::milliseconds d) const {
   while (!requested()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= until) return false;
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(20)));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(20)));
   }
   return true;
 }

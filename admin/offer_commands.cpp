@@ -19,9 +19,12 @@ namespace {
 
 std::string_view outcome_name(key_outcome o) {
   switch (o) {
-    case key_outcome::routed: return "routed";
-    case key_outcome::capped: return "capped";
-    case key_outcome::no_route: break;
+    case key_outcome::routed:
+      return "routed";
+    case key_outcome::capped:
+      return "capped";
+    case key_outcome::no_route:
+      break;
   }
   return "no_route";
 }
@@ -106,8 +109,9 @@ int command::send_expiring() {
   const std::string inbox = r->gateways.empty() ? std::string() : r->gateways.front();
   if (outcome == key_outcome::no_route)
     return fail(exit_no_route, "no_route",
-                "send " + s_.key + ": no route (no live registry entry for it, or its gateway's inbox is not "
-                                   "connected); nothing was delivered");
+                "send " + s_.key +
+                    ": no route (no live registry entry for it, or its gateway's inbox is not "
+                    "connected); nothing was delivered");
   if (s_.json) {
     json_writer j;
     j.begin_object().string("route_key", s_.key).string("inbox", inbox).number("bytes", payload.size());

@@ -131,8 +131,7 @@ void register_pubsub_commands(CLI::App& app, cli_context& cli) {
       "sub",
       "print the messages published to channels matching a pattern, one line each (with --json one object "
       "each), until SIGINT/SIGTERM (exit 0) or --count; --timeout-ms does not end it");
-  sub->add_option("pattern", s.channel, "pattern: * matches one token, > (last) the rest, e.g. orders.>")
-      ->required();
+  sub->add_option("pattern", s.channel, "pattern: * matches one token, > (last) the rest, e.g. orders.>")->required();
   sub->add_option("--count", s.stop_after, "exit 0 after this many messages (0 = until interrupted)")
       ->check(whole_number)
       ->capture_default_str();

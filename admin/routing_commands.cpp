@@ -136,7 +136,8 @@ int command::inboxes_list() {
         j.begin_object().string("id", r.id).number("conn", r.conn).string("name", r.name);
         j.string("lease", std::to_string(r.lease)).end_object();
       },
-      {"INBOX", "CONN", "NAME", "LEASE"}, {false, true, false, true}, [](const inbox_row& r) {
+      {"INBOX", "CONN", "NAME", "LEASE"}, {false, true, false, true},
+      [](const inbox_row& r) {
         return std::vector<std::string>{r.id, std::to_string(r.conn), r.name.empty() ? "-" : r.name,
                                         std::to_string(r.lease)};
       });
@@ -148,8 +149,9 @@ int command::send() {
   auto inbox = client_->send(s_.key, payload);
   if (!inbox && inbox.error() == errc::no_route)
     return fail(exit_no_route, "no_route",
-                "send " + s_.key + ": no route (no live registry entry for it, or its gateway's inbox is not "
-                                   "connected); nothing was delivered");
+                "send " + s_.key +
+                    ": no route (no live registry entry for it, or its gateway's inbox is not "
+                    "connected); nothing was delivered");
   if (!inbox) return fail(inbox.error(), "send " + s_.key);
   if (s_.json) {
     json_writer j;
@@ -209,8 +211,8 @@ void register_routing_commands(CLI::App& app, cli_context& cli) {
   lease_list->add_option("--cursor", s.cursor, "the next page: the cursor the page before printed (0 = the first page)")
       ->check(whole_number)
       ->capture_default_str();
-  auto* lease_revoke = leases->add_subcommand(
-      "revoke", "revoke a lease now: the registry entries and inboxes bound to it go with it");
+  auto* lease_revoke =
+      leases->add_subcommand("revoke", "revoke a lease now: the registry entries and inboxes bound to it go with it");
   lease_revoke->add_option("id", s.lease, "lease id, as leases list prints it")->required()->check(whole_number);
 
   auto* inboxes = app.add_subcommand("inboxes", "gateway inboxes");

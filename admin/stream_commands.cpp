@@ -56,10 +56,15 @@ int command::streams_list() {
   return print_list(
       "streams", *list, more, [](json_writer& j, const stream_summary& st) { write_stream(j, st); },
       {"STREAM", "FIRST", "LAST", "RECORDS", "BYTES", "CREATED", "RETENTION"},
-      {false, true, true, true, true, false, false}, [](const stream_summary& st) {
-        return std::vector<std::string>{st.name, std::to_string(st.first_seq), std::to_string(st.last_seq),
-                                        std::to_string(st.records), std::to_string(st.bytes),
-                                        format_utc(st.created_ms), describe(st)};
+      {false, true, true, true, true, false, false},
+      [](const stream_summary& st) {
+        return std::vector<std::string>{st.name,
+                                        std::to_string(st.first_seq),
+                                        std::to_string(st.last_seq),
+                                        std::to_string(st.records),
+                                        std::to_string(st.bytes),
+                                        format_utc(st.created_ms),
+                                        describe(st)};
       });
 }
 
@@ -110,7 +115,7 @@ int command::streams_read() {
                     " (--from 0 reads from the first retained record)");
   }
   // next_seq also steps over records left out because they had expired.
-  const std::uint64_t next = r->next_seq != 0       ? r->next_seq
+  const std::uint64_t next = r->next_seq != 0     ? r->next_seq
                              : r->records.empty() ? std::max(s_.from, r->first_seq)
                                                   : r->records.back().seq + 1;
   const bool more = next <= r->last_seq;
@@ -136,8 +141,10 @@ int command::streams_read() {
     rows.push_back({std::to_string(rec.seq), format_utc(rec.timestamp_ms), delivered_to(rec),
                     std::string(payload.encoding()), std::move(payload.value)});
   }
-  if (rows.size() > 1) out_ << format_table(rows, {true, false, false, false, false});
-  else if (r->expired == 0) out_ << "no records from seq " << next << "\n";
+  if (rows.size() > 1)
+    out_ << format_table(rows, {true, false, false, false, false});
+  else if (r->expired == 0)
+    out_ << "no records from seq " << next << "\n";
   if (r->expired != 0) out_ << "(" << r->expired << " expired records left out)\n";
   if (more) out_ << "(more from seq " << next << ": --from " << next << ")\n";
   return exit_ok;
@@ -196,7 +203,8 @@ int command::streams_tail() {
     if (r->epoch != epoch) {
       // Deleted and created again (or recreated) meanwhile: its sequences
       // start again, so follow the new stream from its first record.
-      if (!gone) note("the stream was recreated (epoch " + std::to_string(epoch) + " -> " + std::to_string(r->epoch) + ")");
+      if (!gone)
+        note("the stream was recreated (epoch " + std::to_string(epoch) + " -> " + std::to_string(r->epoch) + ")");
       note("following the new stream from its first record");
       epoch = r->epoch;
       next = r->first_seq;
@@ -221,9 +229,7 @@ int command::streams_tail() {
     out_.flush();
     // next_seq steps over expired records too (an answer of only those
     // still moves on).
-    const std::uint64_t after = r->next_seq != 0       ? r->next_seq
-                                : r->records.empty() ? next
-                                                     : r->records.back().seq + 1;
+    const std::uint64_t after = r->next_seq != 0 ? r->next_seq : r->records.empty() ? next : r->records.back().seq + 1;
     if (after > next) {
       next = after;
       continue;  // more may be there already
@@ -333,9 +339,10 @@ void register_stream_commands(CLI::App& app, cli_context& cli) {
                       ->check(whole_number);
   auto* age = retention->add_option("--max-age-ms", s.max_age_ms, "drop records older than this, ms (0 = none)")
                   ->check(whole_number);
-  auto* bytes = retention->add_option("--max-bytes", s.max_bytes,
-                                      "keep at most this many record bytes, payload plus delivery destination (0 = none)")
-                      ->check(whole_number);
+  auto* bytes = retention
+                    ->add_option("--max-bytes", s.max_bytes,
+                                 "keep at most this many record bytes, payload plus delivery destination (0 = none)")
+                    ->check(whole_number);
   retention->add_flag("--clear", s.clear, "drop the stream's own limits: the broker's default applies again")
       ->excludes(records)
       ->excludes(age)
@@ -357,8 +364,8 @@ void register_stream_commands(CLI::App& app, cli_context& cli) {
       "print a stream's records one line each (with --json one object each): the last --last records, or from "
       "--from, to the end; with --follow also those appended later, until SIGINT/SIGTERM (exit 0) or --count");
   tail->add_option("name", s.stream, "stream name")->required();
-  auto* tail_from = tail->add_option("--from", s.from, "first sequence (0 = the first retained record)")
-                        ->check(whole_number);
+  auto* tail_from =
+      tail->add_option("--from", s.from, "first sequence (0 = the first retained record)")->check(whole_number);
   tail->add_option("--last", s.last, "without --from: start this many records before the end (0 = only new ones)")
       ->check(whole_number)
       ->capture_default_str()

@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::size_t max_principal_name = 128;
 constexpr std::size_t max_file_size = std::size_t{1} << 20;  // 1 MiB
-constexpr std::size_t max_shown = 64;                         // bytes of a name or key an error shows
+constexpr std::size_t max_shown = 64;                        // bytes of a name or key an error shows
 
 // A name or key as an error message shows it: quoted, at most max_shown
 // bytes, anything but printable ASCII as \xNN.
@@ -89,8 +89,9 @@ class reader {
       }
     }
     if (out.token_hashes.empty() && out.public_keys.empty() && out.tls_subjects.empty())
-      return fail(key.source(), prefix_ + "no credentials: give at least one of token_sha256, "
-                                          "ed25519_public_keys, tls_subjects");
+      return fail(key.source(), prefix_ +
+                                    "no credentials: give at least one of token_sha256, "
+                                    "ed25519_public_keys, tls_subjects");
     return true;
   }
 
@@ -130,8 +131,7 @@ class reader {
       const toml::node& element = (*list)[i];
       const auto* s = element.as_string();
       if (!s || s->get().empty())
-        return fail(element.source(),
-                    prefix_ + "tls_subjects[" + std::to_string(i) + "] must be a non-empty string");
+        return fail(element.source(), prefix_ + "tls_subjects[" + std::to_string(i) + "] must be a non-empty string");
       out.push_back(s->get());
     }
     return true;
@@ -150,7 +150,8 @@ class reader {
       } else if (field == "deny") {
         if (!read_patterns(op, field, v, deny)) return false;
       } else {
-        return fail(k.source(), prefix_ + std::string(op) + ": unknown key " + shown(field) + " (expected allow, deny)");
+        return fail(k.source(),
+                    prefix_ + std::string(op) + ": unknown key " + shown(field) + " (expected allow, deny)");
       }
     }
     out = permission_rule(std::move(allow), std::move(deny));
@@ -183,9 +184,9 @@ class reader {
     if (inserted) return true;
     const toml::node* at = table.get(field);
     if (const auto* list = at ? at->as_array() : nullptr; list && index < list->size()) at = list->get(index);
-    return fail(at ? at->source() : table.source(),
-                prefix_ + std::string(field) + "[" + std::to_string(index) + "] is also a credential of principal " +
-                    shown(it->second) + ": a credential belongs to one principal");
+    return fail(at ? at->source() : table.source(), prefix_ + std::string(field) + "[" + std::to_string(index) +
+                                                        "] is also a credential of principal " + shown(it->second) +
+                                                        ": a credential belongs to one principal");
   }
 
   std::string prefix_;
@@ -221,8 +222,8 @@ std::expected<auth_config, auth_file_error> auth_config::parse(std::string_view 
     if (k.str() == "principals") {
       principals_node = &v;
     } else {
-      r.fail(k.source(), "unknown top-level key " + shown(k.str()) +
-                             " (an auth file has only [principals.<name>] tables)");
+      r.fail(k.source(),
+             "unknown top-level key " + shown(k.str()) + " (an auth file has only [principals.<name>] tables)");
       return std::unexpected(std::move(*r.error));
     }
   }

@@ -37,7 +37,7 @@
 namespace switchyard::auth {
 
 struct auth_file_error {
-  std::string message;  // what is wrong, naming the principal and key
+  std::string message;   // what is wrong, naming the principal and key
   std::size_t line = 0;  // 1-based; 0 when no line applies (an unreadable file)
   std::size_t column = 0;
   // "<source>:<line>:<column>: <message>" (without line/column when 0).
@@ -62,8 +62,7 @@ class auth_config {
   // stored hash, each with `equal` (constant time by default), with no early
   // exit, so the time does not say which principal or how many bytes
   // matched. Null when none does.
-  std::shared_ptr<const principal> by_token(std::string_view token,
-                                            equal_fn equal = &constant_time_equal) const;
+  std::shared_ptr<const principal> by_token(std::string_view token, equal_fn equal = &constant_time_equal) const;
   // The principal with this Ed25519 public key (public: no constant time
   // needed). Null when none.
   std::shared_ptr<const principal> by_public_key(std::span<const std::uint8_t> key) const;

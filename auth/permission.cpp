@@ -12,7 +12,7 @@ namespace switchyard::auth {
 namespace {
 
 constexpr std::array<std::string_view, operation_count> operation_names{
-    "publish",      "subscribe",    "send",          "registry_put", "registry_get",
+    "publish",         "subscribe", "send",          "registry_put", "registry_get",
     "registry_delete", "inbox",     "stream_append", "stream_read",
 };
 
@@ -162,16 +162,20 @@ permission_rule::shape permission_rule::shape_of(std::string_view pattern) noexc
 bool permission_rule::matches(shape kind, const std::string& pattern, std::string_view name) noexcept {
   if (name.empty()) return false;
   switch (kind) {
-    case shape::any: return true;
-    case shape::one_token: return name.find('.') == std::string_view::npos;
-    case shape::literal: return name == pattern;
+    case shape::any:
+      return true;
+    case shape::one_token:
+      return name.find('.') == std::string_view::npos;
+    case shape::literal:
+      return name == pattern;
     case shape::literal_tail: {
       // "a.b.>" against "a.b." + rest: `>` takes rest's one or more tokens
       // (an empty rest is one empty token, as pattern_matches reads it).
       const std::size_t dot = pattern.size() - 2;
       return name.size() > dot && name[dot] == '.' && name.compare(0, dot, pattern, 0, dot) == 0;
     }
-    case shape::general: return pattern_matches(pattern, name);
+    case shape::general:
+      return pattern_matches(pattern, name);
   }
   return false;
 }
@@ -206,8 +210,8 @@ bool permission_rule::allows(std::string_view name) const {
 permission_rule::subscribe_verdict permission_rule::check_subscribe(std::string_view pattern) const {
   for (const auto& d : deny_)
     if (pattern_covers(d, pattern)) return subscribe_verdict::denied;
-  const bool covered = std::any_of(allow_.begin(), allow_.end(),
-                                   [&](const std::string& a) { return pattern_covers(a, pattern); });
+  const bool covered =
+      std::any_of(allow_.begin(), allow_.end(), [&](const std::string& a) { return pattern_covers(a, pattern); });
   if (!covered) return subscribe_verdict::denied;
   for (const auto& d : deny_)
     if (patterns_overlap(d, pattern)) return subscribe_verdict::allowed_filtered;

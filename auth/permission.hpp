@@ -90,11 +90,11 @@ class permission_rule {
   // match a name without splitting it into tokens. Each answers exactly as
   // pattern_matches does.
   enum class shape : std::uint8_t {
-    any,          // ">": every name
-    one_token,    // "*": a name without '.'
-    literal,      // no wildcard token: the name equals the pattern
-    literal_tail, // "a.b.>": the name starts with "a.b." (a wildcard-free prefix)
-    general,      // anything else: pattern_matches
+    any,           // ">": every name
+    one_token,     // "*": a name without '.'
+    literal,       // no wildcard token: the name equals the pattern
+    literal_tail,  // "a.b.>": the name starts with "a.b." (a wildcard-free prefix)
+    general,       // anything else: pattern_matches
   };
   static shape shape_of(std::string_view pattern) noexcept;
   static bool matches(shape kind, const std::string& pattern, std::string_view name) noexcept;

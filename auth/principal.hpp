@@ -27,9 +27,9 @@ struct principal {
   std::array<permission_rule, operation_count> rules;
 
   // Credentials; a principal has at least one.
-  std::vector<sha256_digest> token_hashes;       // SHA-256 of each bearer token
-  std::vector<ed25519_public_key> public_keys;   // Ed25519 keys it may sign challenges with
-  std::vector<std::string> tls_subjects;         // client certificate subjects (RFC 2253 form)
+  std::vector<sha256_digest> token_hashes;      // SHA-256 of each bearer token
+  std::vector<ed25519_public_key> public_keys;  // Ed25519 keys it may sign challenges with
+  std::vector<std::string> tls_subjects;        // client certificate subjects (RFC 2253 form)
 
   const permission_rule& rule(operation op) const noexcept { return rules[static_cast<std::size_t>(op)]; }
   // admin, or rule(op).allows(name).

@@ -155,18 +155,24 @@ class json_line {
     key(k);
     out_ += '"';
     for (char c : v) {
-      if (c == '"' || c == '\\') out_ += '\\', out_ += c;
-      else if (static_cast<unsigned char>(c) < 0x20) out_ += fmt::format("\\u{:04x}", c);
-      else out_ += c;
+      if (c == '"' || c == '\\')
+        out_ += '\\', out_ += c;
+      else if (static_cast<unsigned char>(c) < 0x20)
+        out_ += fmt::format("\\u{:04x}", c);
+      else
+        out_ += c;
     }
     out_ += '"';
     return *this;
   }
   json_line& num(std::string_view k, double v) {
     key(k);
-    if (!std::isfinite(v)) out_ += "null";
-    else if (std::fabs(v) >= 1000) out_ += fmt::format("{:.0f}", v);
-    else out_ += fmt::format("{:.4g}", v);
+    if (!std::isfinite(v))
+      out_ += "null";
+    else if (std::fabs(v) >= 1000)
+      out_ += fmt::format("{:.0f}", v);
+    else
+      out_ += fmt::format("{:.4g}", v);
     return *this;
   }
   json_line& integer(std::string_view k, long long v) {
@@ -205,7 +211,7 @@ class server_process;
 struct target {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
-  std::string tls_ca;  // non-empty: TLS, trusting this CA file
+  std::string tls_ca;    // non-empty: TLS, trusting this CA file
   std::string token;     // non-empty: every client's bearer token
   std::string key_file;  // non-empty: every client's Ed25519 key file
   // For a client asking for "admin" (the reconnect workload's drain): the
@@ -283,7 +289,6 @@ inline client_options options_for(const target& t, std::string name) {
   return o;
 }
 
-
 // The broker's settings and figures (a Stats request, which needs the
 // admin capability: with --auth the bench's admin principal asks), or
 // unexpected(why not).
@@ -297,8 +302,9 @@ inline std::expected<server_stats, std::string> broker_stats(const target& t) {
   (*c)->close();
   if (!st) {
     if (st.error() == errc::not_supported || st.error() == errc::forbidden)
-      return std::unexpected(std::string("reading the broker's settings needs the admin capability, not granted to "
-                                         "these credentials"));
+      return std::unexpected(
+          std::string("reading the broker's settings needs the admin capability, not granted to "
+                      "these credentials"));
     return std::unexpected("stats: " + st.error().message());
   }
   return std::move(*st);

@@ -120,23 +120,25 @@ int run_connections(const settings& s, const target& t, int server_pid) {
   j.num("server_rss_bytes_per_idle_connection", per(rss0, rss1));
   if (s.declare > 0) {
     j.num("server_rss_bytes_per_incomplete_frame", per(rss1, rss2));
-    if (measured) j.integer("incomplete_total_bytes", rss2 > rss1 ? static_cast<long long>(rss2 - rss1) : 0);
-    else j.raw("incomplete_total_bytes", "null");
+    if (measured)
+      j.integer("incomplete_total_bytes", rss2 > rss1 ? static_cast<long long>(rss2 - rss1) : 0);
+    else
+      j.raw("incomplete_total_bytes", "null");
     j.integer("still_open", open);
   }
   j.raw("cpu", cost.json());
   constexpr std::string_view not_measured = "server RSS not measured for a broker of --address";
-  std::string summary =
-      measured ? fmt::format("connections: {} connections\n  idle after hello: {:.0f} B server RSS each\n", n,
-                             per(rss0, rss1))
-               : fmt::format("connections: {} connections\n  idle after hello: {}\n", n, not_measured);
+  std::string summary = measured
+                            ? fmt::format("connections: {} connections\n  idle after hello: {:.0f} B server RSS each\n",
+                                          n, per(rss0, rss1))
+                            : fmt::format("connections: {} connections\n  idle after hello: {}\n", n, not_measured);
   if (s.declare > 0)
-    summary += measured ? fmt::format("  incomplete frame declaring {} B: {:.0f} B more each ({:.1f} MiB in all), {} "
-                                      "still open\n",
-                                      s.declare, per(rss1, rss2),
-                                      static_cast<double>(rss2 > rss1 ? rss2 - rss1 : 0) / (1 << 20), open)
-                        : fmt::format("  incomplete frame declaring {} B: {}; {} still open\n", s.declare,
-                                      not_measured, open);
+    summary +=
+        measured ? fmt::format(
+                       "  incomplete frame declaring {} B: {:.0f} B more each ({:.1f} MiB in all), {} "
+                       "still open\n",
+                       s.declare, per(rss1, rss2), static_cast<double>(rss2 > rss1 ? rss2 - rss1 : 0) / (1 << 20), open)
+                 : fmt::format("  incomplete frame declaring {} B: {}; {} still open\n", s.declare, not_measured, open);
   emit(s, summary + cost.summary(), j);
   return 0;
 }

@@ -51,7 +51,8 @@ std::expected<commit_work, std::string> commit_work_between(const std::expected<
   if (!before) return std::unexpected(before.error());
   if (!after) return std::unexpected(after.error());
   commit_work w;
-  for (const auto& [name, field] : {std::pair{"log_appends_total", &w.appends}, {"log_commit_batches_total", &w.batches},
+  for (const auto& [name, field] : {std::pair{"log_appends_total", &w.appends},
+                                    {"log_commit_batches_total", &w.batches},
                                     {"log_fsyncs_total", &w.fsyncs}}) {
     const auto a = value_of(*before, name), b = value_of(*after, name);
     if (!a || !b) return std::unexpected(fmt::format("the broker does not report {} (an older version)", name));
@@ -110,9 +111,7 @@ int run_durable(const settings& s, const target& t) {
         c.async_append(stream, payload,
                        [answered](std::expected<append_ack, std::error_code> a) { answered(a.has_value()); });
       },
-      [&](std::uint64_t acked) {
-        progress("durable: acknowledged {}/{}", acked, count);
-      });
+      [&](std::uint64_t acked) { progress("durable: acknowledged {}/{}", acked, count); });
   progress_done();
   const std::uint64_t failed = r.failed + (count - std::min(count, r.issued));
   const std::uint64_t acked = r.answered - std::min(r.answered, r.failed);
@@ -141,8 +140,10 @@ int run_durable(const settings& s, const target& t) {
   j.integer("size", s.size).integer("window", s.window);
   j.integer("acked", static_cast<long long>(acked)).num("acked_rate", static_cast<double>(acked) / secs);
   j.integer("stored", static_cast<long long>(stored_count)).str("fsync", policy(mode));
-  if (mode.empty()) j.raw("durability", "null");
-  else j.str("durability", mode);
+  if (mode.empty())
+    j.raw("durability", "null");
+  else
+    j.str("durability", mode);
   j.str("stream", stream);
   std::string work_line;
   if (work) {
@@ -152,11 +153,10 @@ int run_durable(const settings& s, const target& t) {
     o.integer("fsyncs", static_cast<long long>(w.fsyncs));
     o.num("appends_per_batch", w.per(w.appends, w.batches)).num("appends_per_fsync", w.per(w.appends, w.fsyncs));
     j.raw("group_commit", o.done());
-    work_line = fmt::format(
-        "  group commit: {} appends in {} batches, {} fsyncs{}{}\n", w.appends, w.batches, w.fsyncs,
-        w.fsyncs ? fmt::format(" ({:.1f} appends per fsync)", w.per(w.appends, w.fsyncs))
-                 : std::string(" (none: nothing waited for the disk)"),
-        w.appends != acked ? " (the broker's counters: other clients' appends count too)" : "");
+    work_line = fmt::format("  group commit: {} appends in {} batches, {} fsyncs{}{}\n", w.appends, w.batches, w.fsyncs,
+                            w.fsyncs ? fmt::format(" ({:.1f} appends per fsync)", w.per(w.appends, w.fsyncs))
+                                     : std::string(" (none: nothing waited for the disk)"),
+                            w.appends != acked ? " (the broker's counters: other clients' appends count too)" : "");
   } else {
     j.raw("group_commit", "null").str("group_commit_note", work.error());
     work_line = "  group commit: not known: " + work.error() + "\n";
@@ -200,9 +200,7 @@ int run_replay(const settings& s, const target& t) {
         (*conn)->async_append(stream, payload,
                               [answered](std::expected<append_ack, std::error_code> r) { answered(r.has_value()); });
       },
-      [&](std::uint64_t n) {
-        progress("replay: loading {}/{}", n, count);
-      });
+      [&](std::uint64_t n) { progress("replay: loading {}/{}", n, count); });
   if (loaded.failed || loaded.answered < count)
     return fail_line(s, fmt::format("{} appends failed while loading", count - (loaded.answered - loaded.failed)));
 
@@ -226,7 +224,9 @@ int run_replay(const settings& s, const target& t) {
   }
   json_line j;
   j.str("broker", "switchyard").str("workload", "replay").integer("n", static_cast<long long>(count));
-  j.integer("size", s.size).integer("read", static_cast<long long>(read)).num("read_rate", static_cast<double>(read) / secs);
+  j.integer("size", s.size)
+      .integer("read", static_cast<long long>(read))
+      .num("read_rate", static_cast<double>(read) / secs);
   j.str("stream", stream).raw("cpu", cost.json());
   emit(s,
        fmt::format("replay: read {} records of {} B from sequence 1 in {:.3f} s: {:.0f} records/s\n", read, s.size,

@@ -18,14 +18,22 @@ namespace {
 
 std::string fs_name(long magic) {
   switch (static_cast<unsigned long>(magic)) {
-    case 0xef53: return "ext2/3/4";
-    case 0x58465342: return "xfs";
-    case 0x9123683e: return "btrfs";
-    case 0x01021994: return "tmpfs (fdatasync does not reach a disk)";
-    case 0x794c7630: return "overlayfs";
-    case 0x2fc12fc1: return "zfs";
-    case 0xf2f52010: return "f2fs";
-    default: return "other";
+    case 0xef53:
+      return "ext2/3/4";
+    case 0x58465342:
+      return "xfs";
+    case 0x9123683e:
+      return "btrfs";
+    case 0x01021994:
+      return "tmpfs (fdatasync does not reach a disk)";
+    case 0x794c7630:
+      return "overlayfs";
+    case 0x2fc12fc1:
+      return "zfs";
+    case 0xf2f52010:
+      return "f2fs";
+    default:
+      return "other";
   }
 }
 

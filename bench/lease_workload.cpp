@@ -52,7 +52,9 @@ in_process_figures measure_in_process(long n) {
       (void)routing.put(fmt::format("user:{}", i), fmt::format("gw-{}", i % 200), lease.id, {});
     }
     out.bytes_per_lease = static_cast<double>(mallinfo2().uordblks - heap_before) / static_cast<double>(n);
-    const auto on_expire = [&](broker::lease_id id, broker::lease_attachment* first) { routing.remove_lease(id, first); };
+    const auto on_expire = [&](broker::lease_id id, broker::lease_attachment* first) {
+      routing.remove_lease(id, first);
+    };
     // Idle ticks: nothing is due.
     constexpr int ticks = 5;
     std::uint64_t spent = 0;
@@ -130,10 +132,11 @@ int run_leases(const settings& s, const target& t, int server_pid) {
   for (int pass = 0; pass < 2; ++pass) {
     for (long i = 0; i < n; ++i) {
       window.acquire();
-      (*conn)->async_lease_keepalive(ids[static_cast<std::size_t>(i)], [&](std::expected<lease_info, std::error_code> r) {
-        if (!r) ++failed;
-        window.release();
-      });
+      (*conn)->async_lease_keepalive(ids[static_cast<std::size_t>(i)],
+                                     [&](std::expected<lease_info, std::error_code> r) {
+                                       if (!r) ++failed;
+                                       window.release();
+                                     });
       if (i % 50000 == 0) progress("leases: keepalive pass {}, {}/{}", pass + 1, i, n);
     }
   }

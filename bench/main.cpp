@@ -71,12 +71,18 @@ constexpr std::string_view channel = "bench.fanout";
 enum class end_reason { none, count, sentinel, idle, error, deadline };
 const char* end_name(end_reason e) {
   switch (e) {
-    case end_reason::count: return "count";
-    case end_reason::sentinel: return "sentinel";
-    case end_reason::idle: return "idle";
-    case end_reason::error: return "error";
-    case end_reason::deadline: return "deadline";
-    default: return "none";
+    case end_reason::count:
+      return "count";
+    case end_reason::sentinel:
+      return "sentinel";
+    case end_reason::idle:
+      return "idle";
+    case end_reason::error:
+      return "error";
+    case end_reason::deadline:
+      return "deadline";
+    default:
+      return "none";
   }
 }
 
@@ -105,8 +111,10 @@ struct subscriber {
     }
     const auto n = recv.load(std::memory_order_relaxed);
     if (n == 0) first_ns = t;
-    if (seq > next_seq) ++gaps;
-    else if (seq < next_seq) ++reorder;
+    if (seq > next_seq)
+      ++gaps;
+    else if (seq < next_seq)
+      ++reorder;
     next_seq = seq + 1;
     if (latency_mode && m.payload.size() >= 16 && latencies.size() < latencies.capacity())
       latencies.push_back(static_cast<std::int64_t>(t - get_u64(m.payload.data() + 8)));
@@ -170,7 +178,8 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
         total += sub->recv.load(std::memory_order_relaxed);
         if (sub->ended != static_cast<int>(end_reason::none)) continue;
         all = false;
-        if (t > deadline) sub->ended = static_cast<int>(end_reason::deadline);
+        if (t > deadline)
+          sub->ended = static_cast<int>(end_reason::deadline);
         else if (start) {
           const std::uint64_t base = std::max(sub->last_ns.load(), start);
           if (t > base + static_cast<std::uint64_t>(s.idle * 1e9)) sub->ended = static_cast<int>(end_reason::idle);
@@ -222,8 +231,10 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   const std::uint64_t t_sent = now_ns();
   put_u64(buf.data(), sentinel_seq);
   if (pub_error.empty()) {
-    if (auto ec = (*pub)->publish(channel, buf)) pub_error = ec.message();
-    else if (auto ec2 = (*pub)->flush()) pub_error = "flush: " + ec2.message();
+    if (auto ec = (*pub)->publish(channel, buf))
+      pub_error = ec.message();
+    else if (auto ec2 = (*pub)->flush())
+      pub_error = "flush: " + ec2.message();
   }
   const std::uint64_t t_pub_end = now_ns();
   watcher.join();
@@ -261,14 +272,17 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
     const double expected = static_cast<double>(count) * nsubs;
     const double loss = 1.0 - static_cast<double>(total) / expected;
     j.integer("subs", nsubs).integer("n", static_cast<long long>(count)).integer("size", s.size);
-    j.str("client", fmt::format("switchyard client-lib: batched publish (loop-thread writer), subscribers on {} I/O thread(s)",
-                                threads));
+    j.str("client",
+          fmt::format("switchyard client-lib: batched publish (loop-thread writer), subscribers on {} I/O thread(s)",
+                      threads));
     j.integer("sent", static_cast<long long>(sent.load()));
     j.num("pub_secs", pub_secs).num("pub_rate", static_cast<double>(sent.load()) / pub_secs);
     j.num("pub_call_secs", static_cast<double>(t_sent - start) / 1e9);
     j.raw("recv", recv_list).integer("recv_total", static_cast<long long>(total));
     j.num("delivered_secs", del_secs).num("delivered_rate", static_cast<double>(total) / del_secs);
-    j.num("loss", loss).integer("gaps", static_cast<long long>(gaps)).integer("reorder", static_cast<long long>(reorder));
+    j.num("loss", loss)
+        .integer("gaps", static_cast<long long>(gaps))
+        .integer("reorder", static_cast<long long>(reorder));
     summary = fmt::format(
         "fanout: {} subscriber(s), {} messages of {} B\n"
         "  publish:   {:.0f} msg/s ({:.3f} s until the broker confirmed)\n"
@@ -284,8 +298,10 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
     j.integer("subs", 1).num("rate", s.rate).num("secs", s.seconds).integer("size", s.size);
     j.str("client", "switchyard client-lib: publish writes immediately, subscriber on its own I/O thread");
     j.integer("sent", static_cast<long long>(sent.load())).integer("recv", static_cast<long long>(subs[0]->recv));
-    j.num("loss", loss).num("achieved_rate", static_cast<double>(sent.load()) / (static_cast<double>(t_sent - start) / 1e9));
-    j.num("pub_late_max_us", static_cast<double>(pace.late_max()) / 1000.0).integer("samples", static_cast<long long>(lat.size()));
+    j.num("loss", loss)
+        .num("achieved_rate", static_cast<double>(sent.load()) / (static_cast<double>(t_sent - start) / 1e9));
+    j.num("pub_late_max_us", static_cast<double>(pace.late_max()) / 1000.0)
+        .integer("samples", static_cast<long long>(lat.size()));
     j.num("min_us", lat.empty() ? NAN : static_cast<double>(lat.front()) / 1000.0);
     j.num("mean_us", lat.empty() ? NAN : sum / static_cast<double>(lat.size()) / 1000.0);
     j.num("p50_us", pct_us(lat, 50)).num("p90_us", pct_us(lat, 90)).num("p99_us", pct_us(lat, 99));
@@ -334,13 +350,18 @@ int main(int argc, char** argv) {
 
   auto* fanout = app.add_subcommand("fanout", "S subscribers, one publisher sending N messages as fast as it can");
   fanout->add_option("--subs", s.subs, "subscriber connections")->check(CLI::Range(1, 64))->capture_default_str();
-  fanout->add_option("--count", s.count, "messages to publish")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
+  fanout->add_option("--count", s.count, "messages to publish")
+      ->check(CLI::Range(1L, 100'000'000L))
+      ->capture_default_str();
   fanout->add_option("--size", s.size, "payload bytes (>= 16)")->check(CLI::Range(16, 1 << 20))->capture_default_str();
   fanout->add_option("--sub-threads", s.sub_threads, "I/O threads shared by the subscribers (0 = one each)")
-      ->check(CLI::Range(0, 64))->capture_default_str();
-  fanout->add_option("--idle", s.idle, "a subscriber stops after this many seconds without a message")->capture_default_str();
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  fanout->add_option("--idle", s.idle, "a subscriber stops after this many seconds without a message")
+      ->capture_default_str();
 
-  auto* latency = app.add_subcommand("latency", "one subscriber, one publisher at a fixed rate; one-way latency percentiles");
+  auto* latency =
+      app.add_subcommand("latency", "one subscriber, one publisher at a fixed rate; one-way latency percentiles");
   latency->add_option("--rate", s.rate, "messages per second")->check(CLI::Range(1.0, 1e7))->capture_default_str();
   latency->add_option("--seconds", s.seconds, "duration")->check(CLI::Range(0.001, 600.0))->capture_default_str();
   latency->add_option("--size", s.size, "payload bytes (>= 16)")->check(CLI::Range(16, 1 << 20))->capture_default_str();
@@ -348,14 +369,19 @@ int main(int argc, char** argv) {
   auto* durable = app.add_subcommand("durable", "acknowledged appends to the sequence log, at most W unacknowledged");
   durable->add_option("--count", s.count, "appends")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
   durable->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
-  durable->add_option("--window", s.window, "unacknowledged appends at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  durable->add_option("--fsync-probe", s.fsync_probe,
-                      "after the run, time 4 KiB append + fdatasync in the broker's data folder for this many seconds "
-                      "(0 = no probe)")
-      ->check(CLI::Range(0.0, 60.0))->capture_default_str();
-  auto* durability = durable->add_option("--durability", s.durability,
-                                         "the mode of the server the bench starts: sync, batch or none (not with "
-                                         "--address: that broker's own mode is reported)")
+  durable->add_option("--window", s.window, "unacknowledged appends at most")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  durable
+      ->add_option("--fsync-probe", s.fsync_probe,
+                   "after the run, time 4 KiB append + fdatasync in the broker's data folder for this many seconds "
+                   "(0 = no probe)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+  auto* durability = durable
+                         ->add_option("--durability", s.durability,
+                                      "the mode of the server the bench starts: sync, batch or none (not with "
+                                      "--address: that broker's own mode is reported)")
                          ->check(CLI::IsMember({"sync", "batch", "none"}))
                          ->capture_default_str();
 
@@ -363,29 +389,40 @@ int main(int argc, char** argv) {
   replay->add_option("--count", s.count, "records")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
   replay->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
 
-  auto* route = app.add_subcommand("route", "send-to-user: U users across G gateways, one service sending to random users");
+  auto* route =
+      app.add_subcommand("route", "send-to-user: U users across G gateways, one service sending to random users");
   route->add_option("--users", s.users, "registered users")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
-  route->add_option("--gateways", s.gateways, "gateways (inboxes)")->check(CLI::Range(1, 10'000))->capture_default_str();
+  route->add_option("--gateways", s.gateways, "gateways (inboxes)")
+      ->check(CLI::Range(1, 10'000))
+      ->capture_default_str();
   route->add_option("--count", s.count, "sends")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
   route->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
   route->add_option("--window", s.window, "sends in flight at most (0 = fire and forget, no answers)")
-      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  route->add_option("--rate", s.route_rate,
-                    "fire and forget at this many sends per second, each stamped with its send time: reports the "
-                    "send-to-inbox latency (p50/p99/p99.9); 0 = as fast as the client queues")
-      ->check(CLI::Range(0.0, 10'000'000.0))->capture_default_str();
-  route->add_option("--idle", s.idle,
-                    "stop waiting for the gateways' sentinels after this many seconds without a delivery")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  route
+      ->add_option("--rate", s.route_rate,
+                   "fire and forget at this many sends per second, each stamped with its send time: reports the "
+                   "send-to-inbox latency (p50/p99/p99.9); 0 = as fast as the client queues")
+      ->check(CLI::Range(0.0, 10'000'000.0))
+      ->capture_default_str();
+  route
+      ->add_option("--idle", s.idle,
+                   "stop waiting for the gateways' sentinels after this many seconds without a delivery")
       ->capture_default_str();
 
-  auto* leases = app.add_subcommand("leases", "grant and keep alive L leases (each with one route); memory and sweep cost");
+  auto* leases =
+      app.add_subcommand("leases", "grant and keep alive L leases (each with one route); memory and sweep cost");
   leases->add_option("--leases", s.leases, "leases")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
-  leases->add_option("--window", s.window, "requests in flight at most")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  leases->add_option("--window", s.window, "requests in flight at most")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
 
   auto* conns = app.add_subcommand("connections", "broker memory per idle connection, and per incomplete large frame");
   conns->add_option("--count", s.connections, "connections")->check(CLI::Range(1L, 15'000L))->capture_default_str();
   conns->add_option("--declare", s.declare, "each then starts a frame declaring this many bytes (0 = stay idle)")
-      ->check(CLI::Range(0L, 64L << 20))->capture_default_str();
+      ->check(CLI::Range(0L, 64L << 20))
+      ->capture_default_str();
 
   auto* shakes = app.add_subcommand(
       "handshakes", "C clients connect (TCP, TLS handshake with --tls, hello) and close in a loop for D seconds");
@@ -393,35 +430,57 @@ int main(int argc, char** argv) {
   shakes->add_option("--seconds", s.seconds, "duration")->check(CLI::Range(0.1, 600.0))->capture_default_str();
 
   auto* storm = app.add_subcommand(
-      "reconnect", "a reconnect storm: C clients (G of them gateways) come back after SIGKILL and restart, then a drain");
-  storm->add_option("--clients", s.clients, "clients, each with a subscription")->check(CLI::Range(1L, 15'000L))->capture_default_str();
+      "reconnect",
+      "a reconnect storm: C clients (G of them gateways) come back after SIGKILL and restart, then a drain");
+  storm->add_option("--clients", s.clients, "clients, each with a subscription")
+      ->check(CLI::Range(1L, 15'000L))
+      ->capture_default_str();
   storm->add_option("--gateways", s.rc_gateways, "how many of them are gateways (lease, inbox, routes)")
-      ->check(CLI::Range(0L, 15'000L))->capture_default_str();
-  storm->add_option("--routes", s.routes_per_gateway, "routes per gateway")->check(CLI::Range(1, 1000))->capture_default_str();
+      ->check(CLI::Range(0L, 15'000L))
+      ->capture_default_str();
+  storm->add_option("--routes", s.routes_per_gateway, "routes per gateway")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   storm->add_option("--max-hellos-per-s", s.max_hellos_per_s, "the restarted broker's handshake limit")
-      ->check(CLI::Range(1.0, 1e6))->capture_default_str();
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
   storm->add_option("--mode", s.rc_mode, "kill, drain or both (kill first)")
-      ->check(CLI::IsMember({"kill", "drain", "both"}))->capture_default_str();
-  storm->add_option("--drain-window", s.drain_window, "drain window, seconds")->check(CLI::Range(0.1, 600.0))->capture_default_str();
+      ->check(CLI::IsMember({"kill", "drain", "both"}))
+      ->capture_default_str();
+  storm->add_option("--drain-window", s.drain_window, "drain window, seconds")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
   storm->add_option("--phase-timeout", s.phase_timeout, "give up on a phase after this many seconds")
-      ->check(CLI::Range(1.0, 3600.0))->capture_default_str();
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
   storm->add_option("--loops", s.rc_loops, "client I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
 
   auto* offers = app.add_subcommand(
-      "offers", "offers with receipts against plain send-to-user: throughput ratio, receipt latency, memory per pending offer");
+      "offers",
+      "offers with receipts against plain send-to-user: throughput ratio, receipt latency, memory per pending offer");
   offers->add_option("--users", s.users, "registered users")->check(CLI::Range(1L, 200'000L))->capture_default_str();
-  offers->add_option("--gateways", s.gateways, "gateways (inboxes)")->check(CLI::Range(1, 10'000))->capture_default_str();
+  offers->add_option("--gateways", s.gateways, "gateways (inboxes)")
+      ->check(CLI::Range(1, 10'000))
+      ->capture_default_str();
   offers->add_option("--count", s.offer_count, "plain sends, then offers, per round")
-      ->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
+      ->check(CLI::Range(1L, 10'000'000L))
+      ->capture_default_str();
   offers->add_option("--size", s.size, "payload bytes")->check(CLI::Range(16, 1 << 20))->capture_default_str();
   offers->add_option("--window", s.window, "sends (offers) in flight at most, unanswered")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   offers->add_option("--rounds", s.rounds, "throughput rounds (plain, then offers, each)")
-      ->check(CLI::Range(1, 100))->capture_default_str();
-  offers->add_option("--rate", s.rate, "offers per second in the latency phase")->check(CLI::Range(1.0, 1e6))->capture_default_str();
-  offers->add_option("--seconds", s.seconds, "duration of the latency phase")->check(CLI::Range(0.001, 600.0))->capture_default_str();
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  offers->add_option("--rate", s.rate, "offers per second in the latency phase")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  offers->add_option("--seconds", s.seconds, "duration of the latency phase")
+      ->check(CLI::Range(0.001, 600.0))
+      ->capture_default_str();
   offers->add_option("--pending", s.pending, "offers nobody acks, for the memory per pending offer (0 = skip)")
-      ->check(CLI::Range(0L, 900'000L))->capture_default_str();
+      ->check(CLI::Range(0L, 900'000L))
+      ->capture_default_str();
 
   // Flags may come before or after the workload name.
   for (auto* sub : {fanout, latency, durable, route, leases, replay, conns, shakes, storm, offers}) sub->fallthrough();
@@ -479,8 +538,8 @@ int main(int argc, char** argv) {
   }).detach();
 
   if (s.workload == "connections" && (s.tls || !s.key_file.empty()))
-    return fail_line(s, "connections writes raw hellos on plain sockets: no --tls or --key-file (--token and --auth work)",
-                     2);
+    return fail_line(
+        s, "connections writes raw hellos on plain sockets: no --tls or --key-file (--token and --auth work)", 2);
 
   target t;
   t.token = s.token;
@@ -496,7 +555,8 @@ int main(int argc, char** argv) {
     if (colon == 0 || !digits || std::stoul(port) == 0 || std::stoul(port) > 65535)
       return fail_line(s, "--address must be host:port (port 1..65535), got '" + s.address + "'", 2);
     t.host = s.address.substr(0, colon);
-    if (t.host.size() > 2 && t.host.front() == '[' && t.host.back() == ']') t.host = t.host.substr(1, t.host.size() - 2);
+    if (t.host.size() > 2 && t.host.front() == '[' && t.host.back() == ']')
+      t.host = t.host.substr(1, t.host.size() - 2);
     t.port = static_cast<std::uint16_t>(std::stoul(port));
     t.address = s.address;
     t.remote = true;
@@ -504,7 +564,10 @@ int main(int argc, char** argv) {
     std::random_device entropy;
     t.prefix = fmt::format("bench.{:08x}.", entropy());
     if (s.tls && s.tls_ca.empty()) return fail_line(s, "--tls with --address needs --tls-ca", 2);
-    if (s.auth) return fail_line(s, "--auth writes the auth file of the broker the bench starts: with --address give --token or --key-file", 2);
+    if (s.auth)
+      return fail_line(
+          s, "--auth writes the auth file of the broker the bench starts: with --address give --token or --key-file",
+          2);
     if (s.tls) t.tls_ca = s.tls_ca;
   } else {
     const std::string binary = s.server_binary.empty() ? switchyard::bench::default_server_binary() : s.server_binary;
@@ -515,9 +578,11 @@ int main(int argc, char** argv) {
     if (s.workload == "replay") args = {"--durability", "none"};  // loading speed is not what is measured
     // No offer evicted while the throughput phase keeps 2 s of them live.
     if (s.workload == "offers") args = {"--max-offers", "1000000", "--max-offer-bytes", "1073741824"};
-    if (s.workload == "connections") args = {"--max-connections", "20000", "--max-frame", "16777216", "--max-pending-bytes", "16777216"};
+    if (s.workload == "connections")
+      args = {"--max-connections", "20000", "--max-frame", "16777216", "--max-pending-bytes", "16777216"};
     // Set-up is not rate limited; the broker restarted in each phase is.
-    if (s.workload == "reconnect") args = {"--max-connections", "20000", "--lease-min-ttl-ms", "100", "--log-level", "error"};
+    if (s.workload == "reconnect")
+      args = {"--max-connections", "20000", "--lease-min-ttl-ms", "100", "--log-level", "error"};
     if (s.tls || s.auth) {
       scratch = temp_folder::make("switchyard-bench-security-");
       if (!scratch) return fail_line(s, "cannot create a temporary folder for --tls / --auth");
@@ -526,9 +591,10 @@ int main(int argc, char** argv) {
       // A self-signed certificate for 127.0.0.1.
       const std::string dir = scratch->path().string();
       const std::string cert = dir + "/broker.pem", key = dir + "/broker.key";
-      const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-                              "-subj /CN=switchyard-bench -addext subjectAltName=IP:127.0.0.1 -keyout " +
-                              key + " -out " + cert + " >/dev/null 2>&1";
+      const std::string cmd =
+          "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+          "-subj /CN=switchyard-bench -addext subjectAltName=IP:127.0.0.1 -keyout " +
+          key + " -out " + cert + " >/dev/null 2>&1";
       if (std::system(cmd.c_str()) != 0) return fail_line(s, "--tls: openssl could not make a certificate");
       t.server_security_args.insert(t.server_security_args.end(), {"--tls-cert", cert, "--tls-key", key});
       t.tls_ca = cert;
@@ -545,22 +611,32 @@ int main(int argc, char** argv) {
     if (!started) {
       // Say where the binary was looked for and how to name another one.
       const std::string where = s.server_binary.empty() ? " (looked next to switchyard-bench and on PATH)" : "";
-      return fail_line(s, started.error() + where + "; give --server PATH, or --address HOST:PORT for a running broker");
+      return fail_line(s,
+                       started.error() + where + "; give --server PATH, or --address HOST:PORT for a running broker");
     }
     server.emplace(std::move(*started));
     t.port = server->port();
     t.server = &*server;
   }
   int rc = 0;
-  if (s.workload == "route") rc = run_route(s, t);
-  else if (s.workload == "durable") rc = run_durable(s, t);
-  else if (s.workload == "replay") rc = run_replay(s, t);
-  else if (s.workload == "leases") rc = run_leases(s, t, server ? server->pid() : -1);
-  else if (s.workload == "connections") rc = run_connections(s, t, server ? server->pid() : -1);
-  else if (s.workload == "reconnect") rc = run_reconnect(s, t, *server);
-  else if (s.workload == "handshakes") rc = run_handshakes(s, t);
-  else if (s.workload == "offers") rc = run_offers(s, t);
-  else rc = run_pubsub(s, t, s.workload == "latency");
+  if (s.workload == "route")
+    rc = run_route(s, t);
+  else if (s.workload == "durable")
+    rc = run_durable(s, t);
+  else if (s.workload == "replay")
+    rc = run_replay(s, t);
+  else if (s.workload == "leases")
+    rc = run_leases(s, t, server ? server->pid() : -1);
+  else if (s.workload == "connections")
+    rc = run_connections(s, t, server ? server->pid() : -1);
+  else if (s.workload == "reconnect")
+    rc = run_reconnect(s, t, *server);
+  else if (s.workload == "handshakes")
+    rc = run_handshakes(s, t);
+  else if (s.workload == "offers")
+    rc = run_offers(s, t);
+  else
+    rc = run_pubsub(s, t, s.workload == "latency");
   if (server) server->stop();
   return rc;
 }

@@ -102,8 +102,10 @@ class receipt_sink {
       return;
     }
     seen_[i] = 1;
-    if (r.outcome == receipt_outcome::acked) ++acked;
-    else ++timeouts;
+    if (r.outcome == receipt_outcome::acked)
+      ++acked;
+    else
+      ++timeouts;
     if (latency_) {
       lat_.push_back(static_cast<std::int64_t>(t - sent_ns_[i]));
       broker_lat_.push_back(static_cast<std::int64_t>(r.elapsed.count()) * 1000);
@@ -153,15 +155,16 @@ std::string json_ratios(const std::vector<double>& v) {
 // Waits until done() or nothing moved (progress() unchanged) for `idle`,
 // or `deadline`; bounded. Returns whether done() held.
 bool wait_for(const std::function<bool()>& done, const std::function<std::uint64_t()>& moved,
-              std::chrono::nanoseconds idle, std::uint64_t deadline_ns,
-              const std::function<void()>& show = nullptr) {
+              std::chrono::nanoseconds idle, std::uint64_t deadline_ns, const std::function<void()>& show = nullptr) {
   std::uint64_t last = moved(), since = now_ns(), next_show = now_ns();
   while (!done()) {
     const std::uint64_t t = now_ns();
     if (t > deadline_ns) return false;
     const std::uint64_t m = moved();
-    if (m != last) last = m, since = t;
-    else if (t - since > static_cast<std::uint64_t>(idle.count())) return false;
+    if (m != last)
+      last = m, since = t;
+    else if (t - since > static_cast<std::uint64_t>(idle.count()))
+      return false;
     if (show && t >= next_show) {
       show();
       next_show = t + 200'000'000ull;
@@ -246,12 +249,14 @@ int run_offers(const settings& s, const target& t) {
   // the pipeline's slot goes back.
   const auto send_one = [&](std::span<const std::string_view> k, const offer_options& o,
                             std::atomic<std::uint64_t>& routed, const char* unrouted, answer_fn done) {
-    (*sender)->async_send_offer(k, payload, o,
-                                [&routed, &note_error, unrouted, done](std::expected<offer_result, std::error_code> res) {
-                                  if (res && res->routed == 1) ++routed;
-                                  else note_error(res ? std::string(unrouted) : "send_offer: " + res.error().message());
-                                  done(res.has_value());
-                                });
+    (*sender)->async_send_offer(
+        k, payload, o, [&routed, &note_error, unrouted, done](std::expected<offer_result, std::error_code> res) {
+          if (res && res->routed == 1)
+            ++routed;
+          else
+            note_error(res ? std::string(unrouted) : "send_offer: " + res.error().message());
+          done(res.has_value());
+        });
   };
 
   const bool have_stats = broker_stats(t).has_value();
@@ -284,8 +289,8 @@ int run_offers(const settings& s, const target& t) {
           const std::uint64_t u = i % static_cast<std::uint64_t>(nusers);  // each user the same number
           put_route_header(payload, i, u);
           const std::string_view k[] = {keys[u]};
-          send_one(k, {.offer_id = base + i, .expires_in = pending_expiry, .receipt_timeout = pending_expiry},
-                   routed, "pending offer not routed", std::move(done));
+          send_one(k, {.offer_id = base + i, .expires_in = pending_expiry, .receipt_timeout = pending_expiry}, routed,
+                   "pending offer not routed", std::move(done));
         },
         [&](std::uint64_t n) { progress("offers: memory: {}/{} pending offers sent", n, pending_n); });
     mem.routed = routed.load();
@@ -303,8 +308,10 @@ int run_offers(const settings& s, const target& t) {
     // Take them back: each must still be pending for its user.
     for (std::uint64_t i = 0; i < pending_n; ++i) {
       const auto w = (*sender)->withdraw(base + i);
-      if (w) mem.withdrawn_pending += w->pending;
-      else ++mem.withdraw_failed;
+      if (w)
+        mem.withdrawn_pending += w->pending;
+      else
+        ++mem.withdraw_failed;
       if ((i & 0x3ff) == 0) progress("offers: memory: withdrawing {}/{}", i, pending_n);
     }
     if (mem.withdraw_failed) note_error(fmt::format("{} withdrawals failed", mem.withdraw_failed));
@@ -343,8 +350,10 @@ int run_offers(const settings& s, const target& t) {
             const std::uint64_t u = pick.next();
             put_route_header(payload, i, u);
             (*sender)->async_send(keys[u], payload, [&, done](std::expected<std::string_view, std::error_code> res) {
-              if (res) ++routed;
-              else note_error("send: " + res.error().message());
+              if (res)
+                ++routed;
+              else
+                note_error("send: " + res.error().message());
               done(res.has_value());
             });
           },
@@ -372,16 +381,17 @@ int run_offers(const settings& s, const target& t) {
             const std::uint64_t u = pick.next();
             put_route_header(payload, i, u);
             const std::string_view k[] = {keys[u]};
-            send_one(k,
-                     {.offer_id = base + i, .expires_in = throughput_expiry,
-                      .receipt_timeout = throughput_receipt_timeout},
-                     routed, "offer not routed", std::move(done));
+            send_one(
+                k,
+                {.offer_id = base + i, .expires_in = throughput_expiry, .receipt_timeout = throughput_receipt_timeout},
+                routed, "offer not routed", std::move(done));
           },
           [&](std::uint64_t n) {
-            progress("offers: round {}/{}: offers {}/{}, receipts {}", round + 1, s.rounds, n, count, sink.first.load());
+            progress("offers: round {}/{}: offers {}/{}, receipts {}", round + 1, s.rounds, n, count,
+                     sink.first.load());
           });
-      const bool all = wait_for([&] { return sink.first.load() >= routed.load(); },
-                                [&] { return sink.first.load(); }, throughput_receipt_timeout + 2s, deadline);
+      const bool all = wait_for([&] { return sink.first.load() >= routed.load(); }, [&] { return sink.first.load(); },
+                                throughput_receipt_timeout + 2s, deadline);
       const std::uint64_t got = sink.first.load(std::memory_order_acquire);
       add_cost(cpu_offers, cpu.stop(got, "offer with its receipt"));
       offers_sent += r.issued;
@@ -440,14 +450,12 @@ int run_offers(const settings& s, const target& t) {
       put_route_header(payload, i, u);
       const std::string_view k[] = {keys[u]};
       sink.sent(i, now);
-      (*lsender)->async_send_offer(k, payload,
-                                   {.offer_id = base + i, .expires_in = latency_expiry,
-                                    .receipt_timeout = latency_receipt_timeout},
-                                   [&](std::expected<offer_result, std::error_code> res) {
-                                     if (!res || res->routed != 1)
-                                       note_error(res ? "offer not routed" : "send_offer: " + res.error().message());
-                                     lat_answered.fetch_add(1, std::memory_order_relaxed);
-                                   });
+      (*lsender)->async_send_offer(
+          k, payload, {.offer_id = base + i, .expires_in = latency_expiry, .receipt_timeout = latency_receipt_timeout},
+          [&](std::expected<offer_result, std::error_code> res) {
+            if (!res || res->routed != 1) note_error(res ? "offer not routed" : "send_offer: " + res.error().message());
+            lat_answered.fetch_add(1, std::memory_order_relaxed);
+          });
       lat_sent = i + 1;
       if (now > deadline) {
         note_error("latency: hit the deadline");
@@ -466,7 +474,8 @@ int run_offers(const settings& s, const target& t) {
     (*lsender)->close();
   }
   const auto [lat, broker_lat] = sink.latencies();
-  const std::uint64_t lat_receipts = sink.first.load(), lat_acked = sink.acked.load(), lat_timeouts = sink.timeouts.load();
+  const std::uint64_t lat_receipts = sink.first.load(), lat_acked = sink.acked.load(),
+                      lat_timeouts = sink.timeouts.load();
   if (lat_receipts < lat_sent) receipts_missing += lat_sent - lat_receipts;
 
   progress_done();
@@ -485,8 +494,9 @@ int run_offers(const settings& s, const target& t) {
   const double bytes_per_offer = per_offer(mem.bytes0, mem.bytes1);
   const bool rss_known = server_pid > 0 && mem.rss0 > 0;
   const double rss_per_offer =
-      rss_known && pending_n ? (static_cast<double>(mem.rss1) - static_cast<double>(mem.rss0)) / static_cast<double>(pending_n)
-                             : NAN;
+      rss_known && pending_n
+          ? (static_cast<double>(mem.rss1) - static_cast<double>(mem.rss0)) / static_cast<double>(pending_n)
+          : NAN;
   const auto opt = [](std::optional<std::uint64_t> v) { return v ? std::to_string(*v) : std::string("null"); };
   const auto diff = [](std::optional<std::uint64_t> a, std::optional<std::uint64_t> b) -> std::optional<std::uint64_t> {
     if (!a || !b) return std::nullopt;
@@ -495,15 +505,24 @@ int run_offers(const settings& s, const target& t) {
 
   json_line j;
   j.str("broker", "switchyard").str("workload", "offers");
-  j.integer("users", nusers).integer("gateways", ngw).integer("n", static_cast<long long>(count)).integer("size", s.size);
+  j.integer("users", nusers)
+      .integer("gateways", ngw)
+      .integer("n", static_cast<long long>(count))
+      .integer("size", s.size);
   j.integer("window", s.window).integer("rounds", s.rounds);
   j.num("plain_rate", plain_rate).num("offer_rate", offer_rate).num("ratio", ratio);
-  j.raw("plain_rates", json_array(plain_rates)).raw("offer_rates", json_array(offer_rates)).raw("ratios", json_ratios(ratios));
-  j.integer("plain_sent", static_cast<long long>(plain_sent)).integer("plain_delivered", static_cast<long long>(plain_delivered));
+  j.raw("plain_rates", json_array(plain_rates))
+      .raw("offer_rates", json_array(offer_rates))
+      .raw("ratios", json_ratios(ratios));
+  j.integer("plain_sent", static_cast<long long>(plain_sent))
+      .integer("plain_delivered", static_cast<long long>(plain_delivered));
   j.integer("plain_missing", static_cast<long long>(plain_missing));
-  j.integer("offers_sent", static_cast<long long>(offers_sent)).integer("offers_routed", static_cast<long long>(offers_routed));
-  j.integer("receipts", static_cast<long long>(receipts)).integer("receipts_acked", static_cast<long long>(receipts_acked));
-  j.integer("receipt_timeouts", static_cast<long long>(receipt_timeouts)).integer("acks_after_timeout", static_cast<long long>(acks_late));
+  j.integer("offers_sent", static_cast<long long>(offers_sent))
+      .integer("offers_routed", static_cast<long long>(offers_routed));
+  j.integer("receipts", static_cast<long long>(receipts))
+      .integer("receipts_acked", static_cast<long long>(receipts_acked));
+  j.integer("receipt_timeouts", static_cast<long long>(receipt_timeouts))
+      .integer("acks_after_timeout", static_cast<long long>(acks_late));
   j.integer("receipts_missing", static_cast<long long>(receipts_missing));
   j.raw("evicted", opt(evicted));
   {
@@ -534,7 +553,8 @@ int run_offers(const settings& s, const target& t) {
     m.raw("exposure_keys_added", opt(diff(mem.exposure0, mem.exposure1)));
     m.raw("pending_pushed_out", opt(diff(mem.pushed_out0, mem.pushed_out1)));
     m.integer("withdrawn_pending", static_cast<long long>(mem.withdrawn_pending));
-    if (!have_stats) m.str("stats_note", "the broker's figures need the admin capability, not granted to these credentials");
+    if (!have_stats)
+      m.str("stats_note", "the broker's figures need the admin capability, not granted to these credentials");
     j.raw("memory", m.done());
   }
   j.integer("misrouted", static_cast<long long>(misrouted)).integer("errors", static_cast<long long>(errors.load()));
@@ -549,38 +569,43 @@ int run_offers(const settings& s, const target& t) {
       fmt::format("  throughput ({} round{} of {} plain sends then {} offers):\n", s.rounds, s.rounds == 1 ? "" : "s",
                   count, count) +
       fmt::format("    plain send:  {:.0f} delivered/s (median)\n", plain_rate) +
-      fmt::format("    offers:      {:.0f} offers with their receipt/s (median; each acked by its gateway at once; "
-                  "expiry 2 s, receipt timeout 1 s)\n",
-                  offer_rate) +
+      fmt::format(
+          "    offers:      {:.0f} offers with their receipt/s (median; each acked by its gateway at once; "
+          "expiry 2 s, receipt timeout 1 s)\n",
+          offer_rate) +
       fmt::format("    ratio:       {:.2f}x offers / plain (median; per round offers/plain: {}){}\n", ratio, rates_text,
                   ratio >= 0.4 ? "" : " -- below the 0.4x target") +
-      fmt::format("    receipts:    {} of {} offers ({} acked, {} timeouts, {} acks after their timeout, {} missing); "
-                  "evicted {}\n",
-                  receipts, offers_routed, receipts_acked, receipt_timeouts, acks_late, receipts_missing, opt(evicted)) +
-      fmt::format("  receipt latency at {} offers/s for {} s (send call -> receipt at the sender; {} sent, {} acked, "
-                  "{} timeouts):\n",
-                  s.rate, s.seconds, lat_sent, lat_acked, lat_timeouts) +
-      fmt::format("    p50 {:.1f} us  p90 {:.1f} us  p99 {:.1f} us  p99.9 {:.1f} us  max {:.1f} us{}\n", pct_us(lat, 50),
-                  pct_us(lat, 90), pct_us(lat, 99), pct_us(lat, 99.9),
+      fmt::format(
+          "    receipts:    {} of {} offers ({} acked, {} timeouts, {} acks after their timeout, {} missing); "
+          "evicted {}\n",
+          receipts, offers_routed, receipts_acked, receipt_timeouts, acks_late, receipts_missing, opt(evicted)) +
+      fmt::format(
+          "  receipt latency at {} offers/s for {} s (send call -> receipt at the sender; {} sent, {} acked, "
+          "{} timeouts):\n",
+          s.rate, s.seconds, lat_sent, lat_acked, lat_timeouts) +
+      fmt::format("    p50 {:.1f} us  p90 {:.1f} us  p99 {:.1f} us  p99.9 {:.1f} us  max {:.1f} us{}\n",
+                  pct_us(lat, 50), pct_us(lat, 90), pct_us(lat, 99), pct_us(lat, 99.9),
                   lat.empty() ? NAN : static_cast<double>(lat.back()) / 1000.0,
                   pct_us(lat, 99) < 1000 ? "" : " -- p99 above the 1 ms target") +
       fmt::format("    the broker's send -> ack: p50 {:.1f} us  p99 {:.1f} us; sender late by at most {:.1f} us\n",
                   pct_us(broker_lat, 50), pct_us(broker_lat, 99), static_cast<double>(late_max) / 1000.0) +
       (pending_n == 0
            ? std::string("  memory per pending offer: not measured (--pending 0)\n")
-           : fmt::format("  memory per pending offer ({} offers nobody acked, {} B payload): {} accounted (offer_bytes), "
-                         "RSS {}\n",
-                         pending_n, s.size,
-                         std::isfinite(bytes_per_offer) ? fmt::format("{:.0f} B", bytes_per_offer)
-                                                        : std::string("not known (no Stats)"),
-                         rss_known ? fmt::format("{:.0f} B", rss_per_offer)
-                                   : std::string("not measured for a broker of --address"))) +
-      (rss_known && pending_n ? fmt::format("    RSS {:.1f} -> {:.1f} MiB, {:.1f} MiB after withdrawing them; {} exposure keys added; "
-                               "{} pending entries withdrawn\n",
-                               static_cast<double>(mem.rss0) / 1048576.0, static_cast<double>(mem.rss1) / 1048576.0,
-                               static_cast<double>(mem.rss2) / 1048576.0, opt(diff(mem.exposure0, mem.exposure1)),
-                               mem.withdrawn_pending)
-                 : std::string()) +
+           : fmt::format(
+                 "  memory per pending offer ({} offers nobody acked, {} B payload): {} accounted (offer_bytes), "
+                 "RSS {}\n",
+                 pending_n, s.size,
+                 std::isfinite(bytes_per_offer) ? fmt::format("{:.0f} B", bytes_per_offer)
+                                                : std::string("not known (no Stats)"),
+                 rss_known ? fmt::format("{:.0f} B", rss_per_offer)
+                           : std::string("not measured for a broker of --address"))) +
+      (rss_known && pending_n
+           ? fmt::format("    RSS {:.1f} -> {:.1f} MiB, {:.1f} MiB after withdrawing them; {} exposure keys added; "
+                         "{} pending entries withdrawn\n",
+                         static_cast<double>(mem.rss0) / 1048576.0, static_cast<double>(mem.rss1) / 1048576.0,
+                         static_cast<double>(mem.rss2) / 1048576.0, opt(diff(mem.exposure0, mem.exposure1)),
+                         mem.withdrawn_pending)
+           : std::string()) +
       (misrouted || errors ? fmt::format("  FAILED: {} misrouted, {} errors{}\n", misrouted, errors.load(),
                                          first_error.empty() ? "" : " (first: " + first_error + ")")
                            : std::string()) +

@@ -68,8 +68,10 @@ pipeline_result run_pipeline(client& c, std::uint64_t count, int window, std::ui
   st->stopped = true;
   // A fence: once the loop thread has run this, no completion is inside
   // `issue` any more (and none will call it: stopped).
-  if (connected) (void)c.flush();
-  else c.close();
+  if (connected)
+    (void)c.flush();
+  else
+    c.close();
   out.issued = st->issued.load();
   out.answered = st->answered.load();
   out.failed = st->failed.load() + (out.issued - std::min(out.issued, out.answered));

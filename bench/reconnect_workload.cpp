@@ -50,14 +50,14 @@ using namespace std::chrono_literals;
 struct storm_client {
   std::unique_ptr<client> conn;
   std::unique_ptr<gateway> gw;
-  std::atomic<std::uint64_t> back_ns{0};      // this phase: when the session was restored (0 = not yet)
-  std::atomic<std::uint32_t> attempts{0};     // this phase: attempts the reconnect took
-  std::atomic<std::uint32_t> rejected{0};     // this phase: attempts the broker refused
-  std::atomic<bool> new_instance{false};      // this phase: the reconnect found a new broker process
-  std::atomic<bool> closed{false};            // the library gave up
-  std::atomic<std::uint64_t> got{0};          // verification messages on the subscription
-  std::atomic<std::uint64_t> inbox_got{0};    // verification sends that reached the inbox
-  std::atomic<std::uint64_t> misrouted{0};    // inbox deliveries for a route key not held here
+  std::atomic<std::uint64_t> back_ns{0};    // this phase: when the session was restored (0 = not yet)
+  std::atomic<std::uint32_t> attempts{0};   // this phase: attempts the reconnect took
+  std::atomic<std::uint32_t> rejected{0};   // this phase: attempts the broker refused
+  std::atomic<bool> new_instance{false};    // this phase: the reconnect found a new broker process
+  std::atomic<bool> closed{false};          // the library gave up
+  std::atomic<std::uint64_t> got{0};        // verification messages on the subscription
+  std::atomic<std::uint64_t> inbox_got{0};  // verification sends that reached the inbox
+  std::atomic<std::uint64_t> misrouted{0};  // inbox deliveries for a route key not held here
 };
 
 struct phase_result {
@@ -127,9 +127,8 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
     o.on_closed = [raw](std::error_code) { raw->closed.store(true); };
     auto c = client::connect(o, loops[static_cast<std::size_t>(i) % loops.size()]);
     if (!c) return fail_line(s, fmt::format("client {} connect: {}", i, c.error().message()));
-    auto sub = (*c)->subscribe(fmt::format("bench.rc.{}", i), [raw](const message&) {
-      raw->got.fetch_add(1, std::memory_order_relaxed);
-    });
+    auto sub = (*c)->subscribe(fmt::format("bench.rc.{}", i),
+                               [raw](const message&) { raw->got.fetch_add(1, std::memory_order_relaxed); });
     if (!sub) return fail_line(s, fmt::format("client {} subscribe: {}", i, sub.error().message()));
     sc->conn = std::move(*c);
     if (i < ngw) {
@@ -139,8 +138,10 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
       const std::string prefix = fmt::format("rc.u.{}.", i);
       g.on_message = [raw, prefix](const inbox_message& m) {
         for (auto k : m.route_keys) {
-          if (k.starts_with(prefix)) raw->inbox_got.fetch_add(1, std::memory_order_relaxed);
-          else raw->misrouted.fetch_add(1, std::memory_order_relaxed);
+          if (k.starts_with(prefix))
+            raw->inbox_got.fetch_add(1, std::memory_order_relaxed);
+          else
+            raw->misrouted.fetch_add(1, std::memory_order_relaxed);
         }
       };
       for (int k = 0; k < s.routes_per_gateway; ++k) g.routes.push_back(route_key(i, k));
@@ -190,8 +191,9 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
                                     baseline.subscriptions_ok, nclients, baseline.routes_ok, baseline.routes_total));
 
   std::vector<std::string> limited{"--max-hellos-per-s", fmt::format("{}", s.max_hellos_per_s),
-                                   "--max-connections", "20000", "--lease-min-ttl-ms", "100",
-                                   "--log-level", "error"};
+                                   "--max-connections",  "20000",
+                                   "--lease-min-ttl-ms", "100",
+                                   "--log-level",        "error"};
   // The same certificate and auth file as before the restart.
   limited.insert(limited.end(), t.server_security_args.begin(), t.server_security_args.end());
   auto run_phase = [&](const std::string& name) {
@@ -231,7 +233,8 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
       admin_options.reconnect.enabled = false;
       auto admin = client::connect(admin_options);
       t0 = now_ns();
-      if (!admin) r.error = "admin connect: " + admin.error().message();
+      if (!admin)
+        r.error = "admin connect: " + admin.error().message();
       else if (auto ec = (*admin)->drain(std::chrono::milliseconds(static_cast<long>(s.drain_window * 1000))))
         r.error = "drain: " + ec.message();
       if (r.error.empty()) {
@@ -257,7 +260,8 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
       }
       if (!r.error.empty() || back + closed >= nclients || now_ns() > give_up) break;
       if (now_ns() >= next_progress) {
-        progress("reconnect {}: {}/{} back after {:.0f} s", name, back, nclients, static_cast<double>(now_ns() - t0) / 1e9);
+        progress("reconnect {}: {}/{} back after {:.0f} s", name, back, nclients,
+                 static_cast<double>(now_ns() - t0) / 1e9);
         next_progress += 1'000'000'000ull;
       }
       std::this_thread::sleep_for(20ms);
@@ -315,15 +319,16 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
   j.integer("routes_per_gateway", s.routes_per_gateway).num("max_hellos_per_s", s.max_hellos_per_s);
   j.num("drain_window_s", s.drain_window).num("theoretical_best_s", best);
   std::string summary = fmt::format(
-      "reconnect: {} clients ({} gateways with {} routes each), broker limited to {:.0f} hellos/s (best possible {:.1f} s)\n",
+      "reconnect: {} clients ({} gateways with {} routes each), broker limited to {:.0f} hellos/s (best possible "
+      "{:.1f} s)\n",
       nclients, ngw, s.routes_per_gateway, s.max_hellos_per_s, best);
   std::string arr = "[";
   bool ok = true;
   for (std::size_t p = 0; p < phases.size(); ++p) {
     const auto& r = phases[p];
     const bool meets = r.error.empty() && r.t99 <= 2 * best + (r.name == "drain" ? s.drain_window : 0) &&
-                       r.attempts_per_client <= 4 && r.subscriptions_ok == nclients &&
-                       r.routes_ok >= r.routes_total && r.misrouted == 0;
+                       r.attempts_per_client <= 4 && r.subscriptions_ok == nclients && r.routes_ok >= r.routes_total &&
+                       r.misrouted == 0;
     ok = ok && r.error.empty() && r.back == nclients && r.subscriptions_ok == nclients &&
          r.routes_ok >= r.routes_total && r.misrouted == 0;
     json_line pj;
@@ -342,9 +347,11 @@ int run_reconnect(const settings& s, const target& security, server_process& ser
     if (!r.error.empty()) pj.str("error", r.error);
     arr += (p ? "," : "") + pj.done();
     summary += fmt::format(
-        "  {:5s}: back {}/{}  50% {:.1f} s  99% {:.1f} s  100% {:.1f} s  (old broker gone {:.2f} s, new one up {:.2f} s)\n"
+        "  {:5s}: back {}/{}  50% {:.1f} s  99% {:.1f} s  100% {:.1f} s  (old broker gone {:.2f} s, new one up {:.2f} "
+        "s)\n"
         "         attempts/client {:.2f} (max {}), refused by the broker {}, busiest second {} attempts\n"
-        "         restored: {}/{} subscriptions, {}/{} routes, {} misrouted; targets (99% <= {:.0f} s{}, <= 4 attempts): {}{}\n",
+        "         restored: {}/{} subscriptions, {}/{} routes, {} misrouted; targets (99% <= {:.0f} s{}, <= 4 "
+        "attempts): {}{}\n",
         r.name, r.back, nclients, r.t50, r.t99, r.t100, r.server_gone_s, r.restarted_s, r.attempts_per_client,
         r.attempts_max, r.rejected, r.peak_attempts_per_s, r.subscriptions_ok, nclients, r.routes_ok, r.routes_total,
         r.misrouted, 2 * best + (r.name == "drain" ? s.drain_window : 0), r.name == "drain" ? " incl. the window" : "",

@@ -60,16 +60,19 @@ int run_route(const settings& s, const target& t) {
   if (paced)
     for (auto& l : latencies) l.reserve(static_cast<std::size_t>(s.count / ngw + s.count / ngw / 4 + 64));
   gateway_fleet fleet(s, t);
-  if (auto e = fleet.start(ngw, [&](int g, client&) -> inbox_handler {
-        return [check = checkers[static_cast<std::size_t>(g)].get(), lat = &latencies[static_cast<std::size_t>(g)],
-                paced](const inbox_message& m) {
-          const std::uint64_t now = now_ns();
-          const bool counted = !check->ended();
-          check->on_delivery(m.payload, m.route_keys, now);
-          if (paced && counted && m.payload.size() >= timed_payload_min && get_u64(m.payload.data()) != route_sentinel)
-            lat->push_back(static_cast<std::int64_t>(now - get_u64(m.payload.data() + route_payload_min)));
-        };
-      });
+  if (auto e = fleet.start(ngw,
+                           [&](int g, client&) -> inbox_handler {
+                             return [check = checkers[static_cast<std::size_t>(g)].get(),
+                                     lat = &latencies[static_cast<std::size_t>(g)], paced](const inbox_message& m) {
+                               const std::uint64_t now = now_ns();
+                               const bool counted = !check->ended();
+                               check->on_delivery(m.payload, m.route_keys, now);
+                               if (paced && counted && m.payload.size() >= timed_payload_min &&
+                                   get_u64(m.payload.data()) != route_sentinel)
+                                 lat->push_back(
+                                     static_cast<std::int64_t>(now - get_u64(m.payload.data() + route_payload_min)));
+                             };
+                           });
       !e.empty())
     return fail_line(s, e);
   if (auto e = fleet.register_users(keys, "route"); !e.empty()) return fail_line(s, e);
@@ -85,9 +88,7 @@ int run_route(const settings& s, const target& t) {
   std::uint64_t t0 = now_ns();
   std::uint64_t sent = 0;
   const bool nowait = s.window == 0;
-  const auto show = [&](std::uint64_t n) {
-    progress("route: sent {}/{}, delivered {}", n, count, delivered());
-  };
+  const auto show = [&](std::uint64_t n) { progress("route: sent {}/{}, delivered {}", n, count, delivered()); };
   std::optional<pacer> pace;
   if (paced) pace.emplace(t0, s.route_rate);
   if (nowait) {
@@ -130,9 +131,12 @@ int run_route(const settings& s, const target& t) {
           const std::uint64_t u = pick.next();
           put_route_header(payload, i, u);
           (*service)->async_send(keys[u], payload, [&, done](std::expected<std::string_view, std::error_code> res) {
-            if (res) ++routed;
-            else if (res.error() == errc::no_route) ++unrouted;
-            else ++errors;
+            if (res)
+              ++routed;
+            else if (res.error() == errc::no_route)
+              ++unrouted;
+            else
+              ++errors;
             ++answered;
             done(res || res.error() == errc::no_route);
           });
@@ -167,8 +171,10 @@ int run_route(const settings& s, const target& t) {
     const std::uint64_t now = now_ns();
     std::uint64_t last = t0;
     for (const auto& c : checkers) last = std::max(last, c->last_ns());
-    if (now > deadline) unfinished = "deadline";
-    else if (now > last + static_cast<std::uint64_t>(s.idle * 1e9)) unfinished = "idle";
+    if (now > deadline)
+      unfinished = "deadline";
+    else if (now > last + static_cast<std::uint64_t>(s.idle * 1e9))
+      unfinished = "idle";
     if (unfinished != "sentinel") break;
     if (now >= next_progress) {
       show(sent);
@@ -189,13 +195,19 @@ int run_route(const settings& s, const target& t) {
   const double deliver_secs = static_cast<double>(last - t0) / 1e9;
   json_line j;
   j.str("broker", "switchyard").str("workload", "route");
-  j.integer("users", nusers).integer("gateways", ngw).integer("n", static_cast<long long>(sent)).integer("size", s.size);
+  j.integer("users", nusers)
+      .integer("gateways", ngw)
+      .integer("n", static_cast<long long>(sent))
+      .integer("size", s.size);
   j.integer("window", s.window).str("mode", nowait ? "send_nowait (fire and forget)" : "send with answer");
   j.num("send_rate", static_cast<double>(done_sends) / send_secs);
   j.num("delivered_rate", static_cast<double>(tally.received) / deliver_secs);
   // Without answers, routed and no_route are not known: null.
-  if (nowait) j.raw("routed", "null").raw("no_route", "null");
-  else j.integer("routed", static_cast<long long>(routed.load())).integer("no_route", static_cast<long long>(unrouted.load()));
+  if (nowait)
+    j.raw("routed", "null").raw("no_route", "null");
+  else
+    j.integer("routed", static_cast<long long>(routed.load()))
+        .integer("no_route", static_cast<long long>(unrouted.load()));
   j.integer("delivered", static_cast<long long>(tally.received));
   j.integer("errors", static_cast<long long>(errors.load()));
   // The peers' route fields: per-gateway counts and the checks.
@@ -220,9 +232,10 @@ int run_route(const settings& s, const target& t) {
         pct_us(lat, 50), pct_us(lat, 99), pct_us(lat, 99.9), s.route_rate, lat.size(), late_us);
   }
   const std::string sends_line =
-      nowait ? fmt::format("  sends:     {:.0f}/s sent (fire and forget: no answers, so routed or not is unknown; "
-                           "{} errors)\n",
-                           static_cast<double>(done_sends) / send_secs, errors.load())
+      nowait ? fmt::format(
+                   "  sends:     {:.0f}/s sent (fire and forget: no answers, so routed or not is unknown; "
+                   "{} errors)\n",
+                   static_cast<double>(done_sends) / send_secs, errors.load())
              : fmt::format("  sends:     {:.0f}/s answered ({} routed, {} no route, {} errors)\n",
                            static_cast<double>(done_sends) / send_secs, routed.load(), unrouted.load(), errors.load());
   const std::string summary =

@@ -23,7 +23,7 @@ std::string default_server_binary() {
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     for (const fs::path& candidate : {self.parent_path().parent_path() / "broker" / "switchyard-server",
-                                     self.parent_path() / "switchyard-server"}) {
+                                      self.parent_path() / "switchyard-server"}) {
       if (fs::exists(candidate, ec)) return candidate.string();
     }
   }
@@ -31,9 +31,9 @@ std::string default_server_binary() {
 }
 
 std::expected<server_process, std::string> server_process::start(const std::string& binary,
-                                                                  const std::vector<std::string>& extra_args,
-                                                                  std::chrono::milliseconds timeout,
-                                                                  const std::string& data_dir) {
+                                                                 const std::vector<std::string>& extra_args,
+                                                                 std::chrono::milliseconds timeout,
+                                                                 const std::string& data_dir) {
   char dir_template[] = "/tmp/switchyard-bench.XXXXXX";
   if (!::mkdtemp(dir_template))
     return std::unexpected(std::string("cannot create a folder for the server in /tmp: ") + std::strerror(errno));
@@ -104,7 +104,7 @@ std::expected<void, std::string> server_process::spawn(const std::string& listen
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      const std::string how = WIFEXITED(status)   ? "with code " + std::to_string(WEXITSTATUS(status))
+      const std::string how = WIFEXITED(status)     ? "with code " + std::to_string(WEXITSTATUS(status))
                               : WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                                     : "status " + std::to_string(status);
       return std::unexpected("switchyard-server at " + binary_ + " exited during start-up " + how +

@@ -37,8 +37,8 @@ std::error_code byte_stream::configure_tls(const tls_options& tls) {
   if (tls.verify_server) {
     const int loaded = tls.ca_file.empty() ? SSL_CTX_set_default_verify_paths(native)
                                            : SSL_CTX_load_verify_locations(native, tls.ca_file.c_str(), nullptr);
-    if (loaded != 1) return failed("tls ca_file " + (tls.ca_file.empty() ? "(system default)" : tls.ca_file) +
-                                   " cannot be used");
+    if (loaded != 1)
+      return failed("tls ca_file " + (tls.ca_file.empty() ? "(system default)" : tls.ca_file) + " cannot be used");
     SSL_CTX_set_verify(native, SSL_VERIFY_PEER, nullptr);
   } else {
     SSL_CTX_set_verify(native, SSL_VERIFY_NONE, nullptr);
@@ -90,8 +90,9 @@ asio::awaitable<std::error_code> byte_stream::connect(const asio::ip::tcp::resol
     if (const long v = SSL_get_verify_result(ssl); v != X509_V_OK)
       tls_error_ += std::string(" (broker certificate: ") + X509_verify_cert_error_string(v) + ")";
     if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
-      tls_error_ += " (the broker closed the connection: it may require a client certificate, or be at its "
-                    "connection cap)";
+      tls_error_ +=
+          " (the broker closed the connection: it may require a client certificate, or be at its "
+          "connection cap)";
     if (!socket_.is_open()) co_return ec;  // closed meanwhile (the connect timeout): not a TLS verdict
     co_return make_error_code(errc::tls_failed);
   }

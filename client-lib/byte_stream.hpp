@@ -89,7 +89,7 @@ class byte_stream {
  private:
   asio::ip::tcp::socket socket_;
   tls_options tls_options_;
-  std::shared_ptr<asio::ssl::context> tls_ctx_;                  // set by configure_tls
+  std::shared_ptr<asio::ssl::context> tls_ctx_;                   // set by configure_tls
   std::optional<asio::ssl::stream<asio::ip::tcp::socket&>> tls_;  // the current connection's session
   std::string tls_error_;
 };

@@ -66,15 +66,18 @@ void client::async_connect(client_options options, std::shared_ptr<event_loop> l
     std::shuffle(p->addresses.begin(), p->addresses.end(), std::mt19937_64(std::random_device{}()));
   }
   auto& io = p->io;
-  asio::co_spawn(io, p->run(p, [p, loop, done = std::move(done)](std::error_code ec) {
-    std::unique_ptr<client> c(new client(loop, p));
-    if (!ec) {
-      done(std::move(c));
-      return;
-    }
-    c->close();  // on the loop thread: closes without waiting
-    done(std::unexpected(ec));
-  }), asio::detached);
+  asio::co_spawn(io,
+                 p->run(p,
+                        [p, loop, done = std::move(done)](std::error_code ec) {
+                          std::unique_ptr<client> c(new client(loop, p));
+                          if (!ec) {
+                            done(std::move(c));
+                            return;
+                          }
+                          c->close();  // on the loop thread: closes without waiting
+                          done(std::unexpected(ec));
+                        }),
+                 asio::detached);
 }
 
 std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_options options,
@@ -122,8 +125,7 @@ std::error_code client::publish_confirmed(std::string_view channel, std::span<co
   return impl_->request_sync([&](std::uint64_t id) { return local_builder().publish(id, channel, data); });
 }
 
-std::expected<subscription_id, std::error_code> client::subscribe(std::string_view pattern,
-                                                                  message_handler handler) {
+std::expected<subscription_id, std::error_code> client::subscribe(std::string_view pattern, message_handler handler) {
   if (impl_->loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
   auto promise = std::make_shared<std::promise<std::expected<subscription_id, std::error_code>>>();
   auto result = promise->get_future();
@@ -156,15 +158,18 @@ void detail::add_subscription(const std::shared_ptr<client_state>& self, std::st
       return;
     }
     id = p.next_sub++;
-    auto entry = std::make_shared<const sub_entry>(sub_entry{id, std::string(pattern), std::move(handler), std::move(durable)});
+    auto entry =
+        std::make_shared<const sub_entry>(sub_entry{id, std::string(pattern), std::move(handler), std::move(durable)});
     if (entry->durable) {
       // Replayed records reach the handler if their channel is one it
       // subscribed to (a stream may carry several channels).
-      entry->durable->deliver = [weak_p = std::weak_ptr<client_state>(self), weak_e = std::weak_ptr<const sub_entry>(entry)](
+      entry->durable->deliver = [weak_p = std::weak_ptr<client_state>(self),
+                                 weak_e = std::weak_ptr<const sub_entry>(entry)](
                                     const std::string& stream, std::uint64_t epoch, const stream_record& rec) {
         const auto p = weak_p.lock();
         const auto e = weak_e.lock();
-        if (!p || !e || !e->durable->active || rec.channel.empty() || !protocol::pattern_matches(e->pattern, rec.channel))
+        if (!p || !e || !e->durable->active || rec.channel.empty() ||
+            !protocol::pattern_matches(e->pattern, rec.channel))
           return;
         ++p->recovered;
         e->handler(message{rec.channel, rec.payload, stream, rec.seq, epoch, true});
@@ -299,4 +304,3 @@ std::error_code publisher::publish(std::string_view channel, std::span<const std
 }
 
 }  // namespace switchyard
-

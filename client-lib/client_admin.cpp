@@ -112,7 +112,8 @@ result<server_stats> client::stats() {
         server_stats s;
         if (m->version()) s.version = m->version()->str();
         s.instance_id = m->instance_id();
-        s.uptime = std::chrono::milliseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(m->uptime_ms(), INT64_MAX)));
+        s.uptime =
+            std::chrono::milliseconds(static_cast<std::int64_t>(std::min<std::uint64_t>(m->uptime_ms(), INT64_MAX)));
         if (m->settings())
           for (const auto* x : *m->settings())
             s.settings.emplace_back(x->name()->str(), x->value() ? x->value()->str() : std::string());

@@ -36,8 +36,14 @@ std::error_code server_error(const wire::Error& e) {
 }  // namespace
 
 client::impl::impl(client_options o, detail::loop_state& l)
-    : opts(std::move(o)), loop(l), io(l.io), stream(io), heartbeat_timer(io),
-      parser(protocol::default_max_frame), retry_timer(io), backoff(opts.reconnect) {
+    : opts(std::move(o)),
+      loop(l),
+      io(l.io),
+      stream(io),
+      heartbeat_timer(io),
+      parser(protocol::default_max_frame),
+      retry_timer(io),
+      backoff(opts.reconnect) {
   if (opts.client_id.empty()) opts.client_id = random_client_id();
 }
 
@@ -152,8 +158,8 @@ asio::awaitable<std::expected<protocol::frame_view, std::error_code>> client::im
     if (*r) co_return **r;
     rbuf.make_room(parser.needed());
     asio_error_code ec;
-    const std::size_t n = co_await stream.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()),
-                                                          redirect_error(use_awaitable, ec));
+    const std::size_t n =
+        co_await stream.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
     if (ec) co_return std::unexpected(std::error_code(ec));
     last_rx = clock::now();
     rbuf.end += n;
@@ -189,11 +195,15 @@ bool client::impl::dispatch(const wire::Frame& f, const sub_list& subscriptions,
     case wire::Message::SendResult:
     case wire::Message::Appended:
     case wire::Message::Records:
-    case wire::Message::StreamInfoResult: case wire::Message::StreamListResult:  // client_admin.cpp
-    case wire::Message::StatsResult: case wire::Message::ConnListResult:         // client_admin.cpp
-    case wire::Message::WithdrawResult: case wire::Message::PendingOffersResult:  // client_offers.cpp
+    case wire::Message::StreamInfoResult:
+    case wire::Message::StreamListResult:  // client_admin.cpp
+    case wire::Message::StatsResult:
+    case wire::Message::ConnListResult:  // client_admin.cpp
+    case wire::Message::WithdrawResult:
+    case wire::Message::PendingOffersResult:  // client_offers.cpp
     case wire::Message::ExposureResult:
-    case wire::Message::FlagInfo: case wire::Message::FlagListResult:
+    case wire::Message::FlagInfo:
+    case wire::Message::FlagListResult:
       if (f.request_id() != 0) complete(f.request_id(), {}, &f);
       return true;
     case wire::Message::Receipt: {
@@ -297,8 +307,8 @@ asio::awaitable<void> client::impl::read_loop(std::shared_ptr<impl> self) {
     if (!*r) {
       rbuf.make_room(parser.needed());
       asio_error_code ec;
-      const std::size_t n = co_await stream.async_read_some(
-          asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
+      const std::size_t n =
+          co_await stream.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
       if (gen != generation) co_return;
       if (ec) {
         fail(ec, "read");
@@ -324,8 +334,7 @@ asio::awaitable<void> client::impl::read_loop(std::shared_ptr<impl> self) {
 
 // ---------------------------------------------------------------- hello
 
-asio::awaitable<std::error_code> client::impl::handshake(std::shared_ptr<impl> self,
-                                                         const detail::broker_address& to,
+asio::awaitable<std::error_code> client::impl::handshake(std::shared_ptr<impl> self, const detail::broker_address& to,
                                                          std::chrono::milliseconds& retry_after) {
   auto timed_out = std::make_shared<bool>(false);
   auto finished = std::make_shared<bool>(false);
@@ -347,8 +356,8 @@ asio::awaitable<std::error_code> client::impl::handshake(std::shared_ptr<impl> s
   rbuf.begin = rbuf.end = 0;
   asio::ip::tcp::resolver resolver(io);
   asio_error_code ec;
-  const auto endpoints = co_await resolver.async_resolve(to.host, std::to_string(to.port),
-                                                         redirect_error(use_awaitable, ec));
+  const auto endpoints =
+      co_await resolver.async_resolve(to.host, std::to_string(to.port), redirect_error(use_awaitable, ec));
   if (ec) co_return outcome(ec);
   if (opts.tls.enabled && !tls_configured) {
     if (const auto bad = stream.configure_tls(opts.tls)) {
@@ -366,8 +375,9 @@ asio::awaitable<std::error_code> client::impl::handshake(std::shared_ptr<impl> s
 
   // "admin" last: asked only with client_options::admin.
   static constexpr std::array<std::string_view, 7> wanted{
-      protocol::capability::dropped_notice, protocol::capability::publish_ack, protocol::capability::routing,
-      protocol::capability::log,            protocol::capability::stream_drops, protocol::capability::offers,
+      protocol::capability::dropped_notice, protocol::capability::publish_ack,
+      protocol::capability::routing,        protocol::capability::log,
+      protocol::capability::stream_drops,   protocol::capability::offers,
       protocol::capability::admin};
   if (!key && (!opts.key.empty() || !opts.key_file.empty())) {
     auto loaded = client_lib::signing_key::load(opts.key, opts.key_file);

@@ -11,20 +11,23 @@ namespace switchyard {
 void client::impl::durable_read(const std::weak_ptr<durable_state>& weak, const std::string& stream, std::uint64_t from,
                                 std::size_t batch) {
   const auto count = static_cast<std::uint32_t>(std::min<std::size_t>(batch, UINT32_MAX));
-  call_async<stream_read>(
-      [&](std::uint64_t r) { return local_builder().read(r, stream, from, count, 0); }, detail::parse_records,
-      [weak, stream](std::expected<stream_read, std::error_code> r) {
-        const auto d = weak.lock();
-        if (!d || !d->active) return;
-        if (r) d->tracker->read_done(stream, *r, d->deliver);
-        else d->tracker->read_failed(stream, r.error());
-      });
+  call_async<stream_read>([&](std::uint64_t r) { return local_builder().read(r, stream, from, count, 0); },
+                          detail::parse_records,
+                          [weak, stream](std::expected<stream_read, std::error_code> r) {
+                            const auto d = weak.lock();
+                            if (!d || !d->active) return;
+                            if (r)
+                              d->tracker->read_done(stream, *r, d->deliver);
+                            else
+                              d->tracker->read_failed(stream, r.error());
+                          });
 }
 
 std::expected<std::shared_ptr<durable_state>, std::error_code> client::impl::make_durable(durable_options& o) {
   if (auto ec = detail::stream_tracker::check(o.resume_from)) return std::unexpected(ec);
   if (!stream_drops)
-    log(log_level::info, "switchyard: connection {}: the broker does not report dropped first messages "
+    log(log_level::info,
+        "switchyard: connection {}: the broker does not report dropped first messages "
         "(no \"stream-drops\"): a stream whose first messages are dropped starts at the first that arrives",
         session_id.load());
   auto d = std::make_shared<durable_state>();

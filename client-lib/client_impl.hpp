@@ -49,9 +49,9 @@
 namespace switchyard {
 
 namespace wire = protocol::wire;
-using client_lib::log;
 using asio::redirect_error;
 using asio::use_awaitable;
+using client_lib::log;
 
 // ------------------------------------------------------------- event_loop
 
@@ -129,10 +129,10 @@ std::expected<std::uint64_t, std::error_code> parse_put_version(const wire::Fram
 }  // namespace detail
 
 using detail::durable_state;
-using detail::sub_entry;
-using detail::sub_list;
 using detail::inbox_entry;
 using detail::inbox_list;
+using detail::sub_entry;
+using detail::sub_list;
 
 struct client::impl : std::enable_shared_from_this<client::impl> {
   using clock = std::chrono::steady_clock;
@@ -161,7 +161,7 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // again at each reconnect (atomics: read by any thread).
   std::atomic<std::uint64_t> session_id{0};
   std::atomic<std::uint64_t> server_instance{0};  // 0: a server older than the field
-  std::string server_version;  // written only when it changes (a broker upgrade)
+  std::string server_version;                     // written only when it changes (a broker upgrade)
   std::atomic<std::uint32_t> max_frame{protocol::default_max_frame};
   std::chrono::milliseconds heartbeat{protocol::default_heartbeat_interval};
   std::vector<std::string> caps SWITCHYARD_GUARDED_BY(mu);
@@ -183,14 +183,14 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::atomic<std::uint64_t> dropped{0};
   std::atomic<std::uint64_t> next_request{1};
   clock::time_point last_rx = clock::now();
-  std::error_code server_goodbye;  // last fatal Error from the server (loop thread)
+  std::error_code server_goodbye;                    // last fatal Error from the server (loop thread)
   std::chrono::milliseconds goodbye_retry_after{0};  // its retry_after_ms (loop thread)
-  bool closed_by_user = false;     // loop thread
+  bool closed_by_user = false;                       // loop thread
 
   // ---- reconnect (loop thread unless said otherwise) ----
   std::vector<detail::broker_address> addresses;  // shuffled; set by run()
   std::size_t address_index = 0;                  // the one in use or tried last
-  std::uint64_t generation = 0;  // +1 per connection: callbacks of an earlier one are ignored
+  std::uint64_t generation = 0;                   // +1 per connection: callbacks of an earlier one are ignored
   asio::steady_timer retry_timer;
   detail::reconnect_backoff backoff;
   std::atomic<std::uint64_t> attempts_total{0};
@@ -201,10 +201,10 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // field says SWITCHYARD_GUARDED_BY(mu)); `writing` and `key_scratch` are
   // the loop thread's.
   switchyard::mutex mu;
-  std::condition_variable space_cv;  // waited on under mu
+  std::condition_variable space_cv;                         // waited on under mu
   std::vector<std::uint8_t> out SWITCHYARD_GUARDED_BY(mu);  // frames waiting for the writer
-  std::vector<std::uint8_t> writing;  // frames being written (loop thread)
-  bool write_active SWITCHYARD_GUARDED_BY(mu) = false;  // writer scheduled or running
+  std::vector<std::uint8_t> writing;                        // frames being written (loop thread)
+  bool write_active SWITCHYARD_GUARDED_BY(mu) = false;      // writer scheduled or running
   // The connection's state for writers:
   //  up         frames go to `out`;
   //  restoring  restore()'s own frames (internal) go to `out`, others are held;
@@ -224,11 +224,13 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   std::size_t held_publish_bytes SWITCHYARD_GUARDED_BY(mu) = 0;
   // What restore() brings back (besides subs and inboxes).
   std::map<lease_id, std::chrono::milliseconds> owned_leases SWITCHYARD_GUARDED_BY(mu);  // id -> TTL as granted
-  std::unordered_map<lease_id, lease_id> lease_moves SWITCHYARD_GUARDED_BY(mu);  // an old id -> the grant that replaced it
+  std::unordered_map<lease_id, lease_id> lease_moves
+      SWITCHYARD_GUARDED_BY(mu);  // an old id -> the grant that replaced it
   std::map<std::string, detail::owned_put, std::less<>> owned_puts SWITCHYARD_GUARDED_BY(mu);
   // Told (on the loop thread, during restore) of every lease replaced:
   // the gateway helper, keyed by its address.
-  std::map<const void*, std::function<void(lease_id old_lease, lease_id new_lease)>> lease_listeners SWITCHYARD_GUARDED_BY(mu);
+  std::map<const void*, std::function<void(lease_id old_lease, lease_id new_lease)>> lease_listeners
+      SWITCHYARD_GUARDED_BY(mu);
   std::unordered_map<std::uint64_t, completion> requests SWITCHYARD_GUARDED_BY(mu);
   std::shared_ptr<const sub_list> subs SWITCHYARD_GUARDED_BY(mu) = std::make_shared<const sub_list>();
   std::map<std::string, int, std::less<>> pattern_refs SWITCHYARD_GUARDED_BY(mu);

@@ -38,8 +38,10 @@ template <class Drop>
 void client::impl::replace_inboxes_locked(Drop drop, std::shared_ptr<const inbox_entry> add) {
   auto next = std::make_shared<inbox_list>();
   for (const auto& e : *inboxes) {
-    if (!drop(*e)) next->push_back(e);
-    else if (e->durable) e->durable->active = false;
+    if (!drop(*e))
+      next->push_back(e);
+    else if (e->durable)
+      e->durable->active = false;
   }
   if (add) next->push_back(std::move(add));
   inboxes = std::move(next);
@@ -160,12 +162,19 @@ std::expected<T, std::error_code> client::impl::call(Encode encode, Parse parse)
   auto promise = std::make_shared<std::promise<std::expected<T, std::error_code>>>();
   auto result = promise->get_future();
   std::uint64_t id = 0;
-  request([&](std::uint64_t rid) { id = rid; return encode(rid); },
-          [promise, parse](std::error_code ec, const wire::Frame* answer) {
-            if (ec) promise->set_value(std::unexpected(ec));
-            else if (!answer) promise->set_value(std::unexpected(make_error_code(errc::protocol_violation)));
-            else promise->set_value(parse(*answer));
-          });
+  request(
+      [&](std::uint64_t rid) {
+        id = rid;
+        return encode(rid);
+      },
+      [promise, parse](std::error_code ec, const wire::Frame* answer) {
+        if (ec)
+          promise->set_value(std::unexpected(ec));
+        else if (!answer)
+          promise->set_value(std::unexpected(make_error_code(errc::protocol_violation)));
+        else
+          promise->set_value(parse(*answer));
+      });
   if (result.wait_for(opts.request_timeout) != std::future_status::ready) complete(id, errc::timeout);
   return result.get();
 }
@@ -184,9 +193,12 @@ template <class T, class Parse>
 auto client::impl::parsed(Parse parse, std::function<void(std::expected<T, std::error_code>)> done) -> completion {
   return [parse = std::move(parse), done = std::move(done)](std::error_code ec, const wire::Frame* answer) {
     if (!done) return;
-    if (ec) done(std::unexpected(ec));
-    else if (!answer) done(std::unexpected(make_error_code(errc::protocol_violation)));
-    else done(parse(*answer));
+    if (ec)
+      done(std::unexpected(ec));
+    else if (!answer)
+      done(std::unexpected(make_error_code(errc::protocol_violation)));
+    else
+      done(parse(*answer));
   };
 }
 

@@ -23,7 +23,9 @@ void set_log_sink(log_sink sink, log_level level) {
 
 namespace client_lib {
 
-bool log_enabled(log_level level) noexcept { return static_cast<int>(level) >= min_level.load(std::memory_order_relaxed); }
+bool log_enabled(log_level level) noexcept {
+  return static_cast<int>(level) >= min_level.load(std::memory_order_relaxed);
+}
 
 void log_write(log_level level, std::string_view message) {
   std::shared_ptr<const log_sink> sink;

@@ -35,9 +35,12 @@ milliseconds ms(std::uint32_t v) { return milliseconds(v); }
 
 key_outcome to_outcome(wire::KeyOutcome o) {
   switch (o) {
-    case wire::KeyOutcome::routed: return key_outcome::routed;
-    case wire::KeyOutcome::capped: return key_outcome::capped;
-    default: return key_outcome::no_route;  // no_route, or a later broker's "not delivered"
+    case wire::KeyOutcome::routed:
+      return key_outcome::routed;
+    case wire::KeyOutcome::capped:
+      return key_outcome::capped;
+    default:
+      return key_outcome::no_route;  // no_route, or a later broker's "not delivered"
   }
 }
 
@@ -164,8 +167,7 @@ result<std::vector<flag_info>> detail::parse_flag_list(const wire::Frame& f) {
 
 // ----------------------------------------------------------------- offers
 
-std::error_code client::publish(std::string_view channel, std::span<const std::byte> payload,
-                                milliseconds expires_in) {
+std::error_code client::publish(std::string_view channel, std::span<const std::byte> payload, milliseconds expires_in) {
   if (expires_in.count() == 0) return publish(channel, payload);
   if (!protocol::is_valid_channel(channel)) return errc::invalid_channel;
   if (!impl_->offers) return errc::not_supported;
@@ -239,8 +241,7 @@ result<std::vector<pending_offer>> client::pending_offers(std::string_view route
       [&](std::uint64_t r) { return local_builder().pending_offers(r, route_key, n); }, detail::parse_pending_offers);
 }
 
-result<std::vector<std::uint32_t>> client::exposure(std::span<const std::string_view> route_keys,
-                                                    milliseconds window) {
+result<std::vector<std::uint32_t>> client::exposure(std::span<const std::string_view> route_keys, milliseconds window) {
   if (!impl_->offers) return std::unexpected(make_error_code(errc::not_supported));
   const auto window_ms = wire_ms(window);
   if (!window_ms) return std::unexpected(window_ms.error());

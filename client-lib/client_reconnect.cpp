@@ -43,9 +43,7 @@ struct phase_barrier {
 };
 
 // A refusal that no retry will change.
-bool refused_for_good(std::error_code ec) {
-  return ec == errc::unauthorized || ec == errc::unsupported_version;
-}
+bool refused_for_good(std::error_code ec) { return ec == errc::unauthorized || ec == errc::unsupported_version; }
 
 std::uint32_t ms32(std::chrono::milliseconds d) {
   return static_cast<std::uint32_t>(std::clamp<std::int64_t>(d.count(), 0, UINT32_MAX));
@@ -149,15 +147,14 @@ void client::impl::restore(std::uint64_t gen, reconnect_info info) {
     }
     for (const auto& [key, put] : puts) {
       barrier->add();
-      p.request(
-          [&](std::uint64_t r) { return local_builder().registry_put(r, key, put.value, put.lease, 0); },
-          [key, barrier](std::error_code ec, const wire::Frame*) {
-            if (ec)
-              log(log_level::warn, "switchyard: restoring registry entry {} after a reconnect failed: {}", key,
-                  ec.message());
-            barrier->done();
-          },
-          true);
+      p.request([&](std::uint64_t r) { return local_builder().registry_put(r, key, put.value, put.lease, 0); },
+                [key, barrier](std::error_code ec, const wire::Frame*) {
+                  if (ec)
+                    log(log_level::warn, "switchyard: restoring registry entry {} after a reconnect failed: {}", key,
+                        ec.message());
+                  barrier->done();
+                },
+                true);
     }
     barrier->done();
   };
@@ -207,7 +204,8 @@ void client::impl::restore(std::uint64_t gen, reconnect_info info) {
     barrier->add();
     request([id](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
             [id, ttl, lost, barrier](std::error_code ec, const wire::Frame*) {
-              if (ec == errc::not_found) lost->emplace_back(id, ttl);
+              if (ec == errc::not_found)
+                lost->emplace_back(id, ttl);
               else if (ec)
                 log(log_level::warn, "switchyard: keepalive of lease {} after a reconnect failed: {}", id,
                     ec.message());

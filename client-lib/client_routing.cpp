@@ -62,7 +62,7 @@ using detail::parse_lease;
 
 // Every routing call needs the capability; without it the server would
 // answer unsupported_message.
-#define SWITCHYARD_NEED_ROUTING()                                                  \
+#define SWITCHYARD_NEED_ROUTING() \
   if (!impl_->routing) return std::unexpected(make_error_code(errc::not_supported))
 
 // Leases granted or kept alive here are restored after a reconnect (a
@@ -71,8 +71,8 @@ using detail::parse_lease;
 
 result<lease_info> client::lease_grant(milliseconds ttl) {
   SWITCHYARD_NEED_ROUTING();
-  auto r = impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); },
-                                   parse_lease);
+  auto r =
+      impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_grant(r, ms32(ttl)); }, parse_lease);
   if (r) impl_->track_lease(r->id, r->ttl);
   return r;
 }
@@ -80,8 +80,8 @@ result<lease_info> client::lease_grant(milliseconds ttl) {
 result<lease_info> client::lease_keepalive(lease_id id) {
   SWITCHYARD_NEED_ROUTING();
   id = impl_->resolve_lease(id);
-  auto r = impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
-                                   parse_lease);
+  auto r =
+      impl_->call<lease_info>([&](std::uint64_t r) { return local_builder().lease_keepalive(r, id); }, parse_lease);
   if (r) impl_->track_lease(r->id, r->ttl);
   return r;
 }
@@ -102,7 +102,7 @@ std::error_code client::lease_revoke(lease_id id) {
 }
 
 result<std::vector<lease_info>> client::lease_list(std::size_t limit, lease_id after, lease_id* next_cursor,
-                                                  std::uint64_t* total) {
+                                                   std::uint64_t* total) {
   SWITCHYARD_NEED_ROUTING();
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX));
   auto page = std::make_shared<std::pair<lease_id, std::uint64_t>>(0, 0);  // next cursor, total
@@ -137,7 +137,9 @@ result<std::uint64_t> client::registry_put(std::string_view key, std::string_vie
 result<std::uint64_t> client::registry_put_ttl(std::string_view key, std::string_view value, milliseconds ttl) {
   SWITCHYARD_NEED_ROUTING();
   auto e = impl_->call<registry_entry>(
-      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, 0, std::max<std::uint32_t>(1, ms32(ttl))); },
+      [&](std::uint64_t r) {
+        return local_builder().registry_put(r, key, value, 0, std::max<std::uint32_t>(1, ms32(ttl)));
+      },
       parse_entry);
   if (!e) return std::unexpected(e.error());
   impl_->forget_put(key);  // an entry with a TTL of its own is not restored
@@ -268,7 +270,10 @@ std::error_code client::open_inbox_durable(std::string_view id, lease_id lease, 
   auto durable = std::move(*made);
   const bool resume = !options.resume_from.empty();
   if (auto ec = open_inbox_entry(p, id, lease, std::move(handler), durable)) return ec;
-  if (resume) asio::post(p.io, [durable] { if (durable->active) durable->tracker->check_all(); });
+  if (resume)
+    asio::post(p.io, [durable] {
+      if (durable->active) durable->tracker->check_all();
+    });
   return {};
 }
 
@@ -308,12 +313,12 @@ std::error_code client::send_nowait(std::string_view route_key, std::span<const 
   return impl_->enqueue(local_builder().send(0, keys, data));
 }
 
-result<send_result> client::send_many(std::span<const std::string_view> route_keys, std::span<const std::byte> payload) {
+result<send_result> client::send_many(std::span<const std::string_view> route_keys,
+                                      std::span<const std::byte> payload) {
   SWITCHYARD_NEED_ROUTING();
   const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
-  return impl_->call<send_result>(
-      [&](std::uint64_t r) { return local_builder().send(r, route_keys, data); },
-      detail::parse_send_result);
+  return impl_->call<send_result>([&](std::uint64_t r) { return local_builder().send(r, route_keys, data); },
+                                  detail::parse_send_result);
 }
 
 #undef SWITCHYARD_NEED_ROUTING
@@ -332,8 +337,7 @@ void client::async_lease_grant(milliseconds ttl, std::function<void(result<lease
 void client::async_lease_keepalive(lease_id id, std::function<void(result<lease_info>)> done) {
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
   id = impl_->resolve_lease(id);
-  impl_->call_async<lease_info>([id](std::uint64_t r) { return local_builder().lease_keepalive(r, id); },
-                                parse_lease,
+  impl_->call_async<lease_info>([id](std::uint64_t r) { return local_builder().lease_keepalive(r, id); }, parse_lease,
                                 [weak = impl_->weak_from_this(), done = std::move(done)](result<lease_info> r) {
                                   if (const auto p = weak.lock(); p && r) p->track_lease(r->id, r->ttl);
                                   if (done) done(std::move(r));
@@ -345,8 +349,7 @@ void client::async_registry_put(std::string_view key, std::string_view value, le
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
   lease = impl_->resolve_lease(lease);
   impl_->call_async<std::uint64_t>(
-      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); },
-      detail::parse_put_version,
+      [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); }, detail::parse_put_version,
       [weak = impl_->weak_from_this(), key = std::string(key), value = std::string(value), lease,
        done = std::move(done)](result<std::uint64_t> r) {
         if (const auto p = weak.lock(); p && r) p->track_put(key, value, lease);
@@ -359,16 +362,15 @@ void client::async_send(std::string_view route_key, std::span<const std::byte> p
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
   const std::string_view keys[] = {route_key};
   const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
-  impl_->call_async<std::string_view>(
-      [&](std::uint64_t r) { return local_builder().send(r, keys, data); },
-      [](const wire::Frame& f) -> result<std::string_view> {
-        const auto* m = f.message_as_SendResult();
-        if (!m) return std::unexpected(mismatch());
-        if (m->routed() == 0 || !m->gateways() || m->gateways()->size() == 0)
-          return std::unexpected(make_error_code(errc::no_route));
-        return m->gateways()->Get(0)->string_view();
-      },
-      std::move(done));
+  impl_->call_async<std::string_view>([&](std::uint64_t r) { return local_builder().send(r, keys, data); },
+                                      [](const wire::Frame& f) -> result<std::string_view> {
+                                        const auto* m = f.message_as_SendResult();
+                                        if (!m) return std::unexpected(mismatch());
+                                        if (m->routed() == 0 || !m->gateways() || m->gateways()->size() == 0)
+                                          return std::unexpected(make_error_code(errc::no_route));
+                                        return m->gateways()->Get(0)->string_view();
+                                      },
+                                      std::move(done));
 }
 
 }  // namespace switchyard

@@ -36,25 +36,24 @@ void client::async_append(std::string_view stream, std::span<const std::byte> pa
 }
 
 result<append_ack> client::publish_durable(std::string_view channel, std::string_view stream,
-                                          std::span<const std::byte> payload) {
+                                           std::span<const std::byte> payload) {
   if (!impl_->log_cap) return std::unexpected(make_error_code(errc::not_supported));
   if (!protocol::is_valid_channel(channel)) return std::unexpected(make_error_code(errc::invalid_channel));
   const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
-  return impl_->call<append_ack>(
-      [&](std::uint64_t r) { return local_builder().publish(r, channel, data, stream); }, parse_appended);
+  return impl_->call<append_ack>([&](std::uint64_t r) { return local_builder().publish(r, channel, data, stream); },
+                                 parse_appended);
 }
 
 result<send_result> client::send_durable(std::span<const std::string_view> route_keys, std::string_view stream,
-                                        std::span<const std::byte> payload) {
+                                         std::span<const std::byte> payload) {
   if (!impl_->log_cap || !impl_->routing) return std::unexpected(make_error_code(errc::not_supported));
   const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
-  return impl_->call<send_result>(
-      [&](std::uint64_t r) { return local_builder().send(r, route_keys, data, stream); },
-      detail::parse_send_result);
+  return impl_->call<send_result>([&](std::uint64_t r) { return local_builder().send(r, route_keys, data, stream); },
+                                  detail::parse_send_result);
 }
 
 result<append_ack> client::publish_durable(std::string_view channel, std::string_view stream,
-                                          std::span<const std::byte> payload, std::chrono::milliseconds expires_in) {
+                                           std::span<const std::byte> payload, std::chrono::milliseconds expires_in) {
   if (expires_in.count() == 0) return publish_durable(channel, stream, payload);
   if (!impl_->log_cap || !impl_->offers) return std::unexpected(make_error_code(errc::not_supported));
   if (!protocol::is_valid_channel(channel)) return std::unexpected(make_error_code(errc::invalid_channel));
@@ -66,7 +65,7 @@ result<append_ack> client::publish_durable(std::string_view channel, std::string
 }
 
 result<send_result> client::send_durable(std::span<const std::string_view> route_keys, std::string_view stream,
-                                        std::span<const std::byte> payload, std::chrono::milliseconds expires_in) {
+                                         std::span<const std::byte> payload, std::chrono::milliseconds expires_in) {
   if (expires_in.count() == 0) return send_durable(route_keys, stream, payload);
   if (!impl_->log_cap || !impl_->routing || !impl_->offers)
     return std::unexpected(make_error_code(errc::not_supported));
@@ -86,8 +85,7 @@ result<stream_read> client::read(std::string_view stream, std::uint64_t from_seq
   const auto count = static_cast<std::uint32_t>(std::min<std::size_t>(max_count, UINT32_MAX));
   const auto bytes = static_cast<std::uint32_t>(std::min<std::size_t>(max_bytes, UINT32_MAX));
   return impl_->call<stream_read>(
-      [&](std::uint64_t r) { return local_builder().read(r, stream, from_seq, count, bytes); },
-      detail::parse_records);
+      [&](std::uint64_t r) { return local_builder().read(r, stream, from_seq, count, bytes); }, detail::parse_records);
 }
 
 result<stream_read> detail::parse_records(const wire::Frame& f) {

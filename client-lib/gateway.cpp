@@ -39,11 +39,11 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
   lease_id lease SWITCHYARD_GUARDED_BY(mu) = 0;
 
   // Loop thread only.
-  asio::steady_timer timer;         // the next keepalive
-  bool stopped = false;             // ~gateway: no callback of this gateway runs any more
-  bool keepalive_stopped = false;   // abandon()
-  bool revoke_on_stop = true;       // false after abandon(); read by ~gateway after it stopped the loop side
-  std::deque<op> ops;               // waiting behind the running one
+  asio::steady_timer timer;        // the next keepalive
+  bool stopped = false;            // ~gateway: no callback of this gateway runs any more
+  bool keepalive_stopped = false;  // abandon()
+  bool revoke_on_stop = true;      // false after abandon(); read by ~gateway after it stopped the loop side
+  std::deque<op> ops;              // waiting behind the running one
   bool op_running = false;
   std::vector<std::string_view> mine;  // deliver(): the route keys of a replay held here
 
@@ -142,7 +142,8 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
   void renew(lease_id lost, step finished) {
     core->call_timed<lease_info>(
         [ttl = opts.lease_ttl](std::uint64_t r) {
-          return local_builder().lease_grant(r, static_cast<std::uint32_t>(std::clamp<std::int64_t>(ttl.count(), 0, UINT32_MAX)));
+          return local_builder().lease_grant(
+              r, static_cast<std::uint32_t>(std::clamp<std::int64_t>(ttl.count(), 0, UINT32_MAX)));
         },
         detail::parse_lease,
         [weak = weak_from_this(), lost, finished](std::expected<lease_info, std::error_code> fresh) {
@@ -211,8 +212,8 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
             self->core->call_timed<std::uint64_t>(
                 [&](std::uint64_t r) { return local_builder().registry_put(r, key, self->opts.inbox_id, id, 0); },
                 detail::parse_put_version,
-                [state, done, core = self->core, key, value = self->opts.inbox_id, id](
-                    std::expected<std::uint64_t, std::error_code> r) {
+                [state, done, core = self->core, key, value = self->opts.inbox_id,
+                 id](std::expected<std::uint64_t, std::error_code> r) {
                   if (r) core->track_put(key, value, id);  // restored by the client after a reconnect
                   if (!r && !state->first) state->first = r.error();
                   if (--state->left == 0) done(state->first);
@@ -282,8 +283,10 @@ std::expected<std::unique_ptr<gateway>, std::error_code> gateway::start(client& 
   if (p->core->loop.on_loop_thread()) return std::unexpected(make_error_code(errc::would_deadlock));
   lease_id id = 0;
   if (p->opts.resume_lease != 0) {
-    if (auto r = conn.lease_keepalive(p->opts.resume_lease)) id = r->id;
-    else if (r.error() != errc::not_found) return std::unexpected(r.error());
+    if (auto r = conn.lease_keepalive(p->opts.resume_lease))
+      id = r->id;
+    else if (r.error() != errc::not_found)
+      return std::unexpected(r.error());
   }
   if (id == 0) {
     auto granted = conn.lease_grant(p->opts.lease_ttl);
@@ -329,8 +332,10 @@ gateway::~gateway() {
   const lease_id id = p.current_lease();
   p.core->forget_lease(id);  // gone with the gateway: not restored after a reconnect
   if (!p.revoke_on_stop) return;
-  if (p.core->loop.on_loop_thread()) p.revoke_nowait(id);
-  else if (p.conn.connected()) (void)p.conn.lease_revoke(id);
+  if (p.core->loop.on_loop_thread())
+    p.revoke_nowait(id);
+  else if (p.conn.connected())
+    (void)p.conn.lease_revoke(id);
 }
 
 std::error_code gateway::add_route(std::string_view route_key) {

@@ -68,9 +68,12 @@ inline inbox_message to_inbox_message(const wire::InboxDelivery& d, std::vector<
   if (d.route_keys())
     for (const auto* k : *d.route_keys()) keys.push_back(k->string_view());
   const auto* p = d.payload();
-  inbox_message m{d.inbox_id() ? d.inbox_id()->string_view() : std::string_view{}, keys,
+  inbox_message m{d.inbox_id() ? d.inbox_id()->string_view() : std::string_view{},
+                  keys,
                   p ? std::as_bytes(std::span(p->data(), p->size())) : std::span<const std::byte>{},
-                  d.stream() ? d.stream()->string_view() : std::string_view{}, d.seq(), d.epoch()};
+                  d.stream() ? d.stream()->string_view() : std::string_view{},
+                  d.seq(),
+                  d.epoch()};
   m.time_left = std::chrono::milliseconds(d.time_left_ms());
   m.offer_id = d.offer_id();
   return m;

@@ -64,8 +64,6 @@ std::optional<milliseconds> reconnect_backoff::next_delay() {
   return delay;
 }
 
-milliseconds reconnect_backoff::downtime() const {
-  return std::chrono::duration_cast<milliseconds>(now_() - lost_at_);
-}
+milliseconds reconnect_backoff::downtime() const { return std::chrono::duration_cast<milliseconds>(now_() - lost_at_); }
 
 }  // namespace switchyard::detail

@@ -66,8 +66,8 @@ class reconnect_backoff {
   reconnect_options opts_;
   random_fn random_;
   now_fn now_;
-  std::uint32_t n_ = 0;           // exponent of the next attempt
-  std::uint32_t since_loss_ = 0;  // attempts since the loss
+  std::uint32_t n_ = 0;                  // exponent of the next attempt
+  std::uint32_t since_loss_ = 0;         // attempts since the loss
   std::chrono::milliseconds floor_{0};   // the server's hint for the next attempt
   std::chrono::milliseconds window_{0};  // a drain window for the next attempt (0: none)
   clock::time_point up_since_{};

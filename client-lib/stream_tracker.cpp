@@ -14,8 +14,10 @@ stream_tracker::stream_tracker(read_fn read, std::function<resume_at(const unrec
 std::error_code stream_tracker::check(const stream_positions& positions) {
   for (const auto& [name, pos] : positions) {
     if (pos.seq == 0 || pos.epoch != 0) continue;
-    log(log_level::warn, "switchyard: stream {}: position seq={} has no epoch; refused (a recreated stream could "
-        "not be told from this one)", name, pos.seq);
+    log(log_level::warn,
+        "switchyard: stream {}: position seq={} has no epoch; refused (a recreated stream could "
+        "not be told from this one)",
+        name, pos.seq);
     return errc::invalid_position;
   }
   return {};
@@ -93,7 +95,10 @@ resume_at stream_tracker::lost(std::string_view stream, position_lost reason, co
   const unrecoverable_position u{stream, reason, {s.seq, s.epoch}, first_available, epoch};
   if (on_unrecoverable_) return on_unrecoverable_(u);
   log(log_level::warn, "switchyard: stream {}: position seq={} epoch={} cannot be recovered ({}); going on from {}",
-      stream, s.seq, s.epoch, reason == position_lost::trimmed ? "trimmed" : reason == position_lost::epoch_changed ? "epoch changed" : "stream gone",
+      stream, s.seq, s.epoch,
+      reason == position_lost::trimmed         ? "trimmed"
+      : reason == position_lost::epoch_changed ? "epoch changed"
+                                               : "stream gone",
       first_available);
   return resume_at::first_available;
 }
@@ -159,8 +164,8 @@ void stream_tracker::read_done(const std::string& stream, const stream_read& res
     return;
   }
   if (behind)
-    log(log_level::warn, "switchyard: stream {}: read from seq={} made no progress (log ends at {})", stream,
-        s.seq + 1, result.last_seq);
+    log(log_level::warn, "switchyard: stream {}: read from seq={} made no progress (log ends at {})", stream, s.seq + 1,
+        result.last_seq);
   s.reading = false;
   s.target = 0;
 }

@@ -91,12 +91,12 @@ class stream_tracker {
 
  private:
   struct state {
-    std::uint64_t seq = 0;    // last delivered
+    std::uint64_t seq = 0;  // last delivered
     std::uint64_t epoch = 0;
     std::uint64_t target = 0;  // highest live sequence seen while reading (or the gap's)
     std::uint64_t target_epoch = 0;
     bool reading = false;
-    bool probing = false;      // the read is the "from the first retained" probe after trimmed
+    bool probing = false;  // the read is the "from the first retained" probe after trimmed
   };
 
   void start_read(const std::string& stream, state& s, std::uint64_t from);

@@ -106,7 +106,7 @@ constexpr int n_gateways = 20;
 constexpr auto offer_expiry = 15s;
 constexpr auto receipt_timeout = 2s;
 constexpr auto withdraw_after = 7500ms;  // half the offer's window
-constexpr int cap_requests = 100;  // the seed's window: the last 100 requests
+constexpr int cap_requests = 100;        // the seed's window: the last 100 requests
 constexpr int band_candidates = 15;
 constexpr double band_km = 1.0;
 
@@ -176,13 +176,11 @@ double distance(point a, point b) { return std::hypot(a.x - b.x, a.y - b.y); }
 
 // What the gateways saw, for one policy (reset between policies).
 struct gateway_tally {
-  std::atomic<std::uint64_t> keys_delivered{0};  // route keys of offers delivered
+  std::atomic<std::uint64_t> keys_delivered{0};    // route keys of offers delivered
   std::atomic<std::uint64_t> without_offer_id{0};  // the broker's flag "offers" off for that gateway
-  std::atomic<std::uint64_t> ignored{0};  // delivered to a device that never acks
+  std::atomic<std::uint64_t> ignored{0};           // delivered to a device that never acks
   std::atomic<std::uint64_t> withdrawn_notices{0};
-  void reset() {
-    keys_delivered = without_offer_id = ignored = withdrawn_notices = 0;
-  }
+  void reset() { keys_delivered = without_offer_id = ignored = withdrawn_notices = 0; }
 };
 
 // The devices: acks due later, sent by one thread through the gateway
@@ -267,8 +265,8 @@ struct policy {
 };
 
 struct policy_result {
-  std::uint64_t requests = 0, sends = 0, offers = 0, acked = 0, timeouts = 0, late_acks = 0, capped = 0,
-                no_route = 0, unserved = 0, withdrawals = 0, withdraw_not_found = 0, errors = 0;
+  std::uint64_t requests = 0, sends = 0, offers = 0, acked = 0, timeouts = 0, late_acks = 0, capped = 0, no_route = 0,
+                unserved = 0, withdrawals = 0, withdraw_not_found = 0, errors = 0;
   std::uint64_t withdraw_dropped = 0, withdraw_notified = 0, withdraw_pending = 0;
   std::vector<std::uint64_t> per_driver = std::vector<std::uint64_t>(n_drivers, 0);
   double top10_share = 0;
@@ -283,8 +281,14 @@ class dispatcher {
  public:
   dispatcher(switchyard::client& conn, std::string prefix, std::uint64_t first_offer_id, double rate,
              std::uint32_t cap_max, std::chrono::milliseconds cap_window, bool verbose, FILE* out)
-      : conn_(conn), prefix_(std::move(prefix)), next_offer_id_(first_offer_id), rate_(rate), cap_max_(cap_max),
-        cap_window_(cap_window), verbose_(verbose), out_(out) {}
+      : conn_(conn),
+        prefix_(std::move(prefix)),
+        next_offer_id_(first_offer_id),
+        rate_(rate),
+        cap_max_(cap_max),
+        cap_window_(cap_window),
+        verbose_(verbose),
+        out_(out) {}
 
   // client_options::on_receipt (the dispatcher's loop thread).
   void on_receipt(const switchyard::receipt& r) {
@@ -305,8 +309,9 @@ class dispatcher {
     first_fallback_printed_ = false;
     const auto t0 = clock_type::now();
     first_send_.reset();
-    const auto deadline = t0 + std::chrono::duration_cast<clock_type::duration>(
-                                   std::chrono::duration<double>(static_cast<double>(requests) / rate_)) +
+    const auto deadline = t0 +
+                          std::chrono::duration_cast<clock_type::duration>(
+                              std::chrono::duration<double>(static_cast<double>(requests) / rate_)) +
                           offer_expiry + 45s;
     long next = 0;
     for (;;) {
@@ -359,7 +364,7 @@ class dispatcher {
   };
   struct live_offer {
     std::size_t request = 0;
-    std::vector<int> drivers;    // routed
+    std::vector<int> drivers;     // routed
     std::vector<bool> receipted;  // per routed driver
   };
   struct due_withdrawal {
@@ -433,8 +438,7 @@ class dispatcher {
       last_answer_ = clock_type::now();
       ++result_.sends;
       if (!res) {
-        if (result_.errors++ == 0)
-          std::fprintf(stderr, "send_offer: %s\n", res.error().message().c_str());
+        if (result_.errors++ == 0) std::fprintf(stderr, "send_offer: %s\n", res.error().message().c_str());
         return;
       }
       live_offer lo;
@@ -496,8 +500,9 @@ class dispatcher {
     }
     ++result_.timeouts;
     if (verbose_ || !first_fallback_printed_) {
-      std::fprintf(out_, "  %sride %zu: driver %d did not ack offer %llu within 2 s: fallback to platform push, "
-                         "offering the next driver\n",
+      std::fprintf(out_,
+                   "  %sride %zu: driver %d did not ack offer %llu within 2 s: fallback to platform push, "
+                   "offering the next driver\n",
                    verbose_ ? "" : "e.g. ", lo.request, d, static_cast<unsigned long long>(e.offer_id));
       first_fallback_printed_ = true;
     }
@@ -526,9 +531,9 @@ class dispatcher {
     const auto top = std::accumulate(sorted.begin(), sorted.begin() + n_drivers / 10, std::uint64_t{0});
     res.top10_share = res.offers ? static_cast<double>(top) / static_cast<double>(res.offers) : 0;
     res.max_per_driver = sorted.front();
-    res.drivers_offered = static_cast<std::uint64_t>(std::count_if(sorted.begin(), sorted.end(), [](auto n) { return n > 0; }));
-    if (first_send_)
-      res.offer_span_s = std::chrono::duration<double>(last_answer_ - *first_send_).count();
+    res.drivers_offered =
+        static_cast<std::uint64_t>(std::count_if(sorted.begin(), sorted.end(), [](auto n) { return n > 0; }));
+    if (first_send_) res.offer_span_s = std::chrono::duration<double>(last_answer_ - *first_send_).count();
     if (policy_->banded) {
       // In any window of cap_window at most cap_max offers reached a
       // driver: over the span of the run, at most cap_max per window it
@@ -574,9 +579,12 @@ int main(int argc, char** argv) {
     if (args.take_number("--rate", 1, 10'000, rate)) continue;
     if (args.take_number("--never-ack", 0, 100, never_ack_percent)) continue;
     if (args.take_number("--cap", 1, 16, cap)) continue;
-    if (args.arg() == "--json") json = true;
-    else if (args.arg() == "--verbose") verbose = true;
-    else args.unexpected();
+    if (args.arg() == "--json")
+      json = true;
+    else if (args.arg() == "--verbose")
+      verbose = true;
+    else
+      args.unexpected();
   }
   switchyard::client_options base;
   args.address(base.host, base.port);
@@ -611,7 +619,9 @@ int main(int argc, char** argv) {
     auto o = base;
     o.client_name = "example-dispatch-gateway";
     o.client_id = prefix + "gw-" + std::to_string(g);
-    o.on_withdrawn = [&tally](const switchyard::withdrawn_notice& n) { tally.withdrawn_notices += n.route_keys.size(); };
+    o.on_withdrawn = [&tally](const switchyard::withdrawn_notice& n) {
+      tally.withdrawn_notices += n.route_keys.size();
+    };
     auto c = switchyard::client::connect(o, loops[static_cast<std::size_t>(g) % loops.size()]);
     if (!c) {
       std::fprintf(stderr, "cannot connect to %s: %s\n", args.address_text().c_str(), c.error().message().c_str());
@@ -699,32 +709,31 @@ int main(int argc, char** argv) {
                  static_cast<unsigned long long>(r.offers), percent(r.top10_share).c_str(),
                  static_cast<unsigned long long>(r.max_per_driver), static_cast<unsigned long long>(r.drivers_offered),
                  n_drivers);
-    std::fprintf(out,
-                 "  receipts: %llu acked, %llu timeouts (each a fallback to platform push, the next driver offered), "
-                 "%llu late acks\n"
-                 "  sends %llu, capped %llu, no route %llu, unserved requests %llu\n"
-                 "  withdrawn at 7.5 s: %llu offers (%llu gateways told, %llu pending entries removed, %llu copies "
-                 "dropped unwritten), %llu already gone\n"
-                 "  gateways: %llu offer deliveries, %llu acked by devices, %llu ignored by silent devices, %llu "
-                 "withdrawn notices\n",
-                 static_cast<unsigned long long>(r.acked), static_cast<unsigned long long>(r.timeouts),
-                 static_cast<unsigned long long>(r.late_acks), static_cast<unsigned long long>(r.sends),
-                 static_cast<unsigned long long>(r.capped), static_cast<unsigned long long>(r.no_route),
-                 static_cast<unsigned long long>(r.unserved), static_cast<unsigned long long>(r.withdrawals),
-                 static_cast<unsigned long long>(r.withdraw_notified),
-                 static_cast<unsigned long long>(r.withdraw_pending),
-                 static_cast<unsigned long long>(r.withdraw_dropped),
-                 static_cast<unsigned long long>(r.withdraw_not_found),
-                 static_cast<unsigned long long>(r.gw_keys_delivered), static_cast<unsigned long long>(r.gw_acks_sent),
-                 static_cast<unsigned long long>(r.gw_ignored),
-                 static_cast<unsigned long long>(r.gw_withdrawn_notices));
+    std::fprintf(
+        out,
+        "  receipts: %llu acked, %llu timeouts (each a fallback to platform push, the next driver offered), "
+        "%llu late acks\n"
+        "  sends %llu, capped %llu, no route %llu, unserved requests %llu\n"
+        "  withdrawn at 7.5 s: %llu offers (%llu gateways told, %llu pending entries removed, %llu copies "
+        "dropped unwritten), %llu already gone\n"
+        "  gateways: %llu offer deliveries, %llu acked by devices, %llu ignored by silent devices, %llu "
+        "withdrawn notices\n",
+        static_cast<unsigned long long>(r.acked), static_cast<unsigned long long>(r.timeouts),
+        static_cast<unsigned long long>(r.late_acks), static_cast<unsigned long long>(r.sends),
+        static_cast<unsigned long long>(r.capped), static_cast<unsigned long long>(r.no_route),
+        static_cast<unsigned long long>(r.unserved), static_cast<unsigned long long>(r.withdrawals),
+        static_cast<unsigned long long>(r.withdraw_notified), static_cast<unsigned long long>(r.withdraw_pending),
+        static_cast<unsigned long long>(r.withdraw_dropped), static_cast<unsigned long long>(r.withdraw_not_found),
+        static_cast<unsigned long long>(r.gw_keys_delivered), static_cast<unsigned long long>(r.gw_acks_sent),
+        static_cast<unsigned long long>(r.gw_ignored), static_cast<unsigned long long>(r.gw_withdrawn_notices));
     if (p.banded)
       std::fprintf(out, "  cap: at most %lld per %lld ms window; offers spanned %.1f s, so at most %llu per driver\n",
                    cap, static_cast<long long>(cap_window.count()), r.offer_span_s,
                    static_cast<unsigned long long>(r.cap_bound));
     if (r.gw_no_offer_id)
-      std::fprintf(out, "  %llu deliveries came without an offer id: the broker's flag \"offers\" is off for some "
-                        "gateways (switchyard-cli flags set offers 100)\n",
+      std::fprintf(out,
+                   "  %llu deliveries came without an offer id: the broker's flag \"offers\" is off for some "
+                   "gateways (switchyard-cli flags set offers 100)\n",
                    static_cast<unsigned long long>(r.gw_no_offer_id));
     for (const auto& c : r.failed_checks) std::fprintf(out, "  CHECK FAILED: %s\n", c.c_str());
     std::fflush(out);
@@ -737,9 +746,8 @@ int main(int argc, char** argv) {
   if (json) {
     std::string j = "{\"drivers\":" + std::to_string(n_drivers) + ",\"gateways\":" + std::to_string(n_gateways) +
                     ",\"requests\":" + std::to_string(requests) + ",\"rate\":" + std::to_string(rate) +
-                    ",\"cap_k\":" + std::to_string(cap) + ",\"cap_window_ms\":" +
-                    std::to_string(cap_window.count()) + ",\"never_ack\":" + std::to_string(silent) +
-                    ",\"policies\":[";
+                    ",\"cap_k\":" + std::to_string(cap) + ",\"cap_window_ms\":" + std::to_string(cap_window.count()) +
+                    ",\"never_ack\":" + std::to_string(silent) + ",\"policies\":[";
     for (std::size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       char share[32];

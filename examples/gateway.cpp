@@ -50,10 +50,14 @@ int main(int argc, char** argv) {
   while (args.next()) {
     std::string value;
     long long ms = 0;
-    if (args.take("--inbox", value)) inbox = value;
-    else if (args.take("--user", value)) users.push_back(value);
-    else if (args.take_number("--ttl-ms", 1, 3'600'000, ms)) ttl = std::chrono::milliseconds(ms);
-    else args.unexpected();
+    if (args.take("--inbox", value))
+      inbox = value;
+    else if (args.take("--user", value))
+      users.push_back(value);
+    else if (args.take_number("--ttl-ms", 1, 3'600'000, ms))
+      ttl = std::chrono::milliseconds(ms);
+    else
+      args.unexpected();
   }
   args.address(options.host, options.port);
   std::signal(SIGINT, on_signal);

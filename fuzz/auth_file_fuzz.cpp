@@ -27,13 +27,19 @@ std::vector<switchyard::fuzz::seed> seeds() {
   const std::string key(64, 'a');
   return {
       seed_of("[principals.gateway-eu-1]\n"
-              "token_sha256 = [\"" + h1 + "\"]\n"
+              "token_sha256 = [\"" +
+              h1 +
+              "\"]\n"
               "inbox = { allow = [\"gw-eu-1\"] }\n"
               "registry_put = { allow = [\">\"] }\n"
               "\n"
               "[principals.orders]\n"
-              "ed25519_public_keys = [\"" + key + "\"]\n"
-              "token_sha256 = [\"" + h2 + "\"]\n"
+              "ed25519_public_keys = [\"" +
+              key +
+              "\"]\n"
+              "token_sha256 = [\"" +
+              h2 +
+              "\"]\n"
               "publish = { allow = [\"orders.>\"] }\n"
               "subscribe = { allow = [\">\"], deny = [\"admin.>\", \"audit.*\"] }\n"
               "send = { allow = [\">\"] }\n"

@@ -45,7 +45,8 @@ std::vector<switchyard::fuzz::seed> seeds() {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   switchyard::fuzz::write_seeds_if_asked(seeds());
   const char* tmp = std::getenv("TMPDIR");
-  config_path = std::string(tmp && *tmp ? tmp : "/tmp") + "/switchyard-config-fuzz-" + std::to_string(::getpid()) + ".toml";
+  config_path =
+      std::string(tmp && *tmp ? tmp : "/tmp") + "/switchyard-config-fuzz-" + std::to_string(::getpid()) + ".toml";
   return 0;
 }
 

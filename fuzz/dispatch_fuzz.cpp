@@ -73,12 +73,15 @@ struct broker_state : fake_clock {
   pubsub_handler pubsub{config, channels, fan, nullptr, builder, logger};
   routing_handler routing_requests{config, leases, routing, fan, nullptr, builder, logger};
   std::chrono::milliseconds default_drain_window{30'000};  // borrowed by the admin handler
-  server_admin_handler admin{{[](std::chrono::milliseconds) {}, [] { return stats_report{}; },
-                              [] { return std::vector<conn_key>{{.id = 1}, {.id = 2}}; },
-                              [](std::span<const std::uint64_t> ids) {
-                                return std::vector<protocol::conn_info_fields>(ids.size());
-                              }},
-                             default_drain_window, builder, logger};
+  server_admin_handler admin{
+      {[](std::chrono::milliseconds) {}, [] { return stats_report{}; },
+       [] {
+         return std::vector<conn_key>{{.id = 1}, {.id = 2}};
+       },
+       [](std::span<const std::uint64_t> ids) { return std::vector<protocol::conn_info_fields>(ids.size()); }},
+      default_drain_window,
+      builder,
+      logger};
   offer_handler offers{config, routing, fan, builder, counters, source(), logger};
   dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr, &admin, &offers}, counters, logger};
   std::array<std::shared_ptr<recording_peer>, peer_count> peers;
@@ -126,8 +129,7 @@ struct broker_state : fake_clock {
   void sweep() {
     advance(700ms);
     for (int i = 0; i < 100; ++i)
-      if (!leases.sweep([this](lease_id id, lease_attachment* first) { routing.remove_lease(id, first); })
-               .more_due)
+      if (!leases.sweep([this](lease_id id, lease_attachment* first) { routing.remove_lease(id, first); }).more_due)
         break;
   }
 };

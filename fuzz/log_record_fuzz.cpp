@@ -127,7 +127,8 @@ struct meta {
 };
 
 // A record value of format 2 (storage/sequence_log.hpp) for `seq`.
-bytes make_value(std::uint64_t seq, std::uint64_t ts, std::span<const std::byte> dest, std::span<const std::byte> payload) {
+bytes make_value(std::uint64_t seq, std::uint64_t ts, std::span<const std::byte> dest,
+                 std::span<const std::byte> payload) {
   bytes v;
   put_le<std::uint64_t>(v, 0);
   put_le<std::uint64_t>(v, ts);
@@ -179,8 +180,8 @@ std::vector<switchyard::fuzz::seed> seeds() {
     if (!log) std::abort();
     const std::string big(5000, 'x');
     const std::byte channel[] = {std::byte{1}, std::byte{'o'}, std::byte{'r'}, std::byte{'d'}};
-    const std::byte keys[] = {std::byte{2}, std::byte{1}, std::byte{0}, std::byte{2}, std::byte{0},
-                              std::byte{'u'}, std::byte{'1'}};
+    const std::byte keys[] = {std::byte{2}, std::byte{1},   std::byte{0},  std::byte{2},
+                              std::byte{0}, std::byte{'u'}, std::byte{'1'}};
     (void)(*log)->append("a", text("first"));
     (void)(*log)->append("a", text("trimmed away"));
     (void)(*log)->append("a", text("hello"), channel);
@@ -327,8 +328,9 @@ model parse(const std::uint8_t* data, std::size_t size) {
   b.id = b_id;
   b.epoch = 9;
   b.first = b.last = b.records = 1;
-  m.record_b = make_value(1, 1000, text("\x01"
-                                        "b"),
+  m.record_b = make_value(1, 1000,
+                          text("\x01"
+                               "b"),
                           text("intact"));
   b.stored = m.record_b.size() - 24;
   m.meta_b = b.encode();
@@ -413,15 +415,16 @@ bool read_all(const model& m, std::string_view name, const std::optional<meta>& 
     for (const auto& rec : r->records) {
       check(rec.seq == expect && rec.seq >= md->first && rec.seq <= md->last && ++returned <= md->records);
       const auto it = m.records.find({md->id, rec.seq});
-      const bytes* stored = it != m.records.end()                                ? &it->second
+      const bytes* stored = it != m.records.end()                            ? &it->second
                             : md->id == b_id && rec.seq == 1 && !m.b_touched ? &m.record_b
-                                                                                 : nullptr;
+                                                                             : nullptr;
       check(stored && valid_value(rec.seq, *stored));
       const std::size_t dlen = le<std::uint32_t>(stored->data() + 16);
       check(rec.timestamp_ms == le<std::uint64_t>(stored->data() + 8));
       const auto body = stored->begin() + 24;
       check(std::equal(rec.destination.begin(), rec.destination.end(), body, body + static_cast<std::ptrdiff_t>(dlen)));
-      check(std::equal(rec.payload.begin(), rec.payload.end(), body + static_cast<std::ptrdiff_t>(dlen), stored->end()));
+      check(
+          std::equal(rec.payload.begin(), rec.payload.end(), body + static_cast<std::ptrdiff_t>(dlen), stored->end()));
       ++expect;
     }
     if (r->damaged_seq != 0) {
@@ -514,8 +517,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool readable = log_->info("a").has_value();
     auto n = i == 0 ? log_->enforce("a", sy::retention{1, std::chrono::milliseconds(1), 1}, 4)
                     : log_->trim("a", ~std::uint64_t{0}, 4);
-    if (!n) check(is(n.error(), sy::errc::corrupted) || is(n.error(), sy::errc::storage_full));
-    else if (readable) check(log_->info("a").has_value());
+    if (!n)
+      check(is(n.error(), sy::errc::corrupted) || is(n.error(), sy::errc::storage_full));
+    else if (readable)
+      check(log_->info("a").has_value());
   }
   // The same checks on what the trims left: the records that remain are
   // still those stored, under the metadata the trims wrote.

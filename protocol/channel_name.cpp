@@ -3,9 +3,7 @@
 namespace switchyard::protocol {
 namespace {
 
-bool valid_token_char(char c) noexcept {
-  return c > ' ' && c < 0x7f && c != '*' && c != '>' && c != '.';
-}
+bool valid_token_char(char c) noexcept { return c > ' ' && c < 0x7f && c != '*' && c != '>' && c != '.'; }
 
 // Shared by both validators: wildcards are only legal in patterns.
 bool validate(std::string_view s, bool allow_wildcards) noexcept {

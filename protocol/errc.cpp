@@ -18,29 +18,52 @@ class category final : public std::error_category {
 
   std::string message(int value) const override {
     switch (static_cast<errc>(value)) {
-      case errc::bad_request: return "bad request";
-      case errc::malformed_frame: return "malformed frame";
-      case errc::frame_too_large: return "frame too large";
-      case errc::unsupported_version: return "unsupported protocol version";
-      case errc::unsupported_message: return "unsupported message type";
-      case errc::hello_required: return "hello required as first frame";
-      case errc::hello_timeout: return "no hello within the hello timeout";
-      case errc::heartbeat_timeout: return "peer silent past the heartbeat deadline";
-      case errc::too_many_connections: return "too many connections";
-      case errc::unauthorized: return "unauthorized";
-      case errc::rate_limited: return "rate limited";
-      case errc::draining: return "server draining";
-      case errc::shutting_down: return "server shutting down";
-      case errc::slow_consumer: return "slow consumer";
-      case errc::not_found: return "not found";
-      case errc::no_route: return "no route";
-      case errc::trimmed: return "position trimmed from the log";
-      case errc::storage_full: return "storage full";
-      case errc::internal: return "internal server error";
-      case errc::inbox_taken: return "inbox is open on another live connection";
-      case errc::corrupted: return "log data corrupted";
-      case errc::limit_exceeded: return "limit exceeded";
-      case errc::forbidden: return "forbidden";
+      case errc::bad_request:
+        return "bad request";
+      case errc::malformed_frame:
+        return "malformed frame";
+      case errc::frame_too_large:
+        return "frame too large";
+      case errc::unsupported_version:
+        return "unsupported protocol version";
+      case errc::unsupported_message:
+        return "unsupported message type";
+      case errc::hello_required:
+        return "hello required as first frame";
+      case errc::hello_timeout:
+        return "no hello within the hello timeout";
+      case errc::heartbeat_timeout:
+        return "peer silent past the heartbeat deadline";
+      case errc::too_many_connections:
+        return "too many connections";
+      case errc::unauthorized:
+        return "unauthorized";
+      case errc::rate_limited:
+        return "rate limited";
+      case errc::draining:
+        return "server draining";
+      case errc::shutting_down:
+        return "server shutting down";
+      case errc::slow_consumer:
+        return "slow consumer";
+      case errc::not_found:
+        return "not found";
+      case errc::no_route:
+        return "no route";
+      case errc::trimmed:
+        return "position trimmed from the log";
+      case errc::storage_full:
+        return "storage full";
+      case errc::internal:
+        return "internal server error";
+      case errc::inbox_taken:
+        return "inbox is open on another live connection";
+      case errc::corrupted:
+        return "log data corrupted";
+      case errc::limit_exceeded:
+        return "limit exceeded";
+      case errc::forbidden:
+        return "forbidden";
     }
     return "protocol error " + std::to_string(value);
   }

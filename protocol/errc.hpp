@@ -41,9 +41,7 @@ inline constexpr errc last_known_errc = errc::forbidden;
 
 const std::error_category& protocol_category() noexcept;
 
-inline std::error_code make_error_code(errc e) noexcept {
-  return {static_cast<int>(e), protocol_category()};
-}
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), protocol_category()}; }
 
 // Short stable name of a code ("frame_too_large"), for logs and JSON.
 std::string_view errc_name(errc e) noexcept;

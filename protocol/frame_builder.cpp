@@ -5,7 +5,6 @@
 
 #include <vector>
 
-
 namespace switchyard::protocol {
 namespace {
 
@@ -18,8 +17,7 @@ Offset<String> string_or_null(flatbuffers::FlatBufferBuilder& fbb, std::string_v
 }
 
 // `scratch` keeps its capacity between calls: no allocation once warm.
-Offset<Vector<Offset<String>>> string_list(flatbuffers::FlatBufferBuilder& fbb,
-                                           std::span<const std::string_view> items,
+Offset<Vector<Offset<String>>> string_list(flatbuffers::FlatBufferBuilder& fbb, std::span<const std::string_view> items,
                                            std::vector<Offset<String>>& scratch) {
   if (items.empty()) return {};
   scratch.clear();
@@ -36,8 +34,7 @@ flatbuffers::FlatBufferBuilder& frame_builder::start() {
   return fbb_;
 }
 
-bytes_view frame_builder::finish(std::uint64_t request_id, std::uint8_t message_type,
-                                 Offset<void> message) {
+bytes_view frame_builder::finish(std::uint64_t request_id, std::uint8_t message_type, Offset<void> message) {
   wire::FrameBuilder frame(fbb_);
   frame.add_request_id(request_id);
   frame.add_message(message);
@@ -101,27 +98,23 @@ bytes_view frame_builder::error(std::uint64_t request_id, errc code, std::string
 
 bytes_view frame_builder::ping(std::uint64_t request_id) {
   auto& fbb = start();
-  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Ping),
-                wire::CreatePing(fbb).Union());
+  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Ping), wire::CreatePing(fbb).Union());
 }
 
 bytes_view frame_builder::pong(std::uint64_t request_id) {
   auto& fbb = start();
-  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Pong),
-                wire::CreatePong(fbb).Union());
+  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Pong), wire::CreatePong(fbb).Union());
 }
 
 bytes_view frame_builder::ok(std::uint64_t request_id) {
   auto& fbb = start();
-  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Ok),
-                wire::CreateOk(fbb).Union());
+  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Ok), wire::CreateOk(fbb).Union());
 }
 
 bytes_view frame_builder::subscribe(std::uint64_t request_id, std::string_view pattern) {
   auto& fbb = start();
   const auto p = fbb.CreateString(pattern.data(), pattern.size());
-  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Subscribe),
-                wire::CreateSubscribe(fbb, p).Union());
+  return finish(request_id, static_cast<std::uint8_t>(wire::Message::Subscribe), wire::CreateSubscribe(fbb, p).Union());
 }
 
 bytes_view frame_builder::unsubscribe(std::uint64_t request_id, std::string_view pattern) {
@@ -131,8 +124,8 @@ bytes_view frame_builder::unsubscribe(std::uint64_t request_id, std::string_view
                 wire::CreateUnsubscribe(fbb, p).Union());
 }
 
-bytes_view frame_builder::publish(std::uint64_t request_id, std::string_view channel,
-                                  bytes_view payload, std::string_view stream, std::uint32_t expires_in_ms) {
+bytes_view frame_builder::publish(std::uint64_t request_id, std::string_view channel, bytes_view payload,
+                                  std::string_view stream, std::uint32_t expires_in_ms) {
   auto& fbb = start();
   const auto data = fbb.CreateVector(payload.data(), payload.size());
   const auto ch = fbb.CreateString(channel.data(), channel.size());
@@ -235,8 +228,8 @@ bytes_view frame_builder::registry_entry(std::uint64_t request_id, const registr
   return finish_as(request_id, make_entry(fbb, f));
 }
 
-bytes_view frame_builder::registry_list_result(std::uint64_t request_id,
-                                               std::span<const registry_entry_fields> entries, bool more) {
+bytes_view frame_builder::registry_list_result(std::uint64_t request_id, std::span<const registry_entry_fields> entries,
+                                               bool more) {
   auto& fbb = start();
   std::vector<Offset<wire::RegistryEntry>> items;
   items.reserve(entries.size());
@@ -267,9 +260,9 @@ bytes_view frame_builder::send(std::uint64_t request_id, std::span<const std::st
   const auto st = string_or_null(fbb, stream);
   if (!offer) return finish_as(request_id, wire::CreateSend(fbb, keys, data, st));
   const auto reply = string_or_null(fbb, offer->receipt_inbox);
-  return finish_as(request_id, wire::CreateSend(fbb, keys, data, st, offer->expires_in_ms, offer->offer_id,
-                                                offer->receipt_timeout_ms, reply, offer->cap_max,
-                                                offer->cap_window_ms));
+  return finish_as(request_id,
+                   wire::CreateSend(fbb, keys, data, st, offer->expires_in_ms, offer->offer_id,
+                                    offer->receipt_timeout_ms, reply, offer->cap_max, offer->cap_window_ms));
 }
 
 bytes_view frame_builder::send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
@@ -305,8 +298,8 @@ bytes_view frame_builder::receipt(std::uint64_t offer_id, std::string_view route
   auto& fbb = start();
   const auto key = fbb.CreateString(route_key.data(), route_key.size());
   const auto inbox = fbb.CreateString(inbox_id.data(), inbox_id.size());
-  return finish_as(0, wire::CreateReceipt(fbb, offer_id, key, inbox, static_cast<wire::ReceiptOutcome>(outcome),
-                                          elapsed_us));
+  return finish_as(
+      0, wire::CreateReceipt(fbb, offer_id, key, inbox, static_cast<wire::ReceiptOutcome>(outcome), elapsed_us));
 }
 
 bytes_view frame_builder::withdraw(std::uint64_t request_id, std::uint64_t offer_id) {
@@ -475,8 +468,8 @@ bytes_view frame_builder::set_retention(std::uint64_t request_id, std::string_vi
                                         const retention_fields& limits, bool clear) {
   auto& fbb = start();
   const auto name = fbb.CreateString(stream.data(), stream.size());
-  return finish_as(request_id, wire::CreateSetRetention(fbb, name, limits.max_records, limits.max_age_ms,
-                                                        limits.max_bytes, clear));
+  return finish_as(request_id,
+                   wire::CreateSetRetention(fbb, name, limits.max_records, limits.max_age_ms, limits.max_bytes, clear));
 }
 
 bytes_view frame_builder::stream_delete(std::uint64_t request_id, std::string_view stream) {
@@ -496,8 +489,8 @@ bytes_view frame_builder::stats_result(std::uint64_t request_id, const stats_fie
   std::vector<Offset<wire::StatsSetting>> settings;
   settings.reserve(f.settings.size());
   for (const auto& s : f.settings)
-    settings.push_back(wire::CreateStatsSetting(fbb, fbb.CreateString(s.name.data(), s.name.size()),
-                                                string_or_null(fbb, s.value)));
+    settings.push_back(
+        wire::CreateStatsSetting(fbb, fbb.CreateString(s.name.data(), s.name.size()), string_or_null(fbb, s.value)));
   const auto settings_vec = fbb.CreateVector(settings);
   std::vector<Offset<wire::StatsValue>> values;
   values.reserve(f.values.size());
@@ -542,8 +535,7 @@ bytes_view frame_builder::conn_list_result(std::uint64_t request_id, std::span<c
 
 bytes_view frame_builder::dropped(std::uint64_t count) {
   auto& fbb = start();
-  return finish(0, static_cast<std::uint8_t>(wire::Message::Dropped),
-                wire::CreateDropped(fbb, count).Union());
+  return finish(0, static_cast<std::uint8_t>(wire::Message::Dropped), wire::CreateDropped(fbb, count).Union());
 }
 
 bytes_view frame_builder::stream_dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch,

@@ -48,9 +48,9 @@ struct record_fields {
   std::uint64_t timestamp_ms = 0;
   bytes_view payload;
   // How the record was delivered live; omitted from the frame when empty.
-  std::string_view channel;                       // a durable publish
-  std::span<const std::string_view> route_keys;   // a durable send
-  std::uint32_t time_left_ms = 0;                  // an expiring record, to an "offers" reader (0 = omitted)
+  std::string_view channel;                      // a durable publish
+  std::span<const std::string_view> route_keys;  // a durable send
+  std::uint32_t time_left_ms = 0;                // an expiring record, to an "offers" reader (0 = omitted)
 };
 
 struct registry_entry_fields {
@@ -157,8 +157,8 @@ class frame_builder {
 
   bytes_view hello(std::uint64_t request_id, const hello_fields& f);
   bytes_view welcome(std::uint64_t request_id, const welcome_fields& f);
-  bytes_view error(std::uint64_t request_id, errc code, std::string_view message,
-                   std::uint32_t retry_after_ms = 0, bool fatal = false, std::uint64_t first_seq = 0);
+  bytes_view error(std::uint64_t request_id, errc code, std::string_view message, std::uint32_t retry_after_ms = 0,
+                   bool fatal = false, std::uint64_t first_seq = 0);
   bytes_view ping(std::uint64_t request_id = 0);
   bytes_view pong(std::uint64_t request_id = 0);
   bytes_view ok(std::uint64_t request_id);
@@ -169,8 +169,8 @@ class frame_builder {
                      std::string_view stream = {}, std::uint32_t expires_in_ms = 0);
   // A delivery; with a stream, it carries the message's log position;
   // with time_left_ms > 0 (capability "offers") the time left.
-  bytes_view deliver(std::string_view channel, bytes_view payload, std::string_view stream = {},
-                     std::uint64_t seq = 0, std::uint64_t epoch = 0, std::uint32_t time_left_ms = 0);
+  bytes_view deliver(std::string_view channel, bytes_view payload, std::string_view stream = {}, std::uint64_t seq = 0,
+                     std::uint64_t epoch = 0, std::uint32_t time_left_ms = 0);
   bytes_view dropped(std::uint64_t count);
 
   // Leases, registry, inboxes (capability "routing").
@@ -190,21 +190,20 @@ class frame_builder {
   bytes_view registry_delete(std::uint64_t request_id, std::string_view key);
   bytes_view registry_list(std::uint64_t request_id, std::string_view prefix, std::uint32_t limit);
   bytes_view registry_entry(std::uint64_t request_id, const registry_entry_fields& f);
-  bytes_view registry_list_result(std::uint64_t request_id, std::span<const registry_entry_fields> entries,
-                                  bool more);
+  bytes_view registry_list_result(std::uint64_t request_id, std::span<const registry_entry_fields> entries, bool more);
   bytes_view inbox_open(std::uint64_t request_id, std::string_view inbox_id, std::uint64_t lease_id);
   bytes_view inbox_close(std::uint64_t request_id, std::string_view inbox_id);
   bytes_view send(std::uint64_t request_id, std::span<const std::string_view> route_keys, bytes_view payload,
                   std::string_view stream = {}, const offer_fields* offer = nullptr);
   // `outcomes` (wire::KeyOutcome values, one per key): an offer's answer;
   // empty for a plain send.
-  bytes_view send_result(std::uint64_t request_id, std::span<const std::string_view> gateways,
-                         std::uint32_t routed, std::uint64_t seq = 0, std::uint64_t epoch = 0,
-                         std::span<const std::uint8_t> outcomes = {}, std::uint32_t capped = 0);
+  bytes_view send_result(std::uint64_t request_id, std::span<const std::string_view> gateways, std::uint32_t routed,
+                         std::uint64_t seq = 0, std::uint64_t epoch = 0, std::span<const std::uint8_t> outcomes = {},
+                         std::uint32_t capped = 0);
   // time_left_ms and offer_id (capability "offers"): written only when > 0.
-  bytes_view inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys,
-                            bytes_view payload, std::string_view stream = {}, std::uint64_t seq = 0,
-                            std::uint64_t epoch = 0, std::uint32_t time_left_ms = 0, std::uint64_t offer_id = 0);
+  bytes_view inbox_delivery(std::string_view inbox_id, std::span<const std::string_view> route_keys, bytes_view payload,
+                            std::string_view stream = {}, std::uint64_t seq = 0, std::uint64_t epoch = 0,
+                            std::uint32_t time_left_ms = 0, std::uint64_t offer_id = 0);
 
   // Offers (capability "offers").
   bytes_view offer_ack(std::uint64_t request_id, std::uint64_t offer_id, std::string_view route_key);
@@ -249,8 +248,8 @@ class frame_builder {
 
   // The first dropped durable delivery of `stream` to `channel` or (empty
   // channel) into inbox `inbox_id` (capability "stream-drops").
-  bytes_view stream_dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch,
-                            std::string_view channel, std::string_view inbox_id);
+  bytes_view stream_dropped(std::string_view stream, std::uint64_t seq, std::uint64_t epoch, std::string_view channel,
+                            std::string_view inbox_id);
 
   // Server administration (capability "admin"): drain over `window_ms`
   // (0 = the server's default window).
@@ -273,8 +272,7 @@ class frame_builder {
   // Escape hatch for tests and future messages: the builder to fill, then
   // finish(request_id, type, offset).
   flatbuffers::FlatBufferBuilder& start();
-  bytes_view finish(std::uint64_t request_id, std::uint8_t message_type,
-                    flatbuffers::Offset<void> message);
+  bytes_view finish(std::uint64_t request_id, std::uint8_t message_type, flatbuffers::Offset<void> message);
 
  private:
   template <class T>

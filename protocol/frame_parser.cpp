@@ -43,8 +43,7 @@ std::expected<std::optional<frame_view>, std::error_code> frame_parser::next(byt
   if (!flatbuffers::BufferHasIdentifier(base, wire::FrameIdentifier(), /*size_prefixed=*/true))
     return std::unexpected(make_error_code(errc::malformed_frame));
   flatbuffers::Verifier verifier(base, total, verifier_max_depth, verifier_max_tables);
-  if (!wire::VerifySizePrefixedFrameBuffer(verifier))
-    return std::unexpected(make_error_code(errc::malformed_frame));
+  if (!wire::VerifySizePrefixedFrameBuffer(verifier)) return std::unexpected(make_error_code(errc::malformed_frame));
 
   const wire::Frame* frame = wire::GetSizePrefixedFrame(base);
   const auto type = frame->message_type();
@@ -53,8 +52,7 @@ std::expected<std::optional<frame_view>, std::error_code> frame_parser::next(byt
   return frame_view{frame, total, base != in.data()};
 }
 
-std::expected<const wire::Frame*, std::error_code> decode_frame(bytes_view bytes,
-                                                                std::uint32_t max_frame) {
+std::expected<const wire::Frame*, std::error_code> decode_frame(bytes_view bytes, std::uint32_t max_frame) {
   frame_parser parser(max_frame);
   auto r = parser.next(bytes);
   if (!r) return std::unexpected(r.error());
@@ -73,7 +71,8 @@ bool patch_time_left(std::span<std::uint8_t> frame, std::uint32_t time_left_ms) 
       return static_cast<wire::Deliver*>(f->mutable_message())->mutate_time_left_ms(time_left_ms);
     case wire::Message::InboxDelivery:
       return static_cast<wire::InboxDelivery*>(f->mutable_message())->mutate_time_left_ms(time_left_ms);
-    default: return false;
+    default:
+      return false;
   }
 }
 

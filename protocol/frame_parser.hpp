@@ -61,8 +61,7 @@ class frame_parser {
 // at an 8-byte boundary; the result borrows `bytes`). For tests and tools;
 // same errors as frame_parser::next, plus malformed_frame when the frame is
 // incomplete, followed by extra bytes, or misaligned.
-std::expected<const wire::Frame*, std::error_code> decode_frame(bytes_view bytes,
-                                                                std::uint32_t max_frame);
+std::expected<const wire::Frame*, std::error_code> decode_frame(bytes_view bytes, std::uint32_t max_frame);
 
 // Reads the little-endian length prefix at `p` (4 bytes).
 std::uint32_t read_frame_length(const std::uint8_t* p) noexcept;

@@ -90,7 +90,7 @@ inline constexpr std::string_view offers = "offers";
 
 inline constexpr std::array<std::string_view, 7> supported_capabilities{
     capability::dropped_notice, capability::publish_ack, capability::routing, capability::log,
-    capability::stream_drops, capability::admin, capability::offers};
+    capability::stream_drops,   capability::admin,       capability::offers};
 
 // Ed25519 challenge-response in the hello (AuthChallenge, AuthProof).
 inline constexpr std::size_t auth_public_key_size = 32;

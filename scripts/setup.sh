@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config
       libcli11-dev libtomlplusplus-dev libssl-dev openssl libsodium-dev
       dpkg-dev file                 # cpack -G DEB: dpkg-shlibdeps finds the .deb's library dependencies
       clang-14 libclang-rt-14-dev   # the fuzz targets (libFuzzer, ASan, UBSan runtimes)
+      clang-format-14               # tests/style/check_format.sh: the tree stays formatted
       gnuplot-nox jq                # bench/plot-*.sh and their test
       prometheus chromium)          # tests of the monitoring port: promtool, a headless browser
 missing=()

@@ -137,8 +137,7 @@ const char* damage_check::check_record(const MDB_val& k, const MDB_val& v) const
                  : "its value lies outside the data file (a damaged length or page number)";
   }
   if (!readable(k.mv_data, k.mv_size)) return "its key is damaged";
-  if (!readable(v.mv_data, v.mv_size))
-    return "its value lies outside the data file (a damaged length or page number)";
+  if (!readable(v.mv_data, v.mv_size)) return "its value lies outside the data file (a damaged length or page number)";
   if (!know_layout_ || base == 0) return nullptr;
   if (!in_map(k.mv_data) || !in_map(v.mv_data)) return "it lies outside LMDB's map";
   namespace L = lmdb_layout;
@@ -190,7 +189,8 @@ const char* damage_check::check_leaf(std::uint64_t pgno) const {
         !readable(reinterpret_cast<const void*>(base + ov * page_size), pages * page_size))
       return "a node's overflow pages lie outside the data file";
     const auto* op = reinterpret_cast<const std::byte*>(base + ov * page_size);
-    if (!(get_le<std::uint16_t>(op + L::flags_offset) & L::p_overflow) || get_le<std::uint32_t>(op + L::pages_offset) != pages)
+    if (!(get_le<std::uint16_t>(op + L::flags_offset) & L::p_overflow) ||
+        get_le<std::uint32_t>(op + L::pages_offset) != pages)
       return "a node's overflow pages disagree with its length";
   }
   return nullptr;
@@ -209,8 +209,8 @@ const char* damage_check::check_trim_pages(MDB_txn* t, const MDB_val& key) const
   if (c.status() != MDB_SUCCESS) return "LMDB cannot open a cursor";
   for (const auto& [index, step] : {std::pair{std::size_t{0}, MDB_PREV}, {nodes - 1, MDB_NEXT}}) {
     // The first (last) key of the page, then the one before (after) it.
-    MDB_val k{record_key_size, const_cast<std::byte*>(pg + get_le<std::uint16_t>(pg + L::page_header + 2 * index) +
-                                                       L::node_header)},
+    MDB_val k{record_key_size,
+              const_cast<std::byte*>(pg + get_le<std::uint16_t>(pg + L::page_header + 2 * index) + L::node_header)},
         v{};
     int rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_SET_KEY);
     if (rc == MDB_SUCCESS) rc = lmdb_guard::cursor_get(c.get(), &k, &v, step);
@@ -244,8 +244,9 @@ std::expected<stream_meta, std::error_code> damage_check::check_meta(std::string
     report(diag, name, 0, where(name) + ": its metadata has the wrong size (" + std::to_string(v.mv_size) + " bytes)");
     return m;
   }
-  const bool consistent = m->records == 0 ? m->first == m->last + 1
-                                          : m->first >= 1 && m->first <= m->last && m->records == m->last - m->first + 1;
+  const bool consistent = m->records == 0
+                              ? m->first == m->last + 1
+                              : m->first >= 1 && m->first <= m->last && m->records == m->last - m->first + 1;
   if (!consistent) {
     report(diag, name, 0,
            where(name) + ": its metadata is inconsistent (first " + std::to_string(m->first) + ", last " +
@@ -255,8 +256,7 @@ std::expected<stream_meta, std::error_code> damage_check::check_meta(std::string
   return m;
 }
 
-std::expected<std::optional<retention>, std::error_code> damage_check::load_retention(MDB_txn* t,
-                                                                                      std::string_view name,
+std::expected<std::optional<retention>, std::error_code> damage_check::load_retention(MDB_txn* t, std::string_view name,
                                                                                       diagnostics* diag) const {
   if (!dbs_.has_retention) return std::optional<retention>{};
   MDB_val k = view(name), v{};

@@ -19,8 +19,8 @@ namespace L = lmdb_layout;
 
 // MDB_meta fields, as offsets from the start of a meta page.
 constexpr std::size_t meta_magic = 16, meta_version = 20;
-constexpr std::size_t meta_free_db = 40;                       // mm_dbs[FREE_DBI]; its md_pad is the page size
-constexpr std::size_t meta_free_root = meta_free_db + 40;      // md_root
+constexpr std::size_t meta_free_db = 40;                        // mm_dbs[FREE_DBI]; its md_pad is the page size
+constexpr std::size_t meta_free_root = meta_free_db + 40;       // md_root
 constexpr std::size_t meta_main_root = meta_free_db + 48 + 40;  // mm_dbs[MAIN_DBI].md_root
 constexpr std::size_t meta_last_page = 136, meta_txn_id = 144;
 constexpr std::size_t meta_bytes = 152;
@@ -121,10 +121,12 @@ class free_list_walk {
           return damaged("overflow page " + std::to_string(ov) + " lies outside the file");
         std::vector<unsigned char> value(size);
         if (int err = read_at(fd_, value.data(), value.size(), ov * m_.page_size + L::page_header))
-          return err < 0 ? damaged("overflow page " + std::to_string(ov) + " lies past the end") : io_failed(detail_, err);
+          return err < 0 ? damaged("overflow page " + std::to_string(ov) + " lies past the end")
+                         : io_failed(detail_, err);
         if (auto ec = take(value.data(), size, pgno)) return ec;
       } else {
-        if (data_at + size > page_.size()) return damaged("a node of page " + std::to_string(pgno) + " lies outside it");
+        if (data_at + size > page_.size())
+          return damaged("a node of page " + std::to_string(pgno) + " lies outside it");
         if (auto ec = take(p + data_at, size, pgno)) return ec;
       }
     }
@@ -250,7 +252,8 @@ std::error_code data_file::check(const std::filesystem::path& file, std::string*
     for (const std::uint64_t root : {m.free_root, m.main_root}) {
       if (root == no_page) continue;
       unsigned char header[L::page_header];
-      if (int err = read_at(fd, header, sizeof header, root * m.page_size)) return io_failed(detail, err < 0 ? EIO : err);
+      if (int err = read_at(fd, header, sizeof header, root * m.page_size))
+        return io_failed(detail, err < 0 ? EIO : err);
       if (le(header, 8) != root || !(le(header + L::flags_offset, 2) & (L::p_branch | L::p_leaf))) {
         say(detail, "the root page " + std::to_string(root) + " the current meta page names is damaged");
         return errc::corrupted;

@@ -27,11 +27,12 @@ namespace switchyard::storage {
 
 // LMDB 0.9 on-disk layout, as far as the log's checks need it.
 namespace lmdb_layout {
-inline constexpr std::size_t page_header = 16;  // PAGEHDRSZ: pgno (8), pad (2), flags (2), lower/upper or page count (4)
+inline constexpr std::size_t page_header =
+    16;  // PAGEHDRSZ: pgno (8), pad (2), flags (2), lower/upper or page count (4)
 inline constexpr std::size_t flags_offset = 10;
 inline constexpr std::size_t pages_offset = 12;  // mp_pages of an overflow page (u32)
 inline constexpr std::uint16_t p_branch = 0x01, p_leaf = 0x02, p_overflow = 0x04, p_meta = 0x08;
-inline constexpr std::size_t node_header = 8;   // NODESIZE: size or page number (lo, hi), flags, key size
+inline constexpr std::size_t node_header = 8;     // NODESIZE: size or page number (lo, hi), flags, key size
 inline constexpr std::uint16_t f_bigdata = 0x01;  // the node's value is on overflow pages
 inline constexpr std::uint32_t magic = 0xBEEFC0DE;
 inline constexpr std::uint32_t data_version = 1;

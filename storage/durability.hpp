@@ -13,9 +13,12 @@ enum class durability { sync, batch, none };
 
 constexpr std::string_view durability_name(durability d) noexcept {
   switch (d) {
-    case durability::sync: return "sync";
-    case durability::batch: return "batch";
-    case durability::none: return "none";
+    case durability::sync:
+      return "sync";
+    case durability::batch:
+      return "batch";
+    case durability::none:
+      return "none";
   }
   return "sync";
 }

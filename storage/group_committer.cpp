@@ -8,8 +8,7 @@ namespace {
 bool has_limits(const retention& r) { return r.max_records > 0 || r.max_bytes > 0 || r.max_age.count() > 0; }
 }  // namespace
 
-group_committer::group_committer(sequence_log& log, group_commit_options options)
-    : log_(log), options_(options) {
+group_committer::group_committer(sequence_log& log, group_commit_options options) : log_(log), options_(options) {
   options_.max_batch_records = std::max<std::size_t>(1, options_.max_batch_records);
   options_.retention_step = std::max<std::size_t>(1, options_.retention_step);
   if (options_.retention_interval.count() < 1) options_.retention_interval = std::chrono::milliseconds(1);
@@ -92,8 +91,7 @@ void group_committer::append_queue::push(std::string_view stream, std::span<cons
 }
 
 void group_committer::enqueue(std::string_view stream, std::span<const std::byte> destination,
-                              std::span<const std::byte> payload, std::uint64_t token, completion done,
-                              bool notify) {
+                              std::span<const std::byte> payload, std::uint64_t token, completion done, bool notify) {
   bool was_empty = false;
   {
     switchyard::lock_guard lock(mu_);
@@ -109,8 +107,10 @@ void group_committer::enqueue(std::string_view stream, std::span<const std::byte
 void group_committer::set_retention(std::string_view stream, std::optional<retention> limits, info_completion done) {
   change_retention(stream, limits, [done = std::move(done)](std::expected<stream_change, std::error_code> r) {
     if (!done) return;
-    if (r) done(std::move(r->info));
-    else done(std::unexpected(r.error()));
+    if (r)
+      done(std::move(r->info));
+    else
+      done(std::unexpected(r.error()));
   });
 }
 
@@ -205,7 +205,9 @@ void group_committer::run() {
       // Idle: wait for an append, or until the next retention pass is due.
       auto due = clock::time_point::max();
       if (retention_active_on_writer()) due = std::min(due, next_retention_);
-      const auto ready = [&]() SWITCHYARD_REQUIRES(mu_) { return !queue_.items.empty() || !changes_.empty() || stopping_; };
+      const auto ready = [&]() SWITCHYARD_REQUIRES(mu_) {
+        return !queue_.items.empty() || !changes_.empty() || stopping_;
+      };
       if (options_.test_hook) options_.test_hook(commit_point::idle);
       if (due == clock::time_point::max()) {
         wake_.wait(lock.native(), ready);
@@ -266,8 +268,7 @@ bool group_committer::commit_batch(std::size_t max_records) {
     // Appends queued after a pending stream change wait for it: the writer
     // applies it (apply_changes), then commits them.
     if (!changes_.empty())
-      limit = static_cast<std::size_t>(
-          std::min<std::uint64_t>(limit, changes_.front().after_appends - appends_taken_));
+      limit = static_cast<std::size_t>(std::min<std::uint64_t>(limit, changes_.front().after_appends - appends_taken_));
     if (limit == 0) return false;
     more = take_batch(limit);
   }
@@ -295,7 +296,8 @@ bool group_committer::take_batch(std::size_t max_records) {
   // the batch, the rest moves to the front of the queue.
   const std::size_t cut = q[n].offset;
   batch_.bytes.assign(queue_.bytes.begin(), queue_.bytes.begin() + static_cast<std::ptrdiff_t>(cut));
-  batch_.items.assign(std::make_move_iterator(q.begin()), std::make_move_iterator(q.begin() + static_cast<std::ptrdiff_t>(n)));
+  batch_.items.assign(std::make_move_iterator(q.begin()),
+                      std::make_move_iterator(q.begin() + static_cast<std::ptrdiff_t>(n)));
   queue_.bytes.erase(queue_.bytes.begin(), queue_.bytes.begin() + static_cast<std::ptrdiff_t>(cut));
   q.erase(q.begin(), q.begin() + static_cast<std::ptrdiff_t>(n));
   for (auto& p : q) p.offset -= cut;
@@ -329,13 +331,17 @@ void group_committer::apply_changes() {
       const auto& c = changes.back();
       if (c.remove) {
         auto r = log_.delete_stream(c.stream);
-        if (r) results.push_back(stream_change{std::move(*r), false});
-        else results.push_back(std::unexpected(r.error()));
+        if (r)
+          results.push_back(stream_change{std::move(*r), false});
+        else
+          results.push_back(std::unexpected(r.error()));
       } else {
         bool created = false;
         auto r = c.limits ? log_.set_retention(c.stream, *c.limits, &created) : log_.clear_retention(c.stream);
-        if (r) results.push_back(stream_change{std::move(*r), created});
-        else results.push_back(std::unexpected(r.error()));
+        if (r)
+          results.push_back(stream_change{std::move(*r), created});
+        else
+          results.push_back(std::unexpected(r.error()));
       }
       changed |= results.back().has_value();
     }
@@ -411,8 +417,10 @@ bool group_committer::commit_range(append_queue& batch, std::size_t begin, std::
     auto& p = batch.items[i];
     std::expected<append_ack, std::error_code> r = std::unexpected(result ? std::error_code{} : result.error());
     if (result) r = append_ack{(*result)[i - begin], epochs_[i - begin]};
-    if (p.done) p.done(r);
-    else results_.push_back({p.token, r});
+    if (p.done)
+      p.done(r);
+    else
+      results_.push_back({p.token, r});
   }
   return result.has_value();
 }

@@ -109,12 +109,13 @@ struct group_commit_stats {
   std::uint64_t batches = 0;
   std::uint64_t records = 0;
   std::uint64_t largest_batch = 0;
-  std::uint64_t syncs = 0;    // explicit syncs: the batch mode's, and retention changes' outside the sync mode
-  std::uint64_t fsyncs = 0;   // flushes of the log to disk: each commit's own in the sync mode, plus the syncs (sequence_log::fsyncs)
-  std::uint64_t trimmed = 0;  // records removed by retention, in commits and in the background
+  std::uint64_t syncs = 0;  // explicit syncs: the batch mode's, and retention changes' outside the sync mode
+  std::uint64_t fsyncs =
+      0;  // flushes of the log to disk: each commit's own in the sync mode, plus the syncs (sequence_log::fsyncs)
+  std::uint64_t trimmed = 0;             // records removed by retention, in commits and in the background
   std::uint64_t trimmed_in_commits = 0;  // of which by commits
-  std::uint64_t full_attempts = 0;  // log appends (whole batches or parts) refused with storage_full
-  std::uint64_t handed_off = 0;  // commit_queued calls that found the log busy and left the queue to the writer
+  std::uint64_t full_attempts = 0;       // log appends (whole batches or parts) refused with storage_full
+  std::uint64_t handed_off = 0;          // commit_queued calls that found the log busy and left the queue to the writer
 };
 
 // What an append's completion gets on success.
@@ -341,7 +342,7 @@ class group_committer {
   // The batch mode's syncer: every sync_interval, an fsync if anything
   // was committed since the last one.
   std::condition_variable sync_wake_;
-  std::atomic<std::uint64_t> commits_{0};  // batches committed (batch mode)
+  std::atomic<std::uint64_t> commits_{0};                // batches committed (batch mode)
   std::uint64_t synced_ SWITCHYARD_GUARDED_BY(mu_) = 0;  // commits_ as of the last sync
   std::thread syncer_;
   std::chrono::steady_clock::time_point next_retention_;  // writer thread

@@ -4,7 +4,6 @@
 
 #include <signal.h>
 
-
 namespace switchyard::storage {
 
 namespace {

@@ -95,8 +95,7 @@ class inbox_reader {
   // A fault must kill the child with its signal (which the parent reads as
   // "damaged"), not run a handler inherited from the parent (a sanitizer's,
   // or a server's signal forwarding).
-  for (const int sig : {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGINT, SIGTERM, SIGHUP})
-    ::signal(sig, SIG_DFL);
+  for (const int sig : {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
   outbox out(fd);
   log_options o;
   o.dir = options.dir;
@@ -134,13 +133,20 @@ class inbox_reader {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGBUS: return "SIGBUS";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGILL: return "SIGILL";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGABRT: return "SIGABRT";
-    default: return "a signal";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGILL:
+      return "SIGILL";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGABRT:
+      return "SIGABRT";
+    default:
+      return "a signal";
   }
 }
 
@@ -176,7 +182,8 @@ std::expected<verify_report, std::error_code> verify_log(const verify_options& o
   for (;;) {
     int wait_ms = -1;
     if (options.timeout.count() > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
         report.timed_out = true;
         ::kill(pid, SIGKILL);
@@ -197,7 +204,8 @@ std::expected<verify_report, std::error_code> verify_log(const verify_options& o
     std::size_t at = 0;
     while (buffer.size() - at >= 5) {
       std::size_t len = 0;
-      for (int i = 0; i < 4; ++i) len |= static_cast<std::size_t>(static_cast<unsigned char>(buffer[at + 1 + i])) << (8 * i);
+      for (int i = 0; i < 4; ++i)
+        len |= static_cast<std::size_t>(static_cast<unsigned char>(buffer[at + 1 + i])) << (8 * i);
       if (len > max_body) {
         garbled = true;
         break;
@@ -221,8 +229,10 @@ std::expected<verify_report, std::error_code> verify_log(const verify_options& o
         }
         case message::problem: {
           verify_problem p;
-          if (in.u64(p.seq) && in.str(p.stream) && in.str(p.what)) report.problems.push_back(std::move(p));
-          else garbled = true;
+          if (in.u64(p.seq) && in.str(p.stream) && in.str(p.what))
+            report.problems.push_back(std::move(p));
+          else
+            garbled = true;
           break;
         }
         case message::done: {
@@ -237,7 +247,8 @@ std::expected<verify_report, std::error_code> verify_log(const verify_options& o
           failed = in.u64(failed_code) && in.str(failed_detail);
           garbled = garbled || !failed;
           break;
-        default: garbled = true;
+        default:
+          garbled = true;
       }
       if (garbled) break;
     }
@@ -255,17 +266,20 @@ std::expected<verify_report, std::error_code> verify_log(const verify_options& o
 
   if (report.timed_out) {
     ++report.problem_count;
-    report.problems.push_back({{}, 0, "the check did not finish within " + std::to_string(options.timeout.count()) +
-                                          " ms (a loop in a damaged B-tree, or a slow disk)"});
+    report.problems.push_back({{},
+                               0,
+                               "the check did not finish within " + std::to_string(options.timeout.count()) +
+                                   " ms (a loop in a damaged B-tree, or a slow disk)"});
     return report;
   }
   if (WIFSIGNALED(status) && !garbled) {
     report.signal = WTERMSIG(status);
     ++report.problem_count;
-    report.problems.push_back(
-        {{}, 0,
-         std::string("the check died of ") + signal_name(report.signal) + " after " + std::to_string(report.records) +
-             " records: the log is damaged in a way the check could not report"});
+    report.problems.push_back({{},
+                               0,
+                               std::string("the check died of ") + signal_name(report.signal) + " after " +
+                                   std::to_string(report.records) +
+                                   " records: the log is damaged in a way the check could not report"});
     return report;
   }
   if (failed) {
@@ -273,10 +287,10 @@ std::expected<verify_report, std::error_code> verify_log(const verify_options& o
     return fail(e == errc::not_found || e == errc::unsupported_format ? e : errc::io_error, failed_detail);
   }
   if (!done || garbled)
-    return fail(errc::io_error, "the check ended without a report (" +
-                                    (WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
-                                                       : std::string("killed")) +
-                                    ")");
+    return fail(errc::io_error,
+                "the check ended without a report (" +
+                    (WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status)) : std::string("killed")) +
+                    ")");
   return report;
 }
 

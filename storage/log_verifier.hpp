@@ -44,7 +44,6 @@ struct verify_options {
 // before starting threads that must not be forked with, or accept that the
 // child only runs the walk and exits (it never returns into the caller's
 // code).
-std::expected<verify_report, std::error_code> verify_log(const verify_options& options,
-                                                         std::string* detail = nullptr);
+std::expected<verify_report, std::error_code> verify_log(const verify_options& options, std::string* detail = nullptr);
 
 }  // namespace switchyard::storage

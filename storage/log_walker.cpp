@@ -14,7 +14,9 @@ namespace {
 
 using log_codec::get_le;
 
-std::string lmdb_says(std::string_view doing, int rc) { return std::string(doing) + ": LMDB reports " + mdb_strerror(rc); }
+std::string lmdb_says(std::string_view doing, int rc) {
+  return std::string(doing) + ": LMDB reports " + mdb_strerror(rc);
+}
 
 }  // namespace
 
@@ -124,7 +126,9 @@ void log_walker::check_meta_db(MDB_txn* t) {
              version != log_format_version)
       problem({}, 0, "the format stamp says " + std::to_string(version));
   } else if (rc != MDB_NOTFOUND || !by_id_.empty()) {
-    problem({}, 0, rc == MDB_NOTFOUND ? std::string("the format stamp is missing") : lmdb_says("reading the format stamp", rc));
+    problem(
+        {}, 0,
+        rc == MDB_NOTFOUND ? std::string("the format stamp is missing") : lmdb_says("reading the format stamp", rc));
   }
   k = view(log_codec::last_stream_key);
   const int rc2 = lmdb_guard::get(t, dbs_.metadata, &k, &v);
@@ -153,14 +157,16 @@ void log_walker::walk_records(MDB_txn* t, const std::function<void(const verify_
     if (progress && step % 65536 == 0) progress({r_.streams, r_.records, r_.bytes});
     const auto* kb = static_cast<const std::byte*>(k.mv_data);
     if (k.mv_size != log_codec::record_key_size || !checks_.readable(kb, log_codec::record_key_size)) {
-      problem({}, 0, "a record key after stream id " + std::to_string(prev_id) + ", sequence " +
-                         std::to_string(prev_seq) + " is damaged");
+      problem({}, 0,
+              "a record key after stream id " + std::to_string(prev_id) + ", sequence " + std::to_string(prev_seq) +
+                  " is damaged");
       continue;
     }
     const std::uint64_t id = log_codec::key_stream(kb), seq = log_codec::key_seq(kb);
     if (step > 1 && (id < prev_id || (id == prev_id && seq <= prev_seq)))
-      problem({}, 0, "record keys out of order after stream id " + std::to_string(prev_id) + ", sequence " +
-                         std::to_string(prev_seq));
+      problem({}, 0,
+              "record keys out of order after stream id " + std::to_string(prev_id) + ", sequence " +
+                  std::to_string(prev_seq));
     prev_id = id;
     prev_seq = seq;
     const auto it = by_id_.find(id);
@@ -209,8 +215,8 @@ void log_walker::walk_records(MDB_txn* t, const std::function<void(const verify_
     walk_stopped_at_ = prev_id;
     problem(prev_id != 0 && by_id_.contains(prev_id) ? by_id_.at(prev_id).name : std::string{}, 0,
             lmdb_says(prev_id == 0 ? std::string("walking the records from the first")
-                                   : "walking the records after stream id " + std::to_string(prev_id) +
-                                         ", sequence " + std::to_string(prev_seq),
+                                   : "walking the records after stream id " + std::to_string(prev_id) + ", sequence " +
+                                         std::to_string(prev_seq),
                       rc) +
                 "; the records after it were not checked");
   }

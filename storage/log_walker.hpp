@@ -55,8 +55,8 @@ class log_walker {
   void problem(std::string_view stream, std::uint64_t seq, std::string what);
   // Each step reads in `t`, the walk's transaction.
   template <class Visit>
-  void walk_names(MDB_txn* t, MDB_dbi dbi, std::string_view no_end, std::string_view bad_name,
-                  std::string_view doing, Visit visit);
+  void walk_names(MDB_txn* t, MDB_dbi dbi, std::string_view no_end, std::string_view bad_name, std::string_view doing,
+                  Visit visit);
   void walk_streams(MDB_txn* t);
   void walk_retention(MDB_txn* t);
   void check_meta_db(MDB_txn* t);

@@ -206,8 +206,8 @@ std::error_code map_space::preallocate() {
 
 std::expected<map_space::tree_pages, std::error_code> map_space::count_pages(MDB_txn* t) const {
   tree_pages out;
-  std::size_t* depth[] = {&out.depth_free, &out.depth_main, &out.depth_streams, &out.depth_records,
-                          &out.depth_meta, nullptr};
+  std::size_t* depth[] = {&out.depth_free,    &out.depth_main, &out.depth_streams,
+                          &out.depth_records, &out.depth_meta, nullptr};
   const MDB_dbi dbis[] = {L::free_dbi, L::main_dbi, dbs_.streams, dbs_.records, dbs_.metadata, dbs_.own_retention};
   for (std::size_t i = 0; i < std::size(dbis); ++i) {
     MDB_stat st{};
@@ -235,8 +235,7 @@ std::error_code map_space::check_disk_reserve(MDB_txn* t, std::size_t streams_to
   if (!now) return now.error();
   const std::size_t page = page_size_;
   const std::size_t freed = streams_touched * (now->depth_records + now->depth_streams) +
-                            streams_trimmed * now->depth_records + now->depth_meta + now->depth_main +
-                            2 * removed + 8;
+                            streams_trimmed * now->depth_records + now->depth_meta + now->depth_main + 2 * removed + 8;
   const std::size_t list_bytes = 8 * (freed + 1);
   const std::size_t node_max = ((page - L::page_header) / 2 & ~std::size_t{1}) - 2;
   const std::size_t list_pages =

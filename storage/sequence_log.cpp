@@ -237,7 +237,7 @@ struct sequence_log::impl {
   // seq, timestamp)` says so, at most `max`. Returns how many went.
   template <class More>
   std::expected<std::size_t, std::error_code> trim_in(MDB_txn* t, stream_meta& m, std::size_t max,
-                                                     std::uint64_t committed_last, More&& more) {
+                                                      std::uint64_t committed_last, More&& more) {
     std::size_t removed = 0;
     cursor c(t, dbs.records);
     if (c.status() != MDB_SUCCESS) return std::unexpected(from_lmdb(c.status()));
@@ -263,7 +263,8 @@ struct sequence_log::impl {
       const bool committed = m.first <= committed_last;
       const std::byte* kb = nullptr;
       if (committed) {
-        if (brc != MDB_SUCCESS) return std::unexpected(brc == MDB_NOTFOUND ? make_error_code(errc::corrupted) : from_lmdb(brc));
+        if (brc != MDB_SUCCESS)
+          return std::unexpected(brc == MDB_NOTFOUND ? make_error_code(errc::corrupted) : from_lmdb(brc));
         kb = static_cast<const std::byte*>(bk.mv_data);
         if (bk.mv_size != record_key_size || !checks.readable(kb, record_key_size) || k.mv_size != record_key_size ||
             std::memcmp(k.mv_data, kb, record_key_size) != 0)
@@ -321,16 +322,18 @@ struct sequence_log::impl {
     std::size_t removed = 0;
     std::error_code ec;
     for (std::size_t step = std::max<std::size_t>(max, 1);; step /= 2) {
-      ec = write([&](MDB_txn* t) -> std::error_code {
-        removed = 0;
-        auto m = checks.load_meta(t, name);
-        if (!m) return m.error();
-        auto n = trim_in(t, *m, std::min(step, max), m->last, more);
-        if (!n) return n.error();
-        removed = *n;
-        if (removed == 0) return {};  // nothing written: LMDB commits nothing, no fsync
-        return store(t, name, *m);
-      }, true);
+      ec = write(
+          [&](MDB_txn* t) -> std::error_code {
+            removed = 0;
+            auto m = checks.load_meta(t, name);
+            if (!m) return m.error();
+            auto n = trim_in(t, *m, std::min(step, max), m->last, more);
+            if (!n) return n.error();
+            removed = *n;
+            if (removed == 0) return {};  // nothing written: LMDB commits nothing, no fsync
+            return store(t, name, *m);
+          },
+          true);
       if (ec != errc::storage_full || step <= 1) break;
     }
     // A trim may have dipped into the reserves: give appends back only
@@ -346,7 +349,7 @@ sequence_log::sequence_log(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 sequence_log::~sequence_log() = default;
 
 std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open(log_options options,
-                                                                                diagnostics* diag) {
+                                                                                 diagnostics* diag) {
   const auto fail = [diag](std::error_code ec, std::string message) {
     report(diag, {}, 0, std::move(message));
     return std::unexpected(ec);
@@ -354,11 +357,12 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   if (options.dir.empty()) return fail(errc::invalid_argument, "no log folder given");
   if (!options.wall_clock_ms)
     options.wall_clock_ms = [] {
-      return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            std::chrono::system_clock::now().time_since_epoch())
-                                            .count());
+      return static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+              .count());
     };
-  if (!options.random64) options.random64 = [rd = std::make_shared<std::random_device>()] {
+  if (!options.random64)
+    options.random64 = [rd = std::make_shared<std::random_device>()] {
       return (static_cast<std::uint64_t>((*rd)()) << 32) ^ (*rd)();
     };
   options.max_map_size = std::max(options.max_map_size, options.initial_map_size);
@@ -391,8 +395,10 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
   // NOTLS: read transactions are not tied to threads. The sync modes other
   // than `sync` commit without fsync and rely on sync().
   unsigned flags = MDB_NOTLS;
-  if (o.read_only) flags |= MDB_RDONLY;
-  else if (o.mode != durability::sync) flags |= MDB_NOSYNC;
+  if (o.read_only)
+    flags |= MDB_RDONLY;
+  else if (o.mode != durability::sync)
+    flags |= MDB_NOSYNC;
   if (const int rc = mdb_env_open(p->env, o.dir.c_str(), flags, 0644); rc != MDB_SUCCESS)
     return fail(from_lmdb(rc), std::string("LMDB cannot open ") + data_path.string() + ": " + mdb_strerror(rc));
   // The map size, the page size (map_space owns it) and the data file.
@@ -422,9 +428,8 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
       return fail(from_lmdb(rc), std::string("cannot open the \"") + name + "\" database: " + mdb_strerror(rc));
   }
   if (auto ec = p->check_format(t.get())) {  // aborts: nothing written
-    return fail(ec, ec == errc::unsupported_format
-                        ? "this build reads format " + std::to_string(log_format_version)
-                        : "the log's format stamp is damaged");
+    return fail(ec, ec == errc::unsupported_format ? "this build reads format " + std::to_string(log_format_version)
+                                                   : "the log's format stamp is damaged");
   }
   if (const int rc = lmdb_guard::dbi_open(t.get(), log_codec::retention_db, create, &p->dbs.own_retention);
       rc == MDB_NOTFOUND && o.read_only)
@@ -446,84 +451,87 @@ std::expected<std::unique_ptr<sequence_log>, std::error_code> sequence_log::open
 }
 
 std::expected<std::vector<std::uint64_t>, std::error_code> sequence_log::append(std::span<const append_item> items,
-                                                                             std::vector<std::uint64_t>* epochs,
-                                                                             append_retention* retain) {
+                                                                                std::vector<std::uint64_t>* epochs,
+                                                                                append_retention* retain) {
   auto& p = *impl_;
   for (const auto& item : items)
     if (auto ec = check(item.stream, item.payload.size(), item.destination.size())) return std::unexpected(ec);
   std::vector<std::uint64_t> seqs;
   std::uint64_t last_id = p.last_stream_id;
-  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
-    seqs.clear();
-    if (epochs) epochs->clear();
-    last_id = p.last_stream_id;  // a retry starts from what is committed
-    if (retain) retain->trimmed = 0;
-    struct touched_stream {
-      stream_meta m;
-      std::size_t appended = 0;
-    };
-    std::unordered_map<std::string_view, touched_stream> touched;
-    const std::uint64_t now = p.now_ms();
-    for (const auto& item : items) {
-      auto it = touched.find(item.stream);
-      if (it == touched.end()) {
-        auto m = p.checks.load_meta(t, item.stream);
-        if (!m && m.error() != errc::not_found) return m.error();
-        if (!m) m = p.new_stream(last_id, now);
-        it = touched.emplace(item.stream, touched_stream{*m}).first;
-      }
-      ++it->second.appended;
-      stream_meta& m = it->second.m;
-      const std::uint64_t seq = ++m.last;
-      record_key key(m.id, seq);
-      const std::size_t destination = item.destination.size();
-      const std::size_t stored = destination + item.payload.size();
-      MDB_val k = key.val(), v{record_header + stored, nullptr};
-      // Keys of the newest stream sort after every other key: append at the
-      // end of the B-tree without a search.
-      const unsigned flags = MDB_RESERVE | (m.id == last_id ? MDB_APPEND : 0u);
-      if (const int rc = mdb_put(t, p.dbs.records, &k, &v, flags); rc != MDB_SUCCESS) return from_lmdb(rc);
-      // Written in place into the reserved value; the checksum last, over
-      // what was written.
-      auto* out = static_cast<std::byte*>(v.mv_data);
-      log_codec::write_record_head(out, now, static_cast<std::uint32_t>(destination));
-      if (destination != 0) std::memcpy(out + record_header, item.destination.data(), destination);
-      if (!item.payload.empty()) std::memcpy(out + record_header + destination, item.payload.data(), item.payload.size());
-      log_codec::seal_record(out, v.mv_size, seq, now);
-      if (m.records == 0) m.first = seq;
-      m.records += 1;
-      m.bytes += stored;
-      seqs.push_back(seq);
-      if (epochs) epochs->push_back(m.epoch);
-    }
-    // Retention in the same commit: each stream over its limits loses at
-    // most what this append added to it plus the slack.
-    std::size_t trimmed = 0, streams_trimmed = 0, removed_pages = 0;
-    if (retain) {
-      auto before = p.space.count_pages(t);
-      if (!before) return before.error();
-      for (auto& [name, ts] : touched) {
-        auto own = p.checks.load_retention(t, name);
-        if (!own) return own.error();
-        const retention& limits = *own ? **own : retain->defaults;
-        if (!has_limits(limits)) continue;
-        auto n = p.trim_in(t, ts.m, ts.appended + retain->slack, ts.m.last - ts.appended, over_limits(limits, now));
-        if (!n) return n.error();
-        trimmed += *n;
-        streams_trimmed += *n > 0 ? 1 : 0;
-      }
-      auto after = p.space.count_pages(t);
-      if (!after) return after.error();
-      removed_pages = before->total > after->total ? before->total - after->total : 0;
-    }
-    for (const auto& [name, ts] : touched)
-      if (auto e = p.store(t, name, ts.m)) return e;
-    if (last_id != p.last_stream_id)
-      if (auto e = p.store_last_stream_id(t, last_id)) return e;
-    if (auto e = p.space.check_disk_reserve(t, touched.size(), streams_trimmed, removed_pages)) return e;
-    if (retain) retain->trimmed = trimmed;
-    return {};
-  }, false);
+  const auto ec = p.write(
+      [&](MDB_txn* t) -> std::error_code {
+        seqs.clear();
+        if (epochs) epochs->clear();
+        last_id = p.last_stream_id;  // a retry starts from what is committed
+        if (retain) retain->trimmed = 0;
+        struct touched_stream {
+          stream_meta m;
+          std::size_t appended = 0;
+        };
+        std::unordered_map<std::string_view, touched_stream> touched;
+        const std::uint64_t now = p.now_ms();
+        for (const auto& item : items) {
+          auto it = touched.find(item.stream);
+          if (it == touched.end()) {
+            auto m = p.checks.load_meta(t, item.stream);
+            if (!m && m.error() != errc::not_found) return m.error();
+            if (!m) m = p.new_stream(last_id, now);
+            it = touched.emplace(item.stream, touched_stream{*m}).first;
+          }
+          ++it->second.appended;
+          stream_meta& m = it->second.m;
+          const std::uint64_t seq = ++m.last;
+          record_key key(m.id, seq);
+          const std::size_t destination = item.destination.size();
+          const std::size_t stored = destination + item.payload.size();
+          MDB_val k = key.val(), v{record_header + stored, nullptr};
+          // Keys of the newest stream sort after every other key: append at the
+          // end of the B-tree without a search.
+          const unsigned flags = MDB_RESERVE | (m.id == last_id ? MDB_APPEND : 0u);
+          if (const int rc = mdb_put(t, p.dbs.records, &k, &v, flags); rc != MDB_SUCCESS) return from_lmdb(rc);
+          // Written in place into the reserved value; the checksum last, over
+          // what was written.
+          auto* out = static_cast<std::byte*>(v.mv_data);
+          log_codec::write_record_head(out, now, static_cast<std::uint32_t>(destination));
+          if (destination != 0) std::memcpy(out + record_header, item.destination.data(), destination);
+          if (!item.payload.empty())
+            std::memcpy(out + record_header + destination, item.payload.data(), item.payload.size());
+          log_codec::seal_record(out, v.mv_size, seq, now);
+          if (m.records == 0) m.first = seq;
+          m.records += 1;
+          m.bytes += stored;
+          seqs.push_back(seq);
+          if (epochs) epochs->push_back(m.epoch);
+        }
+        // Retention in the same commit: each stream over its limits loses at
+        // most what this append added to it plus the slack.
+        std::size_t trimmed = 0, streams_trimmed = 0, removed_pages = 0;
+        if (retain) {
+          auto before = p.space.count_pages(t);
+          if (!before) return before.error();
+          for (auto& [name, ts] : touched) {
+            auto own = p.checks.load_retention(t, name);
+            if (!own) return own.error();
+            const retention& limits = *own ? **own : retain->defaults;
+            if (!has_limits(limits)) continue;
+            auto n = p.trim_in(t, ts.m, ts.appended + retain->slack, ts.m.last - ts.appended, over_limits(limits, now));
+            if (!n) return n.error();
+            trimmed += *n;
+            streams_trimmed += *n > 0 ? 1 : 0;
+          }
+          auto after = p.space.count_pages(t);
+          if (!after) return after.error();
+          removed_pages = before->total > after->total ? before->total - after->total : 0;
+        }
+        for (const auto& [name, ts] : touched)
+          if (auto e = p.store(t, name, ts.m)) return e;
+        if (last_id != p.last_stream_id)
+          if (auto e = p.store_last_stream_id(t, last_id)) return e;
+        if (auto e = p.space.check_disk_reserve(t, touched.size(), streams_trimmed, removed_pages)) return e;
+        if (retain) retain->trimmed = trimmed;
+        return {};
+      },
+      false);
   if (ec) return std::unexpected(ec);
   p.last_stream_id = last_id;
   return seqs;
@@ -601,8 +609,7 @@ std::expected<read_result, std::error_code> sequence_log::read(std::string_view 
     bytes += size;
     // Step on only for a record that will be read: the cursor touches no
     // page beyond the answer (a damaged neighbour stays unread).
-    if (expect < m->last && out.records.size() < max_count)
-      rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT);
+    if (expect < m->last && out.records.size() < max_count) rc = lmdb_guard::cursor_get(c.get(), &k, &v, MDB_NEXT);
   }
   return out;
 }
@@ -686,18 +693,20 @@ std::expected<stream_info, std::error_code> sequence_log::set_retention(std::str
   bool made = false;
   // A tiny write that may use the trim reserve: on a full log, setting a
   // retention is how an operator makes room again.
-  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
-    last_id = p.last_stream_id;  // a retry starts from what is committed
-    auto m = p.checks.load_meta(t, stream);
-    made = !m && m.error() == errc::not_found;
-    if (made) m = p.load_or_create(t, stream, last_id);
-    if (!m) return m.error();
-    MDB_val k = view(stream), v{sizeof value, value};
-    if (const int rc = mdb_put(t, p.dbs.own_retention, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
-    out = m->info(stream);
-    out.own_retention = limits;
-    return {};
-  }, true);
+  const auto ec = p.write(
+      [&](MDB_txn* t) -> std::error_code {
+        last_id = p.last_stream_id;  // a retry starts from what is committed
+        auto m = p.checks.load_meta(t, stream);
+        made = !m && m.error() == errc::not_found;
+        if (made) m = p.load_or_create(t, stream, last_id);
+        if (!m) return m.error();
+        MDB_val k = view(stream), v{sizeof value, value};
+        if (const int rc = mdb_put(t, p.dbs.own_retention, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+        out = m->info(stream);
+        out.own_retention = limits;
+        return {};
+      },
+      true);
   const auto shrink = p.space.keep_reserve();
   if (ec) return std::unexpected(ec);
   if (shrink) return std::unexpected(shrink);
@@ -710,15 +719,17 @@ std::expected<stream_info, std::error_code> sequence_log::clear_retention(std::s
   auto& p = *impl_;
   if (auto ec = check(stream, 0)) return std::unexpected(ec);
   stream_info out;
-  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
-    auto m = p.checks.load_meta(t, stream);
-    if (!m) return m.error();
-    MDB_val k = view(stream);
-    if (const int rc = mdb_del(t, p.dbs.own_retention, &k, nullptr); rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
-      return from_lmdb(rc);
-    out = m->info(stream);
-    return {};
-  }, true);
+  const auto ec = p.write(
+      [&](MDB_txn* t) -> std::error_code {
+        auto m = p.checks.load_meta(t, stream);
+        if (!m) return m.error();
+        MDB_val k = view(stream);
+        if (const int rc = mdb_del(t, p.dbs.own_retention, &k, nullptr); rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+          return from_lmdb(rc);
+        out = m->info(stream);
+        return {};
+      },
+      true);
   const auto shrink = p.space.keep_reserve();
   if (ec) return std::unexpected(ec);
   if (shrink) return std::unexpected(shrink);
@@ -766,8 +777,10 @@ std::expected<stream_info, std::error_code> sequence_log::delete_stream(std::str
       }
       if (now->records == 0) break;
       auto n = p.trim_front(stream, static_cast<std::size_t>(now->records), every);
-      if (!n) ec = n.error();
-      else if (*n == 0) ec = errc::corrupted;  // no progress: stopped before damage
+      if (!n)
+        ec = n.error();
+      else if (*n == 0)
+        ec = errc::corrupted;  // no progress: stopped before damage
     }
     if (!ec) ec = p.write(remove, true);
   }
@@ -827,20 +840,22 @@ sequence_log::space_info sequence_log::space() const noexcept {
 std::error_code rewrite_raw(sequence_log& log, std::span<const raw_entry> entries) {
   auto& p = *log.impl_;
   if (p.opts.read_only) return make_error_code(errc::invalid_argument);
-  const auto ec = p.write([&](MDB_txn* t) -> std::error_code {
-    for (const MDB_dbi dbi : {p.dbs.streams, p.dbs.records, p.dbs.own_retention})
-      if (const int rc = mdb_drop(t, dbi, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
-    for (const auto& e : entries) {
-      const MDB_dbi dbi = e.db == raw_db::streams   ? p.dbs.streams
-                          : e.db == raw_db::records ? p.dbs.records
-                          : e.db == raw_db::meta    ? p.dbs.metadata
-                                                    : p.dbs.own_retention;
-      MDB_val k{e.key.size(), const_cast<std::byte*>(e.key.data())};
-      MDB_val v{e.value.size(), const_cast<std::byte*>(e.value.data())};
-      if (const int rc = mdb_put(t, dbi, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
-    }
-    return {};
-  }, true);
+  const auto ec = p.write(
+      [&](MDB_txn* t) -> std::error_code {
+        for (const MDB_dbi dbi : {p.dbs.streams, p.dbs.records, p.dbs.own_retention})
+          if (const int rc = mdb_drop(t, dbi, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+        for (const auto& e : entries) {
+          const MDB_dbi dbi = e.db == raw_db::streams   ? p.dbs.streams
+                              : e.db == raw_db::records ? p.dbs.records
+                              : e.db == raw_db::meta    ? p.dbs.metadata
+                                                        : p.dbs.own_retention;
+          MDB_val k{e.key.size(), const_cast<std::byte*>(e.key.data())};
+          MDB_val v{e.value.size(), const_cast<std::byte*>(e.value.data())};
+          if (const int rc = mdb_put(t, dbi, &k, &v, 0); rc != MDB_SUCCESS) return from_lmdb(rc);
+        }
+        return {};
+      },
+      true);
   // Like a trim, this may have used the reserves: appends get their limit back.
   const auto shrink = p.space.keep_reserve();
   return ec ? ec : shrink;

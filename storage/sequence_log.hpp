@@ -117,8 +117,8 @@ inline constexpr std::uint64_t log_format_version = 2;
 inline constexpr std::size_t max_destination_bytes = std::size_t{64} << 10;
 
 struct log_options {
-  std::filesystem::path dir;                   // created if missing
-  std::size_t initial_map_size = 64u << 20;    // rounded to the OS page size by LMDB
+  std::filesystem::path dir;                 // created if missing
+  std::size_t initial_map_size = 64u << 20;  // rounded to the OS page size by LMDB
   std::size_t max_map_size = std::size_t{8} << 30;
   durability mode = durability::sync;
   std::size_t max_record_bytes = 16u << 20;
@@ -166,7 +166,7 @@ struct stream_info {
   std::uint64_t first_seq = 1;  // first retained; last_seq + 1 when empty
   std::uint64_t last_seq = 0;   // 0 before the first append
   std::uint64_t records = 0;
-  std::uint64_t bytes = 0;      // payload + destination bytes retained (what max_bytes retention counts)
+  std::uint64_t bytes = 0;  // payload + destination bytes retained (what max_bytes retention counts)
   std::uint64_t created_ms = 0;
   // The stream's own retention limits (set_retention); nullopt: the
   // caller's default applies.
@@ -176,8 +176,8 @@ struct stream_info {
 // Retention applied inside an append's own transaction (see append()), so
 // a stream over its limits is trimmed by the commit that puts it over.
 struct append_retention {
-  retention defaults;     // for streams without limits of their own (all 0: keep everything)
-  std::size_t slack = 16;  // per stream and append: trims at most (its records in the append) + slack
+  retention defaults;       // for streams without limits of their own (all 0: keep everything)
+  std::size_t slack = 16;   // per stream and append: trims at most (its records in the append) + slack
   std::size_t trimmed = 0;  // out: records trimmed by the last append() given this object
 };
 
@@ -222,8 +222,8 @@ struct verify_progress {
 struct verify_report {
   std::uint64_t streams = 0;  // checked
   std::uint64_t records = 0;
-  std::uint64_t bytes = 0;          // of record values (headers included)
-  std::uint64_t problem_count = 0;  // everything found wrong
+  std::uint64_t bytes = 0;               // of record values (headers included)
+  std::uint64_t problem_count = 0;       // everything found wrong
   std::vector<verify_problem> problems;  // the first ones found (at most the limit asked for)
   // Set by verify_log (storage/log_verifier.hpp), which walks in a child
   // process: the walk died of this signal (damage LMDB itself tripped on),
@@ -283,9 +283,8 @@ class sequence_log {
   // stream's metadata is: `diag` gets stream, sequence and what is wrong;
   // read from seq + 1 to go on past it).
   // Costs no system call unless the file grew since the last check.
-  std::expected<read_result, std::error_code> read(std::string_view stream, std::uint64_t from,
-                                                   std::size_t max_count, std::size_t max_bytes,
-                                                   diagnostics* diag = nullptr);
+  std::expected<read_result, std::error_code> read(std::string_view stream, std::uint64_t from, std::size_t max_count,
+                                                   std::size_t max_bytes, diagnostics* diag = nullptr);
 
   // Errors: not_found, corrupted (the stream's metadata or retention entry
   // is damaged; `diag` says which).

@@ -10,10 +10,14 @@ std::size_t utf8_sequence(std::string_view s, char32_t& cp) {
     cp = c;
     return 1;
   }
-  if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-  else return 0;  // a continuation byte, an overlong lead (C0, C1) or past U+10FFFF (F5..FF)
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF)
+    len = 3, cp = c & 0x0F;
+  else if (c >= 0xF0 && c <= 0xF4)
+    len = 4, cp = c & 0x07;
+  else
+    return 0;  // a continuation byte, an overlong lead (C0, C1) or past U+10FFFF (F5..FF)
   if (s.size() < len) return 0;
   for (std::size_t i = 1; i < len; ++i) {
     if ((b(i) & 0xC0) != 0x80) return 0;

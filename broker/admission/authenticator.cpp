@@ -32,25 +32,25 @@ token_bucket* authenticator::bucket(std::string_view address, clock::time_point 
   if (failures_.size() >= max_tracked_addresses) {
     // Forget the addresses whose bucket refilled; if none did, any one.
     for (auto it = failures_.begin(); it != failures_.end();) {
-      if (it->second.tokens(now) >= it->second.burst()) it = failures_.erase(it);
-      else ++it;
+      if (it->second.tokens(now) >= it->second.burst())
+        it = failures_.erase(it);
+      else
+        ++it;
     }
     if (failures_.size() >= max_tracked_addresses) failures_.erase(failures_.begin());
   }
   return &failures_.try_emplace(std::string(address), per_min / 60.0, per_min, now).first->second;
 }
 
-authenticator::decision authenticator::refused(std::string_view address, clock::time_point now,
-                                               std::string_view why) {
+authenticator::decision authenticator::refused(std::string_view address, clock::time_point now, std::string_view why) {
   if (auto* b = bucket(address, now)) b->try_take(now);
   return {step::refuse, nullptr, {}, why};
 }
 
-authenticator::decision authenticator::on_hello(const credentials& c, std::string_view address,
-                                                clock::time_point now) {
+authenticator::decision authenticator::on_hello(const credentials& c, std::string_view address, clock::time_point now) {
   if (!rules_) return {step::welcome, nullptr, {}, "no auth file"};
-  if (auto it = failures_.find(address); it != failures_.end() && config_.auth_failures_per_min > 0 &&
-                                         it->second.tokens(now) < 1.0)
+  if (auto it = failures_.find(address);
+      it != failures_.end() && config_.auth_failures_per_min > 0 && it->second.tokens(now) < 1.0)
     return {step::rate_limited, nullptr, it->second.reserve(now, max_retry_hint), "too many failures"};
   if (!c.token.empty()) {
     if (auto p = rules_->by_token(c.token)) return {step::welcome, std::move(p), {}, "token"};
@@ -87,8 +87,8 @@ authenticator::decision authenticator::on_proof(std::span<const std::uint8_t> pu
 owner_id authenticator::owner_of(std::string_view name) {
   if (auto it = owners_.find(name); it != owners_.end()) return it->second;
   const auto next = owners_.size() + 1;
-  const owner_id id = next > std::numeric_limits<owner_id>::max() ? std::numeric_limits<owner_id>::max()
-                                                                    : static_cast<owner_id>(next);
+  const owner_id id =
+      next > std::numeric_limits<owner_id>::max() ? std::numeric_limits<owner_id>::max() : static_cast<owner_id>(next);
   owners_.emplace(std::string(name), id);
   return id;
 }

@@ -49,9 +49,9 @@ class authenticator {
 
   // What a hello carried. The views are borrowed for the call.
   struct credentials {
-    std::string_view token;                // Hello.credentials
+    std::string_view token;                    // Hello.credentials
     std::span<const std::uint8_t> public_key;  // Hello.public_key
-    std::string_view tls_subject;          // the client certificate's subject (RFC 2253), if any
+    std::string_view tls_subject;              // the client certificate's subject (RFC 2253), if any
   };
   enum class step : std::uint8_t {
     welcome,       // `who` is the principal (null without an auth file)

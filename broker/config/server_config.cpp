@@ -108,8 +108,8 @@ server_config parse_server_args(int argc, const char* const* argv) {
       std::string rule(s.default_doc);  // Markdown for the docs; plain on a terminal
       std::erase(rule, '`');
       o->default_str(rule);
-    }
-    else if (const auto shown = s.show(defaults); !shown.empty() && shown != "false") o->default_str(shown);
+    } else if (const auto shown = s.show(defaults); !shown.empty() && shown != "false")
+      o->default_str(shown);
     options.emplace_back(&s, o);
     keys.emplace_back(s.name);
   }

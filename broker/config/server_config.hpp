@@ -25,7 +25,7 @@ struct server_config {
   // The HTTP monitoring port (http_monitor.hpp; docs/operations.md): off
   // unless http_host is set. It has no authentication, so an address
   // other hosts can reach needs http_public.
-  std::string http_host;       // empty = no monitoring port
+  std::string http_host;        // empty = no monitoring port
   std::uint16_t http_port = 0;  // 0 = pick a free port
   bool http_public = false;
 

@@ -29,8 +29,7 @@ constexpr std::int64_t unbounded = std::numeric_limits<std::int64_t>::max();
 template <class T>
 std::size_t offset_of(T server_config::*m) {
   static const server_config probe{};
-  return static_cast<std::size_t>(reinterpret_cast<const char*>(&(probe.*m)) -
-                                  reinterpret_cast<const char*>(&probe));
+  return static_cast<std::size_t>(reinterpret_cast<const char*>(&(probe.*m)) - reinterpret_cast<const char*>(&probe));
 }
 
 // A number as a signed 64-bit value, saturating (an unsigned value past
@@ -46,7 +45,7 @@ std::int64_t as_int64(T v) {
 // One end of a range: a constant, or the value of another setting.
 struct bound {
   std::int64_t value = 0;
-  std::string_view follows;                           // the other setting's name
+  std::string_view follows;                            // the other setting's name
   std::int64_t (*of)(const server_config&) = nullptr;  // its value
 
   std::int64_t at(const server_config& c) const { return of ? of(c) : value; }
@@ -103,9 +102,9 @@ struct row {
     s.check = [name = s.name, unit, open_ended, lo, hi, get](const server_config& c) {
       const std::int64_t v = get(c);
       if (v >= lo.at(c) && v <= hi.at(c)) return;
-      throw std::invalid_argument(std::string(name) + " must be " +
-                                  (open_ended ? "at least " + lo.text(c) : "between " + lo.text(c) + " and " + hi.text(c)) +
-                                  unit);
+      throw std::invalid_argument(
+          std::string(name) + " must be " +
+          (open_ended ? "at least " + lo.text(c) : "between " + lo.text(c) + " and " + hi.text(c)) + unit);
     };
     return *this;
   }
@@ -150,8 +149,8 @@ row duration(std::string_view name, std::chrono::duration<Rep, Period> server_co
   using D = std::chrono::duration<Rep, Period>;
   row r = make(name, help, std::is_same_v<D, microseconds> ? "us" : "ms", {offset_of(m)});
   r.s.add = [name, help, m](CLI::App& app, server_config& into) {
-    return app.add_option_function<std::int64_t>(flag_of(name), [&into, m](std::int64_t v) { into.*m = D(v); },
-                                                 std::string(help));
+    return app.add_option_function<std::int64_t>(
+        flag_of(name), [&into, m](std::int64_t v) { into.*m = D(v); }, std::string(help));
   };
   r.s.show = [m](const server_config& c) { return std::to_string((c.*m).count()); };
   r.s.assign = [m](server_config& to, const server_config& from) { to.*m = from.*m; };
@@ -237,7 +236,8 @@ row address(std::string_view name, std::string server_config::*host, std::uint16
   row r = make(name, help, {}, {offset_of(host), offset_of(port)});
   r.s.add = [name, help, host, port](CLI::App& app, server_config& into) {
     return app.add_option_function<std::string>(
-        flag_of(name), [&into, name, host, port](const std::string& v) {
+        flag_of(name),
+        [&into, name, host, port](const std::string& v) {
           std::tie(into.*host, into.*port) = split_host_port(name, v);
         },
         std::string(help));
@@ -450,10 +450,13 @@ std::vector<setting> build() {
   add(duration("lease-min-ttl-ms", &c::lease_min_ttl, "shortest lease TTL granted (shorter asks are raised)")
           .range({1}, {unbounded}, count_of(&c::lease_min_ttl)));
   add(duration("lease-max-ttl-ms", &c::lease_max_ttl, "longest lease TTL granted (longer asks are lowered)")
-          .range(follows("lease-min-ttl-ms", [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
+          .range(follows("lease-min-ttl-ms",
+                         [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
                  {7 * 24 * 3'600'000}, count_of(&c::lease_max_ttl)));
   add(duration("sweep-ms", &c::sweep_period, "lease sweeper period: leases expire at most this late")
-          .range({1}, follows("lease-min-ttl-ms", [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
+          .range({1},
+                 follows("lease-min-ttl-ms",
+                         [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
                  count_of(&c::sweep_period)));
   add(integer("max-expiries-per-sweep", &c::max_expiries_per_sweep,
               "leases expired per sweep at most; the rest wait for the next turn")
@@ -500,8 +503,7 @@ std::vector<setting> build() {
               "largest size of the sequence log; then appends fail with storage_full", "bytes")
           .doc("largest sequence log; then (or when the disk is full) appends fail with `storage_full`")
           .range({4 << 20}, {unbounded}, value_of(&c::log_max_bytes)));
-  add(integer("retention-max-records", &c::retention_max_records,
-              "keep at most this many records per stream (0 = all)")
+  add(integer("retention-max-records", &c::retention_max_records, "keep at most this many records per stream (0 = all)")
           .doc("keep at most this many records per stream (0 = all); trimmed in each commit and in the background"));
   add(duration("retention-max-age-ms", &c::retention_max_age, "drop records older than this (0 = keep)")
           .range({0}, {unbounded}, count_of(&c::retention_max_age)));
@@ -534,7 +536,8 @@ std::vector<setting> build() {
           .doc("the private key of `--tls-cert` (PEM, unencrypted)")
           .reloadable());
   add(text("tls-ca", &c::tls_ca, "CAs (PEM) that client certificates must chain to").reloadable());
-  add(toggle("tls-verify-client", &c::tls_verify_client, "mTLS: refuse clients without a certificate signed by --tls-ca")
+  add(toggle("tls-verify-client", &c::tls_verify_client,
+             "mTLS: refuse clients without a certificate signed by --tls-ca")
           .doc("mTLS: refuse clients without a certificate signed by `--tls-ca` (needs `--tls-ca`)")
           .reloadable());
 
@@ -581,8 +584,10 @@ std::vector<setting> build() {
 std::string cell(std::string_view text) {
   std::string out;
   for (const char ch : text) {
-    if (ch == '|') out += "\\|";
-    else out += ch;
+    if (ch == '|')
+      out += "\\|";
+    else
+      out += ch;
   }
   return out;
 }
@@ -624,8 +629,9 @@ std::string settings_markdown() {
       value = v.empty() ? "–" : v == "false" ? "off" : v == "true" ? "on" : "`" + v + "`";
     }
     const std::string_view meaning = s.doc.empty() ? s.help : s.doc;
-    out += "| `--" + std::string(s.name) + "` | " + cell(value) + " | " + cell(s.range_doc.empty() ? "–" : s.range_doc) +
-           " | " + (s.effect == takes_effect::at_reload ? "applied" : "restart") + " | " + cell(meaning) + " |\n";
+    out += "| `--" + std::string(s.name) + "` | " + cell(value) + " | " +
+           cell(s.range_doc.empty() ? "–" : s.range_doc) + " | " +
+           (s.effect == takes_effect::at_reload ? "applied" : "restart") + " | " + cell(meaning) + " |\n";
   }
   out += "| `--config` | – | – | – | TOML file with any of these settings, long names as keys |\n";
   return out;

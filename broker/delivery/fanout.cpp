@@ -89,12 +89,12 @@ std::uint32_t fanout::send_offer(std::span<const std::string_view> keys, protoco
                                  std::vector<std::string_view>& gateways, const log_position* position) {
   offer_meta_ = &meta;
   offer_position_ = position;
-  offer_time_left_ms_ =
-      meta.deadline == std::chrono::steady_clock::time_point{} ? 0 : ms_left(meta.deadline, now);
-  const auto routed = route_and_group(keys, gateways, routing_.lease_now(), [&](delivery_target* owner, std::string_view inbox,
-                                                          std::span<const std::string_view> ks) {
-    deliver_offer(owner, inbox, ks, payload);
-  });
+  offer_time_left_ms_ = meta.deadline == std::chrono::steady_clock::time_point{} ? 0 : ms_left(meta.deadline, now);
+  const auto routed =
+      route_and_group(keys, gateways, routing_.lease_now(),
+                      [&](delivery_target* owner, std::string_view inbox, std::span<const std::string_view> ks) {
+                        deliver_offer(owner, inbox, ks, payload);
+                      });
   offer_meta_ = nullptr;
   offer_position_ = nullptr;
   return routed;
@@ -108,10 +108,10 @@ std::uint32_t fanout::send_to_users(std::span<const std::string_view> keys, prot
 std::uint32_t fanout::send_to_users(std::span<const std::string_view> keys, protocol::bytes_view payload,
                                     const log_position* position, std::vector<std::string_view>& gateways,
                                     mono_clock::time_point lease_now) {
-  return route_and_group(keys, gateways, lease_now, [&](delivery_target* owner, std::string_view inbox,
-                                                        std::span<const std::string_view> ks) {
-    deliver_to_inbox(owner, inbox, ks, payload, position);
-  });
+  return route_and_group(keys, gateways, lease_now,
+                         [&](delivery_target* owner, std::string_view inbox, std::span<const std::string_view> ks) {
+                           deliver_to_inbox(owner, inbox, ks, payload, position);
+                         });
 }
 
 template <class Deliver>

@@ -51,8 +51,8 @@ class fanout {
   // (refreshed when written); the others share one frame (with the log
   // position, for a durable publish, to those that want it).
   std::size_t publish_expiring(std::string_view channel, protocol::bytes_view payload,
-                               std::chrono::steady_clock::time_point deadline, std::chrono::steady_clock::time_point now,
-                               const log_position* position = nullptr);
+                               std::chrono::steady_clock::time_point deadline,
+                               std::chrono::steady_clock::time_point now, const log_position* position = nullptr);
 
   // Resolves each route key and delivers the payload once into each inbox
   // the keys lead to, listing that inbox's keys (with the log position for

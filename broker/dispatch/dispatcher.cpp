@@ -34,8 +34,8 @@ struct method_traits<Method> {
 template <auto Method>
 void invoke(void* handler, peer& from, const wire::Frame& frame) {
   using traits = method_traits<Method>;
-  (static_cast<typename traits::handler*>(handler)->*Method)(
-      from, frame.request_id(), *frame.template message_as<typename traits::message>());
+  (static_cast<typename traits::handler*>(handler)->*Method)(from, frame.request_id(),
+                                                             *frame.template message_as<typename traits::message>());
 }
 
 }  // namespace
@@ -168,30 +168,47 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
           if (!check(op::send, k->string_view())) return false;
       return check(op::stream_append, text(m.stream()));
     }
-    case M::RegistryPut: return check(op::registry_put, frame.message_as_RegistryPut()->key()->string_view());
-    case M::RegistryGet: return check(op::registry_get, frame.message_as_RegistryGet()->key()->string_view());
+    case M::RegistryPut:
+      return check(op::registry_put, frame.message_as_RegistryPut()->key()->string_view());
+    case M::RegistryGet:
+      return check(op::registry_get, frame.message_as_RegistryGet()->key()->string_view());
     case M::RegistryDelete:
       return check(op::registry_delete, frame.message_as_RegistryDelete()->key()->string_view());
-    case M::InboxOpen: return check(op::inbox, frame.message_as_InboxOpen()->inbox_id()->string_view());
-    case M::Append: return check(op::stream_append, frame.message_as_Append()->stream()->string_view());
-    case M::Read: return check(op::stream_read, frame.message_as_Read()->stream()->string_view());
-    case M::StreamInfo: return check(op::stream_read, frame.message_as_StreamInfo()->stream()->string_view());
-    case M::LeaseList: return admin_only("LeaseList");
-    case M::RegistryList: return admin_only("RegistryList");
-    case M::StreamList: return admin_only("StreamList");
-    case M::SetRetention: return admin_only("SetRetention");
-    case M::StreamDelete: return admin_only("StreamDelete");
-    case M::Drain: return admin_only("Drain");
-    case M::Stats: return admin_only("Stats");
-    case M::ConnList: return admin_only("ConnList");
-    case M::FlagSet: return admin_only("FlagSet");
-    case M::FlagList: return admin_only("FlagList");
+    case M::InboxOpen:
+      return check(op::inbox, frame.message_as_InboxOpen()->inbox_id()->string_view());
+    case M::Append:
+      return check(op::stream_append, frame.message_as_Append()->stream()->string_view());
+    case M::Read:
+      return check(op::stream_read, frame.message_as_Read()->stream()->string_view());
+    case M::StreamInfo:
+      return check(op::stream_read, frame.message_as_StreamInfo()->stream()->string_view());
+    case M::LeaseList:
+      return admin_only("LeaseList");
+    case M::RegistryList:
+      return admin_only("RegistryList");
+    case M::StreamList:
+      return admin_only("StreamList");
+    case M::SetRetention:
+      return admin_only("SetRetention");
+    case M::StreamDelete:
+      return admin_only("StreamDelete");
+    case M::Drain:
+      return admin_only("Drain");
+    case M::Stats:
+      return admin_only("Stats");
+    case M::ConnList:
+      return admin_only("ConnList");
+    case M::FlagSet:
+      return admin_only("FlagSet");
+    case M::FlagList:
+      return admin_only("FlagList");
     // A user's pending offers are read like its registry entry; exposure
     // counts are asked by whoever may send to the keys. Withdraw checks
     // the offer's owner (offer_handler).
     case M::PendingOffers:
       return check(op::registry_get, frame.message_as_PendingOffers()->route_key()->string_view());
-    case M::OfferAck: return check(op::registry_get, text(frame.message_as_OfferAck()->route_key()));
+    case M::OfferAck:
+      return check(op::registry_get, text(frame.message_as_OfferAck()->route_key()));
     case M::ExposureQuery: {
       const auto& send_rule = who.rule(op::send);
       if (!send_rule.allows_everything())
@@ -199,7 +216,8 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
           if (!check(op::send, k->string_view())) return false;
       return true;
     }
-    default: return true;  // unsubscribe, lease requests (ownership: routing_handler), inbox close, ping, ...
+    default:
+      return true;  // unsubscribe, lease requests (ownership: routing_handler), inbox close, ping, ...
   }
 }
 

@@ -44,13 +44,13 @@ void log_handler::read(peer& from, std::uint64_t rid, const protocol::wire::Read
   const std::uint32_t payload_budget = config_.max_frame / 2;
   const std::uint32_t max_bytes = m.max_bytes() == 0 ? payload_budget : std::min(m.max_bytes(), payload_budget);
   // A record takes at least min_record_bytes of the frame.
-  const std::uint32_t max_count =
-      std::min({m.max_count() == 0 ? default_read_count : m.max_count(), max_read_count,
-                std::max<std::uint32_t>(1, config_.max_frame / min_record_bytes)});
+  const std::uint32_t max_count = std::min({m.max_count() == 0 ? default_read_count : m.max_count(), max_read_count,
+                                            std::max<std::uint32_t>(1, config_.max_frame / min_record_bytes)});
   std::uint64_t from_seq = m.from_seq();
   if (from_seq == 0) {  // 0: from the first retained record
     auto info = log.info(stream);
-    if (!info && info.error() == storage::errc::not_found) return from.send_error(rid, errc::not_found, "no such stream");
+    if (!info && info.error() == storage::errc::not_found)
+      return from.send_error(rid, errc::not_found, "no such stream");
     // Damaged metadata: the read below reports it.
     from_seq = info ? info->first_seq : 1;
   }
@@ -72,10 +72,10 @@ void log_handler::read(peer& from, std::uint64_t rid, const protocol::wire::Read
     if (ec == storage::errc::trimmed) {
       auto info = log.info(stream);
       const std::uint64_t first = info ? info->first_seq : 0;
-      return from.send(builder_.error(rid, errc::trimmed,
-                                      "sequence " + std::to_string(from_seq) + " was trimmed; the log starts at " +
-                                          std::to_string(first),
-                                      0, false, first));
+      return from.send(builder_.error(
+          rid, errc::trimmed,
+          "sequence " + std::to_string(from_seq) + " was trimmed; the log starts at " + std::to_string(first), 0, false,
+          first));
     }
     logger_->error("conn={} stream={} seq={} read failed: {}", from.id(), stream, from_seq, ec.message());
     return from.send_error(rid, wire_code(ec), ec.message());
@@ -120,13 +120,17 @@ void log_handler::read(peer& from, std::uint64_t rid, const protocol::wire::Read
       }
       if (time_left) left_ms = static_cast<std::uint32_t>(std::min<std::uint64_t>(expires_at - now_ms, UINT32_MAX));
     }
-    std::size_t size = rec.payload.size() + protocol::record_overhead + dest->channel.size() + protocol::string_overhead;
+    std::size_t size =
+        rec.payload.size() + protocol::record_overhead + dest->channel.size() + protocol::string_overhead;
     for (std::size_t i = 0; i < dest->key_count; ++i)
       size += keys[dest->first_key + i].size() + protocol::string_overhead;
     if (!budget.take(size)) break;
-    records.push_back({rec.seq, rec.timestamp_ms,
+    records.push_back({rec.seq,
+                       rec.timestamp_ms,
                        {reinterpret_cast<const std::uint8_t*>(rec.payload.data()), rec.payload.size()},
-                       dest->channel, {}, left_ms});
+                       dest->channel,
+                       {},
+                       left_ms});
     destinations.push_back(*dest);
     next_seq = rec.seq + 1;
   }

@@ -28,7 +28,12 @@ constexpr std::string_view no_offers_message = "expiries and offers need the \"o
 offer_handler::offer_handler(const server_config& config, routing_table& routing, fanout& fan,
                              protocol::frame_builder& builder, server_counters& counters,
                              std::function<clock::time_point()> now, std::shared_ptr<spdlog::logger> logger)
-    : config_(config), routing_(routing), fanout_(fan), builder_(builder), counters_(counters), now_(std::move(now)),
+    : config_(config),
+      routing_(routing),
+      fanout_(fan),
+      builder_(builder),
+      counters_(counters),
+      now_(std::move(now)),
       logger_(std::move(logger)),
       offers_({config.max_offers, config.max_offer_bytes, config.max_pending_per_key}),
       exposure_(config.max_exposure_keys, config.exposure_window) {}
@@ -73,9 +78,9 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
     return refuse("receipts need an offer id");
   if (!receipt_inbox.empty() && receipt_timeout.count() == 0)
     return refuse("a receipt inbox needs a receipt timeout (receipt_timeout_ms)");
-  if (cap_max > exposure_table::history)
-    return refuse(fmt::format("cap_max is at most {}", exposure_table::history));
-  if ((cap_max != 0) != (cap_window.count() != 0)) return refuse("an exposure cap needs both cap_max and cap_window_ms");
+  if (cap_max > exposure_table::history) return refuse(fmt::format("cap_max is at most {}", exposure_table::history));
+  if ((cap_max != 0) != (cap_window.count() != 0))
+    return refuse("an exposure cap needs both cap_max and cap_window_ms");
   if (cap_window > exposure_.window())
     return refuse(fmt::format("cap_window_ms is at most exposure-window-ms ({})",
                               std::chrono::duration_cast<milliseconds>(exposure_.window()).count()));
@@ -105,8 +110,10 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
   const delivery_meta meta{expires_in.count() != 0 ? now + expires_in : clock::time_point{}, offer_id, false};
   auto& routed_to = fanout_.gateway_scratch();
   std::uint32_t routed = 0;
-  if (!deliver_keys_.empty()) routed = fanout_.send_offer(deliver_keys_, payload, meta, now, routed_to);
-  else routed_to.clear();
+  if (!deliver_keys_.empty())
+    routed = fanout_.send_offer(deliver_keys_, payload, meta, now, routed_to);
+  else
+    routed_to.clear();
 
   // Per key of the send: the inbox (or "") and the outcome.
   std::vector<std::string_view>& gateways = deliver_keys_;  // reused: deliver_keys_ is done
@@ -164,7 +171,8 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
 void offer_handler::send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome,
                                  clock::time_point now) {
   const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(now - o.sent).count();
-  const auto frame = builder_.receipt(o.id, k.key, k.inbox, outcome, static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed, 0)));
+  const auto frame =
+      builder_.receipt(o.id, k.key, k.inbox, outcome, static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed, 0)));
   if (!o.receipt_inbox.empty()) {
     if (delivery_target* t = routing_.inbox_owner(o.receipt_inbox)) return t->notify(frame);
   } else if (const auto it = senders_.find(o.sender); it != senders_.end()) {
@@ -185,17 +193,19 @@ void offer_handler::ack(peer& from, std::uint64_t rid, const wire::OfferAck& m) 
     }
   });
   if (n == 0)
-    return from.send_error(rid, errc::not_found,
-                           fmt::format("offer {} has no unacknowledged {} (unknown, expired or withdrawn)",
-                                       m.offer_id(), key.empty() ? std::string("key in this connection's inboxes")
-                                                                 : fmt::format("key '{}'", key)));
+    return from.send_error(
+        rid, errc::not_found,
+        fmt::format("offer {} has no unacknowledged {} (unknown, expired or withdrawn)", m.offer_id(),
+                    key.empty() ? std::string("key in this connection's inboxes") : fmt::format("key '{}'", key)));
   if (rid != 0) from.send(builder_.ok(rid));
 }
 
 void offer_handler::withdraw(peer& from, std::uint64_t rid, const wire::Withdraw& m) {
   if (!from.granted().offers) return from.send_error(rid, errc::unsupported_message, no_offers_message);
   offer_table::offer* o = offers_.find(m.offer_id());
-  if (!o) return from.send_error(rid, errc::not_found, fmt::format("offer {} is not live (unknown, expired or withdrawn)", m.offer_id()));
+  if (!o)
+    return from.send_error(rid, errc::not_found,
+                           fmt::format("offer {} is not live (unknown, expired or withdrawn)", m.offer_id()));
   if (!from.may_touch(o->owner))
     return from.send_forbidden(rid, "Withdraw", fmt::format("offer {}", m.offer_id()),
                                "it belongs to another principal");

@@ -14,7 +14,11 @@ using protocol::errc;
 pubsub_handler::pubsub_handler(const server_config& config, channel_table& channels, fanout& fan,
                                durable_pipeline* durable, protocol::frame_builder& builder,
                                std::shared_ptr<spdlog::logger> logger)
-    : config_(config), channels_(channels), fanout_(fan), durable_(durable), builder_(builder),
+    : config_(config),
+      channels_(channels),
+      fanout_(fan),
+      durable_(durable),
+      builder_(builder),
       logger_(std::move(logger)) {}
 
 bool pubsub_handler::durable_channel(std::string_view channel) const {
@@ -25,12 +29,13 @@ bool pubsub_handler::durable_channel(std::string_view channel) const {
 
 void pubsub_handler::subscribe(peer& from, std::uint64_t rid, const protocol::wire::Subscribe& m) {
   const std::string_view pattern = m.pattern()->string_view();
-  if (!protocol::is_valid_pattern(pattern)) return from.send_error(rid, errc::bad_request, "invalid subscription pattern");
+  if (!protocol::is_valid_pattern(pattern))
+    return from.send_error(rid, errc::bad_request, "invalid subscription pattern");
   auto& patterns = from.subscriptions();
   if (patterns.size() >= config_.max_subscriptions && !patterns.contains(std::string(pattern)))
-    return from.send_error(rid, errc::limit_exceeded,
-                           "this connection holds max-subscriptions (" + std::to_string(config_.max_subscriptions) +
-                               ") patterns");
+    return from.send_error(
+        rid, errc::limit_exceeded,
+        "this connection holds max-subscriptions (" + std::to_string(config_.max_subscriptions) + ") patterns");
   if (patterns.emplace(pattern).second) channels_.subscribe(pattern, &from);
   // A subscription starts here (a client sends Subscribe for every durable
   // subscription, even of a pattern it already has): from now on, the first

@@ -41,10 +41,15 @@ std::string_view view(const flatbuffers::String* s) { return s ? s->string_view(
 
 }  // namespace
 
-routing_handler::routing_handler(const server_config& config, lease_table& leases, routing_table& routing,
-                                 fanout& fan, durable_pipeline* durable, protocol::frame_builder& builder,
+routing_handler::routing_handler(const server_config& config, lease_table& leases, routing_table& routing, fanout& fan,
+                                 durable_pipeline* durable, protocol::frame_builder& builder,
                                  std::shared_ptr<spdlog::logger> logger)
-    : config_(config), leases_(leases), routing_(routing), fanout_(fan), durable_(durable), builder_(builder),
+    : config_(config),
+      leases_(leases),
+      routing_(routing),
+      fanout_(fan),
+      durable_(durable),
+      builder_(builder),
       logger_(std::move(logger)) {}
 
 bool routing_handler::owns(peer& from, std::uint64_t rid, std::string_view operation, std::optional<lease_id> lease,
@@ -74,8 +79,10 @@ void routing_handler::lease_grant(peer& from, std::uint64_t rid, const wire::Lea
 
 void routing_handler::lease_keepalive(peer& from, std::uint64_t rid, const wire::LeaseKeepAlive& m) {
   if (!owns(from, rid, "LeaseKeepAlive", m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
-  if (auto l = leases_.keepalive(m.lease_id())) from.send(builder_.lease_info(rid, fields(*l)));
-  else lease_gone(from, rid);
+  if (auto l = leases_.keepalive(m.lease_id()))
+    from.send(builder_.lease_info(rid, fields(*l)));
+  else
+    lease_gone(from, rid);
 }
 
 void routing_handler::lease_revoke(peer& from, std::uint64_t rid, const wire::LeaseRevoke& m) {
@@ -89,8 +96,10 @@ void routing_handler::lease_revoke(peer& from, std::uint64_t rid, const wire::Le
 
 void routing_handler::lease_time_to_live(peer& from, std::uint64_t rid, const wire::LeaseTimeToLive& m) {
   if (!owns(from, rid, "LeaseTimeToLive", m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
-  if (auto l = leases_.time_to_live(m.lease_id())) from.send(builder_.lease_info(rid, fields(*l)));
-  else lease_gone(from, rid);
+  if (auto l = leases_.time_to_live(m.lease_id()))
+    from.send(builder_.lease_info(rid, fields(*l)));
+  else
+    lease_gone(from, rid);
 }
 
 void routing_handler::lease_list(peer& from, std::uint64_t rid, const wire::LeaseList& m) {
@@ -113,9 +122,9 @@ void routing_handler::registry_put(peer& from, std::uint64_t rid, const wire::Re
   // Only a new key counts against the limit; an entry with its own TTL
   // also takes a lease.
   if (routing_.entries() >= config_.max_registry_entries && !routing_.get(key))
-    return from.send_error(rid, errc::limit_exceeded,
-                           "the registry holds max-registry-entries (" +
-                               std::to_string(config_.max_registry_entries) + ") entries");
+    return from.send_error(
+        rid, errc::limit_exceeded,
+        "the registry holds max-registry-entries (" + std::to_string(config_.max_registry_entries) + ") entries");
   if (m.lease_id() == 0 && leases_.size() >= config_.max_leases) return leases_full(from, rid);
   if (from.principal()) {
     // Both the lease it goes under and the entry it replaces must be ours.
@@ -128,8 +137,10 @@ void routing_handler::registry_put(peer& from, std::uint64_t rid, const wire::Re
 }
 
 void routing_handler::registry_get(peer& from, std::uint64_t rid, const wire::RegistryGet& m) {
-  if (auto e = routing_.get(m.key()->string_view())) from.send(builder_.registry_entry(rid, fields(*e)));
-  else from.send_error(rid, errc::not_found, "no such key (or it expired)");
+  if (auto e = routing_.get(m.key()->string_view()))
+    from.send(builder_.registry_entry(rid, fields(*e)));
+  else
+    from.send_error(rid, errc::not_found, "no such key (or it expired)");
 }
 
 void routing_handler::registry_delete(peer& from, std::uint64_t rid, const wire::RegistryDelete& m) {
@@ -162,17 +173,17 @@ void routing_handler::inbox_open(peer& from, std::uint64_t rid, const wire::Inbo
   auto& mine = from.inboxes();
   const bool held = std::find(mine.begin(), mine.end(), inbox_id) != mine.end();
   if (mine.size() >= config_.max_inboxes && !held)
-    return from.send_error(rid, errc::limit_exceeded,
-                           "this connection has max-inboxes (" + std::to_string(config_.max_inboxes) +
-                               ") inboxes open");
+    return from.send_error(
+        rid, errc::limit_exceeded,
+        "this connection has max-inboxes (" + std::to_string(config_.max_inboxes) + ") inboxes open");
   if (from.principal()) {
     if (!owns(from, rid, "InboxOpen", m.lease_id(), fmt::format("lease {}", m.lease_id()))) return;
     if (!owns(from, rid, "InboxOpen", routing_.inbox_lease(inbox_id), fmt::format("inbox '{}'", inbox_id))) return;
   }
   if (const auto ec = routing_.open_inbox(inbox_id, m.lease_id(), &from))
-    return from.send_error(rid, wire_code(ec),
-                           ec == errc::inbox_taken ? "inbox is open on another live connection"
-                                                   : "lease not found (expired or revoked)");
+    return from.send_error(
+        rid, wire_code(ec),
+        ec == errc::inbox_taken ? "inbox is open on another live connection" : "lease not found (expired or revoked)");
   if (!held) mine.emplace_back(inbox_id);
   from.restart_drop_reports();  // a durable inbox starts here: see pubsub_handler::subscribe
   logger_->info("conn={} inbox={} opened lease={}", from.id(), inbox_id, m.lease_id());

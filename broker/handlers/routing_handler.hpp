@@ -33,8 +33,7 @@ class routing_handler {
   // Borrows everything for its lifetime; `durable` is null without a
   // sequence log.
   routing_handler(const server_config& config, lease_table& leases, routing_table& routing, fanout& fan,
-                  durable_pipeline* durable, protocol::frame_builder& builder,
-                  std::shared_ptr<spdlog::logger> logger);
+                  durable_pipeline* durable, protocol::frame_builder& builder, std::shared_ptr<spdlog::logger> logger);
 
   void lease_grant(peer& from, std::uint64_t request_id, const protocol::wire::LeaseGrant& m);
   void lease_keepalive(peer& from, std::uint64_t request_id, const protocol::wire::LeaseKeepAlive& m);

@@ -14,22 +14,29 @@ conn_page page_connections(std::vector<conn_key> keys, std::uint8_t sort, std::s
   const auto by_id = [](const conn_key& a, const conn_key& b) { return a.id < b.id; };
   const auto field = [sort](const conn_key& k) -> std::uint64_t {
     switch (static_cast<S>(sort)) {
-      case S::idle: return k.idle_ms;
-      case S::pending_bytes: return k.pending_bytes;
-      case S::dropped: return k.dropped;
-      case S::subscriptions: return k.subscriptions;
-      case S::bytes_in: return k.bytes_in;
-      case S::bytes_out: return k.bytes_out;
-      default: return 0;
+      case S::idle:
+        return k.idle_ms;
+      case S::pending_bytes:
+        return k.pending_bytes;
+      case S::dropped:
+        return k.dropped;
+      case S::subscriptions:
+        return k.subscriptions;
+      case S::bytes_in:
+        return k.bytes_in;
+      case S::bytes_out:
+        return k.bytes_out;
+      default:
+        return 0;
     }
   };
   const bool id_order = sort == static_cast<std::uint8_t>(S::id) || sort > static_cast<std::uint8_t>(S::MAX);
   std::size_t first = 0;
   if (id_order) {
     std::sort(keys.begin(), keys.end(), by_id);
-    first = static_cast<std::size_t>(
-        std::upper_bound(keys.begin(), keys.end(), cursor, [](std::uint64_t c, const conn_key& k) { return c < k.id; }) -
-        keys.begin());
+    first = static_cast<std::size_t>(std::upper_bound(keys.begin(), keys.end(), cursor,
+                                                      [](std::uint64_t c, const conn_key& k) { return c < k.id; }) -
+                                     keys.begin());
   } else {
     std::sort(keys.begin(), keys.end(), [&](const conn_key& a, const conn_key& b) {
       const auto fa = field(a), fb = field(b);
@@ -63,8 +70,7 @@ void server_admin_handler::stats(peer& from, std::uint64_t rid, const protocol::
 }
 
 void server_admin_handler::conn_list(peer& from, std::uint64_t rid, const protocol::wire::ConnList& m) {
-  const std::size_t limit =
-      m.limit() == 0 ? default_conn_limit : std::min<std::size_t>(m.limit(), max_conn_limit);
+  const std::size_t limit = m.limit() == 0 ? default_conn_limit : std::min<std::size_t>(m.limit(), max_conn_limit);
   auto keys = from_.conn_keys();
   const std::uint64_t total = keys.size();
   const auto page = page_connections(std::move(keys), static_cast<std::uint8_t>(m.sort()), limit, m.cursor());

@@ -70,8 +70,7 @@ class server_admin_handler {
   using conn_keys_fn = std::function<std::vector<conn_key>()>;
   // The whole entries of the connections `ids`, in that order (any gone
   // by now left out).
-  using conn_info_fn =
-      std::function<std::vector<protocol::conn_info_fields>(std::span<const std::uint64_t> ids)>;
+  using conn_info_fn = std::function<std::vector<protocol::conn_info_fields>(std::span<const std::uint64_t> ids)>;
 
   struct sources {
     drain_fn drain;
@@ -83,8 +82,8 @@ class server_admin_handler {
   };
 
   // `default_window` is read at each request (a reload may change it).
-  server_admin_handler(sources from, const std::chrono::milliseconds& default_window,
-                       protocol::frame_builder& builder, std::shared_ptr<spdlog::logger> logger);
+  server_admin_handler(sources from, const std::chrono::milliseconds& default_window, protocol::frame_builder& builder,
+                       std::shared_ptr<spdlog::logger> logger);
 
   // Answers Ok (when request_id != 0), then begins the drain: the
   // requester is one of the connections it closes.

@@ -116,8 +116,8 @@ void stream_admin_handler::set_retention(peer& from, std::uint64_t rid, const pr
         if (!limits)
           logger_->info("conn={} stream={} retention cleared (the default applies)", conn, st.name);
         else
-          logger_->info("conn={} stream={} retention set: max_records={} max_age_ms={} max_bytes={}{}", conn,
-                        st.name, limits->max_records, limits->max_age.count(), limits->max_bytes,
+          logger_->info("conn={} stream={} retention set: max_records={} max_age_ms={} max_bytes={}{}", conn, st.name,
+                        limits->max_records, limits->max_age.count(), limits->max_bytes,
                         change.created ? " (stream created, empty)" : "");
       }));
 }
@@ -127,13 +127,15 @@ void stream_admin_handler::delete_stream(peer& from, std::uint64_t rid, const pr
   // Any name the log holds may be deleted, printable or not.
   if (durable_.log().check(name, 0)) return from.send_error(rid, errc::bad_request, bad_name);
   durable_.committer().delete_stream(name, answer_when_done(from, rid, [this](std::uint64_t conn, const auto& change) {
-    const auto& st = change.info;
-    if (st.records == 0)
-      logger_->info("conn={} stream={} deleted: empty (last seq {}, epoch {})", conn, st.name, st.last_seq, st.epoch);
-    else
-      logger_->info("conn={} stream={} deleted: {} records, {} bytes (seq {}..{}, epoch {})", conn, st.name,
-                    st.records, st.bytes, st.first_seq, st.last_seq, st.epoch);
-  }));
+                                       const auto& st = change.info;
+                                       if (st.records == 0)
+                                         logger_->info("conn={} stream={} deleted: empty (last seq {}, epoch {})", conn,
+                                                       st.name, st.last_seq, st.epoch);
+                                       else
+                                         logger_->info(
+                                             "conn={} stream={} deleted: {} records, {} bytes (seq {}..{}, epoch {})",
+                                             conn, st.name, st.records, st.bytes, st.first_seq, st.last_seq, st.epoch);
+                                     }));
 }
 
 template <class OnDone>
@@ -145,23 +147,24 @@ storage::group_committer::change_completion stream_admin_handler::answer_when_do
   const std::uint64_t ticket = from.open_ticket();
   return [this, weak = from.weak_peer(), conn = from.id(), rid, ticket, on_done = std::move(on_done)](
              std::expected<storage::group_committer::stream_change, std::error_code> r) mutable {
-    asio::post(loop_, [this, weak = std::move(weak), conn, rid, ticket, on_done = std::move(on_done),
-                       r = std::move(r)] {
-      // Done on disk whether or not the requester is still there.
-      if (r) on_done(conn, *r);
-      else if (r.error() != storage::errc::not_found)
-        logger_->error("conn={} stream change failed: {}", conn, r.error().message());
-      auto p = weak.lock();
-      if (!p) return;
-      if (r) {
-        if (!p->closed()) p->send(builder_.stream_info_result(rid, fields(r->info, server_default())));
-      } else {
-        if (!p->closed())
-          p->send_error(rid, wire_code(r.error()),
-                        r.error() == storage::errc::not_found ? "no such stream" : r.error().message());
-      }
-      p->close_ticket(ticket);
-    });
+    asio::post(loop_,
+               [this, weak = std::move(weak), conn, rid, ticket, on_done = std::move(on_done), r = std::move(r)] {
+                 // Done on disk whether or not the requester is still there.
+                 if (r)
+                   on_done(conn, *r);
+                 else if (r.error() != storage::errc::not_found)
+                   logger_->error("conn={} stream change failed: {}", conn, r.error().message());
+                 auto p = weak.lock();
+                 if (!p) return;
+                 if (r) {
+                   if (!p->closed()) p->send(builder_.stream_info_result(rid, fields(r->info, server_default())));
+                 } else {
+                   if (!p->closed())
+                     p->send_error(rid, wire_code(r.error()),
+                                   r.error() == storage::errc::not_found ? "no such stream" : r.error().message());
+                 }
+                 p->close_ticket(ticket);
+               });
   };
 }
 

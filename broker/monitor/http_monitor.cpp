@@ -214,15 +214,16 @@ http_monitor::response http_monitor::connz(std::string_view query) {
     } else if (key == "limit") {
       const auto n = whole_number(value);
       if (!n || *n < 1 || *n > server_admin_handler::max_conn_limit)
-        return json_error(400, fmt::format("limit must be a number from 1 to {}", server_admin_handler::max_conn_limit));
+        return json_error(400,
+                          fmt::format("limit must be a number from 1 to {}", server_admin_handler::max_conn_limit));
       limit = static_cast<std::size_t>(*n);
     } else if (key == "cursor") {
       const auto n = whole_number(value);
       if (!n) return json_error(400, "cursor must be a whole number (the next_cursor of the page before)");
       cursor = *n;
     } else {
-      return json_error(400, fmt::format("unknown parameter '{}': use sort, limit and cursor",
-                                         std::string(key.substr(0, 64))));
+      return json_error(
+          400, fmt::format("unknown parameter '{}': use sort, limit and cursor", std::string(key.substr(0, 64))));
     }
   }
   auto keys = sources_.conn_keys();

@@ -14,8 +14,7 @@ std::vector<metric> metrics_of(const metrics_snapshot& m) {
   return {
       counter("connections_accepted_total", "Connections accepted (past admission control at accept).",
               n.connections_accepted),
-      counter("connections_rejected_total", "Connections refused with too_many_connections.",
-              n.connections_rejected),
+      counter("connections_rejected_total", "Connections refused with too_many_connections.", n.connections_rejected),
       counter("hellos_rate_limited_total", "Hellos refused with rate_limited (--max-hellos-per-s).",
               n.hellos_rate_limited),
       counter("hellos_draining_total", "Hellos refused with draining during a drain.", n.hellos_draining),
@@ -52,8 +51,7 @@ std::vector<metric> metrics_of(const metrics_snapshot& m) {
       counter("offers_pending_pushed_out_total", "Pending entries pushed out by max-pending-per-key.",
               m.pending_pushed_out),
       counter("receipts_acked_total", "Offer keys acknowledged by their gateway.", n.receipts_acked),
-      counter("receipt_timeouts_total", "Offer keys whose receipt timeout passed unacknowledged.",
-              n.receipt_timeouts),
+      counter("receipt_timeouts_total", "Offer keys whose receipt timeout passed unacknowledged.", n.receipt_timeouts),
       counter("receipts_undeliverable_total", "Receipts with no sender connection or receipt inbox to take them.",
               n.receipts_undeliverable),
       counter("exposure_untracked_total", "Offers not counted for exposure caps: max-exposure-keys reached.",
@@ -102,8 +100,7 @@ std::vector<histogram_metric> histograms_of(const metrics_snapshot& m) {
        "write; a frame queued behind a write in progress counts from that write's start).",
        &m.counters.delivery_latency},
       {"log_append_latency_seconds",
-       "Time from an append being queued to its result reaching the loop (durable, or refused).",
-       &m.append_latency},
+       "Time from an append being queued to its result reaching the loop (durable, or refused).", &m.append_latency},
   };
 }
 

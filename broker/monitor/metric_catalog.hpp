@@ -16,7 +16,7 @@ struct metric {
   std::string_view name;  // static
   std::string_view help;  // static, one sentence
   std::uint64_t value = 0;
-  bool counter = false;   // only grows while the server runs; else a gauge
+  bool counter = false;  // only grows while the server runs; else a gauge
 };
 
 // The figures of `m`, in a fixed order (counters, then gauges). The log's
@@ -26,8 +26,8 @@ std::vector<metric> metrics_of(const metrics_snapshot& m);
 // A latency histogram of the snapshot, named like the figures (the unit,
 // seconds, last).
 struct histogram_metric {
-  std::string_view name;  // static
-  std::string_view help;  // static
+  std::string_view name;                      // static
+  std::string_view help;                      // static
   const latency_histogram* values = nullptr;  // borrowed from the snapshot given
 };
 

@@ -13,10 +13,14 @@ std::string escaped(std::string_view s, bool label) {
   std::string out;
   out.reserve(s.size());
   for (const char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '"' && label) out += "\\\"";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '"' && label)
+      out += "\\\"";
+    else
+      out += c;
   }
   return out;
 }

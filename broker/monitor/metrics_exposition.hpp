@@ -14,7 +14,7 @@
 namespace switchyard::broker {
 
 struct exposition_info {
-  std::string_view version;      // the build's version (switchyard_build_info)
+  std::string_view version;       // the build's version (switchyard_build_info)
   std::uint64_t instance_id = 0;  // this process's server_instance
   std::uint64_t uptime_ms = 0;
 };

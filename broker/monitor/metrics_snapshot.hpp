@@ -23,10 +23,10 @@ struct metrics_snapshot {
   bool ready = true;
 
   // Connections.
-  std::size_t connections = 0;           // open, including those closing
-  std::size_t connections_rejecting = 0; // over the cap, saying goodbye
-  std::size_t queued_bytes = 0;          // in all outbound queues
-  std::size_t queued_bytes_max = 0;      // in the fullest one
+  std::size_t connections = 0;            // open, including those closing
+  std::size_t connections_rejecting = 0;  // over the cap, saying goodbye
+  std::size_t queued_bytes = 0;           // in all outbound queues
+  std::size_t queued_bytes_max = 0;       // in the fullest one
 
   // Tables.
   std::size_t subscriptions = 0;  // (pattern, connection) pairs
@@ -35,26 +35,26 @@ struct metrics_snapshot {
   std::size_t inboxes = 0;
 
   // Memory.
-  std::size_t incomplete_bytes = 0;          // held by incomplete frames now
-  std::uint64_t incomplete_bytes_peak = 0;   // the most they held at once
-  std::size_t arena_chunks = 0;              // frame arena chunks allocated (in use or pooled)
+  std::size_t incomplete_bytes = 0;         // held by incomplete frames now
+  std::uint64_t incomplete_bytes_peak = 0;  // the most they held at once
+  std::size_t arena_chunks = 0;             // frame arena chunks allocated (in use or pooled)
 
   // Offers (offer_handler) and the flag "offers".
-  std::size_t offers = 0;               // live offers
-  std::size_t offer_bytes = 0;          // what they hold (offer_table::bytes)
-  std::size_t offers_pending = 0;       // (key, offer) pending entries
-  std::uint64_t offers_evicted = 0;     // offers forgotten by max-offers / max-offer-bytes
-  std::uint64_t pending_pushed_out = 0; // pending entries pushed out by max-pending-per-key
-  std::size_t exposure_keys = 0;        // route keys with offers counted in the window
-  std::size_t exposure_bytes = 0;       // what their counts hold (exposure_table::bytes)
+  std::size_t offers = 0;                // live offers
+  std::size_t offer_bytes = 0;           // what they hold (offer_table::bytes)
+  std::size_t offers_pending = 0;        // (key, offer) pending entries
+  std::uint64_t offers_evicted = 0;      // offers forgotten by max-offers / max-offer-bytes
+  std::uint64_t pending_pushed_out = 0;  // pending entries pushed out by max-pending-per-key
+  std::size_t exposure_keys = 0;         // route keys with offers counted in the window
+  std::size_t exposure_bytes = 0;        // what their counts hold (exposure_table::bytes)
   std::uint8_t flag_offers_percent = 0;
-  std::uint64_t flag_offers_on = 0;     // connections that declared "offers", inside the ramp
-  std::uint64_t flag_offers_off = 0;    // ... and outside it
+  std::uint64_t flag_offers_on = 0;   // connections that declared "offers", inside the ramp
+  std::uint64_t flag_offers_off = 0;  // ... and outside it
 
   // The sequence log (all zero without one).
   bool log_enabled = false;
-  std::size_t streams = 0;                 // streams in the log (sequence_log::stream_count)
-  std::size_t appends_waiting = 0;         // queued for the group committer, not yet answered
+  std::size_t streams = 0;          // streams in the log (sequence_log::stream_count)
+  std::size_t appends_waiting = 0;  // queued for the group committer, not yet answered
   storage::group_commit_stats group_commit;
   latency_histogram append_latency;  // durable_pipeline::append_latency()
 };

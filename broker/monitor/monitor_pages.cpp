@@ -21,12 +21,23 @@ std::string html(std::string_view s) {
   out.reserve(s.size());
   for (const char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -42,7 +53,9 @@ std::string grouped(std::uint64_t v) {
   return out;
 }
 
-std::string rate(double v) { return v >= 100 ? grouped(static_cast<std::uint64_t>(v + 0.5)) : fmt::format("{:.1f}", v); }
+std::string rate(double v) {
+  return v >= 100 ? grouped(static_cast<std::uint64_t>(v + 0.5)) : fmt::format("{:.1f}", v);
+}
 
 std::string bytes(double v) {
   if (v >= 1e9) return fmt::format("{:.1f} GB", v / 1e9);
@@ -171,8 +184,7 @@ std::string status_html(const status_view& v) {
                  "<h1>Switchyard {} <span class=\"state {}\" id=\"state\">{}</span></h1>\n"
                  "<div class=\"sub\">instance {} &middot; up {}",
                  html(st.version), v.ready.ready ? "ready" : "notready",
-                 v.ready.ready ? "ready" : html("not ready: " + v.ready.reason), st.instance_id,
-                 elapsed(st.uptime_ms));
+                 v.ready.ready ? "ready" : html("not ready: " + v.ready.reason), st.instance_id, elapsed(st.uptime_ms));
   for (const auto& [name, value] : st.settings)
     if (name == "listen" || name == "durability" || name == "tls" || name == "auth")
       fmt::format_to(it, " &middot; {} {}", html(name), html(value));
@@ -209,26 +221,31 @@ std::string status_html(const status_view& v) {
   tile("leases expired", grouped(value_of(st, "leases_expired_total")), "expired-total");
   tile("protocol errors", grouped(value_of(st, "protocol_errors_total")), "protocol-errors-total");
   tile("auth failures", grouped(value_of(st, "auth_failures_total")), "auth-failures-total");
-  out += "</div>\n<h2>Latency</h2>\n<table><tr><th></th><th class=\"n\">count</th><th class=\"n\">p50</th>"
-         "<th class=\"n\">p99</th><th class=\"n\">p99.9</th></tr>\n";
+  out +=
+      "</div>\n<h2>Latency</h2>\n<table><tr><th></th><th class=\"n\">count</th><th class=\"n\">p50</th>"
+      "<th class=\"n\">p99</th><th class=\"n\">p99.9</th></tr>\n";
   for (const auto& h : histograms_of(m)) {
     if (h.values->count() == 0) {
-      fmt::format_to(it, "<tr><td>{}</td><td class=\"n\">0</td><td class=\"n\">-</td><td class=\"n\">-</td>"
-                         "<td class=\"n\">-</td></tr>\n", h.name);
+      fmt::format_to(it,
+                     "<tr><td>{}</td><td class=\"n\">0</td><td class=\"n\">-</td><td class=\"n\">-</td>"
+                     "<td class=\"n\">-</td></tr>\n",
+                     h.name);
       continue;
     }
-    fmt::format_to(it, "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                       "<td class=\"n\">{}</td></tr>\n",
+    fmt::format_to(it,
+                   "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                   "<td class=\"n\">{}</td></tr>\n",
                    h.name, grouped(h.values->count()), bound(h.values->quantile_bound_us(0.5)),
                    bound(h.values->quantile_bound_us(0.99)), bound(h.values->quantile_bound_us(0.999)));
   }
   out += "</table>\n";
 
-  fmt::format_to(it, "<h2>Connections <span class=\"sub\">({} of {}, most queued first)</span></h2>\n",
-                 v.conns.size(), v.conns_total);
-  out += "<table id=\"conns\"><tr><th class=\"n\">id</th><th>name</th><th>principal</th><th>address</th>"
-         "<th class=\"n\">age</th><th class=\"n\">idle</th><th class=\"n\">subs</th><th>inboxes</th>"
-         "<th class=\"n\">queued</th><th class=\"n\">dropped</th><th class=\"n\">in</th><th class=\"n\">out</th></tr>\n";
+  fmt::format_to(it, "<h2>Connections <span class=\"sub\">({} of {}, most queued first)</span></h2>\n", v.conns.size(),
+                 v.conns_total);
+  out +=
+      "<table id=\"conns\"><tr><th class=\"n\">id</th><th>name</th><th>principal</th><th>address</th>"
+      "<th class=\"n\">age</th><th class=\"n\">idle</th><th class=\"n\">subs</th><th>inboxes</th>"
+      "<th class=\"n\">queued</th><th class=\"n\">dropped</th><th class=\"n\">in</th><th class=\"n\">out</th></tr>\n";
   for (const auto& c : v.conns) {
     std::string boxes;
     for (const auto& b : c.inboxes) boxes += (boxes.empty() ? "" : ", ") + b;
@@ -246,11 +263,13 @@ std::string status_html(const status_view& v) {
   if (m.log_enabled) {
     fmt::format_to(it, "<h2>Streams <span class=\"sub\">({} of {}{})</span></h2>\n", v.streams.size(),
                    grouped(m.streams), v.streams_more ? ", by name" : "");
-    out += "<table id=\"streams\"><tr><th>name</th><th class=\"n\">first</th><th class=\"n\">last</th>"
-           "<th class=\"n\">records</th><th class=\"n\">bytes</th></tr>\n";
+    out +=
+        "<table id=\"streams\"><tr><th>name</th><th class=\"n\">first</th><th class=\"n\">last</th>"
+        "<th class=\"n\">records</th><th class=\"n\">bytes</th></tr>\n";
     for (const auto& s : v.streams)
-      fmt::format_to(it, "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
-                         "<td class=\"n\">{}</td></tr>\n",
+      fmt::format_to(it,
+                     "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+                     "<td class=\"n\">{}</td></tr>\n",
                      html(s.name), s.first_seq, s.last_seq, grouped(s.records), bytes(static_cast<double>(s.bytes)));
     out += "</table>\n";
   }

@@ -79,8 +79,10 @@ void durable_pipeline::append(peer& from, std::uint64_t request_id, std::string_
   s.route_keys.resize(route_keys.size());
   for (std::size_t i = 0; i < route_keys.size(); ++i) s.route_keys[i].assign(route_keys[i]);
   // A publish or send needs its payload again once durable, to deliver it.
-  if (!s.channel.empty() || !s.route_keys.empty()) s.payload.assign(payload.begin(), payload.end());
-  else s.payload.clear();
+  if (!s.channel.empty() || !s.route_keys.empty())
+    s.payload.assign(payload.begin(), payload.end());
+  else
+    s.payload.clear();
   if (auto ec = committer_->append(stream, payload, destination, index)) {
     // check() refuses the same: not expected.
     release(index);
@@ -146,11 +148,10 @@ void durable_pipeline::finish(slot& s, const std::expected<storage::append_ack, 
     auto& keys = fanout_.key_scratch();
     keys.assign(s.route_keys.begin(), s.route_keys.end());
     auto& gateways = fanout_.gateway_scratch();
-    const auto routed =
-        s.deadline == std::chrono::steady_clock::time_point{}
-            ? fanout_.send_to_users(keys, payload, &position, gateways)
-            : fanout_.send_offer(keys, payload, delivery_meta{s.deadline, 0, false},
-                                 std::chrono::steady_clock::now(), gateways, &position);
+    const auto routed = s.deadline == std::chrono::steady_clock::time_point{}
+                            ? fanout_.send_to_users(keys, payload, &position, gateways)
+                            : fanout_.send_offer(keys, payload, delivery_meta{s.deadline, 0, false},
+                                                 std::chrono::steady_clock::now(), gateways, &position);
     if (from) {
       if (!from->closed() && s.request_id != 0)
         from->send(builder_.send_result(s.request_id, gateways, routed, result->seq, result->epoch));
@@ -167,8 +168,10 @@ void durable_pipeline::finish(slot& s, const std::expected<storage::append_ack, 
       fanout_.publish_expiring(s.channel, payload, s.deadline, std::chrono::steady_clock::now(), &position);
   }
   // Logged (in summary) whether or not the appender is still there.
-  if (!result) refusals_.refused(*logger_, from ? from->id() : 0, s.stream, result.error());
-  else refusals_.report_due(*logger_);
+  if (!result)
+    refusals_.refused(*logger_, from ? from->id() : 0, s.stream, result.error());
+  else
+    refusals_.report_due(*logger_);
   if (!from) return;
   if (!from->closed()) {
     if (!result) {

@@ -116,9 +116,9 @@ class durable_pipeline {
     std::uint64_t request_id = 0;
     std::uint64_t ticket = 0;
     std::string stream;
-    std::string channel;                  // a publish: deliver here once durable
-    std::vector<std::string> route_keys;  // a send: deliver to these users
-    std::vector<std::byte> payload;       // ... this payload
+    std::string channel;                              // a publish: deliver here once durable
+    std::vector<std::string> route_keys;              // a send: deliver to these users
+    std::vector<std::byte> payload;                   // ... this payload
     std::chrono::steady_clock::time_point queued_at;  // for append_latency
     std::chrono::steady_clock::time_point deadline;   // {} = no expiry
   };

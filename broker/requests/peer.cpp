@@ -11,8 +11,8 @@ void peer::send_error(std::uint64_t request_id, protocol::errc code, std::string
 void peer::send_forbidden(std::uint64_t request_id, std::string_view operation, std::string_view resource,
                           std::string_view why) {
   send_error(request_id, protocol::errc::forbidden,
-             fmt::format("{}{}{} is not allowed{}{} (principal '{}')", operation, resource.empty() ? "" : " ",
-                         resource, why.empty() ? "" : ": ", why, principal_ ? principal_->name : std::string()));
+             fmt::format("{}{}{} is not allowed{}{} (principal '{}')", operation, resource.empty() ? "" : " ", resource,
+                         why.empty() ? "" : ": ", why, principal_ ? principal_->name : std::string()));
 }
 
 std::uint64_t peer::open_ticket() {

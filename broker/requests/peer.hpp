@@ -76,9 +76,7 @@ class peer : public delivery_target {
   owner_id owner() const noexcept { return owner_; }
   // May this peer do `op` on `name`? True without an auth file and for an
   // admin principal.
-  bool may(auth::operation op, std::string_view name) const {
-    return !principal_ || principal_->may(op, name);
-  }
+  bool may(auth::operation op, std::string_view name) const { return !principal_ || principal_->may(op, name); }
   // May it touch what `owner` created (a lease and what is bound to it)?
   bool may_touch(owner_id of) const noexcept { return !principal_ || principal_->admin || of == owner_; }
   // An admin principal, or no auth file.

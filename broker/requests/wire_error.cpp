@@ -13,12 +13,18 @@ protocol::errc wire_code(std::error_code ec) noexcept {
   }
   if (ec.category() == storage::storage_category()) {
     switch (static_cast<storage::errc>(ec.value())) {
-      case storage::errc::not_found: return errc::not_found;
-      case storage::errc::trimmed: return errc::trimmed;
-      case storage::errc::storage_full: return errc::storage_full;
-      case storage::errc::corrupted: return errc::corrupted;
-      case storage::errc::invalid_argument: return errc::bad_request;
-      default: return errc::internal;
+      case storage::errc::not_found:
+        return errc::not_found;
+      case storage::errc::trimmed:
+        return errc::trimmed;
+      case storage::errc::storage_full:
+        return errc::storage_full;
+      case storage::errc::corrupted:
+        return errc::corrupted;
+      case storage::errc::invalid_argument:
+        return errc::bad_request;
+      default:
+        return errc::internal;
     }
   }
   return errc::internal;

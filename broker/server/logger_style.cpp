@@ -17,11 +17,21 @@ class json_message_flag final : public spdlog::custom_flag_formatter {
     for (const char ch : std::string_view(msg.payload.data(), msg.payload.size())) {
       const auto c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': dest.append(std::string_view("\\\"")); break;
-        case '\\': dest.append(std::string_view("\\\\")); break;
-        case '\n': dest.append(std::string_view("\\n")); break;
-        case '\r': dest.append(std::string_view("\\r")); break;
-        case '\t': dest.append(std::string_view("\\t")); break;
+        case '"':
+          dest.append(std::string_view("\\\""));
+          break;
+        case '\\':
+          dest.append(std::string_view("\\\\"));
+          break;
+        case '\n':
+          dest.append(std::string_view("\\n"));
+          break;
+        case '\r':
+          dest.append(std::string_view("\\r"));
+          break;
+        case '\t':
+          dest.append(std::string_view("\\t"));
+          break;
         default:
           if (c < 0x20 || c == 0x7f) {
             const char esc[] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xf]};

@@ -68,8 +68,8 @@ int run_verify(const switchyard::broker::server_config& cfg) {
   bool progress_shown = false;
   o.progress = [&](const storage::verify_progress& p) {
     if (!tty || std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) return;
-    std::fprintf(stderr, "\rverifying %s: %llu records, %s ...", dir.c_str(), static_cast<unsigned long long>(p.records),
-                 gib(p.bytes).c_str());
+    std::fprintf(stderr, "\rverifying %s: %llu records, %s ...", dir.c_str(),
+                 static_cast<unsigned long long>(p.records), gib(p.bytes).c_str());
     progress_shown = true;
   };
   std::string detail;
@@ -107,8 +107,9 @@ int run_verify(const switchyard::broker::server_config& cfg) {
     if (r->problem_count > r->problems.size())
       std::printf("  ... and %llu more\n", static_cast<unsigned long long>(r->problem_count - r->problems.size()));
     if (!intact)
-      std::printf("What to do: stop the broker on this folder, keep a copy of it, and restore it from a backup; "
-                  "records the damage left readable can still be copied out (docs/storage.md, \"Damage\").\n");
+      std::printf(
+          "What to do: stop the broker on this folder, keep a copy of it, and restore it from a backup; "
+          "records the damage left readable can still be copied out (docs/storage.md, \"Damage\").\n");
   }
   return intact ? verify_intact : verify_damaged;
 }
@@ -121,8 +122,10 @@ int main(int argc, char** argv) {
   try {
     cfg = parse_server_args(argc, argv);
   } catch (const cli_exit& e) {
-    if (e.code == 0) std::fputs(e.output.c_str(), stdout);  // --help, --version
-    else std::fprintf(stderr, "switchyard-server: %s", e.output.c_str());
+    if (e.code == 0)
+      std::fputs(e.output.c_str(), stdout);  // --help, --version
+    else
+      std::fprintf(stderr, "switchyard-server: %s", e.output.c_str());
     return e.code == 0 ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "switchyard-server: %s\n", e.what());

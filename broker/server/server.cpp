@@ -52,7 +52,7 @@ void verify_log_or_throw(spdlog::logger& logger, const server_config& config, co
                              "); see switchyard-server --verify-log --data-dir " + config.data_dir);
   }
   logger.info("sequence log verified: {} streams, {} records, {} bytes in {} ms", r->streams, r->records, r->bytes,
-                 r->elapsed.count());
+              r->elapsed.count());
 }
 
 // 64 bits from the kernel's random source (getrandom), never 0. Throws
@@ -152,19 +152,18 @@ void server::impl::wire_handlers() {
     if (const auto f = feature_flags::find(name)) flags.set(*f, percent);
   admin_sources.flags = &flags;
   server_admin = std::make_unique<server_admin_handler>(std::move(admin_sources), config.drain_window, builder, logger);
-  offers = std::make_unique<offer_handler>(config, routing, fan, builder, counters,
-                                           [] { return std::chrono::steady_clock::now(); }, logger);
+  offers = std::make_unique<offer_handler>(
+      config, routing, fan, builder, counters, [] { return std::chrono::steady_clock::now(); }, logger);
   offers->on_offer_added([this](std::chrono::steady_clock::time_point first) {
     if (first < offer_timer.expiry()) offer_timer.cancel();  // offer_loop re-reads its next deadline
   });
   routing_requests->use_offers(offers.get());
-  dispatch = std::make_unique<dispatcher>(
-      dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(), stream_admin.get(), server_admin.get(),
-                           offers.get()},
-      counters, logger);
-  context = std::unique_ptr<connection_context>(new connection_context{
-      config, arena, builder, *dispatch, pressure, input, registry, admission, auth, counters, flags, logger,
-      durable != nullptr});
+  dispatch = std::make_unique<dispatcher>(dispatcher::handlers{*pubsub, *routing_requests, log_requests.get(),
+                                                               stream_admin.get(), server_admin.get(), offers.get()},
+                                          counters, logger);
+  context = std::unique_ptr<connection_context>(new connection_context{config, arena, builder, *dispatch, pressure,
+                                                                       input, registry, admission, auth, counters,
+                                                                       flags, logger, durable != nullptr});
 }
 
 server::server(server_config config) : impl_(std::make_unique<impl>((validate(config), std::move(config)))) {}
@@ -244,8 +243,9 @@ void server::start() {
   }
   d.logger->info("listening on {}:{} data-dir={} durability={}{}", d.config.listen_host, d.port, d.config.data_dir,
                  d.durable ? std::string(storage::durability_name(d.config.durability)) : std::string("off"),
-                 d.tls ? " tls=" + d.tls->subject() + (d.tls->verifies_clients() ? " (client certificates required)" : "")
-                       : std::string());
+                 d.tls
+                     ? " tls=" + d.tls->subject() + (d.tls->verifies_clients() ? " (client certificates required)" : "")
+                     : std::string());
   asio::co_spawn(d.io, d.accept_loop(), asio::detached);
   asio::co_spawn(d.io, d.sweep_loop(), asio::detached);
   asio::co_spawn(d.io, d.offer_loop(), asio::detached);

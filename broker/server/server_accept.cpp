@@ -17,8 +17,10 @@ asio::awaitable<void> server::impl::accept_loop() {
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
     }
-    if (tls) asio::co_spawn(io, tls_accept(std::move(socket)), asio::detached);
-    else admit(byte_stream(std::move(socket)));
+    if (tls)
+      asio::co_spawn(io, tls_accept(std::move(socket)), asio::detached);
+    else
+      admit(byte_stream(std::move(socket)));
   }
 }
 
@@ -40,7 +42,9 @@ asio::awaitable<void> server::impl::tls_accept(asio::ip::tcp::socket socket) {
   }
   struct handshake_slot {
     admission_control* admission;
-    void release() noexcept { if (admission) std::exchange(admission, nullptr)->tls_handshake_done(); }
+    void release() noexcept {
+      if (admission) std::exchange(admission, nullptr)->tls_handshake_done();
+    }
     ~handshake_slot() { release(); }
   } slot{&admission};
   auto stream = std::make_unique<byte_stream>(std::move(socket), tls);
@@ -73,8 +77,8 @@ asio::awaitable<void> server::impl::tls_accept(asio::ip::tcp::socket socket) {
     stream->send_plain(asio::buffer(goodbye.data(), goodbye.size()));
   } else {
     logger->info("TLS from {}: handshake failed: {}{}{}", stream->remote_address(),
-                 timed_out ? "no handshake within the hello timeout" : ec.message(),
-                 timed_out ? "" : " ", timed_out ? "" : "(" + stream->tls_description() + ")");
+                 timed_out ? "no handshake within the hello timeout" : ec.message(), timed_out ? "" : " ",
+                 timed_out ? "" : "(" + stream->tls_description() + ")");
   }
   // Closing with the client's bytes unread would reset the connection,
   // and a reset can discard the answer (the alert, or the plain-text

@@ -103,9 +103,10 @@ void server::impl::begin_drain(std::chrono::milliseconds window) {
   });
   drain.emplace(std::chrono::steady_clock::now(), window, drain_order.size());
   drained = 0;
-  logger->info("draining: {} connections closed over {} ms (a batch every {} ms), each told to reconnect within "
-               "{} ms; new connections are refused with draining",
-               drain_order.size(), window.count(), drain->period().count(), reconnect.count());
+  logger->info(
+      "draining: {} connections closed over {} ms (a batch every {} ms), each told to reconnect within "
+      "{} ms; new connections are refused with draining",
+      drain_order.size(), window.count(), drain->period().count(), reconnect.count());
   asio::co_spawn(io, drain_loop(), asio::detached);
 }
 
@@ -169,10 +170,11 @@ void server::impl::report_refusals() {
   const auto rate = counters.hellos_rate_limited - refusals_logged.hellos_rate_limited;
   const auto drain_refused = counters.hellos_draining - refusals_logged.hellos_draining;
   if (cap + rate + drain_refused == 0) return;
-  logger->warn("refused {} connections since the last report: {} at the cap ({} + {} admin slots), {} over the "
-               "hello rate ({}/s), {} while draining",
-               cap + rate + drain_refused, cap, config.max_connections, config.admin_slots, rate,
-               config.max_hellos_per_s, drain_refused);
+  logger->warn(
+      "refused {} connections since the last report: {} at the cap ({} + {} admin slots), {} over the "
+      "hello rate ({}/s), {} while draining",
+      cap + rate + drain_refused, cap, config.max_connections, config.admin_slots, rate, config.max_hellos_per_s,
+      drain_refused);
   refusals_logged = counters;
   refusals_logged_at = now;
 }

@@ -41,13 +41,14 @@ readiness server::impl::ready() const {
 void server::impl::log_metrics() const {
   const auto m = metrics();
   const auto& n = m.counters;
-  logger->info("SIGUSR1: {} connections ({} being refused), {} subscriptions, {} leases, {} registry entries, {} "
-               "inboxes; {} accepted, refused: {} over the cap, {} rate limited, {} draining; {} drained; {} "
-               "published, {} delivered, {} dropped, {} sends routed, {} unrouted; {}",
-               m.connections, m.connections_rejecting, m.subscriptions, m.leases, m.registry_entries, m.inboxes,
-               n.connections_accepted, n.connections_rejected, n.hellos_rate_limited, n.hellos_draining,
-               n.connections_drained, n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted,
-               m.ready ? "ready" : (m.draining ? "draining" : "stopping"));
+  logger->info(
+      "SIGUSR1: {} connections ({} being refused), {} subscriptions, {} leases, {} registry entries, {} "
+      "inboxes; {} accepted, refused: {} over the cap, {} rate limited, {} draining; {} drained; {} "
+      "published, {} delivered, {} dropped, {} sends routed, {} unrouted; {}",
+      m.connections, m.connections_rejecting, m.subscriptions, m.leases, m.registry_entries, m.inboxes,
+      n.connections_accepted, n.connections_rejected, n.hellos_rate_limited, n.hellos_draining, n.connections_drained,
+      n.published, n.delivered, n.dropped, n.sends_routed, n.sends_unrouted,
+      m.ready ? "ready" : (m.draining ? "draining" : "stopping"));
 }
 
 metrics_snapshot server::impl::metrics() const {
@@ -100,9 +101,11 @@ stats_report server::impl::stats(const metrics_snapshot& snapshot) const {
   stats_report r;
   r.version = SWITCHYARD_VERSION;
   r.instance_id = config.instance_id;
-  r.uptime_ms = static_cast<std::uint64_t>(
-      duration_cast<milliseconds>(std::chrono::steady_clock::now() - started_at).count());
-  const auto setting = [&r](std::string name, std::string value) { r.settings.emplace_back(std::move(name), std::move(value)); };
+  r.uptime_ms =
+      static_cast<std::uint64_t>(duration_cast<milliseconds>(std::chrono::steady_clock::now() - started_at).count());
+  const auto setting = [&r](std::string name, std::string value) {
+    r.settings.emplace_back(std::move(name), std::move(value));
+  };
   setting("listen", fmt::format("{}:{}", config.listen_host, port));
   setting("http", http ? fmt::format("{}:{}", config.http_host, http->port()) : std::string("off"));
   setting("tls", config.tls_cert.empty() ? "off" : (config.tls_verify_client ? "on, clients verified" : "on"));
@@ -127,8 +130,8 @@ std::vector<conn_key> server::impl::conn_keys() const {
   registry.for_each([&](const connection& c) {
     if (!c.welcomed() || c.closing()) return;
     keys.push_back({c.id(),
-                    static_cast<std::uint64_t>(std::max<std::int64_t>(
-                        0, duration_cast<milliseconds>(now - c.last_received()).count())),
+                    static_cast<std::uint64_t>(
+                        std::max<std::int64_t>(0, duration_cast<milliseconds>(now - c.last_received()).count())),
                     c.queued_bytes(), c.dropped_count(), c.subscriptions().size(), c.bytes_in(), c.bytes_out()});
   });
   return keys;

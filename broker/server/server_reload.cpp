@@ -106,7 +106,8 @@ void server::impl::reload() {
       continue;
     }
     const auto shown = [&s](const std::string& v) {
-      return (v.empty() ? std::string("(none)") : v) + (s.unit.empty() || s.unit == "bytes" ? "" : " " + std::string(s.unit));
+      return (v.empty() ? std::string("(none)") : v) +
+             (s.unit.empty() || s.unit == "bytes" ? "" : " " + std::string(s.unit));
     };
     changed.push_back(std::string(s.name) + " " + shown(was) + " -> " + shown(now));
     s.assign(config, fresh);

@@ -13,12 +13,15 @@ std::int64_t ns(exposure_table::clock::time_point t) noexcept {
 std::uint32_t exposure_table::count(std::string_view key, clock::duration window, clock::time_point now) const {
   const auto it = keys_.find(key);
   if (it == keys_.end()) return 0;
-  const std::int64_t since = ns(now) - std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(window, window_)).count();
+  const std::int64_t since =
+      ns(now) - std::chrono::duration_cast<std::chrono::nanoseconds>(std::min(window, window_)).count();
   std::uint32_t n = 0;
   const ring& r = it->second.times;
   for (std::uint32_t i = 0; i < r.size; ++i)
-    if (r.at[(r.next + history - 1 - i) % history] > since) ++n;
-    else break;  // newest first: the rest are older still
+    if (r.at[(r.next + history - 1 - i) % history] > since)
+      ++n;
+    else
+      break;  // newest first: the rest are older still
   return n;
 }
 

@@ -58,14 +58,11 @@ class frame_ref {
   std::size_t size() const noexcept { return len_; }
   std::span<const std::uint8_t> bytes() const noexcept { return {data(), len_}; }
   // True when `next` starts right where this frame ends (same chunk).
-  bool adjacent(const frame_ref& next) const noexcept {
-    return c_ == next.c_ && off_ + len_ == next.off_;
-  }
+  bool adjacent(const frame_ref& next) const noexcept { return c_ == next.c_ && off_ + len_ == next.off_; }
 
  private:
   friend class frame_arena;
-  frame_ref(detail::chunk* c, std::uint32_t off, std::uint32_t len) noexcept
-      : c_(c), off_(off), len_(len) {
+  frame_ref(detail::chunk* c, std::uint32_t off, std::uint32_t len) noexcept : c_(c), off_(off), len_(len) {
     ++c_->refs;
   }
   detail::chunk* c_ = nullptr;
@@ -137,7 +134,7 @@ class frame_arena {
   void release(detail::chunk* c) noexcept;
 
   frame_lane shared_;
-  pool shared_pool_{{}, max_free_chunks};    // chunk_size chunks
+  pool shared_pool_{{}, max_free_chunks};     // chunk_size chunks
   pool lane_pool_{{}, max_free_lane_chunks};  // lane_chunk_size chunks
   std::size_t allocated_ = 0;
 };

@@ -17,7 +17,7 @@ class latency_histogram {
   // Upper bounds of the buckets, in microseconds: 10 us to 10 s in 1-2.5-5
   // steps; a last bucket (+Inf) takes the rest.
   static constexpr std::array<std::uint64_t, 19> bounds_us{
-      10,     25,     50,     100,     250,     500,     1'000,     2'500,     5'000,    10'000,
+      10,     25,     50,      100,     250,     500,       1'000,     2'500,     5'000,     10'000,
       25'000, 50'000, 100'000, 250'000, 500'000, 1'000'000, 2'500'000, 5'000'000, 10'000'000};
   static constexpr std::size_t buckets = bounds_us.size() + 1;
 

@@ -7,8 +7,7 @@ namespace switchyard::broker {
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 
-lease_table::lease_table(lease_config config, clock_source clock)
-    : config_(config), clock_(std::move(clock)) {
+lease_table::lease_table(lease_config config, clock_source clock) : config_(config), clock_(std::move(clock)) {
   if (config_.sweep_period.count() < 1) config_.sweep_period = milliseconds(1);
   if (config_.min_ttl.count() < 1) config_.min_ttl = milliseconds(1);
   config_.max_ttl = std::max(config_.max_ttl, config_.min_ttl);
@@ -61,8 +60,10 @@ void lease_table::link(std::uint32_t slot) {
 
 void lease_table::unlink(std::uint32_t slot) noexcept {
   lease& l = slots_[slot];
-  if (l.prev != none) slots_[l.prev].next = l.next;
-  else wheel_[l.bucket] = l.next;
+  if (l.prev != none)
+    slots_[l.prev].next = l.next;
+  else
+    wheel_[l.bucket] = l.next;
   if (l.next != none) slots_[l.next].prev = l.prev;
   l.prev = l.next = none;
 }

@@ -149,20 +149,20 @@ class lease_table {
   // (slot, generation) whose id would be 0 is skipped at grant. 40 bytes a lease, no per-lease
   // allocation: the wheel links slots by index.
   struct lease {
-    mono_clock::time_point deadline;    // lease time
+    mono_clock::time_point deadline;  // lease time
     lease_attachment* attached = nullptr;
     std::uint32_t generation = 0;
     std::uint32_t ttl_ms = 0;
-    std::uint32_t prev = none;          // wheel bucket list
+    std::uint32_t prev = none;  // wheel bucket list
     std::uint32_t next = none;
     std::uint32_t bucket = 0;
     bool live = false;
-    owner_id owner = 0;                 // in the padding: still 40 bytes
+    owner_id owner = 0;  // in the padding: still 40 bytes
   };
   static_assert(sizeof(lease) == 40);
 
   std::uint64_t tick_of(mono_clock::time_point t) const;  // first tick at or after t
-  std::uint32_t slot_of(lease_id id) const noexcept;       // `none` unless live
+  std::uint32_t slot_of(lease_id id) const noexcept;      // `none` unless live
   lease_id id_of(std::uint32_t slot) const noexcept {
     return (static_cast<lease_id>(slots_[slot].generation) << 32 | (slot + 1)) ^ config_.id_key;
   }
@@ -184,13 +184,13 @@ class lease_table {
 
   lease_config config_;
   clock_source clock_;
-  mono_clock::time_point epoch_;         // tick 0, lease time
-  mono_clock::duration stalled_{0};      // total stall absorbed
-  mono_clock::time_point last_sweep_;    // real clock
-  mono_clock::time_point swept_at_;      // lease time of the last sweep
-  stall_grace grace_;                    // of the last stall absorbed
-  std::uint64_t swept_tick_ = 0;         // every tick before this was swept
-  std::vector<std::uint32_t> wheel_;     // first slot of each bucket
+  mono_clock::time_point epoch_;       // tick 0, lease time
+  mono_clock::duration stalled_{0};    // total stall absorbed
+  mono_clock::time_point last_sweep_;  // real clock
+  mono_clock::time_point swept_at_;    // lease time of the last sweep
+  stall_grace grace_;                  // of the last stall absorbed
+  std::uint64_t swept_tick_ = 0;       // every tick before this was swept
+  std::vector<std::uint32_t> wheel_;   // first slot of each bucket
   std::vector<lease> slots_;
   std::vector<std::uint32_t> free_;
   std::size_t live_ = 0;

@@ -81,8 +81,7 @@ std::size_t offer_table::ack(std::uint64_t id, std::string_view key, std::span<c
   std::size_t n = 0;
   for (auto& k : o->keys) {
     if (k.acked) continue;
-    const bool match = key.empty() ? std::find(inboxes.begin(), inboxes.end(), k.inbox) != inboxes.end()
-                                   : k.key == key;
+    const bool match = key.empty() ? std::find(inboxes.begin(), inboxes.end(), k.inbox) != inboxes.end() : k.key == key;
     if (!match) continue;
     k.acked = true;
     unlist_key(id, k);

@@ -42,22 +42,22 @@ class offer_table {
 
   struct key_state {
     std::string key;
-    std::string inbox;     // the inbox it was delivered into
+    std::string inbox;  // the inbox it was delivered into
     bool acked = false;
-    bool pending = true;   // listed for the key (not acked, not pushed out)
+    bool pending = true;  // listed for the key (not acked, not pushed out)
     bool receipt_sent = false;
   };
 
   struct offer {
     std::uint64_t id = 0;
-    std::uint64_t sender = 0;         // the sending connection's id
-    std::uint64_t owner = 0;          // the sender's principal number (0 = none)
-    std::string receipt_inbox;        // receipts go to its holder (empty: the sender)
+    std::uint64_t sender = 0;   // the sending connection's id
+    std::uint64_t owner = 0;    // the sender's principal number (0 = none)
+    std::string receipt_inbox;  // receipts go to its holder (empty: the sender)
     clock::time_point sent{};
     clock::time_point expires{};
     clock::time_point receipt_due{};  // {} = no receipts asked
     std::vector<std::byte> payload;
-    std::vector<key_state> keys;      // the routed keys, in send order
+    std::vector<key_state> keys;  // the routed keys, in send order
 
     bool wants_receipts() const noexcept { return receipt_due != clock::time_point{}; }
     // What the table counts against max_bytes for it.

@@ -82,8 +82,7 @@ class outbound_queue {
   // `now` are dropped instead (expired), as are cancelled ones; frames
   // with refresh_time_left get the time left at `now`. `out` may stay
   // empty when every frame taken was dropped. Precondition: !writing().
-  void begin_write(std::vector<std::span<const std::uint8_t>>& out,
-                   std::chrono::steady_clock::time_point now = {});
+  void begin_write(std::vector<std::span<const std::uint8_t>>& out, std::chrono::steady_clock::time_point now = {});
   // Releases the frames in flight (the write finished).
   void end_write() noexcept;
 
@@ -133,9 +132,9 @@ class outbound_queue {
   void take_marked(std::size_t end, std::chrono::steady_clock::time_point now);
   std::vector<frame_ref> pending_;  // from head_ on; compacted as head_ passes half
   std::size_t head_ = 0;
-  std::uint64_t head_seq_ = 0;      // the sequence number of pending_[head_]
+  std::uint64_t head_seq_ = 0;  // the sequence number of pending_[head_]
   std::vector<frame_ref> in_flight_;
-  std::deque<marked> marked_;       // in sequence order; all pending (not in flight)
+  std::deque<marked> marked_;  // in sequence order; all pending (not in flight)
   std::uint64_t expired_ = 0;
   std::uint64_t cancelled_ = 0;
 };

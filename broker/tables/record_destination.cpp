@@ -20,9 +20,7 @@ void put_bytes(std::vector<std::byte>& out, std::string_view s) {
   out.insert(out.end(), p, p + s.size());
 }
 
-std::string_view as_chars(std::span<const std::byte> b) {
-  return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
+std::string_view as_chars(std::span<const std::byte> b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
 
 std::unexpected<std::error_code> malformed() { return std::unexpected(std::make_error_code(std::errc::bad_message)); }
 
@@ -68,7 +66,7 @@ void encode_route_keys_destination(std::span<const std::string_view> keys, std::
 }
 
 std::expected<destination_view, std::error_code> decode_destination(std::span<const std::byte> destination,
-                                                                     std::vector<std::string_view>& route_keys) {
+                                                                    std::vector<std::string_view>& route_keys) {
   destination_view out;
   if (destination.empty()) return out;
   const auto first = static_cast<std::uint8_t>(destination[0]);

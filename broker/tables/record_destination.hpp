@@ -50,8 +50,7 @@ std::size_t route_keys_destination_size(std::span<const std::string_view> keys) 
 // `expires_in_ms` > 0. Precondition for route keys:
 // route_keys_destination_size(keys) (+ destination_expiry_bytes) <=
 // storage::max_destination_bytes.
-void encode_channel_destination(std::string_view channel, std::vector<std::byte>& out,
-                                std::uint32_t expires_in_ms = 0);
+void encode_channel_destination(std::string_view channel, std::vector<std::byte>& out, std::uint32_t expires_in_ms = 0);
 void encode_route_keys_destination(std::span<const std::string_view> keys, std::vector<std::byte>& out,
                                    std::uint32_t expires_in_ms = 0);
 
@@ -72,6 +71,6 @@ struct destination_view {
 // trailing bytes, an expiry flag on "none", a zero or truncated expiry);
 // `route_keys` is then left as it was.
 std::expected<destination_view, std::error_code> decode_destination(std::span<const std::byte> destination,
-                                                                     std::vector<std::string_view>& route_keys);
+                                                                    std::vector<std::string_view>& route_keys);
 
 }  // namespace switchyard::broker

@@ -34,7 +34,7 @@ refusal_summary::kind& refusal_summary::find(const std::error_code& ec) {
 void refusal_summary::report(spdlog::logger& logger, kind& k, clock::time_point now) {
   if (k.count == 0 || (k.last_line != clock::time_point{} && now - k.last_line < interval)) return;
   logger.error("{} append{} refused: {} (latest conn={} stream={}; at most one such line a second)", k.count,
-            k.count == 1 ? "" : "s", k.code.message(), k.conn, k.stream);
+               k.count == 1 ? "" : "s", k.code.message(), k.conn, k.stream);
   k.last_line = now;
   k.count = 0;
 }

@@ -28,21 +28,21 @@ struct server_counters {
   std::uint64_t bytes_in = 0;              // read from clients (plaintext, after TLS)
   std::uint64_t bytes_out = 0;             // written to clients (plaintext, before TLS)
   // Authentication and permissions (docs/security.md).
-  std::uint64_t auth_failures = 0;         // hellos refused: unauthorized (bad or missing credentials)
-  std::uint64_t auth_rate_limited = 0;     // hellos refused: rate_limited, too many failures from the address
-  std::uint64_t forbidden = 0;             // requests refused by a permission list (not by ownership)
+  std::uint64_t auth_failures = 0;      // hellos refused: unauthorized (bad or missing credentials)
+  std::uint64_t auth_rate_limited = 0;  // hellos refused: rate_limited, too many failures from the address
+  std::uint64_t forbidden = 0;          // requests refused by a permission list (not by ownership)
   // Offers and expiries (docs/protocol.md §15, docs/offers.md).
-  std::uint64_t expired = 0;               // deliveries dropped unwritten: their expiry passed while queued
-  std::uint64_t expired_read = 0;          // log records left out of reads: their expiry had passed
-  std::uint64_t withdrawn_queued = 0;      // deliveries dropped unwritten: their offer was withdrawn
-  std::uint64_t offers = 0;                // sends with an offer id taken
-  std::uint64_t offers_capped = 0;         // route keys an offer skipped: over its exposure cap
-  std::uint64_t offers_withdrawn = 0;      // Withdraw requests that found their offer
-  std::uint64_t offers_expired = 0;        // offers that reached their expiry while live
-  std::uint64_t receipts_acked = 0;        // keys acknowledged by their gateway (OfferAck)
-  std::uint64_t receipt_timeouts = 0;      // keys whose receipt timeout passed unacknowledged
+  std::uint64_t expired = 0;                 // deliveries dropped unwritten: their expiry passed while queued
+  std::uint64_t expired_read = 0;            // log records left out of reads: their expiry had passed
+  std::uint64_t withdrawn_queued = 0;        // deliveries dropped unwritten: their offer was withdrawn
+  std::uint64_t offers = 0;                  // sends with an offer id taken
+  std::uint64_t offers_capped = 0;           // route keys an offer skipped: over its exposure cap
+  std::uint64_t offers_withdrawn = 0;        // Withdraw requests that found their offer
+  std::uint64_t offers_expired = 0;          // offers that reached their expiry while live
+  std::uint64_t receipts_acked = 0;          // keys acknowledged by their gateway (OfferAck)
+  std::uint64_t receipt_timeouts = 0;        // keys whose receipt timeout passed unacknowledged
   std::uint64_t receipts_undeliverable = 0;  // receipts with no sender connection or receipt inbox to take them
-  std::uint64_t exposure_untracked = 0;    // offers not counted for a cap: the exposure table was full
+  std::uint64_t exposure_untracked = 0;      // offers not counted for a cap: the exposure table was full
   // How long a connection's oldest queued frame waited for the write that
   // carries it to start: one observation per write (connection::writer).
   latency_histogram delivery_latency;

@@ -88,9 +88,7 @@ class subscription_index {
     std::unique_ptr<node> star;
     std::vector<Sub> subs;       // patterns ending at this node
     std::vector<Sub> tail_subs;  // patterns ending in `>` here
-    bool empty() const noexcept {
-      return children.empty() && !star && subs.empty() && tail_subs.empty();
-    }
+    bool empty() const noexcept { return children.empty() && !star && subs.empty() && tail_subs.empty(); }
   };
 
   static bool insert_unique(std::vector<Sub>& v, Sub s) {

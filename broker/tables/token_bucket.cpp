@@ -10,7 +10,10 @@ double effective_burst(double rate, double burst) noexcept { return std::max(1.0
 }  // namespace
 
 token_bucket::token_bucket(double rate_per_s, double burst, clock::time_point now) noexcept
-    : rate_(std::max(0.0, rate_per_s)), burst_(effective_burst(rate_, burst)), tokens_(burst_), last_(now),
+    : rate_(std::max(0.0, rate_per_s)),
+      burst_(effective_burst(rate_, burst)),
+      tokens_(burst_),
+      last_(now),
       queue_end_(now) {}
 
 void token_bucket::configure(double rate_per_s, double burst, clock::time_point now) noexcept {

@@ -29,9 +29,7 @@ constexpr std::size_t record_plaintext = 16384;
 // Ciphertext buffers larger than this after a write are given back.
 constexpr std::size_t keep_capacity = std::size_t{1} << 20;
 
-asio_error_code ssl_error(unsigned long e) {
-  return {static_cast<int>(e), asio::error::get_ssl_category()};
-}
+asio_error_code ssl_error(unsigned long e) { return {static_cast<int>(e), asio::error::get_ssl_category()}; }
 
 // The write side's BIO: appends what OpenSSL writes (records, handshake
 // flights, alerts) to the std::vector<std::uint8_t> in its data pointer.
@@ -143,7 +141,7 @@ class tls_session {
   // An error met after a read had already taken bytes: returned by the
   // next read (so the bytes are handled first).
   asio_error_code deferred_;
-  std::string detail_;  // after the handshake: what was agreed, or why it failed
+  std::string detail_;        // after the handshake: what was agreed, or why it failed
   std::string peer_subject_;  // the client certificate's subject, RFC 2253 ("CN=gw-1,O=Example"); empty: none
 };
 
@@ -161,9 +159,7 @@ byte_stream::byte_stream(byte_stream&&) noexcept = default;
 byte_stream& byte_stream::operator=(byte_stream&&) noexcept = default;
 byte_stream::~byte_stream() = default;
 
-asio_error_code byte_stream::not_tls() noexcept {
-  return make_error_code(boost::system::errc::protocol_not_supported);
-}
+asio_error_code byte_stream::not_tls() noexcept { return make_error_code(boost::system::errc::protocol_not_supported); }
 
 asio::awaitable<asio_error_code> byte_stream::handshake() {
   using asio::redirect_error;
@@ -199,8 +195,8 @@ asio::awaitable<asio_error_code> byte_stream::handshake() {
       if (verify != X509_V_OK)
         tls_->detail_ += std::string(" (client certificate: ") + X509_verify_cert_error_string(verify) + ")";
     } else if (err == SSL_ERROR_SYSCALL) {
-      failure = errno != 0 ? asio_error_code(errno, asio::error::get_system_category())
-                           : asio_error_code(asio::error::eof);
+      failure =
+          errno != 0 ? asio_error_code(errno, asio::error::get_system_category()) : asio_error_code(asio::error::eof);
       tls_->detail_ = "the client closed during the handshake";
     } else if (err == SSL_ERROR_ZERO_RETURN) {
       failure = asio::error::eof;
@@ -296,8 +292,8 @@ std::size_t byte_stream::tls_read(asio::mutable_buffer into, asio_error_code& ec
         failure = asio::error::eof;
         break;
       case SSL_ERROR_SYSCALL:
-        failure = errno != 0 ? asio_error_code(errno, asio::error::get_system_category())
-                             : asio_error_code(asio::error::eof);
+        failure =
+            errno != 0 ? asio_error_code(errno, asio::error::get_system_category()) : asio_error_code(asio::error::eof);
         break;
       default:
         failure = ssl_error(ERR_peek_last_error());
@@ -305,8 +301,10 @@ std::size_t byte_stream::tls_read(asio::mutable_buffer into, asio_error_code& ec
         break;
     }
     tls_->more_ = false;
-    if (total == 0) ec = failure;
-    else tls_->deferred_ = failure;
+    if (total == 0)
+      ec = failure;
+    else
+      tls_->deferred_ = failure;
     return total;
   }
   tls_->more_ = true;

@@ -93,8 +93,7 @@ class byte_stream {
     return asio::async_initiate<decltype(token), void(asio_error_code)>(
         [this](auto handler) {
           if (tls_ && tls_has_pending()) [[unlikely]] {
-            asio::post(socket_.get_executor(),
-                       [h = std::move(handler)]() mutable { std::move(h)(asio_error_code{}); });
+            asio::post(socket_.get_executor(), [h = std::move(handler)]() mutable { std::move(h)(asio_error_code{}); });
             return;
           }
           socket_.async_wait(asio::ip::tcp::socket::wait_read, std::move(handler));

@@ -21,9 +21,9 @@
 namespace switchyard::broker {
 
 namespace wire = protocol::wire;
-using protocol::errc;
-using asio::use_awaitable;
 using asio::redirect_error;
+using asio::use_awaitable;
+using protocol::errc;
 
 namespace {
 
@@ -42,9 +42,9 @@ constexpr std::size_t max_discard = 1024 * 1024;
 constexpr std::size_t max_drop_reports = 10'000;
 
 bool is_normal_close(const asio_error_code& ec) {
-  return !ec || ec == asio::error::eof || ec == asio::error::operation_aborted ||
-         ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
-         ec == asio::error::not_connected;  // the peer was gone before our half-close (a refused client that read its error)
+  return !ec || ec == asio::error::eof || ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe || ec == asio::error::not_connected;  // the peer was gone before our half-close
+                                                                              // (a refused client that read its error)
 }
 
 }  // namespace
@@ -188,7 +188,7 @@ void connection::report_dropped_position(protocol::bytes_view frame) {
   stream = key.substr(3, stream.size());
   target = key.substr(3 + stream.size());
   send(ctx_.builder.stream_dropped(stream, seq, epoch, kind == 'c' ? target : std::string_view{},
-                                    kind == 'i' ? target : std::string_view{}));
+                                   kind == 'i' ? target : std::string_view{}));
 }
 
 void connection::delivered(bool queued) {
@@ -356,8 +356,10 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
         asio_error_code ec;
         stream_.shutdown_send(ec);
         goodbye_sent_ = true;
-        if (ec || ctx_.registry.stopping() || peer_eof_) fail(ec, "goodbye sent");
-        else if (!reading_) co_await discard_input();
+        if (ec || ctx_.registry.stopping() || peer_eof_)
+          fail(ec, "goodbye sent");
+        else if (!reading_)
+          co_await discard_input();
         co_return;
       }
       wake_.expires_at(asio::steady_timer::time_point::max());
@@ -414,8 +416,7 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
       lane_.reset();
       if (dropping_ && !ec) {
         dropping_ = false;
-        ctx_.logger->info("conn={} slow consumer caught up: {} deliveries dropped since it connected", id(),
-                          dropped_);
+        ctx_.logger->info("conn={} slow consumer caught up: {} deliveries dropped since it connected", id(), dropped_);
       }
     }
     if (ec) {
@@ -479,8 +480,10 @@ asio::awaitable<void> connection::read_frames() {
     // reads. After a read that filled its space more input is waiting: the
     // next read only lets the loop's other work run first (as a
     // speculative read would), without waiting for readiness.
-    if (more_waiting) co_await asio::post(stream_.executor(), use_awaitable);
-    else co_await stream_.wait_readable(ec);
+    if (more_waiting)
+      co_await asio::post(stream_.executor(), use_awaitable);
+    else
+      co_await stream_.wait_readable(ec);
     if (ec) {
       fail(ec, "read");
       co_return;
@@ -531,8 +534,10 @@ asio::awaitable<void> connection::read_frames() {
     // gateways otherwise gives each gateway a write of one or two frames
     // per turn. Only while none of them is backlogged: a publisher must not
     // outrun its subscribers by reading faster than they drain.
-    if (ctx_.pressure.backlog_seen()) read_size_ = initial_read_size;
-    else if (!own && n == space) read_size_ = std::min(read_size_ * 2, max_read_buffer);
+    if (ctx_.pressure.backlog_seen())
+      read_size_ = initial_read_size;
+    else if (!own && n == space)
+      read_size_ = std::min(read_size_ * 2, max_read_buffer);
   }
 }
 
@@ -583,8 +588,7 @@ std::size_t connection::handle_input(protocol::read_buffer& buf) {
       ++ctx_.counters.protocol_errors;
       const auto code = wire_code(bad);
       std::string why = bad.message();
-      if (code == errc::frame_too_large)
-        why += " (limit " + std::to_string(parser_.max_frame()) + " bytes)";
+      if (code == errc::frame_too_large) why += " (limit " + std::to_string(parser_.max_frame()) + " bytes)";
       if (!welcomed_ && looks_like_tls(buf.unread())) {
         // A TLS client on a plain port: its ClientHello reads as a frame
         // far over the limit before the hello. Say so (the client's TLS
@@ -635,7 +639,6 @@ bool connection::settle_input(protocol::read_buffer& buf, std::size_t handled) {
   return check_partial_deadline(now);
 }
 
-
 bool connection::grow_spill(std::size_t more, std::size_t limit) {
   if (spill_.space() >= more) return true;
   const std::size_t unread = spill_.end - spill_.begin;
@@ -655,8 +658,10 @@ bool connection::grow_spill(std::size_t more, std::size_t limit) {
 
 void connection::resize_spill(std::size_t capacity) {
   const std::size_t before = spill_.capacity;
-  if (capacity == 0) spill_ = {};
-  else spill_.reserve(capacity);
+  if (capacity == 0)
+    spill_ = {};
+  else
+    spill_.reserve(capacity);
   ctx_.input.resized(before, spill_.capacity);
 }
 
@@ -673,8 +678,6 @@ bool connection::check_partial_deadline(clock::time_point now) {
                                              std::to_string(ctx_.config.frame_timeout.count()) + " ms)");
   return false;
 }
-
-
 
 bool connection::receives(std::string_view channel) const {
   const auth::principal* p = principal();
@@ -698,10 +701,10 @@ bool connection::handle_hello(const wire::Frame& frame) {
   const wire::Hello& hello = *frame.message_as_Hello();
   if (hello.protocol_major() != protocol::protocol_major) {
     ++ctx_.counters.protocol_errors;
-    close_with_error(errc::unsupported_version,
-                     "protocol major " + std::to_string(hello.protocol_major()) +
-                         " not supported; this server speaks " + std::to_string(protocol::protocol_major) +
-                         "." + std::to_string(protocol::protocol_minor));
+    close_with_error(errc::unsupported_version, "protocol major " + std::to_string(hello.protocol_major()) +
+                                                    " not supported; this server speaks " +
+                                                    std::to_string(protocol::protocol_major) + "." +
+                                                    std::to_string(protocol::protocol_minor));
     return false;
   }
   if (hello.client_name()) client_name_ = hello.client_name()->str();
@@ -716,13 +719,16 @@ bool connection::handle_hello(const wire::Frame& frame) {
   given.tls_subject = stream_.peer_subject();
   auto decided = ctx_.auth.on_hello(given, authenticator::address_of(peer_address_), clock::now());
   switch (decided.next) {
-    case authenticator::step::welcome: return welcome(frame.request_id(), caps, std::move(decided.who));
-    case authenticator::step::refuse: return fail_auth(decided.why);
+    case authenticator::step::welcome:
+      return welcome(frame.request_id(), caps, std::move(decided.who));
+    case authenticator::step::refuse:
+      return fail_auth(decided.why);
     case authenticator::step::rate_limited:
       ++ctx_.counters.auth_rate_limited;
       refuse({errc::rate_limited, decided.retry_after, "too many failed authentications from this address"});
       return false;
-    case authenticator::step::challenge: break;
+    case authenticator::step::challenge:
+      break;
   }
   challenge_ = std::make_unique<pending_challenge>();
   challenge_->nonce = auth::random_nonce();
@@ -734,7 +740,8 @@ bool connection::handle_hello(const wire::Frame& frame) {
 }
 
 bool connection::handle_proof(const wire::Frame& frame) {
-  if (frame.message_type() != wire::Message::AuthProof) return fail_auth("a frame other than AuthProof after the challenge");
+  if (frame.message_type() != wire::Message::AuthProof)
+    return fail_auth("a frame other than AuthProof after the challenge");
   const auto* sig = frame.message_as_AuthProof()->signature();
   const std::span<const std::uint8_t> signature =
       sig ? std::span<const std::uint8_t>(sig->data(), sig->size()) : std::span<const std::uint8_t>{};
@@ -778,8 +785,8 @@ bool connection::welcome(std::uint64_t request_id, negotiated_capabilities caps,
   }
   hello_timer_.cancel();
   parser_.set_max_frame(ctx_.config.max_frame);
-  ctx_.logger->info("conn={} hello from {} name='{}' client_id='{}'{}{}", id(), peer_address_, client_name_,
-                    client_id_, principal() ? " principal=" : "", principal() ? principal()->name : std::string());
+  ctx_.logger->info("conn={} hello from {} name='{}' client_id='{}'{}{}", id(), peer_address_, client_name_, client_id_,
+                    principal() ? " principal=" : "", principal() ? principal()->name : std::string());
   asio::co_spawn(stream_.executor(), heartbeat(shared_from_this()), asio::detached);
   return true;
 }
@@ -794,7 +801,8 @@ protocol::conn_info_fields connection::info(clock::time_point now) const {
   if (const auto* who = principal()) f.principal = who->name;
   f.address = peer_address_;
   f.age_ms = static_cast<std::uint64_t>(duration_cast<milliseconds>(now - accepted_at_).count());
-  f.idle_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(0, duration_cast<milliseconds>(now - last_rx_).count()));
+  f.idle_ms =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, duration_cast<milliseconds>(now - last_rx_).count()));
   f.capabilities = names_of(granted_);
   f.subscriptions = static_cast<std::uint32_t>(subscriptions().size());
   f.inboxes = inboxes();

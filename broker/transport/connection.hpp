@@ -60,7 +60,7 @@ struct connection_context {
   admission_control& admission;  // decides on each hello (cap, rate, draining)
   authenticator& auth;           // who each hello is from (docs/security.md)
   server_counters& counters;
-  feature_flags& flags;          // server flags (the "offers" ramp)
+  feature_flags& flags;  // server flags (the "offers" ramp)
   std::shared_ptr<spdlog::logger> logger;
   bool log_available = false;  // the server has a sequence log ("log" may be granted)
 };
@@ -200,7 +200,7 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   outbound_queue queue_;
   static constexpr std::size_t max_batch = 32;  // frames verified ahead of handling
   std::vector<protocol::frame_view> batch_;     // the current read's frames, reused
-  frame_lane lane_;  // this connection's own frames; reset whenever queue_ drains
+  frame_lane lane_;                             // this connection's own frames; reset whenever queue_ drains
   protocol::frame_parser parser_;
   // An incomplete frame's bytes, only while there is one (else empty, no
   // allocation); accounted in input_memory.

@@ -49,9 +49,7 @@ class input_memory {
   std::uint64_t peak() const noexcept { return peak_; }
 
  private:
-  static std::size_t charged(std::size_t capacity) noexcept {
-    return capacity - std::min(capacity, spill_allowance);
-  }
+  static std::size_t charged(std::size_t capacity) noexcept { return capacity - std::min(capacity, spill_allowance); }
 
   protocol::read_buffer read_scratch_;
   std::size_t limit_;

@@ -54,11 +54,11 @@ std::expected<std::shared_ptr<tls_context>, std::string> tls_context::load(const
       return failed("tls-ca " + cfg.tls_ca + " cannot be used");
     // The CAs' names go into the CertificateRequest, so a client with
     // several certificates picks one these CAs signed.
-    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(cfg.tls_ca.c_str())) SSL_CTX_set_client_CA_list(ctx, names);
+    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(cfg.tls_ca.c_str()))
+      SSL_CTX_set_client_CA_list(ctx, names);
   }
   t->verify_client_ = cfg.tls_verify_client;
-  if (cfg.tls_verify_client)
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  if (cfg.tls_verify_client) SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   if (X509* cert = SSL_CTX_get0_certificate(ctx)) {
     char name[512];
     X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);

@@ -124,7 +124,7 @@ TEST_CASE("keygen --out writes a new key file of mode 0600 whose seed gives the 
   const std::string printed = out.substr(0, out.size() - 1);
   CHECK(is_hex(printed, 64));
 
-  struct stat st{};
+  struct stat st {};
   REQUIRE(::stat(file.c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0600);
   const auto k = parse_key_file(slurp(file));
@@ -204,7 +204,8 @@ TEST_CASE("hash-token --generate prints a new random token and its SHA-256", "[a
   REQUIRE(code == 0);
   const std::string token = json_string(json, "token");
   CHECK(token.size() == 43);  // 32 bytes, base64url without padding
-  CHECK(token.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == std::string::npos);
+  CHECK(token.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") ==
+        std::string::npos);
   REQUIRE(sodium_init() >= 0);
   CHECK(json_string(json, "token_sha256") == sha256_hex(token));
   const auto [code2, again] = run_for_exit_code(bin + " --json hash-token --generate </dev/null");
@@ -260,14 +261,15 @@ TEST_CASE("a broker certificate that does not verify exits 2 with tls_failed and
   CHECK(cli_at(server.port(), "ping --tls-ca " + certs().pem("ca") + " --tls-server-name broker.example").first == 2);
 }
 
-TEST_CASE("switchyard-cli --tls-cert and --tls-key present a client certificate to a broker that verifies clients", "[admin][tls]") {
+TEST_CASE("switchyard-cli --tls-cert and --tls-key present a client certificate to a broker that verifies clients",
+          "[admin][tls]") {
   auto cfg = tls_config();
   cfg.tls_ca = certs().pem("ca");
   cfg.tls_verify_client = true;
   test_server server(cfg);
   const std::string trust = " --tls-ca " + certs().pem("ca");
-  CHECK(cli_at(server.port(), "ping" + trust + " --tls-cert " + certs().pem("ca-client") + " --tls-key " +
-                                  certs().key("ca-client"))
+  CHECK(cli_at(server.port(),
+               "ping" + trust + " --tls-cert " + certs().pem("ca-client") + " --tls-key " + certs().key("ca-client"))
             .first == 0);
   CHECK(cli_at(server.port(), "ping" + trust).first == 2);
   // One without the other is a usage error: nothing is sent.
@@ -289,14 +291,15 @@ bench::server_process auth_broker(const temp_dir& dir, const std::string& auth_t
 
 }  // namespace
 
-TEST_CASE("switchyard-cli --token and SWITCHYARD_TOKEN authenticate, and a wrong or missing token exits 4 with unauthorized",
-          "[admin][auth]") {
+TEST_CASE(
+    "switchyard-cli --token and SWITCHYARD_TOKEN authenticate, and a wrong or missing token exits 4 with unauthorized",
+    "[admin][auth]") {
   temp_dir dir;
-  auto server = auth_broker(dir, "[principals.operator]\ntoken_sha256 = [\"" + sha256_hex("s3cret-token") +
-                                     "\"]\nadmin = true\n");
+  auto server = auth_broker(
+      dir, "[principals.operator]\ntoken_sha256 = [\"" + sha256_hex("s3cret-token") + "\"]\nadmin = true\n");
   CHECK(cli_at(server.port(), "ping --token s3cret-token").first == 0);
-  CHECK(run_for_exit_code("SWITCHYARD_TOKEN=s3cret-token " + bin + " --address 127.0.0.1:" +
-                          std::to_string(server.port()) + " ping 2>/dev/null")
+  CHECK(run_for_exit_code("SWITCHYARD_TOKEN=s3cret-token " + bin +
+                          " --address 127.0.0.1:" + std::to_string(server.port()) + " ping 2>/dev/null")
             .first == 0);
   const auto [code, json] = cli_at(server.port(), "ping --json --token wrong");
   CHECK(code == 4);
@@ -316,8 +319,8 @@ TEST_CASE("a key from keygen authenticates with --key-file and SWITCHYARD_KEY_FI
   auto server = auth_broker(dir, "[principals.operator]\ned25519_public_keys = [\"" +
                                      public_key.substr(0, public_key.size() - 1) + "\"]\nadmin = true\n");
   CHECK(cli_at(server.port(), "ping --key-file " + key.string()).first == 0);
-  CHECK(run_for_exit_code("SWITCHYARD_KEY_FILE=" + key.string() + " " + bin + " --address 127.0.0.1:" +
-                          std::to_string(server.port()) + " ping 2>/dev/null")
+  CHECK(run_for_exit_code("SWITCHYARD_KEY_FILE=" + key.string() + " " + bin +
+                          " --address 127.0.0.1:" + std::to_string(server.port()) + " ping 2>/dev/null")
             .first == 0);
   // Another key: refused.
   const auto other = dir.path() / "other.key";
@@ -361,8 +364,7 @@ TEST_CASE("pub --confirm reports a publish the auth file does not permit as forb
   CHECK(json.starts_with(R"({"error":{"code":"forbidden","message":"pub payroll.march: forbidden)"));
 }
 
-TEST_CASE("streams delete as a principal that is not an admin exits 4 with forbidden",
-          "[admin][auth]") {
+TEST_CASE("streams delete as a principal that is not an admin exits 4 with forbidden", "[admin][auth]") {
   temp_dir dir;
   auto server = auth_broker(dir, "[principals.writer]\ntoken_sha256 = [\"" + sha256_hex("writer-token") +
                                      "\"]\nstream_append = { allow = [\">\"] }\nstream_read = { allow = [\">\"] }\n");

@@ -33,14 +33,14 @@ namespace switchyard::test {
 // switchyard-cli against `port` with `args` (through the shell); stdout
 // only (stderr dropped).
 inline std::pair<int, std::string> cli(std::uint16_t port, const std::string& args) {
-  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) +
-                           " " + args + " 2>/dev/null");
+  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) + " " +
+                           args + " 2>/dev/null");
 }
 
 // Its stderr only.
 inline std::pair<int, std::string> cli_stderr(std::uint16_t port, const std::string& args) {
-  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) +
-                           " " + args + " 2>&1 >/dev/null");
+  return run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:" + std::to_string(port) + " " +
+                           args + " 2>&1 >/dev/null");
 }
 
 inline bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }

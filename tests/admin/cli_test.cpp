@@ -25,8 +25,8 @@ using test::contains;
 using test::one_json_object;
 using test::run_for_exit_code;
 using test::temp_dir;
-using test::with_data;
 using test::test_server;
+using test::with_data;
 
 namespace {
 
@@ -37,13 +37,36 @@ void append(client& c, std::string_view stream, std::string_view payload) {
 }  // namespace
 
 TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") {
-  for (const char* args :
-       {"--help", "ping --help", "pub --help", "sub --help", "send --help", "streams --help", "streams list --help",
-        "streams info --help", "streams retention --help", "streams read --help", "streams tail --help",
-        "streams delete --help", "routes --help", "routes get --help", "routes list --help", "routes delete --help",
-        "leases --help", "leases list --help", "leases revoke --help", "inboxes --help", "inboxes list --help",
-        "drain --help", "keygen --help", "hash-token --help", "stats --help", "conns --help", "pending --help",
-        "flags --help", "flags list --help", "flags set --help"}) {
+  for (const char* args : {"--help",
+                           "ping --help",
+                           "pub --help",
+                           "sub --help",
+                           "send --help",
+                           "streams --help",
+                           "streams list --help",
+                           "streams info --help",
+                           "streams retention --help",
+                           "streams read --help",
+                           "streams tail --help",
+                           "streams delete --help",
+                           "routes --help",
+                           "routes get --help",
+                           "routes list --help",
+                           "routes delete --help",
+                           "leases --help",
+                           "leases list --help",
+                           "leases revoke --help",
+                           "inboxes --help",
+                           "inboxes list --help",
+                           "drain --help",
+                           "keygen --help",
+                           "hash-token --help",
+                           "stats --help",
+                           "conns --help",
+                           "pending --help",
+                           "flags --help",
+                           "flags list --help",
+                           "flags set --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);
@@ -456,7 +479,8 @@ TEST_CASE("an unknown command is named, with the commands there are, and exits 1
 TEST_CASE("a command without its required argument names the command and the argument and exits 1", "[admin]") {
   const std::string bin(SWITCHYARD_CLI_BINARY);
   for (const auto& [args, named] : std::initializer_list<std::pair<const char*, const char*>>{
-           {" pub", "switchyard-cli: pub: "}, {" send user:alice", "switchyard-cli: send: "},
+           {" pub", "switchyard-cli: pub: "},
+           {" send user:alice", "switchyard-cli: send: "},
            {" streams info", "switchyard-cli: streams info: "}}) {
     INFO(args);
     const auto [code, err] = run_for_exit_code(bin + args + " 2>&1");

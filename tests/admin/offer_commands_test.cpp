@@ -37,8 +37,7 @@ struct gateway_conn {
       : c(connect_to(port, std::string(inbox))) {
     auto l = c->lease_grant(30s);
     REQUIRE(l);
-    REQUIRE_FALSE(
-        c->open_inbox(inbox, l->id, [this](const inbox_message& m) { time_left.add(m.time_left); }));
+    REQUIRE_FALSE(c->open_inbox(inbox, l->id, [this](const inbox_message& m) { time_left.add(m.time_left); }));
     for (const auto& u : users) REQUIRE(c->registry_put(u, inbox, l->id));
   }
 };
@@ -52,7 +51,8 @@ TEST_CASE("send --expires-ms delivers to the user's gateway and says when it exp
   INFO(out);
   CHECK(code == 0);
   CHECK(one_json_object(out));
-  CHECK(contains(out, R"({"route_key":"user:alice","inbox":"gw-7","bytes":6,"expires_in_ms":30000,"outcome":"routed"})"));
+  CHECK(
+      contains(out, R"({"route_key":"user:alice","inbox":"gw-7","bytes":6,"expires_in_ms":30000,"outcome":"routed"})"));
   REQUIRE(test::wait_until([&] { return gw.time_left.count == 1; }));
   const auto [code2, text] = cli(server.port(), "send user:alice 'ride 2' --expires-ms 30000");
   CHECK(code2 == 0);
@@ -91,7 +91,8 @@ TEST_CASE("flags set turns a flag on for a share of the connections and prints i
   CHECK(code == 0);
   CHECK(one_json_object(out));
   // `a` and the CLI itself asked for "offers".
-  CHECK(out == R"({"name":"offers","percent":100,"connections_on":2,"connections_off":0})" "\n");
+  CHECK(out == R"({"name":"offers","percent":100,"connections_on":2,"connections_off":0})"
+               "\n");
   // The first CLI's connection may not be gone yet: at least `a` and this one are off.
   const auto [code2, table] = cli(server.port(), "flags set offers 0");
   INFO(table);
@@ -127,8 +128,7 @@ TEST_CASE("flags set of an unknown flag exits 3 with not_found", "[admin][offers
   CHECK(contains(out, R"({"error":{"code":"not_found","message":"flags set no-such-flag 10: no such flag)"));
 }
 
-TEST_CASE("pending lists a user's unacknowledged offers oldest first, and says when there is none",
-          "[admin][offers]") {
+TEST_CASE("pending lists a user's unacknowledged offers oldest first, and says when there is none", "[admin][offers]") {
   test_server server;
   REQUIRE(cli(server.port(), "flags set offers 100").first == 0);
   gateway_conn gw(server.port(), "gw-7", {"user:alice"});

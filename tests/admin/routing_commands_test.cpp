@@ -37,7 +37,8 @@ struct gateway_conn {
     auto l = c->lease_grant(30s);
     REQUIRE(l);
     lease = l->id;
-    REQUIRE_FALSE(c->open_inbox(inbox, lease, [this](const inbox_message& m) { got.add(std::string(m.payload_text())); }));
+    REQUIRE_FALSE(
+        c->open_inbox(inbox, lease, [this](const inbox_message& m) { got.add(std::string(m.payload_text())); }));
     for (const auto& u : users) REQUIRE(c->registry_put(u, inbox, lease));
   }
 };
@@ -100,8 +101,9 @@ TEST_CASE("leases revoke removes a lease with the routes and inboxes bound to it
   const std::string id = std::to_string(gw.lease);
   const auto [code, out] = cli(server.port(), "leases revoke " + id + " --json");
   CHECK(code == 0);
-  CHECK(out == R"({"lease":")" + id + R"(","revoked":true})"
-                                      "\n");
+  CHECK(out == R"({"lease":")" + id +
+                   R"(","revoked":true})"
+                   "\n");
   CHECK(gw.c->registry_get("user:alice").error() == errc::not_found);
   CHECK(gw.c->lease_time_to_live(gw.lease).error() == errc::not_found);
   const auto [code2, err] = cli_stderr(server.port(), "leases revoke " + id);

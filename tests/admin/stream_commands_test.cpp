@@ -54,8 +54,9 @@ TEST_CASE("streams delete removes a stream and prints what it held", "[admin]") 
   append(*c, "other", "y");
   const auto [code2, text] = cli(server.port(), "streams delete other");
   CHECK(code2 == 0);
-  CHECK(text == "deleted stream other: 1 records, 1 bytes (seq 1..1); a new append to other starts a new stream (a "
-                "new epoch, from seq 1)\n");
+  CHECK(text ==
+        "deleted stream other: 1 records, 1 bytes (seq 1..1); a new append to other starts a new stream (a "
+        "new epoch, from seq 1)\n");
 }
 
 TEST_CASE("streams delete of an unknown stream exits 3 with not_found", "[admin]") {
@@ -128,7 +129,8 @@ TEST_CASE("streams tail --follow --count prints records appended later and exits
   auto c = connect_to(server.port());
   append(*c, "events", "one");
   append(*c, "events", "two");
-  background_cli tail(server.port(), {"streams", "tail", "events", "--from", "1", "--follow", "--count", "4", "--json"});
+  background_cli tail(server.port(),
+                      {"streams", "tail", "events", "--from", "1", "--follow", "--count", "4", "--json"});
   REQUIRE(tail.wait_for_lines(2));
   append(*c, "events", "three");
   const std::string_view users[] = {"user:alice"};
@@ -156,8 +158,7 @@ TEST_CASE("streams tail --follow ends with exit 0 on SIGINT and on SIGTERM", "[a
   }
 }
 
-TEST_CASE("streams tail --follow goes on with a stream deleted and created again, from its first record",
-          "[admin]") {
+TEST_CASE("streams tail --follow goes on with a stream deleted and created again, from its first record", "[admin]") {
   temp_dir dir;
   test_server server(with_data(dir));
   auto c = connect_to(server.port());

@@ -29,22 +29,28 @@ ed25519_public_key key_of(std::uint8_t fill) {
 // Three principals, one per kind of credential (line numbers matter to the
 // error tests below, which edit copies of it).
 std::string valid_file() {
-  return "# the auth file of the tests\n"                                                    // 1
-         "[principals.gateway-eu-1]\n"                                                        // 2
-         "token_sha256 = [\"" + hash_hex("gw-token-1") + "\", \"" + hash_hex("gw-token-2") + "\"]\n"  // 3
-         "inbox = { allow = [\"gw-eu-1\"] }\n"                                                // 4
-         "registry_put = { allow = [\">\"] }\n"                                               // 5
-         "\n"                                                                                 // 6
-         "[principals.orders]\n"                                                              // 7
-         "ed25519_public_keys = [\"" + to_hex(key_of(0xab)) + "\"]\n"                         // 8
-         "token_sha256 = [\"" + hash_hex("orders-token") + "\"]\n"                            // 9
-         "publish = { allow = [\"orders.>\"] }\n"                                             // 10
-         "subscribe = { allow = [\">\"], deny = [\"admin.>\", \"audit.*\"] }\n"               // 11
-         "send = { allow = [\">\"] }\n"                                                       // 12
-         "\n"                                                                                 // 13
-         "[principals.operator]\n"                                                            // 14
-         "tls_subjects = [\"CN=operator,O=Example\"]\n"                                       // 15
-         "admin = true\n";                                                                    // 16
+  return "# the auth file of the tests\n"  // 1
+         "[principals.gateway-eu-1]\n"     // 2
+         "token_sha256 = [\"" +
+         hash_hex("gw-token-1") + "\", \"" + hash_hex("gw-token-2") +
+         "\"]\n"                                 // 3
+         "inbox = { allow = [\"gw-eu-1\"] }\n"   // 4
+         "registry_put = { allow = [\">\"] }\n"  // 5
+         "\n"                                    // 6
+         "[principals.orders]\n"                 // 7
+         "ed25519_public_keys = [\"" +
+         to_hex(key_of(0xab)) +
+         "\"]\n"  // 8
+         "token_sha256 = [\"" +
+         hash_hex("orders-token") +
+         "\"]\n"                                                                 // 9
+         "publish = { allow = [\"orders.>\"] }\n"                                // 10
+         "subscribe = { allow = [\">\"], deny = [\"admin.>\", \"audit.*\"] }\n"  // 11
+         "send = { allow = [\">\"] }\n"                                          // 12
+         "\n"                                                                    // 13
+         "[principals.operator]\n"                                               // 14
+         "tls_subjects = [\"CN=operator,O=Example\"]\n"                          // 15
+         "admin = true\n";                                                       // 16
 }
 
 auth_config parse_ok(const std::string& text) {
@@ -169,14 +175,14 @@ TEST_CASE("a value of the wrong type is an error naming the principal and key") 
     std::string_view text;
     std::string_view key;
   };
-  for (const wrong& w : {wrong{16, "admin = \"yes\"", "admin"}, wrong{15, "tls_subjects = \"CN=x\"", "tls_subjects"},
-                         wrong{15, "tls_subjects = [\"\"]", "tls_subjects[0]"},
-                         wrong{15, "tls_subjects = [1]", "tls_subjects[0]"},
-                         wrong{9, "token_sha256 = \"abc\"", "token_sha256"},
-                         wrong{8, "ed25519_public_keys = [1]", "ed25519_public_keys[0]"},
-                         wrong{10, "publish = [\"orders.>\"]", "publish"},
-                         wrong{10, "publish = { allow = \"orders.>\" }", "publish.allow"},
-                         wrong{10, "publish = { allow = [\"a\", 2] }", "publish.allow[1]"}}) {
+  for (const wrong& w :
+       {wrong{16, "admin = \"yes\"", "admin"}, wrong{15, "tls_subjects = \"CN=x\"", "tls_subjects"},
+        wrong{15, "tls_subjects = [\"\"]", "tls_subjects[0]"}, wrong{15, "tls_subjects = [1]", "tls_subjects[0]"},
+        wrong{9, "token_sha256 = \"abc\"", "token_sha256"},
+        wrong{8, "ed25519_public_keys = [1]", "ed25519_public_keys[0]"},
+        wrong{10, "publish = [\"orders.>\"]", "publish"},
+        wrong{10, "publish = { allow = \"orders.>\" }", "publish.allow"},
+        wrong{10, "publish = { allow = [\"a\", 2] }", "publish.allow[1]"}}) {
     INFO(w.text);
     const auto e = parse_error(with_line(w.line, w.text));
     CHECK(e.line == static_cast<std::size_t>(w.line));
@@ -231,10 +237,12 @@ TEST_CASE("a credential under two principals is an error") {
   CHECK(token.line == 9);
   CHECK_THAT(token.message, Catch::Contains("principal \"orders\"") && Catch::Contains("token_sha256[0]") &&
                                 Catch::Contains("\"gateway-eu-1\""));
-  const auto subject = parse_error(valid_file() + "[principals.zz]\ntls_subjects = [\"x\", \"CN=operator,O=Example\"]\n");
+  const auto subject =
+      parse_error(valid_file() + "[principals.zz]\ntls_subjects = [\"x\", \"CN=operator,O=Example\"]\n");
   CHECK(subject.line == 18);
   CHECK_THAT(subject.message, Catch::Contains("tls_subjects[1]") && Catch::Contains("\"operator\""));
-  const auto key = parse_error(valid_file() + "[principals.aa]\ned25519_public_keys = [\"" + to_hex(key_of(0xab)) + "\"]\n");
+  const auto key =
+      parse_error(valid_file() + "[principals.aa]\ned25519_public_keys = [\"" + to_hex(key_of(0xab)) + "\"]\n");
   // Principals are read in name order: "aa" holds the key first, and
   // orders (line 8) is the one at fault.
   CHECK(key.line == 8);

@@ -23,8 +23,9 @@ struct pair_case {
 }  // namespace
 
 TEST_CASE("every operation name converts to the operation and back") {
-  const std::vector<std::string_view> names{"publish",         "subscribe", "send",          "registry_put", "registry_get",
-                                            "registry_delete", "inbox",     "stream_append", "stream_read"};
+  const std::vector<std::string_view> names{"publish",      "subscribe",     "send",
+                                            "registry_put", "registry_get",  "registry_delete",
+                                            "inbox",        "stream_append", "stream_read"};
   REQUIRE(names.size() == operation_count);
   for (std::size_t i = 0; i < names.size(); ++i) {
     operation op{};
@@ -44,13 +45,14 @@ TEST_CASE("an unknown operation name is refused") {
 
 TEST_CASE("a pattern matches names token by token with * for one token and > for one or more") {
   const std::vector<pair_case> cases{
-      {"a", "a", true},           {"a", "b", false},        {"a.b", "a.b", true},       {"a.b", "a", false},
-      {"a", "a.b", false},        {"*", "a", true},         {"*", "a.b", false},        {"a.*", "a.b", true},
-      {"a.*", "a", false},        {"a.*.c", "a.b.c", true}, {"a.*.c", "a.b.d", false},  {">", "a", true},
-      {">", "a.b.c", true},       {"a.>", "a", false},      {"a.>", "a.b", true},       {"a.>", "a.b.c", true},
-      {"a.>", "b.c", false},      {"*.>", "a.b", true},     {"*.>", "a", false},        {"ab", "a", false},
-      {"a", "ab", false},         {"a.b", "a.bc", false},   {"a", "a.", false},
-      {"orders.>", "orders.eu.created", true},
+      {"a", "a", true},         {"a", "b", false},         {"a.b", "a.b", true},
+      {"a.b", "a", false},      {"a", "a.b", false},       {"*", "a", true},
+      {"*", "a.b", false},      {"a.*", "a.b", true},      {"a.*", "a", false},
+      {"a.*.c", "a.b.c", true}, {"a.*.c", "a.b.d", false}, {">", "a", true},
+      {">", "a.b.c", true},     {"a.>", "a", false},       {"a.>", "a.b", true},
+      {"a.>", "a.b.c", true},   {"a.>", "b.c", false},     {"*.>", "a.b", true},
+      {"*.>", "a", false},      {"ab", "a", false},        {"a", "ab", false},
+      {"a.b", "a.bc", false},   {"a", "a.", false},        {"orders.>", "orders.eu.created", true},
   };
   for (const auto& c : cases) {
     INFO(c.a << " vs " << c.b);
@@ -74,34 +76,20 @@ TEST_CASE("empty patterns and names match nothing") {
 
 TEST_CASE("a pattern covers another when it matches every name the other matches") {
   const std::vector<pair_case> cases{
-      {"a", "a", true},
-      {"a", "b", false},
-      {"*", "a", true},
-      {"a", "*", false},
-      {"*", "*", true},
-      {">", "a", true},
-      {">", "*", true},
-      {">", ">", true},
-      {">", "a.b.>", true},
-      {"*", ">", false},
-      {"a.*", "a.>", false},
-      {"a.>", "a.>", true},
-      {"a.>", "a.*", true},
-      {"a.>", "a.*.created", true},
-      {"a.>", "a.b.>", true},
-      {"a.b.>", "a.>", false},
-      {"a.>", "a", false},
-      {"a.>", "b.>", false},
-      {"a.*", "a.b", true},
-      {"a.*", "a.b.c", false},
-      {"a.b", "a.*", false},
-      {"*.b", "a.b", true},
-      {"*.b", "*.b", true},
-      {"*.b", "*.c", false},
-      {"a.b", "a.b.c", false},
-      {"a.b.c", "a.b", false},
-      {"*.*", "a.>", false},
-      {"orders.>", "orders.*.created", true},
+      {"a", "a", true},        {"a", "b", false},
+      {"*", "a", true},        {"a", "*", false},
+      {"*", "*", true},        {">", "a", true},
+      {">", "*", true},        {">", ">", true},
+      {">", "a.b.>", true},    {"*", ">", false},
+      {"a.*", "a.>", false},   {"a.>", "a.>", true},
+      {"a.>", "a.*", true},    {"a.>", "a.*.created", true},
+      {"a.>", "a.b.>", true},  {"a.b.>", "a.>", false},
+      {"a.>", "a", false},     {"a.>", "b.>", false},
+      {"a.*", "a.b", true},    {"a.*", "a.b.c", false},
+      {"a.b", "a.*", false},   {"*.b", "a.b", true},
+      {"*.b", "*.b", true},    {"*.b", "*.c", false},
+      {"a.b", "a.b.c", false}, {"a.b.c", "a.b", false},
+      {"*.*", "a.>", false},   {"orders.>", "orders.*.created", true},
   };
   for (const auto& c : cases) {
     INFO(c.a << " covers " << c.b);
@@ -111,11 +99,25 @@ TEST_CASE("a pattern covers another when it matches every name the other matches
 
 TEST_CASE("two patterns overlap exactly when some name matches both") {
   const std::vector<pair_case> cases{
-      {"a", "a", true},         {"a", "b", false},       {"a.>", "*.b", true},      {"a.*", "a.b.c", false},
-      {"a.>", "a", false},      {">", "a", true},        {">", ">", true},          {"*", "a.b", false},
-      {"*", ">", true},         {"a.*", "*.b", true},    {"a.*", "b.*", false},     {"a.b.>", "a.>", true},
-      {"a.b.>", "a.c.>", false}, {"*.*.c", "a.>", true}, {"*.*", "a.b.c", false},   {"a.*.c", "a.b.d", false},
-      {"a.*.c", "*.b.*", true}, {"admin.>", ">", true},  {"admin.>", "orders.>", false},
+      {"a", "a", true},
+      {"a", "b", false},
+      {"a.>", "*.b", true},
+      {"a.*", "a.b.c", false},
+      {"a.>", "a", false},
+      {">", "a", true},
+      {">", ">", true},
+      {"*", "a.b", false},
+      {"*", ">", true},
+      {"a.*", "*.b", true},
+      {"a.*", "b.*", false},
+      {"a.b.>", "a.>", true},
+      {"a.b.>", "a.c.>", false},
+      {"*.*.c", "a.>", true},
+      {"*.*", "a.b.c", false},
+      {"a.*.c", "a.b.d", false},
+      {"a.*.c", "*.b.*", true},
+      {"admin.>", ">", true},
+      {"admin.>", "orders.>", false},
   };
   for (const auto& c : cases) {
     INFO(c.a << " overlaps " << c.b);
@@ -186,13 +188,13 @@ TEST_CASE("a rule answers for every shape of pattern exactly as pattern_matches 
   // allows() sorts patterns by shape (>, *, literal, literal with a > tail,
   // the rest) to match without splitting names; each shape, alone as the
   // allow list, must agree with the token-by-token matcher on every name.
-  const std::vector<std::string> patterns{">",       "*",       "a",       "a.b",     "a.>",   "a.b.>", "ab.>",
-                                          "a.*",     "*.b",     "*.>",     "a.*.c",   "a.*.>", "x",     "a.b.c",
-                                          "orders.>", "user:1",  "a-b.c_d"};
-  const std::vector<std::string> names{"a",      "a.",    "a.b",   "a.b.",  "a.b.c", "a.bc",  "ab",   "ab.c",  "b",
-                                       ".a",     "a..b",  ".",     "..",    "a.*",   "a.>",   "*",    ">",     "x.a.b",
-                                       "a.b.c.d", "aa.b", "orders", "orders.", "orders.x", "user:1", "user:10",
-                                       "a-b.c_d", "a-b.c_d.e"};
+  const std::vector<std::string> patterns{">",    "*",     "a",        "a.b",    "a.>",    "a.b.>",
+                                          "ab.>", "a.*",   "*.b",      "*.>",    "a.*.c",  "a.*.>",
+                                          "x",    "a.b.c", "orders.>", "user:1", "a-b.c_d"};
+  const std::vector<std::string> names{"a",       "a.",       "a.b",    "a.b.",    "a.b.c",   "a.bc",     "ab",
+                                       "ab.c",    "b",        ".a",     "a..b",    ".",       "..",       "a.*",
+                                       "a.>",     "*",        ">",      "x.a.b",   "a.b.c.d", "aa.b",     "orders",
+                                       "orders.", "orders.x", "user:1", "user:10", "a-b.c_d", "a-b.c_d.e"};
   for (const auto& p : patterns) {
     const permission_rule alone({p}, {});
     const permission_rule denied({">"}, {p});

@@ -67,8 +67,7 @@ TEST_CASE("switchyard-bench durable reports the durability mode of the broker at
   CHECK(contains(out, R"("fsync":"none: never fsynced by the server, acknowledged after commit","durability":"none")"));
 }
 
-TEST_CASE("switchyard-bench says server figures are not measured for a broker of --address, never nan",
-          "[bench]") {
+TEST_CASE("switchyard-bench says server figures are not measured for a broker of --address, never nan", "[bench]") {
   auto server = start_server_process();
   SECTION("leases") {
     const auto [code, out] = run_bench(address_of(server), "leases --leases 100 --window 16");
@@ -120,15 +119,14 @@ TEST_CASE("switchyard-bench durable probes the disk of a broker of --address on 
   CHECK(contains(out, R"("fsync_probe":{"dir":")"));
 }
 
-TEST_CASE("switchyard-bench revokes its leases on a broker of --address, and their routes go with them",
-          "[bench]") {
+TEST_CASE("switchyard-bench revokes its leases on a broker of --address, and their routes go with them", "[bench]") {
   auto server = start_server_process();
   auto c = observer(server);
-  for (const char* args : {"leases --leases 300 --window 16",
-                           "route --users 200 --gateways 4 --count 500 --size 64 --window 16",
-                           "route --users 200 --gateways 4 --count 500 --size 64 --window 0",
-                           "offers --users 200 --gateways 4 --count 500 --rounds 1 --rate 1000 --seconds 0.2 "
-                           "--pending 200 --size 64 --window 16"}) {
+  for (const char* args :
+       {"leases --leases 300 --window 16", "route --users 200 --gateways 4 --count 500 --size 64 --window 16",
+        "route --users 200 --gateways 4 --count 500 --size 64 --window 0",
+        "offers --users 200 --gateways 4 --count 500 --rounds 1 --rate 1000 --seconds 0.2 "
+        "--pending 200 --size 64 --window 16"}) {
     INFO(args);
     const auto [code, out] = run_bench(address_of(server), args);
     INFO(out);
@@ -178,9 +176,11 @@ TEST_CASE("switchyard-bench appends to a stream of its own per run on a broker o
     INFO(s.name);
     CHECK(streams.count(s.name) == 1);
     // The broker trims in the background, about once a second.
-    CHECK(wait_until([&] {
-      const auto info = c->stream_info(s.name);
-      return info && info->records == 0;
-    }, 30s));
+    CHECK(wait_until(
+        [&] {
+          const auto info = c->stream_info(s.name);
+          return info && info->records == 0;
+        },
+        30s));
   }
 }

@@ -91,9 +91,9 @@ TEST_CASE("switchyard-bench --tls runs over TLS and removes its certificate fold
 TEST_CASE("switchyard-bench removes its certificate folder when the run fails", "[bench][tls]") {
   temp_dir tmp;
   // No broker binary there: start-up fails after the certificate was made.
-  const auto [code, json] = run_for_exit_code("TMPDIR=" + tmp.path().string() + " " + SWITCHYARD_BENCH_BINARY +
-                                              " --server " + (tmp.path() / "no-such-server").string() +
-                                              " --json --tls fanout --count 10 2>/dev/null");
+  const auto [code, json] =
+      run_for_exit_code("TMPDIR=" + tmp.path().string() + " " + SWITCHYARD_BENCH_BINARY + " --server " +
+                        (tmp.path() / "no-such-server").string() + " --json --tls fanout --count 10 2>/dev/null");
   INFO(json);
   CHECK(code != 0);
   CHECK(contains(json, R"("error":)"));
@@ -144,20 +144,27 @@ TEST_CASE("the bench's auth file gives its principal every name the workloads us
   }
   using op = switchyard::auth::operation;
   // The names of bench/*.cpp (fanout, latency, reconnect, route, leases, durable, replay).
-  const std::pair<op, const char*> used[] = {
-      {op::publish, "bench.fanout"},          {op::publish, "bench.rc.17"},
-      {op::send, "user:4711"},                {op::send, "rc.u.3.7"},
-      {op::registry_put, "user:4711"},        {op::registry_put, "rc.u.3.7"},
-      {op::registry_get, "user:4711"},        {op::registry_delete, "rc.u.3.7"},
-      {op::inbox, "gw-199"},                  {op::inbox, "rc-gw-12"},
-      {op::stream_append, "bench:durable"},   {op::stream_append, "bench:replay"},
-      {op::stream_read, "bench:durable"},     {op::stream_read, "bench:replay"}};
+  const std::pair<op, const char*> used[] = {{op::publish, "bench.fanout"},
+                                             {op::publish, "bench.rc.17"},
+                                             {op::send, "user:4711"},
+                                             {op::send, "rc.u.3.7"},
+                                             {op::registry_put, "user:4711"},
+                                             {op::registry_put, "rc.u.3.7"},
+                                             {op::registry_get, "user:4711"},
+                                             {op::registry_delete, "rc.u.3.7"},
+                                             {op::inbox, "gw-199"},
+                                             {op::inbox, "rc-gw-12"},
+                                             {op::stream_append, "bench:durable"},
+                                             {op::stream_append, "bench:replay"},
+                                             {op::stream_read, "bench:durable"},
+                                             {op::stream_read, "bench:replay"}};
   for (const auto& [operation, name] : used) {
     INFO(switchyard::auth::to_string(operation) << " " << name);
     CHECK(principal->may(operation, name));
   }
   for (const char* pattern : {"bench.fanout", "bench.rc.17"})
-    CHECK(principal->rule(op::subscribe).check_subscribe(pattern) == switchyard::auth::permission_rule::subscribe_verdict::allowed);
+    CHECK(principal->rule(op::subscribe).check_subscribe(pattern) ==
+          switchyard::auth::permission_rule::subscribe_verdict::allowed);
   // The deny rules are real: they refuse names beside the bench's.
   CHECK_FALSE(principal->may(op::publish, "bench.admin.reset"));
   CHECK_FALSE(principal->may(op::send, "admin"));
@@ -218,7 +225,8 @@ TEST_CASE("switchyard-bench without a workload, or with a word that is not one, 
   const auto flag_only = run_bench_with_stderr(tmp, "--count 5");
   INFO(flag_only.err);
   CHECK(flag_only.code == 106);
-  CHECK(contains(flag_only.err, "switchyard-bench: a workload is required ('--count' is not a flag of switchyard-bench itself): {"));
+  CHECK(contains(flag_only.err,
+                 "switchyard-bench: a workload is required ('--count' is not a flag of switchyard-bench itself): {"));
 }
 
 TEST_CASE("switchyard-bench route --window 0 reports its sends as sent without answers", "[bench]") {
@@ -244,8 +252,8 @@ TEST_CASE("switchyard-bench route with a window reports its sends as answered", 
 
 TEST_CASE("switchyard-bench route --rate paces its sends and reports send-to-inbox latency percentiles", "[bench]") {
   temp_dir tmp;
-  const auto r = run_bench_with_stderr(
-      tmp, "--json route --users 100 --gateways 4 --count 2000 --size 64 --window 0 --rate 4000");
+  const auto r =
+      run_bench_with_stderr(tmp, "--json route --users 100 --gateways 4 --count 2000 --size 64 --window 0 --rate 4000");
   INFO(r.err);
   INFO(r.out);
   CHECK(r.code == 0);
@@ -267,10 +275,12 @@ TEST_CASE("switchyard-bench route --rate paces its sends and reports send-to-inb
 TEST_CASE("switchyard-bench route --rate refuses a window or a payload too small for the send time, exit 2",
           "[bench]") {
   temp_dir tmp;
-  const auto windowed = run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 8 --rate 100");
+  const auto windowed =
+      run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 8 --rate 100");
   CHECK(windowed.code == 2);
   CHECK(contains(windowed.out + windowed.err, "route --rate needs --window 0 and --size of at least 24"));
-  const auto small = run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 0 --size 16 --rate 100");
+  const auto small =
+      run_bench_with_stderr(tmp, "--json route --users 10 --gateways 2 --count 10 --window 0 --size 16 --rate 100");
   CHECK(small.code == 2);
   CHECK(contains(small.out + small.err, "route --rate needs --window 0 and --size of at least 24"));
 }
@@ -295,8 +305,7 @@ TEST_CASE("switchyard-bench route checks every delivery: none misrouted or reord
   }
 }
 
-TEST_CASE("switchyard-bench route with more gateways than users ends the gateways without users at once",
-          "[bench]") {
+TEST_CASE("switchyard-bench route with more gateways than users ends the gateways without users at once", "[bench]") {
   temp_dir tmp;
   const auto r = run_bench_with_stderr(tmp, "--json route --users 3 --gateways 5 --count 100 --size 64 --window 0");
   INFO(r.err);

@@ -60,7 +60,7 @@ TEST_CASE("a message for another gateway's user is counted as misrouted and fail
   delivery(2, 1, "user:1").to(gw1);
   for (auto* gw : {&gw0, &gw1, &gw2})
     delivery(route_sentinel, 0, "").to(*gw);  // sentinels for user 0 without its key: misrouted everywhere
-  CHECK(gw0.misrouted() == 2);  // the message, and the sentinel's missing key
+  CHECK(gw0.misrouted() == 2);                // the message, and the sentinel's missing key
   CHECK(gw1.misrouted() == 1);
   CHECK(gw2.misrouted() == 1);
   CHECK(gw0.received() == 2);  // counted as received: it arrived, at the wrong place

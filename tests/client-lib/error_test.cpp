@@ -22,10 +22,10 @@ TEST_CASE("a server-reported code has the protocol's name and message", "[client
 }
 
 TEST_CASE("each of the library's own codes has a name and a message of its own", "[client-lib]") {
-  const errc own[] = {errc::not_connected,     errc::timeout,        errc::invalid_channel,
-                      errc::invalid_pattern,   errc::payload_too_large, errc::would_deadlock,
-                      errc::protocol_violation, errc::not_supported,  errc::invalid_position,
-                      errc::connection_lost,   errc::buffer_full,    errc::reconnect_failed, errc::tls_failed};
+  const errc own[] = {errc::not_connected,     errc::timeout,         errc::invalid_channel,    errc::invalid_pattern,
+                      errc::payload_too_large, errc::would_deadlock,  errc::protocol_violation, errc::not_supported,
+                      errc::invalid_position,  errc::connection_lost, errc::buffer_full,        errc::reconnect_failed,
+                      errc::tls_failed};
   std::set<std::string_view> names;
   std::set<std::string> messages;
   for (const errc e : own) {

@@ -162,8 +162,8 @@ TEST_CASE("a receipt carries the offer, the key, the gateway, the outcome and th
   CHECK(r.outcome == receipt_outcome::acked);
   CHECK(r.elapsed == std::chrono::microseconds(1500));
 
-  const frame timed_out(b.receipt(43, "user:bob", "gw-2", static_cast<std::uint8_t>(wire::ReceiptOutcome::timeout),
-                                  5'000'000));
+  const frame timed_out(
+      b.receipt(43, "user:bob", "gw-2", static_cast<std::uint8_t>(wire::ReceiptOutcome::timeout), 5'000'000));
   const auto t = detail::to_receipt(*timed_out->message_as_Receipt());
   CHECK(t.outcome == receipt_outcome::timeout);
   CHECK(t.elapsed == 5s);

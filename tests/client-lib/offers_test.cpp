@@ -246,8 +246,8 @@ TEST_CASE("receipts go to the connection that holds the receipt inbox, not to th
   REQUIRE(lease);
   REQUIRE_FALSE(dispatcher->open_inbox("dispatch-1", lease->id, [](const inbox_message&) {}));
   const std::array<std::string_view, 1> keys{"user:alice"};
-  REQUIRE(sender->send_offer(keys, "ride 5",
-                             {.offer_id = 105, .expires_in = 30s, .receipt_timeout = 30s, .receipt_inbox = "dispatch-1"}));
+  REQUIRE(sender->send_offer(
+      keys, "ride 5", {.offer_id = 105, .expires_in = 30s, .receipt_timeout = 30s, .receipt_inbox = "dispatch-1"}));
   REQUIRE(wait_until([&] { return gw.got.count == 1; }));
   REQUIRE_FALSE(gw.c->ack(105, "user:alice"));
   REQUIRE(wait_until([&] { return at_dispatcher.count == 1; }));
@@ -321,9 +321,10 @@ TEST_CASE("async_send_offer answers with every key's outcome and the receipt fol
   std::atomic<gateway*> acker{nullptr};
   // The device acks every offer at once, on the loop thread.
   auto started = gateway::start(*conn, {.inbox_id = "gw-1",
-                                        .on_message = [&](const inbox_message& m) {
-                                          if (auto* g = acker.load()) (void)g->ack(m);
-                                        },
+                                        .on_message =
+                                            [&](const inbox_message& m) {
+                                              if (auto* g = acker.load()) (void)g->ack(m);
+                                            },
                                         .routes = {"user:alice"}});
   REQUIRE(started);
   gw = std::move(*started);
@@ -333,12 +334,15 @@ TEST_CASE("async_send_offer answers with every key's outcome and the receipt fol
   const std::array<std::string_view, 2> keys{"user:alice", "user:nobody"};
   constexpr int n = 50;
   for (int i = 0; i < n; ++i)
-    sender->async_send_offer(keys, std::as_bytes(std::span("ride", 4)),
-                             {.offer_id = 200u + static_cast<std::uint64_t>(i), .expires_in = 30s, .receipt_timeout = 30s},
-                             [&](std::expected<offer_result, std::error_code> r) {
-                               if (r) answers.add(*r);
-                               else failures.add(r.error());
-                             });
+    sender->async_send_offer(
+        keys, std::as_bytes(std::span("ride", 4)),
+        {.offer_id = 200u + static_cast<std::uint64_t>(i), .expires_in = 30s, .receipt_timeout = 30s},
+        [&](std::expected<offer_result, std::error_code> r) {
+          if (r)
+            answers.add(*r);
+          else
+            failures.add(r.error());
+        });
   REQUIRE(wait_until([&] { return answers.count + failures.count == n; }));
   CHECK(failures.count == 0);
   for (const auto& r : answers.snapshot()) {

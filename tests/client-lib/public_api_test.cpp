@@ -11,9 +11,13 @@ namespace {
 // Whether code outside the library can reach T's implementation: name
 // T::impl, or call an accessor such as event_loop::get() that returns it.
 template <class T>
-constexpr bool names_impl = requires { typename T::impl; };
+constexpr bool names_impl = requires {
+  typename T::impl;
+};
 template <class T>
-constexpr bool has_get = requires(T& t) { t.get(); };
+constexpr bool has_get = requires(T& t) {
+  t.get();
+};
 
 }  // namespace
 

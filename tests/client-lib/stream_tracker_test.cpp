@@ -33,11 +33,11 @@ struct fake_stream {
 
 struct harness {
   std::map<std::string, fake_stream, std::less<>> log;
-  std::size_t batch = 1000;                       // records per read answer
-  std::optional<std::error_code> fail_next;       // the next read fails with this
+  std::size_t batch = 1000;                                   // records per read answer
+  std::optional<std::error_code> fail_next;                   // the next read fails with this
   std::deque<std::pair<std::string, std::uint64_t>> pending;  // reads issued, not yet answered
   std::vector<std::pair<std::string, std::uint64_t>> reads;   // every read issued
-  std::vector<std::uint64_t> delivered;           // sequences handed to the application, in order
+  std::vector<std::uint64_t> delivered;                       // sequences handed to the application, in order
   std::vector<unrecoverable_position> lost;
   resume_at policy = resume_at::first_available;
   stream_tracker tracker{[this](const std::string& s, std::uint64_t from) {
@@ -82,8 +82,10 @@ struct harness {
       // out and counted; next_seq follows the last one examined.
       std::uint64_t q = std::max(from, s.first);
       for (std::size_t examined = 0; q <= s.last && examined < batch; ++q, ++examined) {
-        if (s.expired.contains(q)) ++r.expired;
-        else r.records.push_back(stream_record{q, 0, {}, "ch", {}});
+        if (s.expired.contains(q))
+          ++r.expired;
+        else
+          r.records.push_back(stream_record{q, 0, {}, "ch", {}});
       }
       r.next_seq = q;
       tracker.read_done(stream, r, [&](const std::string&, std::uint64_t, const stream_record& rec) {
@@ -367,9 +369,8 @@ TEST_CASE("a hole without an expired count is never stepped over", "[client-lib]
   r.records.push_back(stream_record{4, 0, {}, "ch", {}});
   r.next_seq = 5;
   h.pending.clear();
-  h.tracker.read_done("s", r, [&](const std::string&, std::uint64_t, const stream_record& rec) {
-    h.delivered.push_back(rec.seq);
-  });
+  h.tracker.read_done(
+      "s", r, [&](const std::string&, std::uint64_t, const stream_record& rec) { h.delivered.push_back(rec.seq); });
   CHECK(h.delivered == std::vector<std::uint64_t>{1, 2});
   CHECK(h.tracker.positions().at("s").seq == 2);
 }

@@ -101,8 +101,10 @@ TEST_CASE("a Ping after a publish with a stream is answered after its Appended",
   temp_dir dir;
   test::test_server server(with_log(dir));
   protocol::frame_builder b;
-  check_flush(server, {copy(b.publish(901, "orders.new", payload, "orders")), copy(b.publish(1901, "orders.new", payload, "orders"))},
-              Message::Appended);
+  check_flush(
+      server,
+      {copy(b.publish(901, "orders.new", payload, "orders")), copy(b.publish(1901, "orders.new", payload, "orders"))},
+      Message::Appended);
 }
 
 TEST_CASE("a Ping after a send with a stream is answered after its SendResult", "[e2e][broker][log]") {

@@ -148,7 +148,9 @@ void check_forbidden(raw_connection& raw, std::uint64_t request_id, std::initial
 // The auth file most tests use: a service, two gateways and an operator.
 std::string standard_file(const key_pair& gw2_key) {
   return "[principals.orders]\n"
-         "token_sha256 = [\"" + token_hash("orders-token") + "\"]\n"
+         "token_sha256 = [\"" +
+         token_hash("orders-token") +
+         "\"]\n"
          "publish = { allow = [\"orders.>\", \"audit.*\"], deny = [\"orders.secret\"] }\n"
          "subscribe = { allow = [\">\"], deny = [\"admin.>\", \"orders.hidden\"] }\n"
          "send = { allow = [\"user.*\"] , deny = [\"user.vip\"] }\n"
@@ -157,7 +159,9 @@ std::string standard_file(const key_pair& gw2_key) {
          "stream_read = { allow = [\"orders\"] }\n"
          "\n"
          "[principals.gw1]\n"
-         "token_sha256 = [\"" + token_hash("gw1-token") + "\"]\n"
+         "token_sha256 = [\"" +
+         token_hash("gw1-token") +
+         "\"]\n"
          "inbox = { allow = [\"gw1\", \"shared\"] }\n"
          "registry_put = { allow = [\"user.*\"] }\n"
          "registry_get = { allow = [\"user.*\"] }\n"
@@ -165,13 +169,17 @@ std::string standard_file(const key_pair& gw2_key) {
          "subscribe = { allow = [\"gw.gw1.>\"] }\n"
          "\n"
          "[principals.gw2]\n"
-         "ed25519_public_keys = [\"" + gw2_key.public_hex() + "\"]\n"
+         "ed25519_public_keys = [\"" +
+         gw2_key.public_hex() +
+         "\"]\n"
          "inbox = { allow = [\"gw2\", \"shared\"] }\n"
          "registry_put = { allow = [\"user.*\"] }\n"
          "registry_delete = { allow = [\"user.*\"] }\n"
          "\n"
          "[principals.operator]\n"
-         "token_sha256 = [\"" + token_hash("operator-token") + "\"]\n"
+         "token_sha256 = [\"" +
+         token_hash("operator-token") +
+         "\"]\n"
          "admin = true\n";
 }
 
@@ -209,8 +217,7 @@ struct inbox_box {
 
 // ---- Credentials ----
 
-TEST_CASE("a client with a listed token is welcomed, one without credentials is refused unauthorized",
-          "[e2e][auth]") {
+TEST_CASE("a client with a listed token is welcomed, one without credentials is refused unauthorized", "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));
   auto ok = connect_ok(as_token(b.port(), "orders-token"));
@@ -489,7 +496,8 @@ TEST_CASE("send: allowed route keys are delivered, a denied one is forbidden", "
   auto lease = gw->lease_grant(std::chrono::seconds(30));
   REQUIRE(lease);
   inbox_box got;
-  REQUIRE_FALSE(gw->open_inbox("gw1", lease->id, [&](const inbox_message& m) { got.add(std::string(m.payload_text())); }));
+  REQUIRE_FALSE(
+      gw->open_inbox("gw1", lease->id, [&](const inbox_message& m) { got.add(std::string(m.payload_text())); }));
   REQUIRE(gw->registry_put("user.1", "gw1", lease->id));
   REQUIRE(gw->registry_put("user.vip", "gw1", lease->id));
   auto svc = connect_ok(as_token(b.port(), "orders-token"));
@@ -703,9 +711,10 @@ TEST_CASE("registry entries and inboxes under a principal's lease cannot be take
 
 // ---- Reload ----
 
-TEST_CASE("a reload applies at once: an added principal connects, a removed one is disconnected, changed "
-          "permissions hold for live connections",
-          "[e2e][auth]") {
+TEST_CASE(
+    "a reload applies at once: an added principal connects, a removed one is disconnected, changed "
+    "permissions hold for live connections",
+    "[e2e][auth]") {
   key_pair gw2;
   auth_broker b(standard_file(gw2));
   auto svc = connect_ok(as_token(b.port(), "orders-token"));
@@ -718,12 +727,17 @@ TEST_CASE("a reload applies at once: an added principal connects, a removed one 
   CHECK(svc->publish_confirmed("billing.x", bytes("x")) == forbidden);
 
   // orders may now publish to billing.>, gw1 is gone, newcomer exists.
-  b.write("[principals.orders]\n"
-          "token_sha256 = [\"" + token_hash("orders-token") + "\"]\n"
-          "publish = { allow = [\"billing.>\"] }\n"
-          "[principals.newcomer]\n"
-          "token_sha256 = [\"" + token_hash("new-token") + "\"]\n"
-          "publish = { allow = [\">\"] }\n");
+  b.write(
+      "[principals.orders]\n"
+      "token_sha256 = [\"" +
+      token_hash("orders-token") +
+      "\"]\n"
+      "publish = { allow = [\"billing.>\"] }\n"
+      "[principals.newcomer]\n"
+      "token_sha256 = [\"" +
+      token_hash("new-token") +
+      "\"]\n"
+      "publish = { allow = [\">\"] }\n");
   b.server().reload();
   CHECK_FALSE(svc->publish_confirmed("billing.x", bytes("x")));
   CHECK(svc->publish_confirmed("orders.x", bytes("x")) == forbidden);
@@ -752,12 +766,17 @@ TEST_CASE("a wildcard subscription loses a channel that a reload denies", "[e2e]
   auto op = connect_ok(as_token(b.port(), "operator-token"));
   REQUIRE_FALSE(op->publish_confirmed("news.a", bytes("1")));
   REQUIRE(wait_until([&] { return got.get().size() == 1; }));
-  b.write("[principals.orders]\n"
-          "token_sha256 = [\"" + token_hash("orders-token") + "\"]\n"
-          "subscribe = { allow = [\">\"], deny = [\"news.a\"] }\n"
-          "[principals.operator]\n"
-          "token_sha256 = [\"" + token_hash("operator-token") + "\"]\n"
-          "admin = true\n");
+  b.write(
+      "[principals.orders]\n"
+      "token_sha256 = [\"" +
+      token_hash("orders-token") +
+      "\"]\n"
+      "subscribe = { allow = [\">\"], deny = [\"news.a\"] }\n"
+      "[principals.operator]\n"
+      "token_sha256 = [\"" +
+      token_hash("operator-token") +
+      "\"]\n"
+      "admin = true\n");
   b.server().reload();
   REQUIRE_FALSE(op->publish_confirmed("news.a", bytes("2")));
   REQUIRE_FALSE(op->publish_confirmed("news.b", bytes("3")));

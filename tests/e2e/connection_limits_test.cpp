@@ -62,7 +62,8 @@ std::vector<std::uint8_t> big_publish(std::uint64_t rid, std::size_t size) {
 
 }  // namespace
 
-TEST_CASE("a frame trickled a byte at a time is closed with limit_exceeded after frame-timeout-ms", "[e2e][broker][limits]") {
+TEST_CASE("a frame trickled a byte at a time is closed with limit_exceeded after frame-timeout-ms",
+          "[e2e][broker][limits]") {
   auto cfg = test_server::default_config();
   cfg.frame_timeout = 300ms;
   test_server server(cfg);
@@ -102,7 +103,8 @@ TEST_CASE("a frame that completes in time is handled whatever its pace", "[e2e][
   CHECK(ok->request_id() == 7);
 }
 
-TEST_CASE("incomplete frames past max-incomplete-bytes close the connection whose frame would grow", "[e2e][broker][limits]") {
+TEST_CASE("incomplete frames past max-incomplete-bytes close the connection whose frame would grow",
+          "[e2e][broker][limits]") {
   auto cfg = test_server::default_config();
   cfg.max_frame = 32 * 1024;
   cfg.max_incomplete_bytes = 64 * 1024;
@@ -157,7 +159,8 @@ TEST_CASE("incomplete frames declaring 1 MiB hold what arrived, not what they de
   CHECK(server.metrics().incomplete_bytes_peak <= std::uint64_t{n} * 2048);
 }
 
-TEST_CASE("subscriptions past max-subscriptions answer limit_exceeded and the connection stays usable", "[e2e][broker][limits]") {
+TEST_CASE("subscriptions past max-subscriptions answer limit_exceeded and the connection stays usable",
+          "[e2e][broker][limits]") {
   auto cfg = test_server::default_config();
   cfg.max_subscriptions = 5;
   test_server server(cfg);

@@ -57,8 +57,8 @@ TEST_CASE("the pub/sub example delivers to orders.*.created and orders.>", "[e2e
 
 TEST_CASE("the examples take the broker's address from SWITCHYARD_ADDRESS", "[e2e][examples]") {
   switchyard::test::test_server server;
-  const auto [code, out] = run("SWITCHYARD_ADDRESS=127.0.0.1:" + std::to_string(server.port()) + " " +
-                               SWITCHYARD_EXAMPLE_PUBSUB);
+  const auto [code, out] =
+      run("SWITCHYARD_ADDRESS=127.0.0.1:" + std::to_string(server.port()) + " " + SWITCHYARD_EXAMPLE_PUBSUB);
   INFO(out);
   CHECK(code == 0);
   check_delivered(out);
@@ -115,9 +115,9 @@ TEST_CASE("the dispatch example runs both policies on the broker's offers and ac
   // 200 requests at 250/s per policy; 20% of the devices never ack, so the
   // timeout path (fallback, next driver) runs under either policy; a cap
   // of 2 per 100 requests binds, so drivers are answered `capped` too.
-  const auto [code, out] = run(std::string(SWITCHYARD_EXAMPLE_DISPATCH) +
-                               " --requests 200 --never-ack 20 --cap 2 --json --address 127.0.0.1:" +
-                               std::to_string(server.port()));
+  const auto [code, out] =
+      run(std::string(SWITCHYARD_EXAMPLE_DISPATCH) +
+          " --requests 200 --never-ack 20 --cap 2 --json --address 127.0.0.1:" + std::to_string(server.port()));
   INFO(out);
   CHECK(code == 0);
   // The human lines (stderr with --json), one per policy, as the seed prints them.

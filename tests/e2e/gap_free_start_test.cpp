@@ -30,9 +30,9 @@
 using namespace switchyard;
 using test::collector;
 using test::connect_to;
+using test::stall;
 using test::temp_dir;
 using test::test_server;
-using test::stall;
 using test::wait_until;
 
 namespace {
@@ -95,9 +95,10 @@ std::uint64_t expected_last(int stream) { return stream == stream_count - 1 ? bu
 
 }  // namespace
 
-TEST_CASE("a durable subscriber whose first deliveries of several streams were dropped gets every message "
-          "published after its subscribe, in order",
-          "[e2e][log][slow]") {
+TEST_CASE(
+    "a durable subscriber whose first deliveries of several streams were dropped gets every message "
+    "published after its subscribe, in order",
+    "[e2e][log][slow]") {
   temp_dir dir;
   test_server server(tiny_queue_config(dir));
   const std::string payload(filler_bytes, 'x');
@@ -109,8 +110,10 @@ TEST_CASE("a durable subscriber whose first deliveries of several streams were d
   auto sub = connect_to(server, "slow-start");
   const auto id = sub->subscribe_durable("conv.>", [&](const message& m) {
     if (!stalled.exchange(true)) gate.wait();  // the very first message: stall
-    if (m.stream.empty()) ++fillers;
-    else got.add(m.stream, m.seq, m.replayed);
+    if (m.stream.empty())
+      ++fillers;
+    else
+      got.add(m.stream, m.seq, m.replayed);
   });
   REQUIRE(id);
 
@@ -152,9 +155,10 @@ TEST_CASE("a durable subscriber whose first deliveries of several streams were d
   CHECK(sub->dropped_total() > 0);
 }
 
-TEST_CASE("a gateway whose first durable sends of several streams were dropped gets every send made after its "
-          "inbox opened, in order",
-          "[e2e][log][routing][slow]") {
+TEST_CASE(
+    "a gateway whose first durable sends of several streams were dropped gets every send made after its "
+    "inbox opened, in order",
+    "[e2e][log][routing][slow]") {
   temp_dir dir;
   test_server server(tiny_queue_config(dir));
   const std::string payload(filler_bytes, 'x');
@@ -174,8 +178,7 @@ TEST_CASE("a gateway whose first durable sends of several streams were dropped g
   REQUIRE(gw);
 
   auto svc = connect_to(server, "service");
-  for (std::size_t i = 0; i < filler_count; ++i)
-    REQUIRE_FALSE(svc->send_nowait("user:alice", bytes_of(payload)));
+  for (std::size_t i = 0; i < filler_count; ++i) REQUIRE_FALSE(svc->send_nowait("user:alice", bytes_of(payload)));
   REQUIRE_FALSE(svc->flush());
   const std::string_view alice[] = {"user:alice"};
   for (std::uint64_t i = 1; i <= burst; ++i)
@@ -201,9 +204,10 @@ TEST_CASE("a gateway whose first durable sends of several streams were dropped g
   CHECK(got.total == want);
 }
 
-TEST_CASE("the broker reports the first dropped durable delivery of each stream and channel once, until a "
-          "Subscribe or the Dropped notice",
-          "[e2e][log][slow]") {
+TEST_CASE(
+    "the broker reports the first dropped durable delivery of each stream and channel once, until a "
+    "Subscribe or the Dropped notice",
+    "[e2e][log][slow]") {
   temp_dir dir;
   test_server server(tiny_queue_config(dir));
   const std::string payload(filler_bytes, 'x');
@@ -276,10 +280,10 @@ TEST_CASE("the broker reports the first dropped durable delivery of each stream 
   };
 
   fill();
-  durable("c.a", "s");  // s:1, the first drop of (s, c.a): told
-  durable("c.a", "s");  // s:2: not again
-  durable("c.b", "s");  // s:3, the first drop of (s, c.b): told
-  durable("c.a", "t");  // t:1: told
+  durable("c.a", "s");               // s:1, the first drop of (s, c.a): told
+  durable("c.a", "s");               // s:2: not again
+  durable("c.b", "s");               // s:3, the first drop of (s, c.b): told
+  durable("c.a", "t");               // t:1: told
   slow.send(b.subscribe(3, "c.>"));  // the same pattern again: a new subscription starts here
   handled("sync.1");
   durable("c.a", "s");  // s:4: told again, for the new subscription
@@ -317,15 +321,18 @@ TEST_CASE("saved positions with a sequence but no epoch are refused, so a recrea
     return resume_at::first_available;
   };
   auto sub = connect_to(server, "sub");
-  const auto id = sub->subscribe_durable("feed.>", [&](const message& m) { got.add(m.seq); }, o);
+  const auto id = sub->subscribe_durable(
+      "feed.>", [&](const message& m) { got.add(m.seq); }, o);
   REQUIRE_FALSE(id);
   CHECK(id.error() == errc::invalid_position);
 
   // The same for a durable inbox (and the gateway helper, which opens one).
   auto lease = sub->lease_grant(std::chrono::seconds(30));
   REQUIRE(lease);
-  CHECK(sub->open_inbox_durable("gw-1", lease->id, [](const inbox_message&) {}, o) == errc::invalid_position);
-  auto gw = gateway::start(*sub, {.inbox_id = "gw-2", .on_message = [](const inbox_message&) {},
+  CHECK(sub->open_inbox_durable(
+            "gw-1", lease->id, [](const inbox_message&) {}, o) == errc::invalid_position);
+  auto gw = gateway::start(*sub, {.inbox_id = "gw-2",
+                                  .on_message = [](const inbox_message&) {},
                                   .durable = durable_options{.resume_from = saved}});
   REQUIRE_FALSE(gw);
   CHECK(gw.error() == errc::invalid_position);
@@ -368,7 +375,8 @@ TEST_CASE("a saved position of a stream recreated since is reported as epoch_cha
     return resume_at::first_available;
   };
   auto sub = connect_to(server, "sub");
-  REQUIRE(sub->subscribe_durable("feed.>", [&](const message& m) { got.add(m.seq); }, o));
+  REQUIRE(sub->subscribe_durable(
+      "feed.>", [&](const message& m) { got.add(m.seq); }, o));
   REQUIRE(wait_until([&] { return got.count == 5; }));
   REQUIRE(lost.count == 1);
   const auto u = lost.snapshot().front();
@@ -379,9 +387,10 @@ TEST_CASE("a saved position of a stream recreated since is reported as epoch_cha
   CHECK(got.snapshot() == range(1, 5));
 }
 
-TEST_CASE("a connection that reads nothing while durable deliveries of over 10,000 streams are dropped is closed as "
-          "a slow consumer",
-          "[e2e][log][slow]") {
+TEST_CASE(
+    "a connection that reads nothing while durable deliveries of over 10,000 streams are dropped is closed as "
+    "a slow consumer",
+    "[e2e][log][slow]") {
   temp_dir dir;
   test_server server(tiny_queue_config(dir));
   const std::string payload(filler_bytes, 'x');

@@ -104,9 +104,8 @@ TEST_CASE("a destroyed gateway's inbox handler is never called again, though the
   test_server server(gateway_config(dir));
   auto conn = connect_to(server, "gateway");
   std::atomic<int> delivered{0};
-  gateway_options options{.inbox_id = "gw-1",
-                          .on_message = [&](const inbox_message&) { ++delivered; },
-                          .routes = {"user:alice"}};
+  gateway_options options{
+      .inbox_id = "gw-1", .on_message = [&](const inbox_message&) { ++delivered; }, .routes = {"user:alice"}};
   if (durable) options.durable = durable_options{};
   auto gw = gateway::start(*conn, std::move(options));
   REQUIRE(gw);

@@ -137,7 +137,8 @@ TEST_CASE("/connz lists connections with the fields of conns --json and pages wi
   auto a = connect_to(server, "alpha");
   auto b = connect_to(server, "beta");
   auto c = connect_to(server, "gamma");
-  REQUIRE(wait_until([&] { return http_get(server.http_port(), "/connz").body.find("\"total\":3") != std::string::npos; }));
+  REQUIRE(
+      wait_until([&] { return http_get(server.http_port(), "/connz").body.find("\"total\":3") != std::string::npos; }));
 
   const auto first = http_get(server.http_port(), "/connz?sort=id&limit=2");
   REQUIRE(first.status == 200);
@@ -206,8 +207,8 @@ TEST_CASE("a monitoring port already in use stops the start naming it, before th
   c.log_level = "info";
   c.http_port = taken.local_endpoint().port();
   broker::server s(c);
-  CHECK_THROWS_WITH(s.start(), Catch::Contains("--http") &&
-                                   Catch::Contains("127.0.0.1:" + std::to_string(c.http_port)));
+  CHECK_THROWS_WITH(s.start(),
+                    Catch::Contains("--http") && Catch::Contains("127.0.0.1:" + std::to_string(c.http_port)));
   CHECK(log.text().find("listening on") == std::string::npos);
 }
 
@@ -238,7 +239,8 @@ TEST_CASE("the status page renders in headless Chromium with the broker's state,
   const std::string chromium =
       "timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
       "--disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage "
-      "--user-data-dir=" + quoted(profile.path()) + " --window-size=1280,1100 ";
+      "--user-data-dir=" +
+      quoted(profile.path()) + " --window-size=1280,1100 ";
   // The DOM as the browser built it: the page parsed, the state shown.
   const auto [dom_code, dom] = run_for_exit_code(chromium + "--dump-dom " + url + " 2>/dev/null");
   REQUIRE(dom_code == 0);
@@ -251,8 +253,7 @@ TEST_CASE("the status page renders in headless Chromium with the broker's state,
   std::filesystem::create_directories(shots);
   const auto png = shots / "status-page.png";
   std::filesystem::remove(png);
-  const auto [shot_code, said] =
-      run_for_exit_code(chromium + "--screenshot=" + quoted(png) + " " + url + " 2>&1");
+  const auto [shot_code, said] = run_for_exit_code(chromium + "--screenshot=" + quoted(png) + " " + url + " 2>&1");
   INFO(said);
   REQUIRE(shot_code == 0);
   REQUIRE(std::filesystem::exists(png));

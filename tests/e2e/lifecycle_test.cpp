@@ -64,8 +64,10 @@ goodbye read_goodbye(raw_connection& c, std::chrono::milliseconds timeout = 5s) 
 // its welcome.
 std::unique_ptr<raw_connection> welcomed(std::uint16_t port, std::span<const std::string_view> caps = {}) {
   auto c = std::make_unique<raw_connection>(port);
-  if (caps.empty()) c->send_hello();
-  else c->send_hello(caps);
+  if (caps.empty())
+    c->send_hello();
+  else
+    c->send_hello(caps);
   raw_frame f;
   REQUIRE(c->next_of(Message::Welcome, f) != nullptr);
   return c;
@@ -74,8 +76,10 @@ std::unique_ptr<raw_connection> welcomed(std::uint16_t port, std::span<const std
 // A raw connection whose hello is refused: its goodbye.
 goodbye refused(std::uint16_t port, std::span<const std::string_view> caps = {}) {
   raw_connection c(port);
-  if (caps.empty()) c.send_hello();
-  else c.send_hello(caps);
+  if (caps.empty())
+    c.send_hello();
+  else
+    c.send_hello(caps);
   auto g = read_goodbye(c);
   CHECK(c.closed_by_peer());
   return g;

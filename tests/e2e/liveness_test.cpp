@@ -145,13 +145,14 @@ TEST_CASE("async_connect hands over a working client on the loop thread", "[e2e]
   std::unique_ptr<client> conn;
   std::error_code error;
   std::atomic<bool> done{false};
-  client::async_connect({.port = server.port()}, loop,
-                        [&](std::expected<std::unique_ptr<client>, std::error_code> r) {
-                          std::lock_guard lock(mu);
-                          if (r) conn = std::move(*r);
-                          else error = r.error();
-                          done = true;
-                        });
+  client::async_connect({.port = server.port()}, loop, [&](std::expected<std::unique_ptr<client>, std::error_code> r) {
+    std::lock_guard lock(mu);
+    if (r)
+      conn = std::move(*r);
+    else
+      error = r.error();
+    done = true;
+  });
   REQUIRE(wait_until([&] { return done.load(); }));
   std::lock_guard lock(mu);
   REQUIRE_FALSE(error);

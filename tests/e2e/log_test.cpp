@@ -24,12 +24,12 @@
 
 using namespace switchyard;
 using test::connect_to;
-using test::temp_dir;
-using test::with_data;
-using test::text;
 using test::str;
+using test::temp_dir;
 using test::test_server;
+using test::text;
 using test::wait_until;
+using test::with_data;
 
 TEST_CASE("appends are acknowledged with contiguous sequences and read back in order", "[e2e][log]") {
   temp_dir dir;
@@ -147,7 +147,10 @@ TEST_CASE("an unknown stream answers not_found and a server without a data dir d
   CHECK(c->connected());
 }
 
-TEST_CASE("a server without a data dir answers log requests and publishes with a stream with unsupported_message, not internal", "[e2e][log]") {
+TEST_CASE(
+    "a server without a data dir answers log requests and publishes with a stream with unsupported_message, not "
+    "internal",
+    "[e2e][log]") {
   test_server no_data;
   test::raw_connection raw(no_data.port());
   const std::array<std::string_view, 2> caps{"log", "publish-ack"};
@@ -213,7 +216,8 @@ TEST_CASE("pipelined appends from several threads are all acknowledged exactly o
     writers.emplace_back([&] {
       for (int i = 0; i < 250; ++i)
         c->async_append("burst", text("x"), [&](std::expected<append_ack, std::error_code> r) {
-          if (!r) ++failed;
+          if (!r)
+            ++failed;
           else {
             std::lock_guard lock(mu);
             seqs.push_back(r->seq);
@@ -471,10 +475,12 @@ TEST_CASE("the broker applies default retention in the background", "[e2e][log]"
   auto c = connect_to(server.port());
   for (int i = 1; i <= 20; ++i) REQUIRE(c->append("short", text("m" + std::to_string(i))));
   // Retention passes run about once a second: wait (bounded) for one.
-  REQUIRE(wait_until([&] {
-    auto r = c->read("short", 0);
-    return r && r->first_seq == 16;
-  }, std::chrono::seconds(10)));
+  REQUIRE(wait_until(
+      [&] {
+        auto r = c->read("short", 0);
+        return r && r->first_seq == 16;
+      },
+      std::chrono::seconds(10)));
   auto old = c->read("short", 1);
   REQUIRE_FALSE(old);
   CHECK(old.error() == errc::trimmed);

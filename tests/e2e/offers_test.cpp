@@ -101,9 +101,8 @@ struct offer_answer {
 offer_answer send_offer(peer_conn& c, std::vector<std::string_view> keys, std::string_view payload,
                         const protocol::offer_fields& o) {
   const auto r = c.rid();
-  const auto* f = c.call(c.b.send(r, keys, {reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()},
-                                  {}, &o),
-                         r);
+  const auto* f =
+      c.call(c.b.send(r, keys, {reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()}, {}, &o), r);
   REQUIRE(f);
   const auto* m = f->message_as_SendResult();
   if (!m && f->message_as_Error()) FAIL("send answered " << f->message_as_Error()->message()->str());
@@ -339,9 +338,8 @@ TEST_CASE("a message that expires while queued behind a slow gateway is never wr
   const std::string_view keys[] = {"user:a"};
   const std::string_view late = "late";
   auto r = sender.rid();
-  const auto* a = sender.call(sender.b.send(r, keys, {reinterpret_cast<const std::uint8_t*>(late.data()), late.size()},
-                                            {}, &o),
-                              r);
+  const auto* a =
+      sender.call(sender.b.send(r, keys, {reinterpret_cast<const std::uint8_t*>(late.data()), late.size()}, {}, &o), r);
   REQUIRE(a->message_as_SendResult());
   CHECK_FALSE(a->message_as_SendResult()->outcomes());
   std::this_thread::sleep_for(100ms);  // let it expire in the queue (the outcome, not the timing, is checked)
@@ -522,10 +520,10 @@ TEST_CASE("a publish with an expiry above max-offer-expiry-ms is refused and not
   REQUIRE(sub.call(sub.b.subscribe(r, "rides.>"), r));
   r = pub.rid();
   const std::string_view payload = "x";
-  const auto* f = pub.call(
-      pub.b.publish(r, "rides.eu", {reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()}, {},
-                    4'000'000),
-      r);
+  const auto* f =
+      pub.call(pub.b.publish(r, "rides.eu", {reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size()}, {},
+                             4'000'000),
+               r);
   REQUIRE(f);
   REQUIRE(f->message_as_Error());
   CHECK(f->message_as_Error()->code() == wire::ErrorCode::bad_request);
@@ -573,8 +571,7 @@ TEST_CASE("an offer counts toward a key's exposure only where it was routed, not
   CHECK(counts->Get(1) == 0);  // never routed
 }
 
-TEST_CASE("an offer capped for every key is not live: withdraw answers not_found and its id is free",
-          "[e2e][offers]") {
+TEST_CASE("an offer capped for every key is not live: withdraw answers not_found and its id is free", "[e2e][offers]") {
   test_server server;
   gateway_conn gw(server.port(), "gw-1", {"user:a"});
   peer_conn dispatcher(server.port(), offers_caps);
@@ -745,11 +742,11 @@ TEST_CASE("a durable expiry needs the capability and goes with no other offer fi
   const auto* f = without.call(without.b.publish(r, "rides.eu", bytes("x"), "s", 5'000), r);
   REQUIRE(f->message_as_Error());
   CHECK(f->message_as_Error()->code() == wire::ErrorCode::unsupported_message);
-  CHECK(refused(with, offer(1, 5'000), wire::ErrorCode::bad_request));        // an offer id
+  CHECK(refused(with, offer(1, 5'000), wire::ErrorCode::bad_request));  // an offer id
   auto cap = expiry;
   cap.cap_max = 1;
   cap.cap_window_ms = 1'000;
-  CHECK(refused(with, cap, wire::ErrorCode::bad_request));                    // a cap
+  CHECK(refused(with, cap, wire::ErrorCode::bad_request));  // a cap
   expiry.expires_in_ms = 4'000'000;
-  CHECK(refused(with, expiry, wire::ErrorCode::bad_request));                 // past max-offer-expiry-ms
+  CHECK(refused(with, expiry, wire::ErrorCode::bad_request));  // past max-offer-expiry-ms
 }

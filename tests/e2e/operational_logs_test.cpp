@@ -40,8 +40,7 @@ std::size_t lines_with(const std::string& text, const std::string& needle) {
 
 }  // namespace
 
-TEST_CASE("expired leases are logged per sweep with the routes and inboxes they took, not a line each",
-          "[e2e][logs]") {
+TEST_CASE("expired leases are logged per sweep with the routes and inboxes they took, not a line each", "[e2e][logs]") {
   broker_log_capture log;
   auto config = test_server::default_config();
   config.log_level = "info";

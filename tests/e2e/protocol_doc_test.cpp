@@ -125,8 +125,10 @@ bool unsolicited(Message type) {
     case Message::InboxDelivery:
     case Message::StreamDropped:
     case Message::Receipt:
-    case Message::Withdrawn: return true;
-    default: return false;
+    case Message::Withdrawn:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -141,8 +143,7 @@ protocol::bytes_view bytes(std::string_view s) { return {reinterpret_cast<const 
 
 }  // namespace
 
-TEST_CASE("the requests answered with request id 0 are exactly those docs/protocol.md section 2 lists",
-          "[e2e][docs]") {
+TEST_CASE("the requests answered with request id 0 are exactly those docs/protocol.md section 2 lists", "[e2e][docs]") {
   const auto lines = protocol_doc_lines();
   const auto documented = documented_answered_with_id_0(lines);
 
@@ -265,5 +266,6 @@ TEST_CASE("docs/protocol.md section 8 lists every error code by its value and na
   CHECK(documented == schema);
   // "Codes above N (from a newer peer) must be treated as generic errors."
   const std::string above = "Codes above " + std::to_string(static_cast<int>(wire::ErrorCode::MAX)) + " ";
-  CHECK(std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(above) != std::string::npos; }));
+  CHECK(std::any_of(lines.begin(), lines.end(),
+                    [&](const std::string& l) { return l.find(above) != std::string::npos; }));
 }

@@ -77,7 +77,8 @@ TEST_CASE("an oversized frame closes only that connection with frame_too_large",
   // Only the header: the server must refuse before the body arrives.
   const std::uint32_t length = 64 * 1024 + 1;
   const std::array<std::uint8_t, 4> header{static_cast<std::uint8_t>(length), static_cast<std::uint8_t>(length >> 8),
-                                           static_cast<std::uint8_t>(length >> 16), static_cast<std::uint8_t>(length >> 24)};
+                                           static_cast<std::uint8_t>(length >> 16),
+                                           static_cast<std::uint8_t>(length >> 24)};
   bad.send(header);
   expect_fatal_error(bad, perrc::frame_too_large);
   ok.check_round_trip();
@@ -149,8 +150,7 @@ TEST_CASE("a frame above the pre-hello cap is refused before the hello", "[e2e][
   expect_fatal_error(bad, perrc::frame_too_large);
 }
 
-TEST_CASE("a frame above the pre-hello cap right behind the hello, in the same write, is accepted",
-          "[e2e][broker]") {
+TEST_CASE("a frame above the pre-hello cap right behind the hello, in the same write, is accepted", "[e2e][broker]") {
   // The hello raises the frame limit; the frame after it must be parsed
   // with the raised limit even when both arrive in one read.
   test_server server;

@@ -79,11 +79,13 @@ bool all_receive(std::uint16_t port, std::vector<std::unique_ptr<watched_client>
     if (pub->publish("back." + std::to_string(i), "hello")) return false;
   }
   if (pub->flush()) return false;
-  return wait_until([&] {
-    for (auto& c : clients)
-      if (c->received.load() == 0) return false;
-    return true;
-  }, 10s);
+  return wait_until(
+      [&] {
+        for (auto& c : clients)
+          if (c->received.load() == 0) return false;
+        return true;
+      },
+      10s);
 }
 
 }  // namespace
@@ -110,16 +112,19 @@ TEST_CASE("clients drained from a broker come back by themselves to the broker s
   first.reset();
 
   test_server second(test_server::default_config(port));
-  REQUIRE(wait_until([&] {
-    for (auto& c : clients)
-      if (c->reconnected.load() == 0) return false;
-    return true;
-  }, 20s));
+  REQUIRE(wait_until(
+      [&] {
+        for (auto& c : clients)
+          if (c->reconnected.load() == 0) return false;
+        return true;
+      },
+      20s));
   for (auto& c : clients) CHECK(c->first_loss() == errc::draining);
   CHECK(all_receive(port, clients));
 }
 
-TEST_CASE("clients reconnecting to a rate-limited broker wait as long as its retry hints say", "[e2e][client][reconnect][admission]") {
+TEST_CASE("clients reconnecting to a rate-limited broker wait as long as its retry hints say",
+          "[e2e][client][reconnect][admission]") {
   constexpr int n = 12;
   auto first = std::make_unique<test_server>();
   const auto port = first->port();
@@ -138,11 +143,13 @@ TEST_CASE("clients reconnecting to a rate-limited broker wait as long as its ret
   cfg.max_hellos_per_s = 5;
   cfg.hello_burst = 1;
   test_server second(cfg);
-  REQUIRE(wait_until([&] {
-    for (auto& c : clients)
-      if (c->reconnected.load() == 0) return false;
-    return true;
-  }, 20s));
+  REQUIRE(wait_until(
+      [&] {
+        for (auto& c : clients)
+          if (c->reconnected.load() == 0) return false;
+        return true;
+      },
+      20s));
   const auto m = second.live_metrics();
   std::uint64_t refused = 0;
   for (auto& c : clients) refused += c->refused.load();

@@ -118,8 +118,7 @@ class fake_broker {
       plan_.sent_at = steady::now().time_since_epoch().count();
       ::shutdown(c, SHUT_WR);
       // Until the client closes its side (bounded), then close.
-      for (int i = 0; i < 200 && ::recv(c, buf, sizeof buf, MSG_DONTWAIT) != 0; ++i)
-        std::this_thread::sleep_for(5ms);
+      for (int i = 0; i < 200 && ::recv(c, buf, sizeof buf, MSG_DONTWAIT) != 0; ++i) std::this_thread::sleep_for(5ms);
       ::close(c);
       return;
     }

@@ -104,7 +104,8 @@ std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std:
 
 }  // namespace
 
-TEST_CASE("a subscriber left alone receives again after the broker is killed and restarted", "[e2e][client][reconnect]") {
+TEST_CASE("a subscriber left alone receives again after the broker is killed and restarted",
+          "[e2e][client][reconnect]") {
   auto server = start_server_process();
   lifecycle_probe probe;
   auto sub = connect_reconnecting(server, probe, "sub");
@@ -152,10 +153,14 @@ TEST_CASE("a send to a user reaches a gateway left alone after the broker is kil
   auto conn = connect_reconnecting(server, probe, "gateway");
   collector<std::string> delivered;
   collector<std::pair<lease_id, lease_id>> renewals;
-  auto gw = gateway::start(*conn, {.inbox_id = "gw-7",
-                                   .on_message = [&](const inbox_message& m) { delivered.add(std::string(m.payload_text())); },
-                                   .on_lease_renewed = [&](lease_id o, lease_id n) { renewals.add({o, n}); },
-                                   .routes = {"user:alice"}});
+  auto gw = gateway::start(*conn,
+                           {.inbox_id = "gw-7",
+                            .on_message = [&](const inbox_message& m) { delivered.add(std::string(m.payload_text())); },
+                            .on_lease_renewed =
+                                [&](lease_id o, lease_id n) {
+                                  renewals.add({o, n});
+                                },
+                            .routes = {"user:alice"}});
   REQUIRE(gw);
   const lease_id old_lease = (*gw)->lease();
 
@@ -189,7 +194,8 @@ TEST_CASE("a lease granted through the client is granted again after a restart, 
   REQUIRE(lease);
   REQUIRE(c->registry_put("svc:search", "10.0.0.7", lease->id));
   collector<std::string> inbox;
-  REQUIRE_FALSE(c->open_inbox("box-1", lease->id, [&](const inbox_message& m) { inbox.add(std::string(m.payload_text())); }));
+  REQUIRE_FALSE(
+      c->open_inbox("box-1", lease->id, [&](const inbox_message& m) { inbox.add(std::string(m.payload_text())); }));
   REQUIRE(c->registry_put("user:bob", "box-1", lease->id));
 
   kill_and_restart(server);
@@ -270,7 +276,10 @@ TEST_CASE("a durable gateway inbox gets the durable sends made while its broker 
   auto conn = connect_reconnecting(server, probe, "gateway", r);
   collector<std::pair<std::uint64_t, bool>> got;  // seq, replayed
   auto gw = gateway::start(*conn, {.inbox_id = "gw-d",
-                                   .on_message = [&](const inbox_message& m) { got.add({m.seq, m.replayed}); },
+                                   .on_message =
+                                       [&](const inbox_message& m) {
+                                         got.add({m.seq, m.replayed});
+                                       },
                                    .routes = {"user:carol"},
                                    .durable = durable_options{}});
   REQUIRE(gw);
@@ -319,7 +328,8 @@ TEST_CASE("publishes made while the broker is down are held and delivered in ord
   CHECK(got.snapshot() == std::vector<std::string>{"0", "1", "2", "3", "4"});
 }
 
-TEST_CASE("publishing while disconnected fails with buffer_full past reconnect.buffer_bytes", "[e2e][client][reconnect]") {
+TEST_CASE("publishing while disconnected fails with buffer_full past reconnect.buffer_bytes",
+          "[e2e][client][reconnect]") {
   auto server = start_server_process();
   lifecycle_probe probe;
   auto r = fast_reconnect();

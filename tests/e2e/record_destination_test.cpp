@@ -22,12 +22,12 @@
 
 using namespace switchyard;
 using test::connect_to;
-using test::temp_dir;
-using test::with_data;
-using test::text;
 using test::str;
+using test::temp_dir;
 using test::test_server;
+using test::text;
 using test::wait_until;
+using test::with_data;
 
 TEST_CASE("a record appended by publish_durable reads back with its channel", "[e2e][log]") {
   temp_dir dir;

@@ -23,9 +23,9 @@
 using namespace switchyard;
 using test::collector;
 using test::connect_to;
+using test::stall;
 using test::temp_dir;
 using test::test_server;
-using test::stall;
 using test::wait_until;
 
 namespace {
@@ -166,8 +166,7 @@ TEST_CASE("records of a shared stream for channels the subscription does not mat
   CHECK(got.snapshot() == std::vector<std::string>{"s1", "s2"});
 }
 
-TEST_CASE("a position whose records were trimmed is reported as unrecoverable, never skipped silently",
-          "[e2e][log]") {
+TEST_CASE("a position whose records were trimmed is reported as unrecoverable, never skipped silently", "[e2e][log]") {
   temp_dir dir;
   auto cfg = log_config(dir);
   cfg.retention_max_records = 5;
@@ -194,7 +193,8 @@ TEST_CASE("a position whose records were trimmed is reported as unrecoverable, n
     lost.add(u);
     return resume_at::first_available;
   };
-  REQUIRE(sub->subscribe_durable("feed.>", [&](const message& m) { got.on(m.seq, m.replayed); }, o));
+  REQUIRE(sub->subscribe_durable(
+      "feed.>", [&](const message& m) { got.on(m.seq, m.replayed); }, o));
   REQUIRE(wait_until([&] { return got.seqs.count == 5; }));
   REQUIRE(lost.count == 1);
   const auto u = lost.snapshot().front();
@@ -236,8 +236,8 @@ TEST_CASE("a durable inbox reopened on a new connection receives the sends it mi
   REQUIRE(svc->send_durable(to_alice, "conv:7", bytes_of("live")));
   REQUIRE(wait_until([&] { return got.count == 3; }));
   REQUIRE_FALSE(gw2->flush());
-  CHECK(got.snapshot() == std::vector<std::string>{"1:user:alice,:hello", "2:user:alice,user:bob,:missed:log",
-                                                   "3:user:alice,:live"});
+  CHECK(got.snapshot() ==
+        std::vector<std::string>{"1:user:alice,:hello", "2:user:alice,user:bob,:missed:log", "3:user:alice,:live"});
 }
 
 TEST_CASE("a gateway restarted with its saved positions gets the durable sends it missed, for its users only",
@@ -254,8 +254,8 @@ TEST_CASE("a gateway restarted with its saved positions gets the durable sends i
   const std::string_view room[] = {"user:alice", "user:carol"};  // carol is on another gateway, or nowhere
 
   auto conn = connect_to(server, "gw");
-  auto gw = gateway::start(*conn, {.inbox_id = "gw-9", .on_message = on_message, .routes = {"user:alice"},
-                                   .durable = durable_options{}});
+  auto gw = gateway::start(
+      *conn, {.inbox_id = "gw-9", .on_message = on_message, .routes = {"user:alice"}, .durable = durable_options{}});
   REQUIRE(gw);
   REQUIRE(svc->send_durable(room, "conv:9", bytes_of("a")));
   REQUIRE(wait_until([&] { return got.count == 1; }));
@@ -270,8 +270,11 @@ TEST_CASE("a gateway restarted with its saved positions gets the durable sends i
   const std::string_view carol_only[] = {"user:carol"};
   REQUIRE(svc->send_durable(carol_only, "conv:9", bytes_of("for carol")));
   auto conn2 = connect_to(server, "gw-again");
-  auto gw2 = gateway::start(*conn2, {.inbox_id = "gw-9", .on_message = on_message, .resume_lease = lease,
-                                     .routes = {"user:alice"}, .durable = durable_options{.resume_from = positions}});
+  auto gw2 = gateway::start(*conn2, {.inbox_id = "gw-9",
+                                     .on_message = on_message,
+                                     .resume_lease = lease,
+                                     .routes = {"user:alice"},
+                                     .durable = durable_options{.resume_from = positions}});
   REQUIRE(gw2);
   CHECK((*gw2)->lease() == lease);
   REQUIRE(wait_until([&] { return got.count == 2; }));

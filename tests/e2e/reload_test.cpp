@@ -52,8 +52,8 @@ std::string quoted(const std::string& text) { return "\"" + text + "\""; }
 // with TLS from `certs` ("ca-broker"). A row missing here fails the walk:
 // a new setting gets a value to reload with.
 std::map<std::string, std::string> changed_values(const test::tls_certs& certs) {
-  const std::string other_cert = "tls-cert = " + quoted(certs.pem("other-ca-broker")) + "\ntls-key = " +
-                                 quoted(certs.key("other-ca-broker"));
+  const std::string other_cert =
+      "tls-cert = " + quoted(certs.pem("other-ca-broker")) + "\ntls-key = " + quoted(certs.key("other-ca-broker"));
   return {
       {"listen", "listen = \"127.0.0.1:1\""},
       {"data-dir", "data-dir = \"elsewhere\""},
@@ -201,8 +201,8 @@ TEST_CASE("a reload that turns TLS on names the TLS settings as taking effect at
   const char* argv[] = {"switchyard-server", "--config", file_arg.c_str()};
   test::broker_log_capture log;
   test::test_server server(broker::parse_server_args(3, argv));
-  write_file(file, base + "tls-cert = " + quoted(certs.pem("ca-broker")) + "\ntls-key = " +
-                       quoted(certs.key("ca-broker")) + "\n");
+  write_file(file, base + "tls-cert = " + quoted(certs.pem("ca-broker")) +
+                       "\ntls-key = " + quoted(certs.key("ca-broker")) + "\n");
   server.reload();
   const std::string text = log.text();
   const std::string warning = line_after(text, 0, "SIGHUP: tls-cert, tls-key changed in the file but take effect only");

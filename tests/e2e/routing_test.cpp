@@ -89,8 +89,7 @@ std::error_code error_of(const auto& expected) { return expected ? std::error_co
 
 // ------------------------------------------------------------------ leases
 
-TEST_CASE("a lease grant clamps the asked TTL to the server's minimum and maximum",
-          "[e2e][broker][client][routing]") {
+TEST_CASE("a lease grant clamps the asked TTL to the server's minimum and maximum", "[e2e][broker][client][routing]") {
   test_server server(routing_config());
   auto c = connect_to(server);
   auto low = c->lease_grant(10ms);
@@ -604,8 +603,7 @@ TEST_CASE("two gateways racing for one inbox: exactly one wins, the other gets i
   }
 }
 
-TEST_CASE("a gateway that reconnects within the TTL keeps its lease and its routes",
-          "[e2e][broker][client][routing]") {
+TEST_CASE("a gateway that reconnects within the TTL keeps its lease and its routes", "[e2e][broker][client][routing]") {
   test_server server(routing_config());
   auto service = connect_to(server, "service");
   lease_id first_lease = 0;
@@ -624,10 +622,8 @@ TEST_CASE("a gateway that reconnects within the TTL keeps its lease and its rout
 
   auto conn = connect_to(server, "gateway-2nd");
   deliveries got;
-  auto gw = gateway::start(*conn, {.inbox_id = "gw-7",
-                                   .lease_ttl = 3000ms,
-                                   .on_message = got.handler(),
-                                   .resume_lease = first_lease});
+  auto gw = gateway::start(
+      *conn, {.inbox_id = "gw-7", .lease_ttl = 3000ms, .on_message = got.handler(), .resume_lease = first_lease});
   REQUIRE(gw);
   CHECK((*gw)->lease() == first_lease);
   // No add_route: the route survived the reconnect.
@@ -647,10 +643,8 @@ TEST_CASE("a gateway resuming a lease that already expired gets a new lease", "[
   REQUIRE(old);
   REQUIRE(wait_until([&] { return error_of(conn->lease_time_to_live(old->id)) == errc::not_found; }, 5s));
   deliveries got;
-  auto gw = gateway::start(*conn, {.inbox_id = "gw-7",
-                                   .lease_ttl = 500ms,
-                                   .on_message = got.handler(),
-                                   .resume_lease = old->id});
+  auto gw = gateway::start(
+      *conn, {.inbox_id = "gw-7", .lease_ttl = 500ms, .on_message = got.handler(), .resume_lease = old->id});
   REQUIRE(gw);
   CHECK((*gw)->lease() != old->id);
   CHECK(conn->lease_time_to_live((*gw)->lease()));
@@ -764,7 +758,8 @@ burst_writes burst_to_gateways(broker::server_config cfg) {
     conns.push_back(connect_to(server, "gw-" + std::to_string(g)));
     auto lease = conns.back()->lease_grant(60s);
     REQUIRE(lease);
-    REQUIRE_FALSE(conns.back()->open_inbox("gw-" + std::to_string(g), lease->id, got[static_cast<std::size_t>(g)].handler()));
+    REQUIRE_FALSE(
+        conns.back()->open_inbox("gw-" + std::to_string(g), lease->id, got[static_cast<std::size_t>(g)].handler()));
     for (int u = 0; u < users_per_gateway; ++u)
       REQUIRE(conns.back()->registry_put("user:" + std::to_string(g * users_per_gateway + u), "gw-" + std::to_string(g),
                                          lease->id));
@@ -812,7 +807,7 @@ burst_writes burst_to_gateways(broker::server_config cfg) {
     for (const auto& d : got[static_cast<std::size_t>(g)].snapshot()) {
       int i = 0;
       std::memcpy(&i, d.payload.data(), sizeof i);
-      REQUIRE(i > last);  // in send order
+      REQUIRE(i > last);                                                              // in send order
       REQUIRE((i * 7919) % (gateways * users_per_gateway) / users_per_gateway == g);  // to the right gateway
       last = i;
     }
@@ -846,9 +841,10 @@ TEST_CASE("a write waits at most --write-coalesce-turns loop turns", "[e2e][brok
   CHECK(b.write_waits <= b.writes);
 }
 
-TEST_CASE("zero turns, a zero time budget or a one-byte budget turn write coalescing off, and a burst still arrives "
-          "complete and in order",
-          "[e2e][broker][client][routing]") {
+TEST_CASE(
+    "zero turns, a zero time budget or a one-byte budget turn write coalescing off, and a burst still arrives "
+    "complete and in order",
+    "[e2e][broker][client][routing]") {
   auto cfg = routing_config();
   SECTION("zero turns") { cfg.write_coalesce_turns = 0; }
   SECTION("a zero time budget") { cfg.write_coalesce_time = std::chrono::microseconds(0); }

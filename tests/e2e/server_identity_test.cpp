@@ -109,8 +109,8 @@ TEST_CASE("a gateway resuming its lease after a broker restart does not take ove
     test_server first;
     port = first.port();
     auto conn_a = connect_to(first, "gateway-a");
-    auto gw_a = gateway::start(*conn_a, {.inbox_id = "gw-a", .on_message = [](const inbox_message&) {},
-                                         .routes = {"user:alice"}});
+    auto gw_a = gateway::start(
+        *conn_a, {.inbox_id = "gw-a", .on_message = [](const inbox_message&) {}, .routes = {"user:alice"}});
     REQUIRE(gw_a);
     a_old = (*gw_a)->lease();
     (*gw_a)->abandon();  // the process dies: nothing revoked
@@ -118,8 +118,8 @@ TEST_CASE("a gateway resuming its lease after a broker restart does not take ove
 
   test_server second(test_server::default_config(port));
   auto conn_b = connect_to(second, "gateway-b");
-  auto gw_b = gateway::start(*conn_b, {.inbox_id = "gw-b", .on_message = [](const inbox_message&) {},
-                                       .routes = {"user:bob"}});
+  auto gw_b =
+      gateway::start(*conn_b, {.inbox_id = "gw-b", .on_message = [](const inbox_message&) {}, .routes = {"user:bob"}});
   REQUIRE(gw_b);
   const lease_id b_lease = (*gw_b)->lease();
 
@@ -179,7 +179,8 @@ TEST_CASE("durable positions resumed against a broker with another log are repor
     return resume_at::first_available;
   };
   auto sub = connect_to(second, "sub");
-  REQUIRE(sub->subscribe_durable("feed.>", [&](const message& m) { got.add(m.seq); }, o));
+  REQUIRE(sub->subscribe_durable(
+      "feed.>", [&](const message& m) { got.add(m.seq); }, o));
   REQUIRE(wait_until([&] { return lost.count == 1; }));
   CHECK(lost.snapshot().front().reason == position_lost::stream_gone);
   CHECK(lost.snapshot().front().last_delivered.seq == 3);

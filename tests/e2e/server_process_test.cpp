@@ -64,7 +64,8 @@ TEST_CASE("switchyard-server names a bad listen host and a port-file that is a d
   CHECK(out.find("\"256.1.1.1\" is not an IPv4 or IPv6 address") != std::string::npos);
   const auto dir = std::filesystem::temp_directory_path() / ("switchyard-port-dir-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  std::tie(code, out) = run_for_exit_code(bin + " --listen 127.0.0.1:0 --data-dir '' --port-file " + dir.string() + " 2>&1");
+  std::tie(code, out) =
+      run_for_exit_code(bin + " --listen 127.0.0.1:0 --data-dir '' --port-file " + dir.string() + " 2>&1");
   CHECK(code == 2);
   CHECK(out.find("is a directory") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.string() + ".tmp"));
@@ -74,7 +75,8 @@ TEST_CASE("switchyard-server names a bad listen host and a port-file that is a d
 TEST_CASE("switchyard-server reports a config file syntax error with its line and exits 2", "[e2e][broker]") {
   const auto file = std::filesystem::temp_directory_path() / ("switchyard-bad-" + std::to_string(::getpid()) + ".toml");
   std::ofstream(file) << "max-connections = 5\nlisten = \"127.0.0.1:0\n";
-  const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --config " + file.string() + " 2>&1");
+  const auto [code, out] =
+      run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --config " + file.string() + " 2>&1");
   std::filesystem::remove(file);
   CHECK(code == 2);
   CHECK(out.find("line 2") != std::string::npos);
@@ -126,10 +128,12 @@ TEST_CASE("switchyard-server refuses a non-loopback address without authenticati
 }
 
 TEST_CASE("switchyard-server reports an invalid auth file with its line and exits 2", "[e2e][broker][auth]") {
-  const auto file = std::filesystem::temp_directory_path() / ("switchyard-auth-" + std::to_string(::getpid()) + ".toml");
+  const auto file =
+      std::filesystem::temp_directory_path() / ("switchyard-auth-" + std::to_string(::getpid()) + ".toml");
   std::ofstream(file) << "[principals.a]\nadmin = true\ntoken_sha256 = [\"abc\"]\n";
-  const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) +
-                                             " --listen 127.0.0.1:0 --data-dir '' --auth-file " + file.string() + " 2>&1");
+  const auto [code, out] =
+      run_for_exit_code(std::string(SWITCHYARD_SERVER_BINARY) + " --listen 127.0.0.1:0 --data-dir '' --auth-file " +
+                        file.string() + " 2>&1");
   std::filesystem::remove(file);
   CHECK(code == 2);
   CHECK(out.find(":3:") != std::string::npos);

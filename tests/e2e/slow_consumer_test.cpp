@@ -131,8 +131,8 @@ TEST_CASE("a subscriber that never reads gets drops counted and a notice while a
 TEST_CASE("the client library reports drops to on_dropped", "[e2e][client][slow]") {
   test_server server(small_queue_config());
   std::atomic<std::uint64_t> reported{0};
-  auto slow = client::connect({.port = server.port(), .client_name = "slow",
-                               .on_dropped = [&](std::uint64_t n) { reported += n; }});
+  auto slow = client::connect(
+      {.port = server.port(), .client_name = "slow", .on_dropped = [&](std::uint64_t n) { reported += n; }});
   REQUIRE(slow);
   // The handler blocks the slow client's loop until publishing is over, so
   // its socket is not read and the broker's queue for it overflows.

@@ -270,7 +270,8 @@ TEST_CASE("switchyard-server --verify-log checks the log of a broker that is run
   REQUIRE(c->append("live", text("after the check")));
 }
 
-TEST_CASE("a broker started with --verify-on-start refuses a damaged log with exit code 1, and starts on an intact one", "[e2e][storage]") {
+TEST_CASE("a broker started with --verify-on-start refuses a damaged log with exit code 1, and starts on an intact one",
+          "[e2e][storage]") {
   temp_dir dir;
   write_records(dir, 20);
   {

@@ -26,10 +26,10 @@ using namespace switchyard;
 using std::chrono::milliseconds;
 using test::connect_to;
 using test::temp_dir;
-using test::with_data;
-using test::text;
 using test::test_server;
+using test::text;
 using test::wait_until;
+using test::with_data;
 
 namespace {
 
@@ -122,8 +122,8 @@ TEST_CASE("stream_list answers at most the default limit of 1000 streams and at 
           "[e2e][broker]") {
   temp_dir dir;
   auto cfg = with_data(dir);
-  cfg.durability = storage::durability::none;       // 10,001 streams: the limits are under test, not fsync
-  cfg.max_frame = 16u << 20;      // room for 10,000 items: the count limit, not the frame, cuts
+  cfg.durability = storage::durability::none;  // 10,001 streams: the limits are under test, not fsync
+  cfg.max_frame = 16u << 20;                   // room for 10,000 items: the count limit, not the frame, cuts
   test_server server(cfg);
   auto c = connect_to(server.port());
   constexpr int streams = protocol::max_list_limit + 1;
@@ -364,8 +364,7 @@ TEST_CASE("delete_stream of an unknown stream answers not_found and a bad name b
   CHECK(c->connected());
 }
 
-TEST_CASE("a stream delete comes after the appends sent before it and before those sent after it",
-          "[e2e][broker]") {
+TEST_CASE("a stream delete comes after the appends sent before it and before those sent after it", "[e2e][broker]") {
   temp_dir dir;
   test_server server(with_data(dir));
   const std::array<std::string_view, 1> caps{"log"};

@@ -226,9 +226,8 @@ TEST_CASE("frames of every size, many to a record and many records to a frame, a
   constexpr std::size_t messages = 400;
   const auto size_of = [](std::size_t i) { return i % 3 == 0 ? (i * 7919) % 40'000 + 1 : (i * 131) % 300 + 1; };
   test::collector<std::vector<std::byte>> got;
-  REQUIRE((*sub)->subscribe("tls.sizes", [&](const message& m) {
-    got.add(std::vector<std::byte>(m.payload.begin(), m.payload.end()));
-  }));
+  REQUIRE((*sub)->subscribe(
+      "tls.sizes", [&](const message& m) { got.add(std::vector<std::byte>(m.payload.begin(), m.payload.end())); }));
   for (std::size_t i = 0; i < messages; ++i) REQUIRE_FALSE((*pub)->publish("tls.sizes", test::pattern(size_of(i), i)));
   REQUIRE_FALSE((*pub)->flush());
   REQUIRE(wait_until([&] { return got.count == messages; }));

@@ -45,8 +45,7 @@ TEST_CASE("an empty channel name is invalid", "[protocol]") {
   CHECK_FALSE(is_valid_pattern(""));
 }
 
-TEST_CASE("channel names with empty tokens from leading, trailing or double dots are invalid",
-          "[protocol]") {
+TEST_CASE("channel names with empty tokens from leading, trailing or double dots are invalid", "[protocol]") {
   CHECK_FALSE(is_valid_channel("."));
   CHECK_FALSE(is_valid_channel(".."));
   CHECK_FALSE(is_valid_channel(".orders"));
@@ -65,8 +64,7 @@ TEST_CASE("channel names containing spaces are invalid", "[protocol]") {
   CHECK_FALSE(is_valid_channel("orders. eu"));
 }
 
-TEST_CASE("channel names containing control characters, DEL or non-ASCII bytes are invalid",
-          "[protocol]") {
+TEST_CASE("channel names containing control characters, DEL or non-ASCII bytes are invalid", "[protocol]") {
   CHECK_FALSE(is_valid_channel("orders\teu"));
   CHECK_FALSE(is_valid_channel("orders\n"));
   CHECK_FALSE(is_valid_channel(std::string_view("ord\0ers", 7)));
@@ -233,8 +231,7 @@ TEST_CASE("a lone star matches single-token channels only", "[protocol]") {
   CHECK_FALSE(pattern_matches("*", "a.b.c"));
 }
 
-TEST_CASE("pattern_matches agrees with a reference matcher on random patterns and channels",
-          "[protocol]") {
+TEST_CASE("pattern_matches agrees with a reference matcher on random patterns and channels", "[protocol]") {
   std::mt19937 rng(7);
   random_names names{.rng = rng, .alphabet = {"a", "b", "ab"}, .max_tokens = 5, .wildcard_odds = 6};
   int matches = 0;

@@ -35,14 +35,10 @@ class aligned_buffer {
   }
 
   std::uint8_t* data() noexcept { return reinterpret_cast<std::uint8_t*>(words_.data()); }
-  const std::uint8_t* data() const noexcept {
-    return reinterpret_cast<const std::uint8_t*>(words_.data());
-  }
+  const std::uint8_t* data() const noexcept { return reinterpret_cast<const std::uint8_t*>(words_.data()); }
   std::size_t size() const noexcept { return size_; }
   bytes_view view() const noexcept { return {data(), size_}; }
-  bytes_view view(std::size_t offset, std::size_t length) const noexcept {
-    return {data() + offset, length};
-  }
+  bytes_view view(std::size_t offset, std::size_t length) const noexcept { return {data() + offset, length}; }
 
   void append(bytes_view bytes) {
     const std::size_t old = size_;
@@ -134,8 +130,12 @@ std::size_t touch_all_fields(const wire::Frame* f) {
       s(m->message());
       break;
     }
-    case wire::Message::Subscribe: s(f->message_as_Subscribe()->pattern()); break;
-    case wire::Message::Unsubscribe: s(f->message_as_Unsubscribe()->pattern()); break;
+    case wire::Message::Subscribe:
+      s(f->message_as_Subscribe()->pattern());
+      break;
+    case wire::Message::Unsubscribe:
+      s(f->message_as_Unsubscribe()->pattern());
+      break;
     case wire::Message::Publish:
       s(f->message_as_Publish()->channel());
       bv(f->message_as_Publish()->payload());
@@ -144,8 +144,11 @@ std::size_t touch_all_fields(const wire::Frame* f) {
       s(f->message_as_Deliver()->channel());
       bv(f->message_as_Deliver()->payload());
       break;
-    case wire::Message::Dropped: sum += f->message_as_Dropped()->count(); break;
-    default: break;
+    case wire::Message::Dropped:
+      sum += f->message_as_Dropped()->count();
+      break;
+    default:
+      break;
   }
   return sum;
 }
@@ -159,8 +162,7 @@ const std::vector<std::uint8_t> binary_payload{0x00, 0x01, 0x00, 0xff, 0x7f, 0x8
 
 TEST_CASE("hello round-trips with every field and its capability list", "[protocol]") {
   frame_builder b;
-  const std::array<std::string_view, 3> caps{capability::dropped_notice, capability::publish_ack,
-                                             "x-experimental"};
+  const std::array<std::string_view, 3> caps{capability::dropped_notice, capability::publish_ack, "x-experimental"};
   hello_fields h;
   h.protocol_major = 1;
   h.protocol_minor = 7;
@@ -182,8 +184,7 @@ TEST_CASE("hello round-trips with every field and its capability list", "[protoc
   CHECK(str(m->client_version()) == "2.3.4");
   CHECK(str(m->client_id()) == "gw-eu-1");
   CHECK(str(m->credentials()) == "token:abc");
-  CHECK(strings(m->capabilities()) ==
-        std::vector<std::string>{"dropped-notice", "publish-ack", "x-experimental"});
+  CHECK(strings(m->capabilities()) == std::vector<std::string>{"dropped-notice", "publish-ack", "x-experimental"});
 }
 
 TEST_CASE("hello with empty optional strings and no capabilities omits those fields", "[protocol]") {
@@ -421,8 +422,7 @@ TEST_CASE("a builder reused for many frames returns a fresh frame each time", "[
 // ---------------------------------------------------------------------------
 // Framing
 
-TEST_CASE("every encoded frame is a multiple of 8 bytes and its prefix is the body length",
-          "[protocol]") {
+TEST_CASE("every encoded frame is a multiple of 8 bytes and its prefix is the body length", "[protocol]") {
   frame_builder b;
   std::string text;
   for (int n = 0; n < 40; ++n) {
@@ -438,17 +438,39 @@ TEST_CASE("every encoded frame is a multiple of 8 bytes and its prefix is the bo
       bytes_view v;
       const std::string name = "c" + text;  // channels and patterns must not be empty
       switch (which) {
-        case 0: v = b.hello(1, h); break;
-        case 1: v = b.welcome(1, w); break;
-        case 2: v = b.error(1, errc::internal, text, 1, true); break;
-        case 3: v = b.ping(1); break;
-        case 4: v = b.pong(1); break;
-        case 5: v = b.ok(1); break;
-        case 6: v = b.subscribe(1, name); break;
-        case 7: v = b.unsubscribe(1, name); break;
-        case 8: v = b.publish(1, name, payload); break;
-        case 9: v = b.deliver(name, payload); break;
-        case 10: v = b.dropped(static_cast<std::uint64_t>(n)); break;
+        case 0:
+          v = b.hello(1, h);
+          break;
+        case 1:
+          v = b.welcome(1, w);
+          break;
+        case 2:
+          v = b.error(1, errc::internal, text, 1, true);
+          break;
+        case 3:
+          v = b.ping(1);
+          break;
+        case 4:
+          v = b.pong(1);
+          break;
+        case 5:
+          v = b.ok(1);
+          break;
+        case 6:
+          v = b.subscribe(1, name);
+          break;
+        case 7:
+          v = b.unsubscribe(1, name);
+          break;
+        case 8:
+          v = b.publish(1, name, payload);
+          break;
+        case 9:
+          v = b.deliver(name, payload);
+          break;
+        case 10:
+          v = b.dropped(static_cast<std::uint64_t>(n));
+          break;
       }
       INFO("message kind " << which);
       CHECK(v.size() % frame_alignment == 0);
@@ -479,9 +501,8 @@ TEST_CASE("parser reads several frames back to back from one aligned buffer", "[
   add(b.publish(3, "orders.eu", binary_payload));
   add(b.error(4, errc::not_found, "nothing here"));
   add(b.dropped(5));
-  const std::vector<wire::Message> types{wire::Message::Ping, wire::Message::Subscribe,
-                                         wire::Message::Publish, wire::Message::Error,
-                                         wire::Message::Dropped};
+  const std::vector<wire::Message> types{wire::Message::Ping, wire::Message::Subscribe, wire::Message::Publish,
+                                         wire::Message::Error, wire::Message::Dropped};
   const std::vector<std::uint64_t> request_ids{1, 2, 3, 4, 0};  // dropped carries no request id
 
   frame_parser parser(default_max_frame);
@@ -600,8 +621,7 @@ TEST_CASE("decode_frame rejects a frame at a misaligned address", "[protocol]") 
 // ---------------------------------------------------------------------------
 // Rejections
 
-TEST_CASE("parser rejects a frame whose body is cut and whose prefix was shrunk to match",
-          "[protocol]") {
+TEST_CASE("parser rejects a frame whose body is cut and whose prefix was shrunk to match", "[protocol]") {
   frame_builder b;
   const std::vector<std::uint8_t> payload(32, 0x5a);
   aligned_buffer buf(b.publish(1, "orders.eu", payload));
@@ -616,8 +636,7 @@ TEST_CASE("parser rejects a frame whose body is cut and whose prefix was shrunk 
   CHECK(r.error() == errc::malformed_frame);
 }
 
-TEST_CASE("parser rejects a frame whose length prefix exceeds the limit before the body arrives",
-          "[protocol]") {
+TEST_CASE("parser rejects a frame whose length prefix exceeds the limit before the body arrives", "[protocol]") {
   frame_parser parser(1024);
   std::array<std::uint8_t, 4> header{};
   write_frame_length(header.data(), 1025);
@@ -638,8 +657,7 @@ TEST_CASE("parser rejects a frame whose length prefix exceeds the limit before t
   CHECK(parser.needed() == 1028);
 }
 
-TEST_CASE("parser accepts a frame of exactly max_frame and rejects it at max_frame minus one",
-          "[protocol]") {
+TEST_CASE("parser accepts a frame of exactly max_frame and rejects it at max_frame minus one", "[protocol]") {
   frame_builder b;
   const aligned_buffer buf(b.publish(1, "orders.eu", std::vector<std::uint8_t>(100, 1)));
   const auto length = static_cast<std::uint32_t>(buf.size() - frame_header_size);
@@ -718,8 +736,7 @@ TEST_CASE("parser rejects an unknown union tag as an unsupported message", "[pro
 
   auto& fbb2 = b.start();
   const auto ping2 = wire::CreatePing(fbb2);
-  const aligned_buffer next_tag(
-      b.finish(3, static_cast<std::uint8_t>(wire::Message::MAX) + 1, ping2.Union()));
+  const aligned_buffer next_tag(b.finish(3, static_cast<std::uint8_t>(wire::Message::MAX) + 1, ping2.Union()));
   CHECK(decode_error(next_tag) == errc::unsupported_message);
 }
 
@@ -734,8 +751,7 @@ TEST_CASE("parser rejects a frame whose message type is NONE", "[protocol]") {
 TEST_CASE("parser rejects a known message type that carries no message table", "[protocol]") {
   frame_builder b;
   b.start();
-  const aligned_buffer buf(
-      b.finish(3, static_cast<std::uint8_t>(wire::Message::Ping), flatbuffers::Offset<void>{}));
+  const aligned_buffer buf(b.finish(3, static_cast<std::uint8_t>(wire::Message::Ping), flatbuffers::Offset<void>{}));
   CHECK(decode_error(buf) == errc::unsupported_message);
 }
 
@@ -760,8 +776,7 @@ TEST_CASE("parser rejects a subscribe without its required pattern as malformed"
   CHECK(decode_error(buf) == errc::malformed_frame);
 }
 
-TEST_CASE("parser rejects unsubscribe, publish and deliver without their required field",
-          "[protocol]") {
+TEST_CASE("parser rejects unsubscribe, publish and deliver without their required field", "[protocol]") {
   for (const auto type : {wire::Message::Unsubscribe, wire::Message::Publish, wire::Message::Deliver}) {
     INFO("message type " << wire::EnumNameMessage(type));
     frame_builder b;

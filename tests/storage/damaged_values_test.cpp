@@ -50,9 +50,8 @@ TEST_CASE("a trim stops at a missing record instead of trimming past it into unr
   // Stream s holds 1..3 by its metadata; record 2 is missing.
   const bytes r1 = record_value(1, 10, "", "one"), r3 = record_value(3, 30, "", "three");
   const bytes meta = stream_meta(1, 1, 3, 3, 3 + 5 + 3), k1 = record_key(1, 1), k3 = record_key(1, 3);
-  const sy::raw_entry entries[] = {{sy::raw_db::streams, bytes_of("s"), meta},
-                                   {sy::raw_db::records, k1, r1},
-                                   {sy::raw_db::records, k3, r3}};
+  const sy::raw_entry entries[] = {
+      {sy::raw_db::streams, bytes_of("s"), meta}, {sy::raw_db::records, k1, r1}, {sy::raw_db::records, k3, r3}};
   REQUIRE_FALSE(sy::rewrite_raw(*log, entries));
 
   auto n = log->trim("s", 4, 10);

@@ -170,8 +170,9 @@ void first_failure_is_storage_full(full_disk_log& t, std::size_t size) {
 
 }  // namespace
 
-TEST_CASE("on a full filesystem the first refused append fails with storage_full and acknowledged records stay readable",
-          "[storage][disk-full]") {
+TEST_CASE(
+    "on a full filesystem the first refused append fails with storage_full and acknowledged records stay readable",
+    "[storage][disk-full]") {
   full_disk_log t;
   SKIP_UNLESS_MOUNTED(t.disk);
   for (const std::size_t size : {std::size_t{1000}, std::size_t{10'000}, std::size_t{4000}})
@@ -377,9 +378,12 @@ TEST_CASE("a committer on a full filesystem refuses with storage_full and a rete
   // Batches of 64 until one is refused outright.
   std::atomic<int> ok{0}, full{0}, other{0};
   auto done = [&](std::expected<sy::append_ack, std::error_code> r) {
-    if (r) ++ok;
-    else if (r.error() == sy::errc::storage_full) ++full;
-    else ++other;
+    if (r)
+      ++ok;
+    else if (r.error() == sy::errc::storage_full)
+      ++full;
+    else
+      ++other;
   };
   int queued = 0;
   for (int batch = 0; batch < 200 && full == 0; ++batch) {

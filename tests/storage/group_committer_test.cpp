@@ -79,7 +79,8 @@ TEST_CASE("every append completes with its stream's next sequence, across thread
         const auto payload = bytes("payload");
         for (int i = 0; i < per_thread; ++i) {
           gc.append(stream, payload, [&, stream](std::expected<append_ack, std::error_code> r) {
-            if (!r) ++failures;
+            if (!r)
+              ++failures;
             else {
               std::lock_guard lock(mu);
               seen[stream].push_back(r->seq);
@@ -164,10 +165,12 @@ TEST_CASE("the committer counts one fsync per batch in the sync mode and one per
   std::atomic<int> done{0};
   for (int i = 0; i < 10; ++i) gc.append("b", bytes("x"), [&](auto) { ++done; });
   REQUIRE(wait_until([&] { return done == 10; }));
-  CHECK(wait_until([&] {
-    const auto s = gc.stats();
-    return s.syncs >= 1 && s.fsyncs == s.syncs;
-  }, std::chrono::seconds(10)));
+  CHECK(wait_until(
+      [&] {
+        const auto s = gc.stats();
+        return s.syncs >= 1 && s.fsyncs == s.syncs;
+      },
+      std::chrono::seconds(10)));
 }
 
 TEST_CASE("a lone append is committed in a batch of its own", "[storage]") {
@@ -755,7 +758,7 @@ TEST_CASE("a commit on another thread leaves its appends to the writer while a r
   REQUIRE(commit.wait_for(bounded) == std::future_status::ready);
   const commit_call call = commit.get();
   REQUIRE(call.queued);
-  CHECK_FALSE(call.more);  // nothing left for the caller: the writer has them
+  CHECK_FALSE(call.more);    // nothing left for the caller: the writer has them
   CHECK(r.seen.count == 0);  // the held step still holds the log
   CHECK(r.gc->stats().handed_off == 1);
   r.hold.g.open();

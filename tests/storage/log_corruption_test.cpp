@@ -101,8 +101,8 @@ struct pristine_log {
   std::vector<std::string> streams;
   bytes file;
   std::size_t page_size = 0;
-  std::vector<page_kind> kinds;                      // per page
-  std::map<record_id, std::uint64_t> leaf_of;        // the records-database leaf holding the record's key
+  std::vector<page_kind> kinds;                // per page
+  std::map<record_id, std::uint64_t> leaf_of;  // the records-database leaf holding the record's key
   std::map<record_id, std::pair<std::uint64_t, std::uint64_t>> overflow_of;  // first page, page count
   std::map<std::uint64_t, std::string> stream_of_id;
 
@@ -248,11 +248,11 @@ struct probe_result {
   int open_error = 0;  // storage errc value; -1: an error of another category
   std::string open_detail;
   std::map<record_id, outcome> reads;
-  std::set<record_id> faulted;  // a child died reading these
+  std::set<record_id> faulted;           // a child died reading these
   std::set<record_id> wrong_in_streams;  // wrong records returned by whole-stream reads
   bool streams_read = false;             // the whole-stream reads ended without a fault
-  int signal = 0;               // the last child's signal, 0 if it exited
-  bool listed = false;          // list() and info() answered (ok or an error), no fault
+  int signal = 0;                        // the last child's signal, 0 if it exited
+  bool listed = false;                   // list() and info() answered (ok or an error), no fault
   std::string summary() const {
     std::ostringstream out;
     std::map<outcome, int> counts;
@@ -264,7 +264,8 @@ struct probe_result {
     return out.str();
   }
   std::size_t count(outcome o) const {
-    return static_cast<std::size_t>(std::count_if(reads.begin(), reads.end(), [o](const auto& e) { return e.second == o; }));
+    return static_cast<std::size_t>(
+        std::count_if(reads.begin(), reads.end(), [o](const auto& e) { return e.second == o; }));
   }
 };
 
@@ -273,7 +274,8 @@ struct probe_result {
 // and after it, so that the parent knows where a fault struck. Never
 // returns.
 [[noreturn]] void probe_child(const std::filesystem::path& dir, const std::set<record_id>& skip, int fd) {
-  for (const int sig : {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGABRT}) ::signal(sig, SIG_DFL);  // die, not a handler's report
+  for (const int sig : {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGABRT})
+    ::signal(sig, SIG_DFL);  // die, not a handler's report
   const auto say = [fd](const std::string& line) {
     const std::string l = line + "\n";
     if (::write(fd, l.data(), l.size()) != static_cast<ssize_t>(l.size())) ::_exit(3);
@@ -319,7 +321,8 @@ struct probe_result {
       if (!r && r.error() != sy::errc::corrupted) break;
       for (const auto& rec : r ? r->records : std::vector<sy::record>{}) {
         const auto it = pristine().records.find({s, rec.seq});
-        if (it == pristine().records.end() || it->second.payload != rec.payload || it->second.destination != rec.destination)
+        if (it == pristine().records.end() || it->second.payload != rec.payload ||
+            it->second.destination != rec.destination)
           say("W " + s + " " + std::to_string(rec.seq));
       }
       if (r && r->damaged_seq == 0) break;
@@ -379,7 +382,10 @@ probe_result probe(const std::filesystem::path& dir) {
         char c;
         record_id id;
         f >> c >> id.first >> id.second;
-        out.reads[id] = c == 'o' ? outcome::ok : c == 'c' ? outcome::corrupted : c == 'w' ? outcome::wrong : outcome::other_error;
+        out.reads[id] = c == 'o'   ? outcome::ok
+                        : c == 'c' ? outcome::corrupted
+                        : c == 'w' ? outcome::wrong
+                                   : outcome::other_error;
         known.insert(id);
         reading.reset();
       } else if (tag == "S") {
@@ -511,8 +517,8 @@ TEST_CASE("data.mdb cut to half its size is refused at open with both sizes in t
 TEST_CASE("data.mdb cut short at any offset is refused at open and never faults", "[storage][corruption]") {
   const auto& log = pristine();
   const std::size_t ps = log.page_size, size = log.file.size();
-  std::vector<std::size_t> cuts = {0, 1, 100, ps - 1, ps, ps + 1, 2 * ps - 1, 2 * ps, 2 * ps + 1, 3 * ps,
-                                   size / 2, size - ps, size - ps + 1, size - 1};
+  std::vector<std::size_t> cuts = {0,      1,          100,    ps - 1,   ps,        ps + 1,        2 * ps - 1,
+                                   2 * ps, 2 * ps + 1, 3 * ps, size / 2, size - ps, size - ps + 1, size - 1};
   std::mt19937_64 rng(20240601);
   for (int i = 0; i < 16; ++i) cuts.push_back(2 * ps + rng() % (size - 2 * ps));
   for (const auto cut : cuts) {
@@ -645,9 +651,9 @@ TEST_CASE("a zeroed page is reported as damage and never faults", "[storage][cor
     if (log.kinds[page] == page_kind::records_leaf || log.kinds[page] == page_kind::overflow) {
       CHECK(r.opened);
       for (const auto& [id, o] : r.reads) {
-        const bool here = log.leaf_of.at(id) == page ||
-                          (log.overflow_of.contains(id) && log.overflow_of.at(id).first <= page &&
-                           page < log.overflow_of.at(id).first + log.overflow_of.at(id).second);
+        const bool here =
+            log.leaf_of.at(id) == page || (log.overflow_of.contains(id) && log.overflow_of.at(id).first <= page &&
+                                           page < log.overflow_of.at(id).first + log.overflow_of.at(id).second);
         INFO(id.first << "/" << id.second);
         CHECK(o == (here ? outcome::corrupted : outcome::ok));
       }
@@ -769,23 +775,32 @@ TEST_CASE("a record whose stored length points past the end of the file is repor
     std::ostringstream out;
     sy::diagnostics diag;
     auto read = l.read(stream, seq, 10, std::size_t{1} << 30, &diag);
-    out << "read " << (read ? "ok" : read.error() == sy::errc::corrupted ? "corrupted" : "error") << "\n"
-        << diag.stream << "\n" << diag.seq << "\n" << diag.message << "\n";
+    out << "read "
+        << (read                                  ? "ok"
+            : read.error() == sy::errc::corrupted ? "corrupted"
+                                                  : "error")
+        << "\n"
+        << diag.stream << "\n"
+        << diag.seq << "\n"
+        << diag.message << "\n";
     auto up_to = l.read(stream, 1, 1000, std::size_t{1} << 30);
     out << (up_to ? up_to->records.size() : 999'999) << " " << (up_to ? up_to->damaged_seq : 0) << "\n";
     std::uint64_t removed = 0;
     std::error_code refused;
     for (int i = 0; i < 10 && !refused; ++i) {
       auto trimmed = l.trim(stream, seq + 1, 1000);
-      if (trimmed) removed += *trimmed;
-      else refused = trimmed.error();
+      if (trimmed)
+        removed += *trimmed;
+      else
+        refused = trimmed.error();
     }
     auto after = l.info(stream);
     auto still = l.read(stream, seq, 1, std::size_t{1} << 30);
     auto next = l.read(stream, seq + 1, 1, std::size_t{1} << 30);
     out << (refused == sy::errc::corrupted) << " " << removed << " " << (after ? after->first_seq : 0) << " "
         << (!still && still.error() == sy::errc::corrupted) << " "
-        << (next && next->records.size() == 1 && next->records[0].payload == pristine().records.at({stream, seq + 1}).payload)
+        << (next && next->records.size() == 1 &&
+            next->records[0].payload == pristine().records.at({stream, seq + 1}).payload)
         << "\n";
     return out.str();
   });

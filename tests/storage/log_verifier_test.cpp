@@ -107,7 +107,8 @@ std::string all_problems(const sy::verify_report& r) {
 
 }  // namespace
 
-TEST_CASE("verify_log finds a healthy log intact and accounts for every page, free ones included", "[storage][verify]") {
+TEST_CASE("verify_log finds a healthy log intact and accounts for every page, free ones included",
+          "[storage][verify]") {
   log_dir d;
   d.fill();
   std::vector<sy::verify_progress> seen;
@@ -325,8 +326,6 @@ TEST_CASE("verify_log reports a check that dies of a signal as damage", "[storag
         "the check died of SIGBUS after 0 records: the log is damaged in a way the check could not report");
 }
 
-
-
 TEST_CASE("verify_log kills a check that does not finish in time and says so", "[storage][verify]") {
   temp_dir d{"switchyard-verify"};
   std::filesystem::create_directories(d.path() / "log");
@@ -399,7 +398,8 @@ TEST_CASE("a data file that ends early only where LMDB's free list lies opens an
       mdb_env_info(env, &info);
       mdb_env_stat(env, &st);
       mdb_env_close(env);
-      if ((info.me_last_pgno + 1) * st.ms_psize > std::filesystem::file_size(d->path() / "data.mdb")) found = std::move(d);
+      if ((info.me_last_pgno + 1) * st.ms_psize > std::filesystem::file_size(d->path() / "data.mdb"))
+        found = std::move(d);
     }
   }
   REQUIRE(found);

@@ -24,11 +24,11 @@ namespace {
 namespace sy = switchyard::storage;
 using bytes = std::vector<std::byte>;
 using switchyard::test::bytes_of;
-using switchyard::test::temp_dir;
 using switchyard::test::put_le;
 using switchyard::test::record_key;
 using switchyard::test::record_value;
 using switchyard::test::stream_meta;
+using switchyard::test::temp_dir;
 
 constexpr std::uint64_t kNowMs = 1'712'345'678'901;
 

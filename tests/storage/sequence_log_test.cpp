@@ -55,16 +55,16 @@ std::string describe(const std::expected<T, std::error_code>& r) {
   return r ? std::string("ok") : r.error().category().name() + std::string(": ") + r.error().message();
 }
 
-#define REQUIRE_OK(r)          \
-  do {                         \
-    INFO(describe(r));         \
-    REQUIRE((r).has_value());  \
+#define REQUIRE_OK(r)         \
+  do {                        \
+    INFO(describe(r));        \
+    REQUIRE((r).has_value()); \
   } while (0)
 
-#define REQUIRE_ERROR(r, code)       \
-  do {                               \
-    REQUIRE_FALSE((r).has_value());  \
-    CHECK((r).error() == (code));    \
+#define REQUIRE_ERROR(r, code)      \
+  do {                              \
+    REQUIRE_FALSE((r).has_value()); \
+    CHECK((r).error() == (code));   \
   } while (0)
 
 // A temporary folder plus the injected clock and epoch source. The lambdas
@@ -196,7 +196,8 @@ TEST_CASE("append numbers each stream's records 1, 2, 3 independently of other s
   CHECK(info_ok(*log, "c").last_seq == 1);
 }
 
-TEST_CASE("stream_count counts each stream once, survives a reopen and includes empty streams with retention", "[storage]") {
+TEST_CASE("stream_count counts each stream once, survives a reopen and includes empty streams with retention",
+          "[storage]") {
   log_env env;
   {
     auto log = env.open();
@@ -482,12 +483,12 @@ TEST_CASE("read stops before max_bytes but always returns the first record", "[s
 
   CHECK(seqs_of(read_ok(*log, "s", 1, 100, 300)) == iota_seqs(1, 3));  // exactly fits
   CHECK(seqs_of(read_ok(*log, "s", 1, 100, 299)) == iota_seqs(1, 2));
-  CHECK(seqs_of(read_ok(*log, "s", 2, 100, 50)) == iota_seqs(2, 2));   // first record even if larger
+  CHECK(seqs_of(read_ok(*log, "s", 2, 100, 50)) == iota_seqs(2, 2));  // first record even if larger
   CHECK(seqs_of(read_ok(*log, "s", 1, 100, 0)) == iota_seqs(1, 1));
   const auto big = read_ok(*log, "s", 7, 100, 10);
   REQUIRE(seqs_of(big) == iota_seqs(7, 7));
   CHECK(big.records[0].payload == pattern(5000, 7));
-  CHECK(seqs_of(read_ok(*log, "s", 5, 100, 1000)) == iota_seqs(5, 6));  // the 5000-byte record does not fit
+  CHECK(seqs_of(read_ok(*log, "s", 5, 100, 1000)) == iota_seqs(5, 6));   // the 5000-byte record does not fit
   CHECK(seqs_of(read_ok(*log, "s", 1, 2, 100'000)) == iota_seqs(1, 2));  // the count limit still applies
 }
 
@@ -1265,7 +1266,8 @@ TEST_CASE("the batch and none durability modes behave the same functionally", "[
   {
     auto log = env.open(env.options(mode));
     CHECK(log->mode() == mode);
-    for (int i = 1; i <= 5; ++i) CHECK(append_ok(*log, "s", pattern(30, static_cast<std::uint64_t>(i))) == static_cast<std::uint64_t>(i));
+    for (int i = 1; i <= 5; ++i)
+      CHECK(append_ok(*log, "s", pattern(30, static_cast<std::uint64_t>(i))) == static_cast<std::uint64_t>(i));
     CHECK_FALSE(log->sync());
     REQUIRE(*log->trim("s", 2, 10) == 1);
     const auto r = read_ok(*log, "s", 2);
@@ -1373,9 +1375,7 @@ void store_format(const std::filesystem::path& dir, std::optional<std::uint64_t>
 TEST_CASE("a new log records its on-disk format version in the meta database", "[storage]") {
   log_env env;
   CHECK(sy::log_format_version == 2);
-  {
-    auto log = env.open();
-  }
+  { auto log = env.open(); }
   CHECK(stored_format(env.log_dir()) == sy::log_format_version);
   {
     auto log = env.open();  // reopening accepts it and changes nothing
@@ -1430,9 +1430,15 @@ TEST_CASE("from_lmdb translates LMDB and errno codes into storage errors", "[sto
 }
 
 TEST_CASE("storage error messages are non-empty and distinct", "[storage]") {
-  const sy::errc all[] = {sy::errc::not_found,        sy::errc::trimmed,  sy::errc::storage_full,
-                          sy::errc::corrupted,        sy::errc::invalid_argument, sy::errc::io_error,
-                          sy::errc::internal,         sy::errc::unsupported_format, sy::errc::locked};
+  const sy::errc all[] = {sy::errc::not_found,
+                          sy::errc::trimmed,
+                          sy::errc::storage_full,
+                          sy::errc::corrupted,
+                          sy::errc::invalid_argument,
+                          sy::errc::io_error,
+                          sy::errc::internal,
+                          sy::errc::unsupported_format,
+                          sy::errc::locked};
   std::set<std::string> messages;
   for (const auto e : all) {
     const std::error_code ec = e;

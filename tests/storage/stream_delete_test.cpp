@@ -18,8 +18,8 @@
 #include <vector>
 
 using namespace switchyard::storage;
-using switchyard::test::bytes_of;
 using std::chrono::milliseconds;
+using switchyard::test::bytes_of;
 
 namespace {
 
@@ -50,8 +50,7 @@ struct delete_env {
 
 }  // namespace
 
-TEST_CASE("deleting a stream removes its records, metadata and own retention, and reports what it held",
-          "[storage]") {
+TEST_CASE("deleting a stream removes its records, metadata and own retention, and reports what it held", "[storage]") {
   delete_env env;
   env.append("a", 3, "abc");
   env.append("b", 2);
@@ -81,8 +80,7 @@ TEST_CASE("deleting a stream removes its records, metadata and own retention, an
   CHECK(report.records == 2);
 }
 
-TEST_CASE("an append after a delete starts a new stream of that name from sequence 1 with a new epoch",
-          "[storage]") {
+TEST_CASE("an append after a delete starts a new stream of that name from sequence 1 with a new epoch", "[storage]") {
   delete_env env;
   env.append("a", 5);
   REQUIRE(env.log->set_retention("a", {.max_records = 2}));
@@ -151,9 +149,8 @@ TEST_CASE("a stream with a missing record is not deleted at all", "[storage][dam
   // Stream s holds 1..3 by its metadata; record 2 is missing.
   const auto r1 = t::record_value(1, 10, "", "one"), r3 = t::record_value(3, 30, "", "three");
   const auto meta = t::stream_meta(1, 1, 3, 3, 3 + 5 + 3), k1 = t::record_key(1, 1), k3 = t::record_key(1, 3);
-  const raw_entry entries[] = {{raw_db::streams, bytes_of("s"), meta},
-                               {raw_db::records, k1, r1},
-                               {raw_db::records, k3, r3}};
+  const raw_entry entries[] = {
+      {raw_db::streams, bytes_of("s"), meta}, {raw_db::records, k1, r1}, {raw_db::records, k3, r3}};
   REQUIRE_FALSE(rewrite_raw(*env.log, entries));
   CHECK(env.log->delete_stream("s").error() == errc::corrupted);
   // All or nothing: record 1 (before the hole) is still there.
@@ -185,7 +182,8 @@ TEST_CASE("the group committer deletes a stream after the appends queued before 
     std::promise<std::expected<group_committer::stream_change, std::error_code>> deleted;
     gc.delete_stream("s", [&](auto r) { deleted.set_value(r); });
     for (std::uint64_t token = 4; token <= 5; ++token) REQUIRE_FALSE(gc.append("s", bytes_of("after"), {}, token));
-    if (mode == durability::sync) gc.wake();
+    if (mode == durability::sync)
+      gc.wake();
     else
       while (gc.commit_queued()) {
       }

@@ -16,8 +16,8 @@
 #include <thread>
 
 using namespace switchyard::storage;
-using switchyard::test::wait_until;
 using std::chrono::milliseconds;
+using switchyard::test::wait_until;
 
 namespace {
 
@@ -123,8 +123,7 @@ TEST_CASE("setting a retention replaces the earlier one, and all-zero limits are
   CHECK(own->max_bytes == 0);
 }
 
-TEST_CASE("setting a retention on an unknown stream creates it empty and its first append is sequence 1",
-          "[storage]") {
+TEST_CASE("setting a retention on an unknown stream creates it empty and its first append is sequence 1", "[storage]") {
   retention_env env;
   env.append("older", 2);
   auto set = env.log->set_retention("fresh", {.max_records = 7});
@@ -175,8 +174,7 @@ TEST_CASE("clearing the retention of an unknown stream is not_found and creates 
   CHECK(all->empty());
 }
 
-TEST_CASE("retention changes with a bad name or a negative age are invalid_argument and change nothing",
-          "[storage]") {
+TEST_CASE("retention changes with a bad name or a negative age are invalid_argument and change nothing", "[storage]") {
   retention_env env;
   const std::string long_name(256, 'n');
   for (const std::string& name : {std::string(), long_name}) {
@@ -329,7 +327,7 @@ TEST_CASE("the committer refuses a bad retention change at once and a clear of a
 TEST_CASE("a stream's own byte limit holds in every commit under back-to-back batches", "[storage]") {
   retention_env env;
   group_commit_options o;
-  o.default_retention.max_records = 1'000'000;  // the default would keep far more
+  o.default_retention.max_records = 1'000'000;   // the default would keep far more
   o.retention_interval = std::chrono::hours(1);  // no background pass: only commits trim
   group_committer gc(*env.log, o);
   REQUIRE(change(gc, "own", retention{.max_bytes = 4096}));

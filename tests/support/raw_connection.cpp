@@ -117,8 +117,7 @@ std::optional<raw_frame> raw_connection::read_frame(std::chrono::milliseconds ti
   return out;
 }
 
-const protocol::wire::Frame* raw_connection::next(raw_frame& storage,
-                                                  std::chrono::milliseconds timeout) {
+const protocol::wire::Frame* raw_connection::next(raw_frame& storage, std::chrono::milliseconds timeout) {
   auto f = read_frame(timeout);
   if (!f) return nullptr;
   storage = std::move(*f);
@@ -126,12 +125,12 @@ const protocol::wire::Frame* raw_connection::next(raw_frame& storage,
   return decoded ? *decoded : nullptr;
 }
 
-const protocol::wire::Frame* raw_connection::next_of(protocol::wire::Message type,
-                                                     raw_frame& storage,
+const protocol::wire::Frame* raw_connection::next_of(protocol::wire::Message type, raw_frame& storage,
                                                      std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     const auto* f = next(storage, left);
     if (!f) return nullptr;
     if (f->message_type() == type) return f;

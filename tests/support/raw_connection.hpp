@@ -19,9 +19,7 @@ namespace switchyard::test {
 struct raw_frame {
   std::vector<std::uint64_t> words;
   std::size_t size = 0;
-  protocol::bytes_view bytes() const noexcept {
-    return {reinterpret_cast<const std::uint8_t*>(words.data()), size};
-  }
+  protocol::bytes_view bytes() const noexcept { return {reinterpret_cast<const std::uint8_t*>(words.data()), size}; }
 };
 
 class raw_connection {
@@ -48,8 +46,7 @@ class raw_connection {
   std::optional<raw_frame> read_frame(std::chrono::milliseconds timeout = std::chrono::seconds(5));
   // read_frame() decoded; nullptr when there was no frame. The pointer
   // borrows `storage`.
-  const protocol::wire::Frame* next(raw_frame& storage,
-                                    std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  const protocol::wire::Frame* next(raw_frame& storage, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   // Reads and discards frames until `type` arrives; returns it or nullptr.
   const protocol::wire::Frame* next_of(protocol::wire::Message type, raw_frame& storage,
                                        std::chrono::milliseconds timeout = std::chrono::seconds(5));

@@ -47,7 +47,8 @@ inline raw_bytes record_value(std::uint64_t seq, std::uint64_t ts, std::string_v
 inline raw_bytes stream_meta(std::uint64_t id, std::uint64_t first, std::uint64_t last, std::uint64_t records,
                              std::uint64_t bytes, std::uint64_t created_ms = 0) {
   raw_bytes v;
-  for (const std::uint64_t f : {id, std::uint64_t{77}, first, last, records, bytes, created_ms}) put_le<std::uint64_t>(v, f);
+  for (const std::uint64_t f : {id, std::uint64_t{77}, first, last, records, bytes, created_ms})
+    put_le<std::uint64_t>(v, f);
   return v;
 }
 

@@ -64,9 +64,12 @@ struct random_names {
     for (int i = 0; i < n; ++i) {
       if (i) s += '.';
       const auto r = rng() % wildcard_odds;
-      if (r == 0) s += '*';
-      else if (r == 1 && i == n - 1) s += '>';
-      else s += alphabet[rng() % alphabet.size()];
+      if (r == 0)
+        s += '*';
+      else if (r == 1 && i == n - 1)
+        s += '>';
+      else
+        s += alphabet[rng() % alphabet.size()];
     }
     return s;
   }

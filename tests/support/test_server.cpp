@@ -26,8 +26,7 @@ broker::server_config test_server::default_config(std::uint16_t port) {
   return c;
 }
 
-test_server::test_server(broker::server_config config)
-    : server_(std::make_unique<broker::server>(std::move(config))) {
+test_server::test_server(broker::server_config config) : server_(std::make_unique<broker::server>(std::move(config))) {
   server_->start();
   thread_ = std::thread([this] {
     server_->run();

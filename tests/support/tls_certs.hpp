@@ -19,7 +19,8 @@ class tls_certs {
     for (const char* ca : {"ca", "other-ca"}) {
       run("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=" + std::string(ca) +
           " -keyout " + path(std::string(ca) + ".key") + " -out " + path(std::string(ca) + ".pem"));
-      issue(ca, std::string(ca) + "-broker", "broker", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+      issue(ca, std::string(ca) + "-broker", "broker",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
       issue(ca, std::string(ca) + "-client", "client", "extendedKeyUsage=clientAuth\n");
     }
   }

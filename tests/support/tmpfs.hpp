@@ -76,10 +76,10 @@ class tmpfs_mount {
 
 // Ends the test early, passing with a visible warning, when `m` (a
 // tmpfs_mount) could not be mounted.
-#define SKIP_UNLESS_MOUNTED(m)                 \
-  do {                                         \
-    if (!(m).mounted()) {                      \
-      WARN("SKIPPED: " << (m).why_not());      \
-      return;                                  \
-    }                                          \
+#define SKIP_UNLESS_MOUNTED(m)            \
+  do {                                    \
+    if (!(m).mounted()) {                 \
+      WARN("SKIPPED: " << (m).why_not()); \
+      return;                             \
+    }                                     \
   } while (0)

@@ -20,9 +20,12 @@ TEST_CASE("json_quote escapes quotes, backslashes and control characters", "[tex
 
 TEST_CASE("json_quote keeps valid UTF-8 and replaces invalid bytes with U+FFFD", "[text]") {
   CHECK(json_quote("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80") == "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"");
-  CHECK(json_quote("a\xFF" "b") == "\"a\xEF\xBF\xBD" "b\"");
-  CHECK(json_quote("\xC3") == "\"\xEF\xBF\xBD\"");                   // truncated sequence
-  CHECK(json_quote("\xC0\xAF") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");   // overlong '/'
+  CHECK(json_quote("a\xFF"
+                   "b") ==
+        "\"a\xEF\xBF\xBD"
+        "b\"");
+  CHECK(json_quote("\xC3") == "\"\xEF\xBF\xBD\"");                                  // truncated sequence
+  CHECK(json_quote("\xC0\xAF") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");                  // overlong '/'
   CHECK(json_quote("\xED\xA0\x80") == "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");  // a surrogate
 }
 

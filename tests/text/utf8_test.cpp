@@ -17,8 +17,8 @@ TEST_CASE("is_printable_utf8 accepts text and refuses controls and invalid UTF-8
   CHECK_FALSE(is_printable_utf8("tab\there"));
   CHECK_FALSE(is_printable_utf8("nul\0"s));
   CHECK_FALSE(is_printable_utf8("del\x7F"));
-  CHECK_FALSE(is_printable_utf8("c1 \xC2\x85"));    // U+0085, a C1 control
+  CHECK_FALSE(is_printable_utf8("c1 \xC2\x85"));  // U+0085, a C1 control
   CHECK_FALSE(is_printable_utf8("\xFF\xFE"));
-  CHECK_FALSE(is_printable_utf8("\xE2\x82"));       // truncated
+  CHECK_FALSE(is_printable_utf8("\xE2\x82"));          // truncated
   CHECK_FALSE(is_printable_utf8("\xF4\x90\x80\x80"));  // past U+10FFFF
 }

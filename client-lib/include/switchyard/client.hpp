@@ -90,7 +90,7 @@ using subscription_id = std::uint64_t;
 // A payload sent to users, delivered into a gateway's inbox. The views are
 // valid only during the handler call.
 struct inbox_message {
-  std::string_view inbox;                      // the inbox it was delivered to
+  std::string_view inbox;                        // the inbox it was delivered to
   std::span<const std::string_view> route_keys;  // the users (route keys) it is for
   std::span<const std::byte> payload;
   // For a durable send: its place in the log (empty stream and 0 otherwise).
@@ -188,7 +188,7 @@ struct stream_read {
 // truth, then say where delivery goes on.
 
 struct stream_position {
-  std::uint64_t seq = 0;    // last delivered
+  std::uint64_t seq = 0;  // last delivered
   // The stream's epoch. When resuming, {0, 0} means "never saw this
   // stream" (read it from its first record, whatever its epoch); a
   // position with a sequence but epoch 0 is refused (errc::invalid_position):
@@ -206,7 +206,7 @@ enum class position_lost {
 struct unrecoverable_position {
   std::string_view stream;
   position_lost reason;
-  stream_position last_delivered;    // what the application has seen
+  stream_position last_delivered;     // what the application has seen
   std::uint64_t first_available = 0;  // first retained sequence now (0: stream gone)
   std::uint64_t epoch = 0;            // the stream's epoch now (0: stream gone)
 };
@@ -400,23 +400,24 @@ struct flag_info {
 // else goes out; see docs/reconnect.md. Defaults below. The first connect()
 // is not retried: it fails fast when no broker answers.
 struct reconnect_options {
-  bool enabled = true;                          // false: the old behaviour (connection lost = client done)
-  std::chrono::milliseconds base_delay{500};    // attempt n waits uniform(0, min(max_delay, base_delay * 2^n)), n = 0, 1, ...
+  bool enabled = true;  // false: the old behaviour (connection lost = client done)
+  std::chrono::milliseconds base_delay{
+      500};  // attempt n waits uniform(0, min(max_delay, base_delay * 2^n)), n = 0, 1, ...
   std::chrono::milliseconds max_delay{30'000};
   std::chrono::milliseconds stable_after{10'000};  // the attempt counter resets once a connection stayed up this long
-  std::uint32_t max_attempts = 0;               // 0 = no limit; past it the client closes (errc::reconnect_failed)
-  std::chrono::milliseconds max_downtime{0};    // 0 = no limit; same
-  std::size_t buffer_bytes = 8u << 20;          // publishes kept while disconnected; past it publish fails (errc::buffer_full)
+  std::uint32_t max_attempts = 0;                  // 0 = no limit; past it the client closes (errc::reconnect_failed)
+  std::chrono::milliseconds max_downtime{0};       // 0 = no limit; same
+  std::size_t buffer_bytes = 8u << 20;  // publishes kept while disconnected; past it publish fails (errc::buffer_full)
 };
 
 struct reconnect_info {
-  std::uint32_t attempts = 0;                   // connection attempts it took (1 = the first one worked)
+  std::uint32_t attempts = 0;  // connection attempts it took (1 = the first one worked)
   // Of those, attempts the broker answered with a refusal and a retry hint
   // (rate_limited, too_many_connections, draining); the others found no
   // broker listening or failed on the way.
   std::uint32_t refused = 0;
-  std::chrono::milliseconds downtime{0};        // from the loss to the restored session
-  bool new_server_instance = false;             // the broker process changed (server_instance differs)
+  std::chrono::milliseconds downtime{0};  // from the loss to the restored session
+  bool new_server_instance = false;       // the broker process changed (server_instance differs)
   // Leases this client held that the broker no longer knew (a new server
   // instance, or expired meanwhile), each replaced by a new grant with the
   // same TTL: {old, new}. The client maps the old ids to the new ones in
@@ -536,8 +537,8 @@ class client {
  public:
   // Connects, sends the hello and waits for the welcome. With no loop given,
   // the client gets an event_loop of its own.
-  static std::expected<std::unique_ptr<client>, std::error_code> connect(
-      client_options options, std::shared_ptr<event_loop> loop = nullptr);
+  static std::expected<std::unique_ptr<client>, std::error_code> connect(client_options options,
+                                                                         std::shared_ptr<event_loop> loop = nullptr);
   // Same without blocking: `done` runs on the loop thread with the client
   // or the error (errc::timeout after options.connect_timeout).
   static void async_connect(client_options options, std::shared_ptr<event_loop> loop,
@@ -571,8 +572,7 @@ class client {
 
   // Subscribes to a pattern (`*` = one token, `>` = the rest) and waits for
   // the broker's confirmation. The handler runs on the loop thread.
-  std::expected<subscription_id, std::error_code> subscribe(std::string_view pattern,
-                                                            message_handler handler);
+  std::expected<subscription_id, std::error_code> subscribe(std::string_view pattern, message_handler handler);
   // Same, without waiting: `done` runs on the loop thread with the outcome.
   void async_subscribe(std::string_view pattern, message_handler handler,
                        std::function<void(std::expected<subscription_id, std::error_code>)> done);
@@ -584,8 +584,7 @@ class client {
   // epoch is refused (errc::invalid_position). Blocking, like subscribe();
   // it always asks the broker, even for a pattern already subscribed
   // (that request is where the subscription starts).
-  std::expected<subscription_id, std::error_code> subscribe_durable(std::string_view pattern,
-                                                                    message_handler handler,
+  std::expected<subscription_id, std::error_code> subscribe_durable(std::string_view pattern, message_handler handler,
                                                                     durable_options options = {});
   // The last delivered position of every stream a durable subscription has
   // seen: keep it to resume on a new connection. Empty for an unknown id or
@@ -727,16 +726,14 @@ class client {
   // and delivered (carrying stream, seq and epoch) once durable. The record
   // is in the log even for keys without a route. Blocking.
   std::expected<send_result, std::error_code> send_durable(std::span<const std::string_view> route_keys,
-                                                           std::string_view stream,
-                                                           std::span<const std::byte> payload);
+                                                           std::string_view stream, std::span<const std::byte> payload);
   // The same with an expiry (capability "offers" too; 0 = none): never
   // written to a gateway `expires_in` after the broker read it, and left
   // out of reads (and so of gap recovery) once the record's timestamp plus
   // `expires_in` has passed. Errors also not_supported (no "offers"),
   // bad_request (negative, or above the broker's max-offer-expiry-ms).
   std::expected<send_result, std::error_code> send_durable(std::span<const std::string_view> route_keys,
-                                                           std::string_view stream,
-                                                           std::span<const std::byte> payload,
+                                                           std::string_view stream, std::span<const std::byte> payload,
                                                            std::chrono::milliseconds expires_in);
   // Publishes to `channel` through the log: appended to `stream` first,
   // delivered (carrying stream, seq and epoch) once durable; returns the
@@ -766,8 +763,7 @@ class client {
   // (0 = the broker's default, 1000; at most 10000); `more`, if given, says
   // whether the list was cut.
   std::expected<std::vector<stream_summary>, std::error_code> stream_list(std::string_view prefix = "",
-                                                                          std::size_t limit = 0,
-                                                                          bool* more = nullptr);
+                                                                          std::size_t limit = 0, bool* more = nullptr);
   // Gives the stream retention limits of its own, replacing earlier ones
   // (all 0 = keep everything, whatever the broker's default); an unknown
   // stream is created, empty. Returns once the change is on disk, with the
@@ -844,16 +840,16 @@ class client {
   bool connected() const noexcept;
   // Reconnect attempts made by this client, over its whole life.
   std::uint64_t reconnect_attempts_total() const noexcept;
-  std::uint64_t session_id() const noexcept;          // from the welcome
+  std::uint64_t session_id() const noexcept;  // from the welcome
   // The server process's random instance id, from the welcome; 0 from a
   // server older than the field. Another value after a reconnect means a
   // new server process: the leases, inboxes and registry entries of the
   // old one are gone (its lease ids answer not_found).
   std::uint64_t server_instance() const noexcept;
   const std::string& server_version() const noexcept;  // from the welcome, e.g. "0.1.0"
-  std::uint32_t server_max_frame() const noexcept;    // from the welcome
-  std::vector<std::string> capabilities() const;      // granted by the server
-  std::uint64_t dropped_total() const noexcept;       // sum of dropped notices
+  std::uint32_t server_max_frame() const noexcept;     // from the welcome
+  std::vector<std::string> capabilities() const;       // granted by the server
+  std::uint64_t dropped_total() const noexcept;        // sum of dropped notices
 
  private:
   friend struct detail::access;

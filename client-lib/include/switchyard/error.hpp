@@ -36,23 +36,24 @@ enum class errc {
   inbox_taken = 20,
   corrupted = 21,
   limit_exceeded = 22,
-  forbidden = 23,           // this principal may not do that (docs/security.md); the connection stays
+  forbidden = 23,  // this principal may not do that (docs/security.md); the connection stays
 
   // Detected by the library.
-  not_connected = 100,      // the connection is closed (or was never open)
-  timeout = 101,            // no answer within the options' timeout
-  invalid_channel = 102,    // not a valid channel name (see docs/protocol.md)
-  invalid_pattern = 103,    // not a valid subscription pattern
-  payload_too_large = 104,  // the frame would exceed the server's max_frame
-  would_deadlock = 105,     // a blocking call made on the client's event-loop thread
-  protocol_violation = 106, // the server sent something this library cannot accept
-  not_supported = 107,      // the server did not grant the capability this needs
-  invalid_position = 108,   // a stream position to resume from has a sequence but no epoch
-  connection_lost = 109,    // a request in flight when the connection dropped (its outcome is unknown)
-  buffer_full = 110,        // reconnecting, and reconnect_options::buffer_bytes of publishes are held already
-  reconnect_failed = 111,   // the client gave up reconnecting (max_attempts / max_downtime): it is closed
-  tls_failed = 112,         // TLS set-up or handshake failed (certificate, CA, name, or a broker without TLS); the log says why
-  not_a_broker = 113,       // the address answered, but not with a Switchyard frame (another service, or the wrong port)
+  not_connected = 100,       // the connection is closed (or was never open)
+  timeout = 101,             // no answer within the options' timeout
+  invalid_channel = 102,     // not a valid channel name (see docs/protocol.md)
+  invalid_pattern = 103,     // not a valid subscription pattern
+  payload_too_large = 104,   // the frame would exceed the server's max_frame
+  would_deadlock = 105,      // a blocking call made on the client's event-loop thread
+  protocol_violation = 106,  // the server sent something this library cannot accept
+  not_supported = 107,       // the server did not grant the capability this needs
+  invalid_position = 108,    // a stream position to resume from has a sequence but no epoch
+  connection_lost = 109,     // a request in flight when the connection dropped (its outcome is unknown)
+  buffer_full = 110,         // reconnecting, and reconnect_options::buffer_bytes of publishes are held already
+  reconnect_failed = 111,    // the client gave up reconnecting (max_attempts / max_downtime): it is closed
+  tls_failed =
+      112,  // TLS set-up or handshake failed (certificate, CA, name, or a broker without TLS); the log says why
+  not_a_broker = 113,  // the address answered, but not with a Switchyard frame (another service, or the wrong port)
 };
 
 const std::error_category& client_category() noexcept;
@@ -63,9 +64,7 @@ const std::error_category& client_category() noexcept;
 // this build does not know is "unknown".
 std::string_view error_name(errc e) noexcept;
 
-inline std::error_code make_error_code(errc e) noexcept {
-  return {static_cast<int>(e), client_category()};
-}
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), client_category()}; }
 
 }  // namespace switchyard
 

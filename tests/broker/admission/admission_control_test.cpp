@@ -89,7 +89,8 @@ TEST_CASE("a cap refusal with a hello rate takes its place in the rate's queue",
   CHECK(a.on_accept(1, clock.now)->retry_after == 2000ms);
 }
 
-TEST_CASE("a draining server refuses every new connection, admin too, with the reconnect window", "[broker][admission]") {
+TEST_CASE("a draining server refuses every new connection, admin too, with the reconnect window",
+          "[broker][admission]") {
   fake_clock clock;
   server_config cfg;
   server_counters counters;

@@ -48,9 +48,8 @@ class temp_config {
   explicit temp_config(const std::string& text) {
     static std::atomic<int> counter{0};
     std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("switchyard-config-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
-             "-" + std::to_string(rd()) + ".toml");
+    path_ = std::filesystem::temp_directory_path() / ("switchyard-config-test-" + std::to_string(::getpid()) + "-" +
+                                                      std::to_string(counter++) + "-" + std::to_string(rd()) + ".toml");
     std::ofstream out(path_);
     out << text;
     REQUIRE(out.good());
@@ -88,8 +87,8 @@ TEST_CASE("server config without arguments has the documented defaults", "[broke
 TEST_CASE("server config accepts every option on the command line", "[broker]") {
   const server_config cfg =
       parse({"--listen", "0.0.0.0:9000", "--allow-anonymous", "--data-dir", "/var/lib/sy", "--port-file", "/tmp/port",
-             "--max-frame", "65536", "--max-connections", "12", "--hello-timeout-ms", "750",
-             "--heartbeat-ms", "250", "--max-pending-bytes", "131072", "--log-level", "debug"});
+             "--max-frame", "65536", "--max-connections", "12", "--hello-timeout-ms", "750", "--heartbeat-ms", "250",
+             "--max-pending-bytes", "131072", "--log-level", "debug"});
   CHECK(cfg.listen_host == "0.0.0.0");
   CHECK(cfg.listen_port == 9000);
   CHECK(cfg.data_dir == "/var/lib/sy");
@@ -122,8 +121,7 @@ TEST_CASE("server config --listen with a bad port throws invalid_argument", "[br
   CHECK_THROWS_AS(parse({"--listen", "127.0.0.1:99999999999999999999999"}), std::invalid_argument);
 }
 
-TEST_CASE("server config --listen without a colon or without a host throws invalid_argument",
-          "[broker]") {
+TEST_CASE("server config --listen without a colon or without a host throws invalid_argument", "[broker]") {
   CHECK_THROWS_AS(parse({"--listen", "127.0.0.1"}), std::invalid_argument);
   CHECK_THROWS_AS(parse({"--listen", ":7878"}), std::invalid_argument);
 }
@@ -179,18 +177,15 @@ TEST_CASE("server config rejects a non-numeric number option with a non-zero exi
   CHECK(parse_exit({"--heartbeat-ms", "1s"}).code != 0);
 }
 
-TEST_CASE("server config --max-frame 100 is below the minimum and throws invalid_argument",
-          "[broker]") {
+TEST_CASE("server config --max-frame 100 is below the minimum and throws invalid_argument", "[broker]") {
   CHECK_THROWS_AS(parse({"--max-frame", "100"}), std::invalid_argument);
 }
 
-TEST_CASE("server config accepts --max-frame at both ends of its range and nothing beyond",
-          "[broker]") {
+TEST_CASE("server config accepts --max-frame at both ends of its range and nothing beyond", "[broker]") {
   CHECK(parse({"--max-frame", "16384"}).max_frame == 16384);
   CHECK_THROWS_AS(parse({"--max-frame", "16383"}), std::invalid_argument);
   CHECK(parse({"--max-frame", "67108864", "--max-pending-bytes", "67108864"}).max_frame == 67108864);
-  CHECK_THROWS_AS(parse({"--max-frame", "67108865", "--max-pending-bytes", "134217728"}),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(parse({"--max-frame", "67108865", "--max-pending-bytes", "134217728"}), std::invalid_argument);
 }
 
 TEST_CASE("server config rejects a pending-bytes limit below max-frame", "[broker]") {
@@ -388,7 +383,8 @@ TEST_CASE("server config derives the stall threshold from the shortest TTL and t
   CHECK(stall_threshold_for(parse({"--stall-threshold-ms", "300"})) == 300ms);
 }
 
-TEST_CASE("server config refuses a stall threshold that would let a pause expire leases kept alive in time", "[broker]") {
+TEST_CASE("server config refuses a stall threshold that would let a pause expire leases kept alive in time",
+          "[broker]") {
   CHECK_THROWS_AS(parse({"--stall-threshold-ms", "2000"}), std::invalid_argument);
   CHECK_THROWS_AS(parse({"--stall-threshold-ms", "401"}), std::invalid_argument);
   CHECK_NOTHROW(parse({"--stall-threshold-ms", "400"}));
@@ -477,9 +473,9 @@ TEST_CASE("server config refuses a huge stall threshold instead of overflowing i
           "[broker]") {
   // Found by fuzz/config_fuzz.cpp: threshold + sweep period wrapped to a
   // negative sum (signed, UB) that passed the check.
-  CHECK_THROWS_AS(parse({"--lease-min-ttl-ms", "1000", "--sweep-ms", "100", "--stall-threshold-ms",
-                         "9223372036854775807"}),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(
+      parse({"--lease-min-ttl-ms", "1000", "--sweep-ms", "100", "--stall-threshold-ms", "9223372036854775807"}),
+      std::invalid_argument);
   // The largest threshold allowed: plus the sweep period, half the shortest TTL.
   CHECK(parse({"--lease-min-ttl-ms", "1000", "--sweep-ms", "100", "--stall-threshold-ms", "400"}).stall_threshold ==
         400ms);

@@ -33,8 +33,10 @@ struct any_field {
 
 template <class T, class... Fields>
 consteval std::size_t field_count() {
-  if constexpr (requires { T{Fields{}..., any_field{}}; }) return field_count<T, Fields..., any_field>();
-  else return sizeof...(Fields);
+  if constexpr (requires { T{Fields{}..., any_field{}}; })
+    return field_count<T, Fields..., any_field>();
+  else
+    return sizeof...(Fields);
 }
 
 struct counted {
@@ -123,7 +125,8 @@ TEST_CASE("a default that follows another setting follows it, and only a value t
 }
 
 TEST_CASE("a range error names the setting, its bounds and its unit", "[broker][config]") {
-  CHECK_THROWS_WITH(parse({"--max-frame", "100"}), Catch::Contains("max-frame must be between 16384 and 67108864 bytes"));
+  CHECK_THROWS_WITH(parse({"--max-frame", "100"}),
+                    Catch::Contains("max-frame must be between 16384 and 67108864 bytes"));
   CHECK_THROWS_WITH(parse({"--heartbeat-ms", "9"}), Catch::Contains("heartbeat-ms must be between 10 and 3600000 ms"));
   CHECK_THROWS_WITH(parse({"--max-inboxes", "0"}), Catch::Contains("max-inboxes must be at least 1"));
   CHECK_THROWS_WITH(parse({"--max-pending-bytes", "1000"}),

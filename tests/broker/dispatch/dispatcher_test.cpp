@@ -41,10 +41,11 @@ using switchyard::test::wire_bytes_of;
 // A server's request path without sockets and without a log.
 struct fixture : fake_clock {
   server_config config;
-  std::shared_ptr<spdlog::logger> logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  std::shared_ptr<spdlog::logger> logger =
+      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
   frame_arena arena;
-  protocol::frame_builder builder;      // the loop's (answers)
-  protocol::frame_builder requests;     // the tests' (requests)
+  protocol::frame_builder builder;   // the loop's (answers)
+  protocol::frame_builder requests;  // the tests' (requests)
   server_counters counters;
   channel_table channels;
   lease_table leases{fake_clock_config(10ms, 1h, 1000ms), source()};
@@ -55,21 +56,25 @@ struct fixture : fake_clock {
   std::vector<std::chrono::milliseconds> drains;  // what the admin handler was asked
   std::chrono::milliseconds default_drain_window{30'000};
   // The server's side of Stats and ConnList: connections 7 and 9.
-  server_admin_handler admin{
-      {[this](std::chrono::milliseconds w) { drains.push_back(w); },
-       [] {
-         stats_report r;
-         r.version = "9.9.9";
-         r.values.push_back({"published_total", 42, true});
-         return r;
-       },
-       [] { return std::vector<conn_key>{{.id = 9}, {.id = 7}}; },
-       [](std::span<const std::uint64_t> ids) {
-         std::vector<protocol::conn_info_fields> out;
-         for (const auto id : ids) out.push_back({.id = id, .name = "conn-" + std::to_string(id)});
-         return out;
-       }},
-      default_drain_window, builder, logger};
+  server_admin_handler admin{{[this](std::chrono::milliseconds w) { drains.push_back(w); },
+                              [] {
+                                stats_report r;
+                                r.version = "9.9.9";
+                                r.values.push_back({"published_total", 42, true});
+                                return r;
+                              },
+                              [] {
+                                return std::vector<conn_key>{{.id = 9}, {.id = 7}};
+                              },
+                              [](std::span<const std::uint64_t> ids) {
+                                std::vector<protocol::conn_info_fields> out;
+                                for (const auto id : ids)
+                                  out.push_back({.id = id, .name = "conn-" + std::to_string(id)});
+                                return out;
+                              }},
+                             default_drain_window,
+                             builder,
+                             logger};
   dispatcher dispatch{{pubsub, routing_requests, nullptr, nullptr, &admin}, counters, logger};
   std::vector<std::vector<std::uint8_t>> frames;  // keeps each request's bytes
 
@@ -158,15 +163,13 @@ TEST_CASE("a message type clients may not send closes the connection as a protoc
 TEST_CASE("every message type is either served to clients or refused as server-only", "[broker][dispatch]") {
   fixture f;
   using M = wire::Message;
-  const std::vector<M> from_clients{M::Hello,       M::Ping,           M::Pong,          M::Error,
-                                    M::Subscribe,   M::Unsubscribe,    M::Publish,       M::LeaseGrant,
-                                    M::LeaseKeepAlive, M::LeaseRevoke, M::LeaseTimeToLive, M::LeaseList,
-                                    M::RegistryPut, M::RegistryGet,    M::RegistryDelete, M::RegistryList,
-                                    M::InboxOpen,   M::InboxClose,     M::Send,          M::Append,
-                                    M::Read,        M::StreamInfo,     M::StreamList,    M::SetRetention,
-                                    M::Drain,       M::Stats,          M::ConnList,      M::StreamDelete,
-                                    M::OfferAck,    M::Withdraw,       M::PendingOffers, M::ExposureQuery,
-                                    M::FlagSet,     M::FlagList};
+  const std::vector<M> from_clients{
+      M::Hello,         M::Ping,          M::Pong,           M::Error,        M::Subscribe,       M::Unsubscribe,
+      M::Publish,       M::LeaseGrant,    M::LeaseKeepAlive, M::LeaseRevoke,  M::LeaseTimeToLive, M::LeaseList,
+      M::RegistryPut,   M::RegistryGet,   M::RegistryDelete, M::RegistryList, M::InboxOpen,       M::InboxClose,
+      M::Send,          M::Append,        M::Read,           M::StreamInfo,   M::StreamList,      M::SetRetention,
+      M::Drain,         M::Stats,         M::ConnList,       M::StreamDelete, M::OfferAck,        M::Withdraw,
+      M::PendingOffers, M::ExposureQuery, M::FlagSet,        M::FlagList};
   for (int t = 0; t <= static_cast<int>(M::MAX); ++t) {
     const auto type = static_cast<M>(t);
     INFO(wire::EnumNameMessage(type));
@@ -231,8 +234,7 @@ TEST_CASE("stats and connection lists without the admin capability are refused a
   CHECK_FALSE(p->closed());
 }
 
-TEST_CASE("a stats request with the admin capability is answered with what the server reports",
-          "[broker][dispatch]") {
+TEST_CASE("a stats request with the admin capability is answered with what the server reports", "[broker][dispatch]") {
   fixture f;
   capability_set admin;
   admin.admin = true;

@@ -24,7 +24,8 @@ bool has_line(const std::string& text, const std::string& line) {
 
 }  // namespace
 
-TEST_CASE("every catalog figure is exposed with the switchyard_ prefix, its HELP, TYPE and value", "[broker][metrics]") {
+TEST_CASE("every catalog figure is exposed with the switchyard_ prefix, its HELP, TYPE and value",
+          "[broker][metrics]") {
   metrics_snapshot m;
   m.counters.published = 42;
   m.connections = 3;

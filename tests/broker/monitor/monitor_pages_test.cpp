@@ -56,10 +56,11 @@ TEST_CASE("stats JSON groups counters, gauges and histogram summaries", "[broker
   metrics_snapshot m;
   m.counters.delivery_latency.observe(30us);
   const auto json = stats_json(st, m);
-  CHECK(json.starts_with(R"({"version":"1.0","server_instance":"12","uptime_ms":5,"settings":{"listen":"127.0.0.1:7878"},)"
-                         R"("counters":{"published_total":4},"gauges":{"connections":2},"histograms":{)"));
-  CHECK(json.find(R"("delivery_latency_seconds":{"count":1,"sum_seconds":0.000030,"p50_le_us":50,"p99_le_us":50,)")
-        != std::string::npos);
+  CHECK(json.starts_with(
+      R"({"version":"1.0","server_instance":"12","uptime_ms":5,"settings":{"listen":"127.0.0.1:7878"},)"
+      R"("counters":{"published_total":4},"gauges":{"connections":2},"histograms":{)"));
+  CHECK(json.find(R"("delivery_latency_seconds":{"count":1,"sum_seconds":0.000030,"p50_le_us":50,"p99_le_us":50,)") !=
+        std::string::npos);
 }
 
 TEST_CASE("the status page escapes client-chosen names and says why it is not ready", "[broker][monitor]") {

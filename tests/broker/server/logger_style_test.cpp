@@ -28,7 +28,9 @@ TEST_CASE("a text log line starts with an ISO 8601 time with its UTC offset") {
   std::ostringstream out;
   logger_into(out, "text")->info("conn={} closed", 7);
   INFO(out.str());
-  CHECK(std::regex_match(out.str(), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d \[broker\] \[info\] conn=7 closed\n)")));
+  CHECK(std::regex_match(
+      out.str(),
+      std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d \[broker\] \[info\] conn=7 closed\n)")));
 }
 
 TEST_CASE("a json log line is one object with time, level, logger and the message escaped") {
@@ -37,7 +39,8 @@ TEST_CASE("a json log line is one object with time, level, logger and the messag
   INFO(out.str());
   CHECK(std::regex_match(
       out.str(),
-      std::regex(R"(\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d","level":"warning","logger":"broker","msg":"name='a\\tb' said \\"hi\\"\\\\ then\\nnewline\\u0001"\}\n)")));
+      std::regex(
+          R"(\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d","level":"warning","logger":"broker","msg":"name='a\\tb' said \\"hi\\"\\\\ then\\nnewline\\u0001"\}\n)")));
 }
 
 TEST_CASE("text and json are the log formats there are") {

@@ -17,7 +17,7 @@ TEST_CASE("exposure counts the offers of a key inside a rolling window", "[broke
   CHECK(t.count("user:a", 10s, t0) == 0);
   for (int i = 0; i < 5; ++i) REQUIRE(t.record("user:a", t0 + std::chrono::seconds(i)));
   CHECK(t.count("user:a", 10s, t0 + 4s) == 5);
-  CHECK(t.count("user:a", 10s, t0 + 10s) == 4);   // the one at t0 is 10 s old: out
+  CHECK(t.count("user:a", 10s, t0 + 10s) == 4);  // the one at t0 is 10 s old: out
   CHECK(t.count("user:a", 10s, t0 + 13500ms) == 1);
   CHECK(t.count("user:a", 10s, t0 + 14s) == 0);
   CHECK(t.count("user:b", 10s, t0) == 0);

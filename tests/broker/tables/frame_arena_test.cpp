@@ -113,8 +113,7 @@ TEST_CASE("a copied frame_ref keeps the bytes alive after the original is reset"
   CHECK(assigned.adjacent(frame_ref{}) == false);
 }
 
-TEST_CASE("a frame larger than a quarter chunk gets a chunk of its own and stays readable",
-          "[broker]") {
+TEST_CASE("a frame larger than a quarter chunk gets a chunk of its own and stays readable", "[broker]") {
   frame_arena arena;
   const frame_ref small = arena.store(pattern_bytes(64, 1));
   const std::size_t before = arena.chunks_allocated();

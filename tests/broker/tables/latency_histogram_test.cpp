@@ -31,7 +31,7 @@ TEST_CASE("a negative duration counts as zero", "[broker][histogram]") {
 
 TEST_CASE("quantile bounds are the smallest bucket bound holding that share of the values", "[broker][histogram]") {
   latency_histogram h;
-  CHECK(h.quantile_bound_us(0.5) == 0);  // empty
+  CHECK(h.quantile_bound_us(0.5) == 0);          // empty
   for (int i = 0; i < 98; ++i) h.observe(40us);  // <= 50us
   h.observe(3ms);                                // <= 5000us
   h.observe(20s);                                // +Inf

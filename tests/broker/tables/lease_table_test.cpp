@@ -165,8 +165,16 @@ void check_expiry_window(harness& h, lease_id id, time_point deadline) {
 TEST_CASE("grant clamps the TTL to the configured minimum and maximum", "[broker]") {
   harness h(make_config(100ms, 1s, 10s));
   const std::array<std::pair<milliseconds, milliseconds>, 10> cases{{
-      {-5s, 1s}, {0ms, 1s}, {1ms, 1s}, {999ms, 1s}, {1s, 1s},
-      {1001ms, 1001ms}, {5s, 5s}, {10s, 10s}, {10001ms, 10s}, {24h, 10s},
+      {-5s, 1s},
+      {0ms, 1s},
+      {1ms, 1s},
+      {999ms, 1s},
+      {1s, 1s},
+      {1001ms, 1001ms},
+      {5s, 5s},
+      {10s, 10s},
+      {10001ms, 10s},
+      {24h, 10s},
   }};
   for (const auto& [asked, expected] : cases) {
     INFO("asked " << asked.count() << " ms");
@@ -609,7 +617,8 @@ TEST_CASE("a mass expiry is spread over sweeps of at most max_expiries_per_sweep
       h.now = kStart + 1s + i * 100ms;
       h.next_sweep = h.now + 100ms;
       results.push_back(h.sweep());
-      if (i == 0) alive_after_first = std::count_if(due.begin(), due.end(), [&](lease_id id) { return h.table.alive(id); });
+      if (i == 0)
+        alive_after_first = std::count_if(due.begin(), due.end(), [&](lease_id id) { return h.table.alive(id); });
     }
   }
   SECTION("sweeps back to back at the same instant") {
@@ -617,7 +626,8 @@ TEST_CASE("a mass expiry is spread over sweeps of at most max_expiries_per_sweep
     h.now = kStart + 1s;
     for (int i = 0; i < 10; ++i) {
       results.push_back(h.sweep());
-      if (i == 0) alive_after_first = std::count_if(due.begin(), due.end(), [&](lease_id id) { return h.table.alive(id); });
+      if (i == 0)
+        alive_after_first = std::count_if(due.begin(), due.end(), [&](lease_id id) { return h.table.alive(id); });
     }
     h.next_sweep = h.now + 100ms;
   }
@@ -649,7 +659,8 @@ TEST_CASE("a mass expiry is spread over sweeps of at most max_expiries_per_sweep
   CHECK(h.table.size() == 0);
 }
 
-TEST_CASE("leases granted and kept alive during a rate-limited backlog expire no earlier than their deadline", "[broker]") {
+TEST_CASE("leases granted and kept alive during a rate-limited backlog expire no earlier than their deadline",
+          "[broker]") {
   // One expiry per sweep and a wheel of 12 buckets: the backlog holds the
   // sweep at one tick for seconds while new deadlines land in the same
   // buckets a round later.
@@ -678,7 +689,8 @@ TEST_CASE("leases granted and kept alive during a rate-limited backlog expire no
       deadline[l.id] = h.now + l.ttl;
     }
     if (i == 40) {
-      backlog_alive_at_2s = std::count_if(backlog.begin(), backlog.end(), [&](lease_id id) { return h.table.alive(id); });
+      backlog_alive_at_2s =
+          std::count_if(backlog.begin(), backlog.end(), [&](lease_id id) { return h.table.alive(id); });
     }
   }
   h.run_until(kStart + 10s);
@@ -833,7 +845,8 @@ TEST_CASE("a sweeper delay below the stall threshold is not absorbed and leases 
   }
 }
 
-TEST_CASE("a delay just over the stall threshold holds lease time back and gives every lease its TTL again", "[broker]") {
+TEST_CASE("a delay just over the stall threshold holds lease time back and gives every lease its TTL again",
+          "[broker]") {
   harness h(make_config(100ms));  // stall threshold 2 s
   const lease_id due = h.table.grant(1200ms).id;
   const lease_id other = h.table.grant(10s).id;
@@ -863,8 +876,10 @@ TEST_CASE("list returns at most limit live leases and never an expired one", "[b
   harness h(make_config(100ms));
   std::set<lease_id> live, dead;
   for (int i = 0; i < 10; ++i) {
-    if (i % 5 == 1 || i % 5 == 3) dead.insert(h.table.grant(500ms).id);
-    else live.insert(h.table.grant(10s).id);
+    if (i % 5 == 1 || i % 5 == 3)
+      dead.insert(h.table.grant(500ms).id);
+    else
+      live.insert(h.table.grant(10s).id);
   }
   REQUIRE(dead.size() == 4);
   h.run_until(kStart + 450ms);
@@ -921,9 +936,15 @@ TEST_CASE("list pages after a cursor list every lease that lives throughout exac
     // The page after the last lease is empty, and so is one after an id
     // no lease of this table ever had.
     lease_id next = 1;
-    CHECK(h.table.list(3, *std::max_element(seen.begin(), seen.end(), [&](lease_id a, lease_id b) {
-      return (a ^ key) % (std::uint64_t{1} << 32) < (b ^ key) % (std::uint64_t{1} << 32);
-    }), &next).empty());
+    CHECK(h.table
+              .list(3,
+                    *std::max_element(seen.begin(), seen.end(),
+                                      [&](lease_id a, lease_id b) {
+                                        return (a ^ key) % (std::uint64_t{1} << 32) <
+                                               (b ^ key) % (std::uint64_t{1} << 32);
+                                      }),
+                    &next)
+              .empty());
     CHECK(next == 0);
     CHECK(h.table.list(3, key ^ (std::uint64_t{5} << 32), &next).empty());
   }
@@ -1051,7 +1072,8 @@ TEST_CASE("a million leases expire in waves by TTL and leave the table empty", "
   CHECK(table.size() == 0);
 }
 
-TEST_CASE("without an id key, the lease granted after lease 1 expired reuses its slot with the next generation", "[broker]") {
+TEST_CASE("without an id key, the lease granted after lease 1 expired reuses its slot with the next generation",
+          "[broker]") {
   harness h(make_config(100ms));
   const lease_id first = h.table.grant(10s).id;
   CHECK(first == 1);

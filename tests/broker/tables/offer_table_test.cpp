@@ -160,8 +160,7 @@ TEST_CASE("an offer's memory is its payload, keys and a fixed cost", "[broker][o
   CHECK(o.bytes() == offer_table::offer_overhead + 100 + offer_table::key_overhead + 6 + 4);
 }
 
-TEST_CASE("the pending lists of an offer's keys count towards the table's bytes and go with them",
-          "[broker][offers]") {
+TEST_CASE("the pending lists of an offer's keys count towards the table's bytes and go with them", "[broker][offers]") {
   offer_table t({});
   const auto one = make(1, {"user:a", "user:bb"}, t0, 60s).bytes();
   const auto two = make(2, {"user:a"}, t0, 60s).bytes();

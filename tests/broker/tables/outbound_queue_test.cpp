@@ -331,7 +331,7 @@ TEST_CASE("a drop notice is due only after drops once the queue is at most half 
   spans out;
   q.begin_write(out);
   CHECK_FALSE(q.notice_due());  // in flight still counts
-  q.push(make(arena, 64));       // exactly half after the write completes
+  q.push(make(arena, 64));      // exactly half after the write completes
   q.end_write();
   CHECK(q.queued_bytes() == 64);
   CHECK(q.notice_due());
@@ -363,7 +363,8 @@ TEST_CASE("one write takes at most max_write_bytes and the next writes take the 
     CHECK(bytes > 0);
     // Frames leave in push order: the first byte of each is its index.
     for (const auto& span : s)
-      for (std::size_t off = 0; off < span.size(); off += frame) CHECK(span[off] == static_cast<std::uint8_t>(written++));
+      for (std::size_t off = 0; off < span.size(); off += frame)
+        CHECK(span[off] == static_cast<std::uint8_t>(written++));
     q.end_write();
     ++writes;
   }

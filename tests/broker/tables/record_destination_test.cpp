@@ -111,13 +111,13 @@ TEST_CASE("route keys that do not fit in a log destination have a size over the 
 TEST_CASE("malformed destinations fail to decode with bad_message and add no keys", "[broker]") {
   const bytes cases[] = {
       raw({3}) + "unknown kind",
-      raw({0, 0}),                       // none with trailing bytes
-      raw({2}),                          // no count
-      raw({2, 1}),                       // half a count
-      raw({2, 1, 0}),                    // a key missing
-      raw({2, 1, 0, 5, 0}) + "abc",      // a key cut short
-      raw({2, 2, 0, 1, 0}) + "a",        // the second key missing
-      raw({2, 1, 0, 1, 0}) + "ab",       // trailing bytes
+      raw({0, 0}),                   // none with trailing bytes
+      raw({2}),                      // no count
+      raw({2, 1}),                   // half a count
+      raw({2, 1, 0}),                // a key missing
+      raw({2, 1, 0, 5, 0}) + "abc",  // a key cut short
+      raw({2, 2, 0, 1, 0}) + "a",    // the second key missing
+      raw({2, 1, 0, 1, 0}) + "ab",   // trailing bytes
   };
   for (const auto& destination : cases) {
     std::vector<std::string_view> keys = {"kept"};
@@ -165,9 +165,9 @@ TEST_CASE("an expiry flag on no destination, a zero or a cut expiry is malformed
     const auto d = decode_destination(b, keys);
     return !d && d.error() == std::make_error_code(std::errc::bad_message) && keys.size() == 1;
   };
-  CHECK(bad({0x80, 1, 0, 0, 0}));             // "none" cannot expire
-  CHECK(bad({0x81, 0, 0, 0, 0, 'c'}));        // an expiry of 0 is written as no flag
-  CHECK(bad({0x81, 1, 0}));                   // cut inside the expiry
-  CHECK(bad({0x82, 1, 0, 0, 0, 1, 0}));       // the keys after it cut
-  CHECK_FALSE(bad({0x82, 1, 0, 0, 0, 0, 0})); // an expiring send to no key at all decodes
+  CHECK(bad({0x80, 1, 0, 0, 0}));              // "none" cannot expire
+  CHECK(bad({0x81, 0, 0, 0, 0, 'c'}));         // an expiry of 0 is written as no flag
+  CHECK(bad({0x81, 1, 0}));                    // cut inside the expiry
+  CHECK(bad({0x82, 1, 0, 0, 0, 1, 0}));        // the keys after it cut
+  CHECK_FALSE(bad({0x82, 1, 0, 0, 0, 0, 0}));  // an expiring send to no key at all decodes
 }

@@ -210,7 +210,8 @@ TEST_CASE("routing put replacing a private-TTL entry drops its old private lease
   CHECK(f.routing.entries() <= 1);
 }
 
-TEST_CASE("routing put replacing a leased entry with a private TTL leaves the shared lease alive", "[broker][routing]") {
+TEST_CASE("routing put replacing a leased entry with a private TTL leaves the shared lease alive",
+          "[broker][routing]") {
   fixture f;
   const lease_id l = f.grant(10s);
   REQUIRE(f.routing.put("user:alice", "gw-1", l, 0ms));
@@ -248,7 +249,8 @@ TEST_CASE("routing erase removes an entry and its private lease", "[broker][rout
   CHECK(f.revoke(l));
 }
 
-TEST_CASE("routing list returns live entries with the prefix in key order, cut by limit with more", "[broker][routing]") {
+TEST_CASE("routing list returns live entries with the prefix in key order, cut by limit with more",
+          "[broker][routing]") {
   fixture f;
   const lease_id l = f.grant(10s);
   const lease_id short_lease = f.grant(100ms);
@@ -437,8 +439,7 @@ TEST_CASE("routing inbox_owner returns null once the inbox lease expired", "[bro
 
 // Regression: revoking a replaced or erased entry's private TTL lease once
 // left whatever else was attached to that lease stored forever.
-TEST_CASE("routing erasing a private-TTL entry also removes what others attached to its lease",
-          "[broker][routing]") {
+TEST_CASE("routing erasing a private-TTL entry also removes what others attached to its lease", "[broker][routing]") {
   fixture f;
   fake_targets s;
   REQUIRE(f.routing.put("user:alice", "gw-1", 0, 10s));

@@ -49,12 +49,12 @@ TEST_CASE("subscription index remove reports whether the pair was present", "[br
   REQUIRE(idx.add("orders.eu", 1));
   REQUIRE(idx.add("orders.>", 1));
   REQUIRE(idx.add("orders.*", 1));
-  CHECK_FALSE(idx.remove("orders.eu", 2));     // other subscriber
-  CHECK_FALSE(idx.remove("orders", 1));        // prefix of a pattern
-  CHECK_FALSE(idx.remove("orders.eu.x", 1));   // longer than a pattern
-  CHECK_FALSE(idx.remove("orders.us", 1));     // sibling
-  CHECK_FALSE(idx.remove("*.eu", 1));          // star where a literal was added
-  CHECK_FALSE(idx.remove(">", 1));             // tail at the wrong level
+  CHECK_FALSE(idx.remove("orders.eu", 2));    // other subscriber
+  CHECK_FALSE(idx.remove("orders", 1));       // prefix of a pattern
+  CHECK_FALSE(idx.remove("orders.eu.x", 1));  // longer than a pattern
+  CHECK_FALSE(idx.remove("orders.us", 1));    // sibling
+  CHECK_FALSE(idx.remove("*.eu", 1));         // star where a literal was added
+  CHECK_FALSE(idx.remove(">", 1));            // tail at the wrong level
   CHECK(idx.size() == 3);
   CHECK(idx.remove("orders.eu", 1));
   CHECK_FALSE(idx.remove("orders.eu", 1));
