@@ -10,6 +10,7 @@ pkgs=(build-essential cmake pkg-config
       clang-14 libclang-rt-14-dev   # the fuzz targets (libFuzzer, ASan, UBSan runtimes)
       clang-format-14               # tests/style/check_format.sh: the tree stays formatted
       gnuplot-nox jq                # bench/plot-*.sh and their test
+      nlohmann-json3-dev etcd-server  # cluster/: etcd_client's JSON; a real etcd for its tests
       prometheus chromium)          # tests of the monitoring port: promtool, a headless browser
 missing=()
 for p in "${pkgs[@]}"; do
