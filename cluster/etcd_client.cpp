@@ -231,7 +231,7 @@ attempt_error grpc_error(const json& body) {
     case 11:  // OutOfRange
       if (message.find("compacted") != std::string::npos) return {errc::compacted, false, false};
       return {errc::invalid_argument, false, false};  // "required revision is a future revision"
-    case 14:  // Unavailable: "no leader", "leader changed", "not capable", ...
+    case 14:                                          // Unavailable: "no leader", "leader changed", "not capable", ...
       return {errc::unreachable, true, false};
     default:
       return {errc::bad_response, false, false};
@@ -328,9 +328,7 @@ bool op_valid(const txn_op& op) {
 
 // ---------------------------------------------------------------- txn parts
 
-txn_compare txn_compare::absent(std::string key) {
-  return {std::move(key), target::create_revision, op::equal, 0, {}};
-}
+txn_compare txn_compare::absent(std::string key) { return {std::move(key), target::create_revision, op::equal, 0, {}}; }
 txn_compare txn_compare::mod_revision_is(std::string key, std::int64_t revision) {
   return {std::move(key), target::mod_revision, op::equal, revision, {}};
 }
@@ -428,9 +426,9 @@ struct etcd_client::state {
 
   // Writes `req` to `stream` and reads the whole answer, before `deadline`.
   std::expected<http::response<http::string_body>, attempt_error> exchange(beast::tcp_stream& stream,
-                                                                          beast::flat_buffer& buffer,
-                                                                          const http::request<http::string_body>& req,
-                                                                          clock_type::time_point deadline) {
+                                                                           beast::flat_buffer& buffer,
+                                                                           const http::request<http::string_body>& req,
+                                                                           clock_type::time_point deadline) {
     stream.expires_at(deadline);
     asio_error_code write_ec;
     bool written = false;
@@ -864,7 +862,8 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
     if (s.run_until([&] { return !read_pending || tick_fired; })) return fail(errc::closed);
     if (!read_pending) {
       if (read_ec) {
-        return finish(fail(read_ec == http::error::body_limit ? errc::bad_response : transport_error(read_ec, false).code));
+        return finish(
+            fail(read_ec == http::error::body_limit ? errc::bad_response : transport_error(read_ec, false).code));
       }
       std::size_t from = 0;
       for (std::size_t end; (end = pending.find('\n', from)) != std::string::npos; from = end + 1) {

@@ -89,9 +89,9 @@ struct txn_op {
   enum class kind { put, remove, range };
   kind type = kind::range;
   std::string key;
-  std::string value;        // put only
-  std::int64_t lease = 0;   // put only; 0: no lease
-  bool prefix = false;      // remove and range: every key starting with `key`
+  std::string value;       // put only
+  std::int64_t lease = 0;  // put only; 0: no lease
+  bool prefix = false;     // remove and range: every key starting with `key`
 
   static txn_op put(std::string key, std::string value, std::int64_t lease = 0);
   static txn_op remove(std::string key);
@@ -120,9 +120,9 @@ struct endpoint_status {
   std::uint64_t member_id = 0;  // the member that answered
   std::uint64_t leader = 0;     // the leader it knows; 0: none
   std::uint64_t raft_term = 0;
-  std::int64_t db_size = 0;     // bytes of its database file
-  std::int64_t revision = 0;    // the store's revision
-  std::string version;          // etcd's version, e.g. "3.4.23"
+  std::int64_t db_size = 0;   // bytes of its database file
+  std::int64_t revision = 0;  // the store's revision
+  std::string version;        // etcd's version, e.g. "3.4.23"
 
   bool is_leader() const noexcept { return member_id != 0 && member_id == leader; }
 };
@@ -191,8 +191,7 @@ class etcd_client {
   std::expected<std::int64_t, std::error_code> delete_prefix(std::string_view prefix);
 
   // If every compare holds, runs `success`, else `failure`, atomically.
-  std::expected<txn_result, std::error_code> txn(std::span<const txn_compare> compares,
-                                                 std::span<const txn_op> success,
+  std::expected<txn_result, std::error_code> txn(std::span<const txn_compare> compares, std::span<const txn_op> success,
                                                  std::span<const txn_op> failure);
   // Creates `key` only if absent; when not, `current` is the holder.
   std::expected<cas_result, std::error_code> create_if_absent(std::string_view key, std::string_view value,

@@ -359,10 +359,12 @@ TEST_CASE("a watch from a compacted revision reports compacted") {
   // keys now and watch from their revision + 1).
   const auto now = client.range_prefix("c/");
   REQUIRE(now.has_value());
-  const auto resumed = client.watch_prefix("c/", now->revision + 1, [&](std::span<const watch_event>, std::int64_t) {
-    called = true;
-    return false;
-  }, {.tick = 100ms});
+  const auto resumed = client.watch_prefix("c/", now->revision + 1,
+                                           [&](std::span<const watch_event>, std::int64_t) {
+                                             called = true;
+                                             return false;
+                                           },
+                                           {.tick = 100ms});
   CHECK(resumed.has_value());
 }
 
@@ -375,15 +377,14 @@ TEST_CASE("a watch tick calls back periodically and the callback can keep a leas
   int ticks = 0;
   bool renewed = true;
   // 2.5 s of ticks: the lease (TTL 1 s) lives on because the tick renews it.
-  const auto r = client.watch_prefix(
-      "nothing/", 0,
-      [&](std::span<const watch_event> events, std::int64_t) {
-        if (!events.empty()) return false;
-        ++ticks;
-        renewed = renewed && client.keep_alive(*lease).has_value();
-        return ticks < 10;
-      },
-      {.tick = 250ms});
+  const auto r = client.watch_prefix("nothing/", 0,
+                                     [&](std::span<const watch_event> events, std::int64_t) {
+                                       if (!events.empty()) return false;
+                                       ++ticks;
+                                       renewed = renewed && client.keep_alive(*lease).has_value();
+                                       return ticks < 10;
+                                     },
+                                     {.tick = 250ms});
   REQUIRE(r.has_value());
   CHECK(ticks == 10);
   CHECK(renewed);
@@ -394,10 +395,12 @@ TEST_CASE("a watch whose etcd dies reports unreachable") {
   etcd_cluster etcd;
   etcd_client client(etcd.endpoints(), call_timeout);
   int batches = 0;
-  const auto r = client.watch_prefix("k", 0, [&](std::span<const watch_event>, std::int64_t) {
-    if (++batches == 1) etcd.kill(0);  // on the first tick
-    return batches < 50;               // bounded: 50 ticks of 100 ms
-  }, {.tick = 100ms});
+  const auto r = client.watch_prefix("k", 0,
+                                     [&](std::span<const watch_event>, std::int64_t) {
+                                       if (++batches == 1) etcd.kill(0);  // on the first tick
+                                       return batches < 50;               // bounded: 50 ticks of 100 ms
+                                     },
+                                     {.tick = 100ms});
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error() == errc::unreachable);
   CHECK(batches < 50);
@@ -412,6 +415,16 @@ TEST_CASE("a call to a dead endpoint moves on to the next") {
   REQUIRE(r.has_value());
   CHECK(client.current_endpoint() == "http://" + etcd.endpoint(0));
   CHECK(client.get("k")->value().value == "v");
+}
+
+TEST_CASE("a call after its endpoint restarted reconnects the kept-alive connection to it") {
+  etcd_cluster etcd;
+  etcd_client client({etcd.endpoint(0)}, call_timeout);  // one endpoint: no other to move on to
+  REQUIRE(client.put("k", "1").has_value());
+  etcd.restart(0);  // the kept-alive connection now leads nowhere
+  const auto r = client.put("k", "2");
+  REQUIRE(r.has_value());
+  CHECK(client.get("k")->value().value == "2");
 }
 
 TEST_CASE("a call to no reachable endpoint fails with unreachable within its timeout") {
@@ -508,6 +521,36 @@ TEST_CASE("with a member of three killed, calls go on through the others") {
   for (const auto& m : after) up += m.status.has_value() ? 1 : 0;
   CHECK(up == 2);
   CHECK_FALSE(after[0].status.has_value());
+}
+
+TEST_CASE("with the leader of three killed, calls succeed again once the others elected a new one") {
+  etcd_cluster etcd(3);
+  etcd_client client(etcd.endpoints(), call_timeout);
+  const auto health = client.cluster_health(1s);
+  int leader = -1;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(health[i].status.has_value());
+    if (health[i].status->is_leader()) leader = i;
+  }
+  REQUIRE(leader >= 0);
+  REQUIRE(client.put("k", "1").has_value());
+  etcd.kill(leader);
+  // During the election (about 0.5 s here) a call may fail; it must not
+  // fail with anything but unreachable or timeout, and must succeed soon.
+  std::vector<std::error_code> errors;
+  bool done = false;
+  for (int i = 0; i < 10 && !done; ++i) {
+    const auto r = client.put("k", "2");
+    done = r.has_value();
+    if (!r) errors.push_back(r.error());
+  }
+  CHECK(done);
+  for (const auto& e : errors) CHECK((e == errc::unreachable || e == errc::timeout));
+  CHECK(client.get("k")->value().value == "2");
+  const auto s = client.status();
+  REQUIRE(s.has_value());
+  CHECK(s->leader != 0);
+  CHECK(s->leader != health[leader].status->member_id);
 }
 
 TEST_CASE("a malformed endpoint list is refused at construction") {

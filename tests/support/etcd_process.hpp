@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -87,20 +88,19 @@ inline etcd_http_answer etcd_http(std::uint16_t port, boost::beast::http::verb m
   beast::flat_buffer buffer;
   http::response<http::string_body> res;
   beast::error_code failed;
-  stream.async_connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port),
-                       [&](beast::error_code ec) {
-                         if (ec) {
-                           failed = ec;
-                           return;
-                         }
-                         http::async_write(stream, req, [&](beast::error_code ec, std::size_t) {
-                           if (ec) {
-                             failed = ec;
-                             return;
-                           }
-                           http::async_read(stream, buffer, res, [&](beast::error_code ec, std::size_t) { failed = ec; });
-                         });
-                       });
+  stream.async_connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
+    if (ec) {
+      failed = ec;
+      return;
+    }
+    http::async_write(stream, req, [&](beast::error_code ec, std::size_t) {
+      if (ec) {
+        failed = ec;
+        return;
+      }
+      http::async_read(stream, buffer, res, [&](beast::error_code ec, std::size_t) { failed = ec; });
+    });
+  });
   io.run();  // bounded by the stream's expiry
   if (failed) return {};
   return {res.result_int(), res.body()};
@@ -114,19 +114,9 @@ inline etcd_http_answer etcd_post(std::uint16_t port, const std::string& path, c
 // One etcd child process. Not copyable; kill() or the destructor ends it.
 class etcd_member {
  public:
-  etcd_member(std::vector<std::string> args, const std::string& out_file) {
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(SWITCHYARD_ETCD_BINARY));
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    ::posix_spawn_file_actions_init(&actions);
-    ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    ::posix_spawn_file_actions_addopen(&actions, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ::posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = ::posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    ::posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error(std::string("cannot start ") + SWITCHYARD_ETCD_BINARY + " (etcd-server)");
+  etcd_member(std::vector<std::string> args, std::string out_file)
+      : args_(std::move(args)), out_file_(std::move(out_file)) {
+    spawn();
   }
   ~etcd_member() { kill(); }
   etcd_member(const etcd_member&) = delete;
@@ -150,8 +140,34 @@ class etcd_member {
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
   }
+  // Kills it if running, and starts it again with the same arguments (and
+  // so the same ports and data folder).
+  void restart() {
+    kill();
+    spawn();
+  }
 
  private:
+  void spawn() {
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(SWITCHYARD_ETCD_BINARY));
+    for (auto& a : args_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    ::posix_spawn_file_actions_addopen(&actions, 1, out_file_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const int rc = ::posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) {
+      pid_ = -1;
+      throw std::runtime_error(std::string("cannot start ") + SWITCHYARD_ETCD_BINARY + " (etcd-server)");
+    }
+  }
+
+  std::vector<std::string> args_;
+  std::string out_file_;
   pid_t pid_ = -1;
 };
 
@@ -179,6 +195,19 @@ class etcd_cluster {
     return out;
   }
   void kill(int i) { members_.at(i)->kill(); }
+  // Starts member i again (killed first if running) on its ports and data;
+  // waits (up to 10 s) until it is healthy, else throws.
+  void restart(int i) {
+    members_.at(i)->restart();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!healthy(i)) {
+      if (std::chrono::steady_clock::now() >= give_up || !members_[i]->running()) {
+        throw std::runtime_error("etcd_cluster: " + name(i) + " not healthy after its restart (logs in " +
+                                 dir_.path().string() + ")");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   bool running(int i) { return members_.at(i)->running(); }
   // GET /health of member i answers {"health":"true"} (it has a leader).
   bool healthy(int i) const {
