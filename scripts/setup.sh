@@ -10,6 +10,7 @@ pkgs=(build-essential cmake pkg-config
       clang-14 libclang-rt-14-dev   # the fuzz targets (libFuzzer, ASan, UBSan runtimes)
       clang-format-14               # tests/style/check_format.sh: the tree stays formatted
       gnuplot-nox jq                # bench/plot-*.sh and their test
+      libnats-dev nats-server       # cluster/nats_link (cnats), its tests and bench against a real NATS server
       prometheus chromium)          # tests of the monitoring port: promtool, a headless browser
 missing=()
 for p in "${pkgs[@]}"; do

@@ -279,7 +279,7 @@ TEST_CASE("the link reconnects after the server restarts and reports the state c
   CHECK(got[0].payload == "again");
 }
 
-TEST_CASE("stop unblocks and joins; publish after stop fails with closed") {
+TEST_CASE("stop returns with the sender stuck on a frozen server, joins, and later publishes fail with closed") {
   nats_process server;
   loop l;
   auto o = options_for(server);
