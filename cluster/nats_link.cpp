@@ -125,15 +125,13 @@ struct nats_callbacks {
   }
   // cnats's callback thread (one per process, in order).
   static void on_disconnected(natsConnection*, void* closure) {
-    auto* link = static_cast<nats_link*>(closure);
-    if (link->state() == link_state::closed) return;  // stop() or cnats gave up: closed follows
-    link->set_state(link_state::reconnecting);
+    static_cast<nats_link*>(closure)->set_state(link_state::reconnecting);  // ignored once closed
   }
   static void on_reconnected(natsConnection* nc, void* closure) {
     auto* link = static_cast<nats_link*>(closure);
     link->reconnects_.fetch_add(1, std::memory_order_relaxed);
     link->refresh_server_info(nc);
-    if (link->state() != link_state::closed) link->set_state(link_state::connected);
+    link->set_state(link_state::connected);
   }
   static void on_closed(natsConnection*, void* closure) {
     auto* link = static_cast<nats_link*>(closure);
@@ -222,7 +220,11 @@ void nats_link::refresh_server_info(natsConnection* nc) {
 }
 
 void nats_link::set_state(link_state s) {
-  if (state_.exchange(s, std::memory_order_acq_rel) == s) return;
+  // closed is final: a late disconnected/reconnected callback cannot undo it.
+  link_state old = state_.load(std::memory_order_acquire);
+  do {
+    if (old == s || old == link_state::closed) return;
+  } while (!state_.compare_exchange_weak(old, s, std::memory_order_acq_rel));
   asio::post(loop_, [this, alive = std::weak_ptr<int>(alive_), s] {
     if (alive.expired() || !status_handler_) return;
     status_handler_(s);
@@ -284,7 +286,7 @@ std::expected<void, std::error_code> nats_link::publish(std::string_view subject
   bool was_empty = false;
   {
     switchyard::lock_guard lock(queue_mu_);
-    if (!queue_open_) return std::unexpected(make_error_code(errc::closed));
+    if (!queue_open_ || state() == link_state::closed) return std::unexpected(make_error_code(errc::closed));
     if (queue_publishes_ >= options_.queue_max_messages || queue_bytes_ + size > options_.queue_max_bytes) {
       dropped_out_.fetch_add(1, std::memory_order_relaxed);
       return std::unexpected(make_error_code(errc::queue_full));

@@ -196,7 +196,7 @@ class nats_link {
   // the outbound queue. Errors: invalid_argument (empty subject), closed
   // (before start() or after stop()), payload_too_large (over the server's
   // max_payload), queue_full (over queue_max_messages/bytes: dropped and
-  // counted in dropped_out).
+  // counted in dropped_out). closed also once cnats gave up reconnecting.
   std::expected<void, std::error_code> publish(std::string_view subject, std::span<const std::byte> payload,
                                                std::string_view reply = {});
 
@@ -208,10 +208,13 @@ class nats_link {
   // reconnecting it sits in cnats's reconnect buffer and is lost), then
   // exits. The connection is closed (cnats unsubscribes everything), the
   // threads joined, and cnats's last callbacks waited for; messages still
-  // in the mailbox are discarded. Blocks up to about write_deadline (a
-  // stuck socket) plus cnats's closing flush (<= 500 ms). Idempotent; on
-  // the loop thread (or with the loop not running), also from a handler
-  // (the drain stops after it).
+  // in the mailbox are discarded. Blocks up to about write_deadline (the
+  // sender stuck on a socket write: cnats holds its connection lock while
+  // writing, so nothing can cut the write short), plus connect_timeout (a
+  // reconnect attempt or a subscribe confirmation in progress), plus
+  // cnats's closing flush (<= 500 ms; only with coalesce_writes). The link
+  // is not restartable. Idempotent; on the loop thread (or with the loop
+  // not running), also from a handler (the drain stops after it).
   void stop();
 
  private:

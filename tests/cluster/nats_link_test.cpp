@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -279,6 +280,27 @@ TEST_CASE("the link reconnects after the server restarts and reports the state c
   CHECK(got[0].payload == "again");
 }
 
+TEST_CASE("a link whose reconnect attempts run out is closed and refuses publishes with closed") {
+  nats_process server;
+  loop l;
+  auto o = options_for(server);
+  o.max_reconnects = 1;
+  o.reconnect_wait = 20ms;
+  o.connect_timeout = 200ms;
+  nats_link a(l.io.get_executor(), o);
+  std::vector<link_state> states;
+  a.set_status_handler([&](link_state s) { states.push_back(s); });
+  REQUIRE(a.start());
+  server.kill(SIGKILL);
+  REQUIRE(l.run_until([&] { return a.state() == link_state::closed && states.size() == 3; }));
+  CHECK(states == std::vector<link_state>{link_state::connected, link_state::reconnecting, link_state::closed});
+  const auto r = a.publish("x", bytes("x"));
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::closed);
+  a.stop();
+  CHECK(a.stats().reconnects == 0);
+}
+
 TEST_CASE("stop returns with the sender stuck on a frozen server, joins, and later publishes fail with closed") {
   nats_process server;
   loop l;
@@ -354,4 +376,74 @@ TEST_CASE("start fails with unreachable when no server listens") {
   CHECK(a.publish("x", bytes("x")).error() == errc::closed);
   a.stop();
   CHECK(a.state() == link_state::closed);
+}
+
+TEST_CASE("a message crosses a three-server NATS cluster between links on different servers") {
+  switchyard::test::nats_cluster cluster;
+  loop l;
+  nats_link_options oa;
+  oa.servers = {cluster.first.url()};
+  nats_link_options ob;
+  ob.servers = {cluster.third.url()};
+  nats_link a(l.io.get_executor(), oa);
+  nats_link b(l.io.get_executor(), ob);
+  REQUIRE(a.start());
+  REQUIRE(b.start());
+  CHECK(a.stats().server_url == cluster.first.url());
+  CHECK(b.stats().server_url == cluster.third.url());
+  std::vector<received> got;
+  subscribe_ready(l, b, "across", got);
+  // The routes form and the interest spreads asynchronously: publish
+  // (every 20 ms) until the first message crosses, then check order.
+  REQUIRE(l.run_until(
+      [&] {
+        (void)a.publish("across", bytes("probe"));
+        l.io.run_for(20ms);
+        return !got.empty();
+      },
+      10s));
+  got.clear();
+  for (std::uint32_t i = 0; i < 1000; ++i) REQUIRE(a.publish("across", bytes(seq_payload(i))));
+  REQUIRE(l.run_until([&] {
+    return std::count_if(got.begin(), got.end(), [](const received& r) { return r.payload != "probe"; }) >= 1000;
+  }));
+  std::uint32_t next = 0;
+  for (const auto& r : got) {
+    if (r.payload == "probe") continue;  // a late probe
+    REQUIRE(seq_of(r.payload) == next++);
+  }
+  CHECK(next == 1000);
+}
+
+TEST_CASE("a link fails over to the next server of its list when its server dies") {
+  switchyard::test::nats_cluster cluster;
+  loop l;
+  nats_link_options oa;
+  oa.servers = {cluster.third.url()};
+  nats_link_options ob;
+  ob.servers = {cluster.first.url(), cluster.second.url()};
+  ob.reconnect_wait = 50ms;
+  nats_link a(l.io.get_executor(), oa);
+  nats_link b(l.io.get_executor(), ob);
+  std::vector<link_state> states;
+  b.set_status_handler([&](link_state s) { states.push_back(s); });
+  REQUIRE(a.start());
+  REQUIRE(b.start());
+  CHECK(b.stats().server_url == cluster.first.url());  // no_randomize: the list's order
+  std::vector<received> got;
+  subscribe_ready(l, b, "failover", got);
+
+  cluster.first.kill(SIGKILL);
+  REQUIRE(l.run_until([&] { return b.state() == link_state::connected && states.size() == 3; }));
+  CHECK(states == std::vector<link_state>{link_state::connected, link_state::reconnecting, link_state::connected});
+  CHECK(b.stats().server_url == cluster.second.url());
+  CHECK(b.stats().reconnects == 1);
+  REQUIRE(l.run_until(
+      [&] {
+        (void)a.publish("failover", bytes("after"));
+        l.io.run_for(20ms);
+        return !got.empty();
+      },
+      10s));
+  CHECK(got[0].payload == "after");
 }

@@ -2,7 +2,8 @@
 // A real nats-server (Debian's /usr/sbin/nats-server, 2.9.10) as a child
 // process on 127.0.0.1: a random port the first time (-p -1; the server
 // writes it to <dir>/nats-server_<pid>.ports, --ports_file_dir), the same
-// port on restart(). Every wait is bounded; failures throw
+// port on restart(); optionally one server of a cluster (nats_cluster:
+// three routed servers, --cluster/--routes). Every wait is bounded; failures throw
 // std::runtime_error (the test fails with the message). The destructor
 // kills (SIGKILL) and reaps it.
 
@@ -36,19 +37,27 @@ class nats_process {
  public:
   static constexpr const char* default_binary = "/usr/sbin/nats-server";
 
-  // Starts nats-server with `config` (nats-server's config syntax, e.g.
-  // "max_payload: 1024"; none when empty) and waits up to `timeout` until
-  // it accepts connections.
-  explicit nats_process(std::string config = {}, std::chrono::milliseconds timeout = std::chrono::seconds(10))
-      : dir_("switchyard-nats"), config_(std::move(config)) {
+  struct options {
+    std::string config;               // nats-server's config syntax, e.g. "max_payload: 1024"; none when empty
+    bool cluster = false;             // listen for routes (cluster "switchyard", a random route port)
+    std::vector<std::string> routes;  // route URLs of other servers (nats://127.0.0.1:PORT)
+  };
+
+  // Starts nats-server and waits up to `timeout` until it accepts
+  // connections.
+  explicit nats_process(options o, std::chrono::milliseconds timeout = std::chrono::seconds(10))
+      : dir_("switchyard-nats"), options_(std::move(o)) {
     spawn(-1, timeout);
   }
+  explicit nats_process(std::string config = {}) : nats_process(options{.config = std::move(config)}) {}
   ~nats_process() { kill(SIGKILL); }
   nats_process(const nats_process&) = delete;
   nats_process& operator=(const nats_process&) = delete;
 
   std::uint16_t port() const noexcept { return port_; }
   std::string url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+  // The route URL other servers of the cluster are given (options::cluster).
+  std::string route_url() const { return "nats://127.0.0.1:" + std::to_string(cluster_port_); }
   bool running() const noexcept { return pid_ > 0; }
 
   // Sends `sig` and reaps the process (bounded: SIGKILL after `timeout`).
@@ -83,10 +92,18 @@ class nats_process {
   void spawn(int port, std::chrono::milliseconds timeout) {
     std::vector<std::string> args{
         default_binary, "-a", "127.0.0.1", "-p", std::to_string(port), "--ports_file_dir", dir_.path().string()};
-    if (!config_.empty()) {
+    if (!options_.config.empty()) {
       const auto conf = dir_.path() / "nats.conf";
-      std::ofstream(conf) << config_ << '\n';
+      std::ofstream(conf) << options_.config << '\n';
       args.insert(args.end(), {"-c", conf.string()});
+    }
+    if (options_.cluster) {
+      // The route port: random the first time, the same one on restart.
+      const std::string route_port = cluster_port_ > 0 ? std::to_string(cluster_port_) : "-1";
+      args.insert(args.end(), {"--cluster", "nats://127.0.0.1:" + route_port, "--cluster_name", "switchyard"});
+      std::string routes;
+      for (const auto& r : options_.routes) routes += (routes.empty() ? "" : ",") + r;
+      if (!routes.empty()) args.insert(args.end(), {"--routes", routes});
     }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -112,20 +129,24 @@ class nats_process {
         throw std::runtime_error("nats-server exited during start-up (status " + std::to_string(status) +
                                  "); its log: " + read_log());
       }
-      if (port < 0) port_ = port_from(ports_file);
+      if (port < 0) port_ = port_from(ports_file, "nats");
       if (port >= 0) port_ = static_cast<std::uint16_t>(port);
-      if (port_ > 0 && accepts()) return;
+      if (options_.cluster && cluster_port_ == 0) cluster_port_ = port_from(ports_file, "cluster");
+      if (port_ > 0 && (!options_.cluster || cluster_port_ > 0) && accepts()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     kill(SIGKILL);
     throw std::runtime_error("nats-server did not accept connections within " + std::to_string(timeout.count()) +
                              " ms; its log: " + read_log());
   }
-  // The client port in the ports file ({"nats":["nats://127.0.0.1:PORT"]}), 0 if not there yet.
-  static std::uint16_t port_from(const std::filesystem::path& file) {
+  // A port in the ports file ({"nats":["nats://127.0.0.1:PORT"],"cluster":[...]}):
+  // the first URL of `key`, 0 if not there yet.
+  static std::uint16_t port_from(const std::filesystem::path& file, const std::string& key) {
     std::ifstream in(file);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto at = text.find("nats://");
+    const auto list = text.find("\"" + key + "\"");
+    if (list == std::string::npos) return 0;
+    const auto at = text.find("nats://", list);
     if (at == std::string::npos) return 0;
     const auto colon = text.find(':', at + 7);
     if (colon == std::string::npos) return 0;
@@ -148,9 +169,18 @@ class nats_process {
   }
 
   temp_dir dir_;
-  std::string config_;
+  options options_;
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
+  std::uint16_t cluster_port_ = 0;
+};
+
+// Three nats-servers routed into one cluster (the second and third route
+// to the first; the routes gossip into a full mesh).
+struct nats_cluster {
+  nats_process first{nats_process::options{.cluster = true}};
+  nats_process second{nats_process::options{.cluster = true, .routes = {first.route_url()}}};
+  nats_process third{nats_process::options{.cluster = true, .routes = {first.route_url()}}};
 };
 
 // A loopback port nobody listens on (bound, then released).
