@@ -164,10 +164,14 @@ void nats_link::set_status_handler(status_handler handler) { status_handler_ = s
 std::expected<void, std::error_code> nats_link::start() {
   if (started_ || stopped_) return std::unexpected(make_error_code(errc::closed));
   started_ = true;
-  if (natsStatus s = nats_Open(-1); s != NATS_OK) return std::unexpected(to_error_code(s));
+  const auto fail = [this](natsStatus s) {
+    state_.store(link_state::closed, std::memory_order_release);  // unusable from here on
+    return std::unexpected(to_error_code(s));
+  };
+  if (natsStatus s = nats_Open(-1); s != NATS_OK) return fail(s);
 
   natsOptions* raw = nullptr;
-  if (natsStatus s = natsOptions_Create(&raw); s != NATS_OK) return std::unexpected(to_error_code(s));
+  if (natsStatus s = natsOptions_Create(&raw); s != NATS_OK) return fail(s);
   const std::unique_ptr<natsOptions, decltype(&natsOptions_Destroy)> opts(raw, &natsOptions_Destroy);
   std::vector<const char*> urls;
   for (const auto& u : options_.servers) urls.push_back(u.c_str());
@@ -191,13 +195,11 @@ std::expected<void, std::error_code> nats_link::start() {
   if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(raw, &nats_callbacks::on_disconnected, this);
   if (s == NATS_OK) s = natsOptions_SetReconnectedCB(raw, &nats_callbacks::on_reconnected, this);
   if (s == NATS_OK) s = natsOptions_SetClosedCB(raw, &nats_callbacks::on_closed, this);
-  if (s != NATS_OK) return std::unexpected(to_error_code(s));
+  if (s != NATS_OK) return fail(s);
 
   natsConnection* nc = nullptr;
-  if (s = natsConnection_Connect(&nc, raw); s != NATS_OK) {
-    // A failed connect invokes none of our callbacks and keeps no connection.
-    return std::unexpected(to_error_code(s));
-  }
+  // A failed connect invokes none of our callbacks and keeps no connection.
+  if (s = natsConnection_Connect(&nc, raw); s != NATS_OK) return fail(s);
   conn_ = nc;
   refresh_server_info(nc);
   set_state(link_state::connected);

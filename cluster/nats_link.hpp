@@ -23,18 +23,21 @@
 //   cnats's one library-wide callback thread) set the state and post the
 //   status handler to the loop when it changes.
 //
-// Allocation on the hot path: the mailbox and the queue are vectors of
-// slots that keep their buffers from message to message (a slot's payload
-// buffer is released after use when it grew past keep_slot_capacity, so
-// what stays allocated is bounded); a message allocates only when its
-// subject, reply or payload outgrows its slot's buffers. cnats itself
-// allocates one natsMsg per incoming message (freed in our callback), and
-// each drain is one asio::post (Asio recycles its handler memory).
+// Allocation on the hot path: the mailbox and the queue are each two
+// vectors of slots (one filled, one being handed on; swapped under the
+// lock) whose buffers are reused from message to message; a message
+// allocates only when its subject, reply or payload outgrows its slot's
+// buffers. After use a buffer is released when it is larger than
+// keep_slot_capacity or when the vector's slots already keep the bound's
+// bytes (mailbox_max_bytes, queue_max_bytes). cnats itself allocates one
+// natsMsg per incoming message (freed in our callback); each drain and
+// each status change is one asio::post (Asio recycles handler memory).
 //
-// Memory a peer can make us hold: mailbox_max_bytes (+ the slots' kept
-// buffers: at most another mailbox_max_bytes per slot vector), cnats's
-// per-subscription pending buffer (see mailbox_max_messages), and, while reconnecting, cnats's reconnect buffer
-// (queue_max_bytes) plus our queue (queue_max_messages/queue_max_bytes).
+// Memory a peer can make us hold: the mailbox (mailbox_max_messages and
+// mailbox_max_bytes live, at most twice the bytes in kept buffers), each
+// cnats subscription's pending buffer (the same bounds, at least
+// cnats_pending_floor_*), and while reconnecting cnats's reconnect buffer
+// (queue_max_bytes) besides our own queue.
 //
 // cnats's library: start() calls nats_Open (idempotent; it also makes
 // the process ignore SIGPIPE). No link ever calls nats_Close: other links
@@ -172,7 +175,7 @@ class nats_link {
   // Connects (blocking: up to connect_timeout per server; no retries) and
   // starts the sender thread. Errors: unreachable (nobody listens),
   // timeout, bad_response (not a NATS server, auth refused), closed (called
-  // twice or after stop()). After a failure the link stays unusable.
+  // twice or after stop()). After a failure the link is closed (unusable).
   std::expected<void, std::error_code> start();
 
   // The connected server's max_payload (0 before start()), for the

@@ -373,7 +373,9 @@ TEST_CASE("start fails with unreachable when no server listens") {
   const auto r = started.get();
   REQUIRE_FALSE(r);
   CHECK(r.error() == errc::unreachable);
+  CHECK(a.state() == link_state::closed);
   CHECK(a.publish("x", bytes("x")).error() == errc::closed);
+  CHECK(a.start().error() == errc::closed);  // not restartable
   a.stop();
   CHECK(a.state() == link_state::closed);
 }
