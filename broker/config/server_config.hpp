@@ -144,6 +144,20 @@ struct server_config {
   std::chrono::milliseconds auth_failure_delay{200};
   std::uint32_t auth_failures_per_min = 10;
 
+  // Cluster mode (docs/cluster.md): on when cluster_node_id is set. The
+  // node's id (unique in the cluster), the cluster's name (etcd key prefix
+  // and NATS subject prefix), etcd's client endpoints and NATS's URLs, the
+  // host:port clients should use to reach this node (empty = --listen's),
+  // the node's etcd lease TTL, and how long a Subscribe waits for every
+  // other node to hold its interest.
+  std::string cluster_node_id;
+  std::string cluster_name = "switchyard";
+  std::vector<std::string> cluster_etcd;
+  std::vector<std::string> cluster_nats;
+  std::string cluster_advertise;
+  std::uint32_t cluster_lease_ttl_s = 5;
+  std::chrono::milliseconds cluster_interest_timeout{1000};
+
   // Where the settings came from, for SIGHUP (server::reload): the --config
   // file (empty = none: nothing to reload) and the whole command line it
   // was parsed with (flags still win over the file on a reload).

@@ -563,6 +563,51 @@ std::vector<setting> build() {
                "`rate_limited`; 0 = no limit")
           .reloadable());
 
+  // Cluster mode (docs/cluster.md).
+  const auto name_check = [](std::string_view flag, std::string_view v) {
+    if (v.empty() || v.size() > 64 ||
+        v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos)
+      throw std::invalid_argument(std::string(flag) + " must be 1..64 letters, digits, '_' or '-'");
+  };
+  add(text("cluster-node-id", &c::cluster_node_id,
+           "cluster mode: this node's id, unique in the cluster (needs --cluster-etcd and --cluster-nats). Off by "
+           "default: one node")
+          .doc("cluster mode ([`docs/cluster.md`](cluster.md)): this node's id, unique in the cluster; needs "
+               "`--cluster-etcd` and `--cluster-nats`. Empty: a single node, as without cluster mode")
+          .check("1..64 letters, digits, `_`, `-`",
+                 [name_check](const server_config& c) {
+                   if (c.cluster_node_id.empty()) return;
+                   name_check("cluster-node-id", c.cluster_node_id);
+                   if (c.cluster_etcd.empty() || c.cluster_nats.empty())
+                     throw std::invalid_argument("cluster-node-id needs --cluster-etcd and --cluster-nats");
+                 })
+          .stats());
+  add(text("cluster-name", &c::cluster_name,
+           "cluster mode: the cluster's name (etcd key prefix /switchyard/<name>/, NATS subjects <name>.*)")
+          .doc("the cluster's name: its keys in etcd are under `/switchyard/<name>/`, its NATS subjects `<name>.*`; "
+               "clusters sharing etcd and NATS need different names")
+          .check("1..64 letters, digits, `_`, `-`",
+                 [name_check](const server_config& c) { name_check("cluster-name", c.cluster_name); }));
+  add(repeated("cluster-etcd", &c::cluster_etcd,
+               "cluster mode: an etcd client endpoint, host:port or http://host:port (repeatable)")
+          .doc("an etcd client endpoint, `host:port` or `http://host:port` (repeatable; list every member)"));
+  add(repeated("cluster-nats", &c::cluster_nats, "cluster mode: a NATS server URL, nats://host:port (repeatable)")
+          .doc("a NATS server URL, `nats://host:port` (repeatable; the first is the node's nearest). NATS's "
+               "`max_payload` must exceed `--max-frame` by 1 KiB (checked at start)"));
+  add(text("cluster-advertise", &c::cluster_advertise,
+           "cluster mode: host:port clients use to reach this node (default: --listen's)")
+          .default_rule("`--listen`'s address"));
+  add(integer("cluster-lease-ttl-s", &c::cluster_lease_ttl_s,
+              "cluster mode: TTL of the node's etcd lease; a node silent this long leaves the cluster", "s")
+          .doc("TTL of the node's etcd lease: a node that cannot renew it (dead, cut off from etcd, or its loop "
+               "stuck) leaves the cluster this long after its last renewal")
+          .range({2}, {60}, value_of(&c::cluster_lease_ttl_s)));
+  add(duration("cluster-interest-timeout-ms", &c::cluster_interest_timeout,
+               "cluster mode: how long a Subscribe waits for every other node to hold its interest")
+          .doc("how long a Subscribe waits for every other node to acknowledge its interest; a node silent longer "
+               "is presumed down, the Subscribe answered, and the node sent the whole interest when it answers")
+          .range({100}, {60'000}, count_of(&c::cluster_interest_timeout)));
+
   // Logs.
   add(text("log-level", &c::log_level, "trace, debug, info, warn, error, critical or off",
            {"trace", "debug", "info", "warn", "error", "critical", "off"})

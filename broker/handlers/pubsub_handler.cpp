@@ -1,5 +1,6 @@
 #include "broker/handlers/pubsub_handler.hpp"
 
+#include "broker/cluster/node_bus.hpp"
 #include "broker/requests/durable_pipeline.hpp"
 #include "broker/handlers/offer_handler.hpp"
 #include "broker/tables/record_destination.hpp"
@@ -36,7 +37,10 @@ void pubsub_handler::subscribe(peer& from, std::uint64_t rid, const protocol::wi
     return from.send_error(
         rid, errc::limit_exceeded,
         "this connection holds max-subscriptions (" + std::to_string(config_.max_subscriptions) + ") patterns");
-  if (patterns.emplace(pattern).second) channels_.subscribe(pattern, &from);
+  if (patterns.emplace(pattern).second) {
+    channels_.subscribe(pattern, &from);
+    if (cluster_) cluster_->local_subscribe(pattern);
+  }
   // A subscription starts here (a client sends Subscribe for every durable
   // subscription, even of a pattern it already has): from now on, the first
   // dropped delivery of each stream is told again (StreamDropped), so that
@@ -44,6 +48,8 @@ void pubsub_handler::subscribe(peer& from, std::uint64_t rid, const protocol::wi
   // lost.
   from.restart_drop_reports();
   logger_->debug("conn={} subscribe channel={}", from.id(), pattern);
+  // In a cluster, the Ok waits until every node holds the interest.
+  if (cluster_ && cluster_->answer_when_confirmed(pattern, from, rid)) return;
   if (rid != 0) from.send(builder_.ok(rid));
 }
 
@@ -53,6 +59,7 @@ void pubsub_handler::unsubscribe(peer& from, std::uint64_t rid, const protocol::
   auto it = patterns.find(std::string(pattern));
   if (it == patterns.end()) return from.send_error(rid, errc::not_found, "not subscribed to that pattern");
   channels_.unsubscribe(pattern, &from);
+  if (cluster_) cluster_->local_unsubscribe(pattern);
   patterns.erase(it);
   if (rid != 0) from.send(builder_.ok(rid));
 }
@@ -98,7 +105,10 @@ void pubsub_handler::publish(peer& from, std::uint64_t rid, const protocol::wire
 }
 
 void pubsub_handler::disconnected(peer& p) {
-  for (const auto& pattern : p.subscriptions()) channels_.unsubscribe(pattern, &p);
+  for (const auto& pattern : p.subscriptions()) {
+    channels_.unsubscribe(pattern, &p);
+    if (cluster_) cluster_->local_unsubscribe(pattern);
+  }
   p.subscriptions().clear();
 }
 

@@ -23,6 +23,7 @@ class logger;
 namespace switchyard::broker {
 
 class durable_pipeline;
+class node_bus;
 
 class pubsub_handler {
  public:
@@ -36,6 +37,10 @@ class pubsub_handler {
   void publish(peer& from, std::uint64_t request_id, const protocol::wire::Publish& m);
   // `p` closed: its subscriptions go.
   void disconnected(peer& p);
+  // Cluster mode: the other nodes learn of each pattern's first and last
+  // local subscriber, and a Subscribe is answered once they hold it
+  // (docs/cluster.md, "Channels"). Borrowed; null on a single node.
+  void use_cluster(node_bus* bus) noexcept { cluster_ = bus; }
 
  private:
   // True if the server configured `channel` as durable.
@@ -45,6 +50,7 @@ class pubsub_handler {
   channel_table& channels_;
   fanout& fanout_;
   durable_pipeline* durable_;
+  node_bus* cluster_ = nullptr;
   protocol::frame_builder& builder_;
   std::shared_ptr<spdlog::logger> logger_;
 };

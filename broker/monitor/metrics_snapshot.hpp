@@ -51,6 +51,21 @@ struct metrics_snapshot {
   std::uint64_t flag_offers_on = 0;   // connections that declared "offers", inside the ramp
   std::uint64_t flag_offers_off = 0;  // ... and outside it
 
+  // Cluster mode (all zero on a single node; docs/cluster.md).
+  bool cluster = false;
+  std::size_t cluster_members = 0;  // in the view, this node included
+  bool cluster_in_standing = false;
+  bool cluster_nats_connected = false;
+  std::uint64_t cluster_messages_out = 0;  // link messages sent to other nodes
+  std::uint64_t cluster_messages_in = 0;
+  std::uint64_t cluster_records_out = 0;  // deliveries shipped to other nodes
+  std::uint64_t cluster_records_in = 0;
+  std::uint64_t cluster_lost = 0;         // link messages lost in transit (gaps)
+  std::uint64_t cluster_send_failed = 0;  // link messages NATS refused
+  std::uint64_t cluster_interest_timeouts = 0;
+  std::uint64_t cluster_dropped = 0;  // messages dropped: unknown sender or malformed
+  std::size_t cluster_remote_patterns = 0;
+
   // The sequence log (all zero without one).
   bool log_enabled = false;
   std::size_t streams = 0;          // streams in the log (sequence_log::stream_count)

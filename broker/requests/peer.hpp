@@ -56,6 +56,10 @@ class peer : public delivery_target {
   // A new subscription or inbox starts here: its subscriber must hear of
   // the first dropped delivery of every stream again (StreamDropped).
   virtual void restart_drop_reports() noexcept = 0;
+  // Cluster mode: `count` messages from another node were lost in transit
+  // (the link's numbering showed a gap), some of which may have been for
+  // this peer: told as a Dropped notice (capability "dropped-notice").
+  virtual void report_lost(std::uint64_t count) = 0;
 
   // Answers that wait for the log (appends, durable publishes and sends,
   // retention changes) finish out of line. Each takes a ticket when it is

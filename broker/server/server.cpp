@@ -185,6 +185,7 @@ server::~server() {
                           st.batches, st.largest_batch, st.syncs, st.trimmed);
     d->stop();
   }
+  impl_->leave_cluster();
   // Connections hold streams on the io_context: drop the registry's
   // references first, so that only coroutine frames own connections. The
   // io_context, destroyed next, destroys the rest with their coroutine
@@ -219,6 +220,7 @@ void server::start() {
     throw std::runtime_error("cannot listen on " + d.config.listen_host + ":" + std::to_string(d.config.listen_port) +
                              ": " + bind_ec.message());
   d.port = acceptor.local_endpoint().port();
+  if (!d.config.cluster_node_id.empty()) d.join_cluster();
   // Before the broker counts as listening: a monitoring port that cannot
   // bind stops the start with nothing announced (no port file, no totals).
   if (!d.config.http_host.empty()) d.start_http();

@@ -9,12 +9,16 @@
 //   server_reload.cpp     SIGHUP: the config file (setting_table), TLS and auth files
 //   server_metrics.cpp    metrics, Stats, the connection list, readiness and
 //                         the monitoring port
+//   server_cluster.cpp    cluster mode: joining (etcd, NATS), leaving, and
+//                         what the node tells of its cluster
 // Everything here runs on the loop thread unless it says otherwise.
 
 #include "broker/server/server.hpp"
 
 #include "broker/admission/admission_control.hpp"
 #include "broker/admission/authenticator.hpp"
+#include "broker/cluster/membership.hpp"
+#include "broker/cluster/node_bus.hpp"
 #include "broker/delivery/fanout.hpp"
 #include "broker/dispatch/dispatcher.hpp"
 #include "broker/handlers/log_handler.hpp"
@@ -95,6 +99,12 @@ struct server::impl {
   std::unique_ptr<http_monitor> http;
   asio::signal_set signals{io};
   std::uint16_t port = 0;
+  // Cluster mode (--cluster-node-id; null on a single node): the links to
+  // the other nodes and the membership, made by join_cluster(); declared
+  // after the io_context, so destroyed before it.
+  std::unique_ptr<node_bus> bus;
+  std::unique_ptr<membership> members;
+  bool cluster_standing = false;  // the membership's last word (loop thread)
 
   // A drain under way (begin_drain): its schedule, the connections open
   // when it began in the order they are closed, and how many of them were
@@ -108,6 +118,15 @@ struct server::impl {
 
   void open_log();
   void wire_handlers();
+  // Cluster mode, at start once the port is bound (blocks): connects to
+  // NATS, joins through etcd, applies the first view. Throws
+  // std::runtime_error naming what failed.
+  void join_cluster();
+  // Leaves etcd (the lease revoked: the other nodes drop this one at once)
+  // and NATS. Idempotent; loop thread or after the loop stopped.
+  void leave_cluster();
+  // Fills the cluster figures of `m`.
+  void cluster_metrics(metrics_snapshot& m) const;
   // --http: starts the monitoring port on the loop (throws like start()).
   void start_http();
   // GET /readyz: listening, the log open (with a data folder), not draining

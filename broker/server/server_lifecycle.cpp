@@ -64,6 +64,7 @@ void server::impl::report_expiries() {
 void server::impl::begin_stop() {
   if (registry.stopping()) return;
   logger->info("stopping: closing {} connections", registry.size());
+  leave_cluster();
   asio_error_code ignored;
   acceptor.close(ignored);
   signals.cancel(ignored);

@@ -35,6 +35,9 @@ readiness server::impl::ready() const {
   if (admission.draining()) return {false, "draining"};
   if (!listening) return {false, "not listening yet"};
   if (!config.data_dir.empty() && !durable) return {false, "the sequence log is not open"};
+  if (members && !cluster_standing) return {false, "out of standing in the cluster (etcd lease not renewed in time)"};
+  if (bus && !bus->nats_connected()) return {false, "the NATS link is down"};
+  if (bus && !bus->synced()) return {false, "waiting for the other nodes' channel interest"};
   return {true, {}};
 }
 
@@ -62,7 +65,8 @@ metrics_snapshot server::impl::metrics() const {
     m.queued_bytes += c.queued_bytes();
     m.queued_bytes_max = std::max(m.queued_bytes_max, c.queued_bytes());
   });
-  m.subscriptions = channels.size();
+  cluster_metrics(m);
+  m.subscriptions = channels.size() - m.cluster_remote_patterns;
   m.leases = leases.size();
   m.registry_entries = routing.entries();
   m.inboxes = routing.inboxes();

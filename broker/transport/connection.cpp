@@ -80,6 +80,12 @@ void connection::start(std::optional<refusal> refused) {
   asio::co_spawn(ex, hello_watchdog(self), asio::detached);
 }
 
+void connection::report_lost(std::uint64_t count) {
+  if (!granted_.dropped_notice || closing_ || closed_) return;
+  ctx_.logger->debug("conn={} {} message(s) lost between nodes: Dropped notice", id(), count);
+  send(ctx_.builder.dropped(count));
+}
+
 void connection::kick() noexcept {
   if (writer_waiting_) {
     writer_waiting_ = false;

@@ -105,6 +105,7 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   bool closed() const noexcept override { return closed_; }
   std::weak_ptr<peer> weak_peer() noexcept override { return weak_from_this(); }
   void restart_drop_reports() noexcept override { drops_reported_.clear(); }
+  void report_lost(std::uint64_t count) override;
 
   // Bytes queued for this connection (its outbound queue), for metrics.
   std::size_t queued_bytes() const noexcept { return queue_.queued_bytes(); }

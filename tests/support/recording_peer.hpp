@@ -35,6 +35,7 @@ class recording_peer final : public broker::peer, public std::enable_shared_from
   bool closed() const noexcept override { return closed_with.has_value(); }
   std::weak_ptr<peer> weak_peer() noexcept override { return weak_from_this(); }
   void restart_drop_reports() noexcept override { ++drop_report_restarts; }
+  void report_lost(std::uint64_t count) override { lost_reported += count; }
 
   // The i-th frame sent (an answer), decoded.
   const protocol::wire::Frame& answer(std::size_t i) const {
@@ -45,6 +46,7 @@ class recording_peer final : public broker::peer, public std::enable_shared_from
   std::vector<std::vector<std::uint8_t>> delivered;
   std::optional<protocol::errc> closed_with;
   std::string close_reason;
+  std::uint64_t lost_reported = 0;
   int drop_report_restarts = 0;
 };
 

@@ -557,3 +557,24 @@ TEST_CASE("server config refuses an unknown flag or a percentage outside 0..100"
   CHECK_THROWS_WITH(parse({"--max-offers", "0"}), Catch::Contains("max-offers"));
   CHECK_THROWS_WITH(parse({"--exposure-window-ms", "0"}), Catch::Contains("exposure-window-ms"));
 }
+
+TEST_CASE("server config reads cluster mode's settings, repeatable endpoints included", "[broker]") {
+  const server_config cfg =
+      parse({"--cluster-node-id", "node-1", "--cluster-etcd", "127.0.0.1:2379", "--cluster-etcd", "127.0.0.1:2380",
+             "--cluster-nats", "nats://127.0.0.1:4222", "--cluster-lease-ttl-s", "7"});
+  CHECK(cfg.cluster_node_id == "node-1");
+  CHECK(cfg.cluster_name == "switchyard");
+  CHECK(cfg.cluster_etcd == std::vector<std::string>{"127.0.0.1:2379", "127.0.0.1:2380"});
+  CHECK(cfg.cluster_nats == std::vector<std::string>{"nats://127.0.0.1:4222"});
+  CHECK(cfg.cluster_lease_ttl_s == 7);
+  CHECK(cfg.cluster_interest_timeout == 1000ms);
+}
+
+TEST_CASE("server config refuses a cluster node id without etcd and NATS, or with characters outside a subject",
+          "[broker]") {
+  CHECK_THROWS_WITH(parse({"--cluster-node-id", "a"}), Catch::Contains("needs --cluster-etcd and --cluster-nats"));
+  CHECK_THROWS_WITH(parse({"--cluster-node-id", "a.b", "--cluster-etcd", "e:1", "--cluster-nats", "nats://n:1"}),
+                    Catch::Contains("cluster-node-id must be 1..64 letters"));
+  CHECK_THROWS_WITH(parse({"--cluster-name", "x y"}), Catch::Contains("cluster-name must be"));
+  CHECK_THROWS_WITH(parse({"--cluster-lease-ttl-s", "1"}), Catch::Contains("between 2 and 60 s"));
+}

@@ -1,0 +1,41 @@
+#pragma once
+// What a node knows of its cluster (docs/cluster.md): the members etcd
+// lists, as one immutable snapshot. membership builds a new snapshot on its
+// own thread for every change and posts it to the loop; the loop only ever
+// reads snapshots, never a view under change.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace switchyard::broker {
+
+struct cluster_member {
+  std::string node_id;
+  std::string address;           // where clients connect to it (--cluster-advertise)
+  std::int64_t incarnation = 0;  // its etcd lease: a new one at each start (or re-registration)
+};
+
+struct cluster_view {
+  std::int64_t revision = 0;            // etcd's revision the snapshot is at
+  std::vector<cluster_member> members;  // ordered by node_id; includes this node
+
+  const cluster_member* find(std::string_view node_id) const noexcept {
+    const auto it = std::lower_bound(members.begin(), members.end(), node_id,
+                                     [](const cluster_member& m, std::string_view id) { return m.node_id < id; });
+    return it != members.end() && it->node_id == node_id ? &*it : nullptr;
+  }
+};
+
+// One etcd endpoint as the node's health probe last found it.
+struct etcd_endpoint_health {
+  std::string endpoint;
+  bool reachable = false;
+  bool leader = false;  // the member at this endpoint is etcd's leader
+  std::string version;  // etcd's version ("3.4.23"), when reachable
+  std::string error;    // why not reachable
+};
+
+}  // namespace switchyard::broker

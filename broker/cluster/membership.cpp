@@ -1,0 +1,298 @@
+#include "broker/cluster/membership.hpp"
+
+#include "cluster/errc.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace switchyard::broker {
+
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+std::int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// Each etcd call: at most a fifth of the lease, between 200 ms and 1 s.
+milliseconds call_timeout(std::chrono::seconds ttl) {
+  return std::clamp(duration_cast<milliseconds>(ttl) / 5, milliseconds(200), milliseconds(1000));
+}
+
+std::string member_value(const membership_options& o) {
+  return nlohmann::json{{"address", o.advertise}, {"version", SWITCHYARD_VERSION}}.dump();
+}
+
+// A member key's value; a value that is not ours (or damaged) gives an
+// empty address rather than an error: the member is still a member.
+cluster_member member_of(std::string_view prefix, const cluster::kv& kv) {
+  cluster_member m;
+  m.node_id = kv.key.substr(prefix.size());
+  m.incarnation = kv.lease;
+  const auto j = nlohmann::json::parse(kv.value, nullptr, false);
+  if (j.is_object() && j.contains("address") && j["address"].is_string()) m.address = j["address"].get<std::string>();
+  return m;
+}
+
+}  // namespace
+
+membership::membership(asio::any_io_executor loop, membership_options options, std::shared_ptr<spdlog::logger> logger)
+    : loop_(std::move(loop)), options_(std::move(options)), logger_(std::move(logger)) {}
+
+membership::~membership() { leave(); }
+
+std::string membership::members_prefix() const { return "/switchyard/" + options_.cluster_name + "/members/"; }
+
+std::shared_ptr<const cluster_view> membership::join(view_handler on_view, standing_handler on_standing) {
+  on_view_ = std::move(on_view);
+  on_standing_ = std::move(on_standing);
+  const auto timeout = call_timeout(options_.lease_ttl);
+  try {
+    client_ = std::make_unique<cluster::etcd_client>(options_.etcd_endpoints, timeout);
+    prober_ = std::make_unique<cluster::etcd_client>(options_.etcd_endpoints, timeout);
+  } catch (const std::system_error& e) {
+    throw std::runtime_error(std::string("--cluster-etcd: ") + e.what());
+  }
+  register_self(true);
+  const auto prefix = members_prefix();
+  auto read = client_->range_prefix(prefix);
+  if (!read) throw std::runtime_error("etcd: cannot read the members under " + prefix + ": " + read.error().message());
+  members_.clear();
+  for (const auto& kv : read->kvs) members_.push_back(member_of(prefix, kv));
+  revision_ = read->revision;
+  auto view = std::make_shared<cluster_view>();
+  view->revision = revision_;
+  view->members = members_;
+  loop_seen_->store(steady_ns(clock::now()), std::memory_order_release);
+  keeper_ = std::thread([this, next = revision_ + 1] { keeper_main(next); });
+  prober_thread_ = std::thread([this] { probe_main(); });
+  return view;
+}
+
+bool membership::register_self(bool at_start) {
+  const auto ttl = options_.lease_ttl;
+  const auto fail = [&](const std::string& what) {
+    if (at_start) throw std::runtime_error(what);
+    logger_->error("cluster: {}", what);
+    return false;
+  };
+  auto lease = client_->grant_lease(ttl);
+  if (!lease)
+    return fail("etcd (" + client_->current_endpoint() + ", ...): cannot grant a lease: " + lease.error().message());
+  const auto granted_at = clock::now();
+  const std::string key = members_prefix() + options_.node_id;
+  const auto value = member_value(options_);
+  // A key held by another lease: a previous run of this node that died
+  // less than a TTL ago (its lease still counts down), or another live
+  // node given the same id (its lease never lapses).
+  const auto give_up = clock::now() + ttl + std::chrono::seconds(2);
+  bool told = false;
+  for (;;) {
+    auto made = client_->create_if_absent(key, value, *lease);
+    if (!made) return fail("etcd: cannot create the member key " + key + ": " + made.error().message());
+    if (made->succeeded) break;
+    const auto holder = made->current ? made->current->lease : 0;
+    if (holder == *lease) break;  // a retried create that had succeeded
+    if (clock::now() >= give_up) {
+      (void)client_->revoke_lease(*lease);
+      return fail("node id '" + options_.node_id + "' is held by a live member (etcd lease " + std::to_string(holder) +
+                  ", " + (made->current ? made->current->value : std::string()) +
+                  "): another node runs with this --cluster-node-id");
+    }
+    if (!told)
+      logger_->info("cluster: waiting for the previous holder of node id '{}' (etcd lease {}) to lapse",
+                    options_.node_id, holder);
+    told = true;
+    if (!pause(milliseconds(250))) return fail("stopped while joining");
+  }
+  lease_ = *lease;
+  incarnation_.store(*lease, std::memory_order_release);
+  valid_until_ = granted_at + ttl;
+  next_renewal_ = granted_at + milliseconds(ttl) / 3;
+  standing_.store(true, std::memory_order_release);
+  logger_->info("cluster: joined '{}' as node '{}' (incarnation {}, lease TTL {} s)", options_.cluster_name,
+                options_.node_id, lease_, ttl.count());
+  return true;
+}
+
+void membership::keeper_main(std::int64_t next_revision) {
+  const auto prefix = members_prefix();
+  const milliseconds period = std::max(milliseconds(100), duration_cast<milliseconds>(options_.lease_ttl) / 10);
+  for (;;) {
+    {
+      switchyard::lock_guard lock(mu_);
+      if (leaving_) return;
+    }
+    auto watched = client_->watch_prefix(
+        prefix, next_revision,
+        [&](std::span<const cluster::watch_event> events, std::int64_t revision) {
+          if (!events.empty()) {
+            apply(events, revision);
+            next_revision = revision + 1;
+          }
+          tick();
+          switchyard::lock_guard lock(mu_);
+          return !leaving_;
+        },
+        cluster::watch_options{period});
+    {
+      switchyard::lock_guard lock(mu_);
+      if (leaving_) return;
+    }
+    if (!watched)
+      logger_->warn("cluster: the watch of {} ended: {}; reading the members again", prefix, watched.error().message());
+    // Renew while etcd is unreachable, then read the members afresh (a
+    // compacted revision, events missed while the watch was down).
+    for (;;) {
+      tick();
+      if (const auto revision = reload_members(); revision > 0) {
+        next_revision = revision + 1;
+        break;
+      }
+      if (!pause(period)) return;
+    }
+  }
+}
+
+void membership::tick() {
+  const auto now = clock::now();
+  const milliseconds ttl = options_.lease_ttl;  // in ms: a third of 2 s is not 0
+  if (now >= next_renewal_) {
+    next_renewal_ = now + ttl / 3;
+    const auto seen = clock::time_point(std::chrono::nanoseconds(loop_seen_->load(std::memory_order_acquire)));
+    if (now - seen > ttl / 2) {
+      if (!loop_warned_)
+        logger_->error("cluster: the loop has not answered for {} ms: the etcd lease is not renewed",
+                       duration_cast<milliseconds>(now - seen).count());
+      loop_warned_ = true;
+    } else {
+      loop_warned_ = false;
+      auto renewed = client_->keep_alive(lease_);
+      if (renewed) {
+        valid_until_ = now + std::chrono::seconds(*renewed);
+      } else if (renewed.error() == cluster::errc::lease_not_found) {
+        logger_->error("cluster: etcd lease {} lapsed; registering again as a new incarnation", lease_);
+        standing_.store(false, std::memory_order_release);
+        if (register_self(false)) post_view();
+      } else {
+        logger_->warn("cluster: cannot renew the etcd lease: {}", renewed.error().message());
+      }
+    }
+    // The next probe: the loop stamps when it runs it.
+    asio::post(loop_, [seen = loop_seen_] { seen->store(steady_ns(clock::now()), std::memory_order_release); });
+  }
+  const bool standing = clock::now() + ttl / 5 < valid_until_;
+  if (standing_.exchange(standing, std::memory_order_acq_rel) != standing) {
+    if (standing)
+      logger_->info("cluster: in standing again (etcd lease {} renewed)", lease_);
+    else
+      logger_->error("cluster: out of standing: etcd lease {} not renewed in time (it may lapse at etcd)", lease_);
+    asio::post(loop_, [alive = alive_, h = on_standing_, standing] {
+      if (*alive) h(standing);
+    });
+  }
+}
+
+void membership::apply(std::span<const cluster::watch_event> events, std::int64_t revision) {
+  const auto prefix = members_prefix();
+  for (const auto& e : events) {
+    const std::string id = e.kv.key.substr(prefix.size());
+    const auto it = std::lower_bound(members_.begin(), members_.end(), id,
+                                     [](const cluster_member& m, const std::string& k) { return m.node_id < k; });
+    const bool present = it != members_.end() && it->node_id == id;
+    if (e.type == cluster::event_type::remove) {
+      if (present) members_.erase(it);
+    } else if (present) {
+      *it = member_of(prefix, e.kv);
+    } else {
+      members_.insert(it, member_of(prefix, e.kv));
+    }
+  }
+  revision_ = revision;
+  post_view();
+}
+
+std::int64_t membership::reload_members() {
+  const auto prefix = members_prefix();
+  auto read = client_->range_prefix(prefix);
+  if (!read) return 0;
+  members_.clear();
+  for (const auto& kv : read->kvs) members_.push_back(member_of(prefix, kv));
+  revision_ = read->revision;
+  post_view();
+  return revision_;
+}
+
+void membership::post_view() {
+  auto view = std::make_shared<cluster_view>();
+  view->revision = revision_;
+  view->members = members_;
+  asio::post(loop_, [alive = alive_, h = on_view_, v = std::shared_ptr<const cluster_view>(std::move(view))] {
+    if (*alive) h(v);
+  });
+}
+
+void membership::probe_main() {
+  do {
+    std::vector<etcd_endpoint_health> found;
+    for (auto& h : prober_->cluster_health(milliseconds(500))) {
+      etcd_endpoint_health e;
+      e.endpoint = h.endpoint;
+      if (h.status) {
+        e.reachable = true;
+        e.leader = h.status->is_leader();
+        e.version = h.status->version;
+      } else {
+        e.error = h.status.error().message();
+      }
+      found.push_back(std::move(e));
+    }
+    switchyard::lock_guard lock(mu_);
+    health_ = std::move(found);
+  } while (pause(options_.probe_interval));
+}
+
+bool membership::pause(milliseconds d) {
+  switchyard::unique_lock lock(mu_);
+  cv_.wait_for(lock.native(), d, [&]() SWITCHYARD_REQUIRES(mu_) { return leaving_; });
+  return !leaving_;
+}
+
+std::vector<etcd_endpoint_health> membership::etcd_health() const {
+  switchyard::lock_guard lock(mu_);
+  return health_;
+}
+
+void membership::leave() {
+  if (left_) return;
+  left_ = true;
+  *alive_ = false;
+  {
+    switchyard::lock_guard lock(mu_);
+    leaving_ = true;
+  }
+  cv_.notify_all();
+  if (client_) client_->stop();
+  if (prober_) prober_->stop();
+  if (keeper_.joinable()) keeper_.join();
+  if (prober_thread_.joinable()) prober_thread_.join();
+  if (lease_ == 0) return;
+  // The keeper's client is stopped for good: a fresh one for the revoke.
+  try {
+    cluster::etcd_client last(options_.etcd_endpoints, milliseconds(1000));
+    if (auto r = last.revoke_lease(lease_); r || r.error() == cluster::errc::lease_not_found)
+      logger_->info("cluster: left '{}' (etcd lease {} revoked)", options_.cluster_name, lease_);
+    else
+      logger_->warn("cluster: cannot revoke etcd lease {} ({}); the member key goes when it lapses", lease_,
+                    r.error().message());
+  } catch (const std::exception& e) {
+    logger_->warn("cluster: cannot revoke etcd lease {}: {}", lease_, e.what());
+  }
+}
+
+}  // namespace switchyard::broker

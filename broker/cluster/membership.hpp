@@ -1,0 +1,143 @@
+#pragma once
+// membership: this node's place in the cluster, kept in etcd
+// (docs/cluster.md, "Membership").
+//
+// One etcd lease per node (--cluster-lease-ttl-s) and one member key,
+// "/switchyard/<cluster>/members/<node-id>", attached to it; its value says
+// where clients reach the node. The lease id is the node's incarnation: a
+// restarted node is a new incarnation, and its peers start their links to
+// it afresh. Every change of the member keys becomes a new cluster_view,
+// posted to the loop.
+//
+// Threads: join() and leave() on the loop thread (join() before the loop
+// runs: it blocks). The keeper thread watches the member keys and renews
+// the lease; the probe thread asks every etcd endpoint for its status
+// every probe_interval (for `cluster status`). Handlers run on the loop.
+//
+// The lease is renewed (every TTL/3) only while the loop shows it is
+// alive: the keeper posts a probe to the loop at each renewal and renews
+// only if the loop ran the last one within TTL/2. A stuck loop so loses its
+// membership rather than holding it. The node is "in standing" while its
+// last renewal's answer, counted from when the renewal was sent, leaves
+// more than TTL/5 of the lease: a node cut off from etcd leaves standing
+// before its lease can have lapsed at etcd (the standing handler tells the
+// loop; /readyz then fails). A lease etcd no longer knows (it lapsed)
+// makes the node register again: a new incarnation.
+
+#include "broker/cluster/cluster_view.hpp"
+#include "cluster/etcd_client.hpp"
+#include "common/asio.hpp"
+#include "common/mutex.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace switchyard::broker {
+
+struct membership_options {
+  std::string cluster_name;  // the etcd key prefix's and NATS subjects' name
+  std::string node_id;
+  std::string advertise;  // host:port clients use to reach this node
+  std::vector<std::string> etcd_endpoints;
+  std::chrono::seconds lease_ttl{5};
+  std::chrono::milliseconds probe_interval{2000};
+};
+
+class membership {
+ public:
+  using view_handler = std::function<void(std::shared_ptr<const cluster_view>)>;
+  using standing_handler = std::function<void(bool in_standing)>;
+
+  // No I/O; handlers are posted to `loop`.
+  membership(asio::any_io_executor loop, membership_options options, std::shared_ptr<spdlog::logger> logger);
+  ~membership();  // leave()
+  membership(const membership&) = delete;
+  membership& operator=(const membership&) = delete;
+
+  // Start-up (blocking; before the loop runs): grants the lease, creates
+  // the member key and reads the members; returns that first view (this
+  // node included) and starts the threads, which post later views and
+  // standing changes to the handlers. A member key of the same node id
+  // held by another lease (a previous run killed less than a TTL ago)
+  // is waited for up to TTL + 2 s; a holder still there after that is
+  // another live node with this id. Throws std::runtime_error: etcd not
+  // reachable, the node id taken.
+  std::shared_ptr<const cluster_view> join(view_handler on_view, standing_handler on_standing);
+
+  // Loop thread: stops the threads and revokes the lease, so the member
+  // key goes at once (blocks up to about a second for the revoke; a node
+  // that cannot reach etcd leaves by its lease lapsing). Idempotent; no
+  // handler runs after it returns.
+  void leave();
+
+  // Any thread.
+  std::int64_t incarnation() const noexcept { return incarnation_.load(std::memory_order_acquire); }
+  bool in_standing() const noexcept { return standing_.load(std::memory_order_acquire); }
+  std::vector<etcd_endpoint_health> etcd_health() const;
+  const membership_options& options() const noexcept { return options_; }
+  // "/switchyard/<cluster>/members/"
+  std::string members_prefix() const;
+
+ private:
+  using clock = std::chrono::steady_clock;
+  // Keeper thread: the watch, renewals, standing.
+  void keeper_main(std::int64_t next_revision);
+  // Keeper thread: renews the lease when due, re-registers when it lapsed,
+  // updates the standing.
+  void tick();
+  // Grants a lease and creates the member key (join, re-registration).
+  // Throws std::runtime_error (join) / returns false (re-registration).
+  bool register_self(bool at_start);
+  // Applies a batch of watch events to members_ and posts the view.
+  void apply(std::span<const cluster::watch_event> events, std::int64_t revision);
+  // Reads every member key again (after a watch failure); the revision.
+  std::int64_t reload_members();
+  void post_view();
+  void probe_main();
+  // Waits up to `d` or until leave(); false once leaving.
+  bool pause(std::chrono::milliseconds d);
+
+  asio::any_io_executor loop_;
+  const membership_options options_;
+  std::shared_ptr<spdlog::logger> logger_;
+  view_handler on_view_;
+  standing_handler on_standing_;
+  // Calls from the keeper thread only (after join).
+  std::unique_ptr<cluster::etcd_client> client_;
+  std::unique_ptr<cluster::etcd_client> prober_;
+  // Keeper thread (join before the thread starts).
+  std::vector<cluster_member> members_;
+  std::int64_t revision_ = 0;
+  std::int64_t lease_ = 0;
+  clock::time_point next_renewal_{};
+  clock::time_point valid_until_{};
+  bool loop_warned_ = false;
+  // Set by the loop when it runs the keeper's probe (steady ns).
+  std::shared_ptr<std::atomic<std::int64_t>> loop_seen_ = std::make_shared<std::atomic<std::int64_t>>(0);
+  // Cleared by leave() on the loop: posted handlers check it first.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::atomic<std::int64_t> incarnation_{0};
+  std::atomic<bool> standing_{false};
+
+  mutable switchyard::mutex mu_;
+  std::condition_variable cv_;
+  bool leaving_ SWITCHYARD_GUARDED_BY(mu_) = false;
+  std::vector<etcd_endpoint_health> health_ SWITCHYARD_GUARDED_BY(mu_);
+
+  std::thread keeper_;
+  std::thread prober_thread_;
+  bool left_ = false;  // loop thread
+};
+
+}  // namespace switchyard::broker

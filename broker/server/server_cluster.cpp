@@ -1,0 +1,70 @@
+// server::impl's cluster mode (docs/cluster.md): joining, leaving, and the
+// figures the node reports of its cluster.
+
+#include "broker/server/server_impl.hpp"
+
+namespace switchyard::broker {
+
+void server::impl::join_cluster() {
+  node_bus_options bo;
+  bo.cluster_name = config.cluster_name;
+  bo.node_id = config.cluster_node_id;
+  bo.nats_servers = config.cluster_nats;
+  bo.interest_timeout = config.cluster_interest_timeout;
+  bo.max_frame = config.max_frame;
+  bus = std::make_unique<node_bus>(io, std::move(bo), channels, fan, logger);
+  // A link that lost messages: every subscriber here may have missed some.
+  bus->on_link_loss([this](std::uint64_t lost) {
+    registry.for_each_owner([lost](const std::shared_ptr<connection>& c) {
+      if (!c->subscriptions().empty()) c->report_lost(lost);
+    });
+  });
+  // NATS first: a node is subscribed to its subject before etcd lists it,
+  // so nothing the others send it once they see it is missed.
+  bus->start();
+  pubsub->use_cluster(bus.get());
+
+  membership_options mo;
+  mo.cluster_name = config.cluster_name;
+  mo.node_id = config.cluster_node_id;
+  mo.advertise =
+      config.cluster_advertise.empty() ? config.listen_host + ":" + std::to_string(port) : config.cluster_advertise;
+  mo.etcd_endpoints = config.cluster_etcd;
+  mo.lease_ttl = std::chrono::seconds(config.cluster_lease_ttl_s);
+  members = std::make_unique<membership>(io.get_executor(), std::move(mo), logger);
+  auto view = members->join(
+      [this](std::shared_ptr<const cluster_view> v) {
+        if (bus) bus->apply_view(std::move(v), members->incarnation());
+      },
+      [this](bool standing) { cluster_standing = standing; });
+  cluster_standing = members->in_standing();
+  bus->apply_view(std::move(view), members->incarnation());
+  logger->info("cluster: node '{}' of '{}', {} member(s); advertised as {}", config.cluster_node_id,
+               config.cluster_name, bus->view()->members.size(), members->options().advertise);
+}
+
+void server::impl::leave_cluster() {
+  if (members) members->leave();
+  if (pubsub) pubsub->use_cluster(nullptr);
+  if (bus) bus->stop();
+}
+
+void server::impl::cluster_metrics(metrics_snapshot& m) const {
+  if (!bus) return;
+  const auto s = bus->status();
+  m.cluster = true;
+  m.cluster_members = bus->view() ? bus->view()->members.size() : 0;
+  m.cluster_in_standing = cluster_standing;
+  m.cluster_nats_connected = s.nats.state == cluster::link_state::connected;
+  m.cluster_messages_out = s.totals.messages_out;
+  m.cluster_messages_in = s.totals.messages_in;
+  m.cluster_records_out = s.totals.records_out;
+  m.cluster_records_in = s.totals.records_in;
+  m.cluster_lost = s.totals.lost_in;
+  m.cluster_send_failed = s.totals.failed_out;
+  m.cluster_interest_timeouts = s.interest_timeouts;
+  m.cluster_dropped = s.dropped_unknown + s.dropped_malformed;
+  m.cluster_remote_patterns = s.remote_patterns;
+}
+
+}  // namespace switchyard::broker

@@ -1,0 +1,275 @@
+// Cluster mode end to end (docs/cluster.md): real etcd and nats-server
+// processes, three switchyard servers on loopback (port 0), real clients.
+
+#include "broker/cluster/node_link_generated.h"
+#include "cluster/etcd_client.hpp"
+#include "cluster/nats_link.hpp"
+#include "tests/support/clients.hpp"
+#include "tests/support/etcd_process.hpp"
+#include "tests/support/http_client.hpp"
+#include "tests/support/nats_process.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+using namespace switchyard;
+using namespace std::chrono_literals;
+using test::wait_until;
+
+namespace {
+
+// One etcd member, one nats-server (max_payload large enough for the
+// default --max-frame) and the nodes a test starts.
+struct cluster_fixture {
+  test::etcd_cluster etcd{1};
+  std::unique_ptr<test::nats_process> nats = std::make_unique<test::nats_process>("max_payload: 2MB");
+  std::string name = "t" + std::to_string(std::random_device{}());
+  std::map<std::string, std::unique_ptr<test::test_server>> nodes;
+
+  broker::server_config config(const std::string& id) const {
+    auto c = test::test_server::default_config();
+    c.cluster_node_id = id;
+    c.cluster_name = name;
+    c.cluster_etcd = etcd.endpoints();
+    c.cluster_nats = {nats->url()};
+    c.cluster_lease_ttl_s = 2;
+    c.cluster_interest_timeout = 3000ms;
+    return c;
+  }
+  test::test_server& start(const std::string& id) { return start(config(id)); }
+  test::test_server& start(broker::server_config c) {
+    const auto id = c.cluster_node_id;
+    auto& n = nodes[id] = std::make_unique<test::test_server>(std::move(c));
+    return *n;
+  }
+  test::test_server& node(const std::string& id) { return *nodes.at(id); }
+  // Every node sees `members` members and holds every other node's interest.
+  void converge(std::size_t members) {
+    for (auto& [id, n] : nodes) REQUIRE(wait_until([&] { return n->live_metrics().cluster_members == members; }));
+  }
+};
+
+std::string text(const message& m) { return {reinterpret_cast<const char*>(m.payload.data()), m.payload.size()}; }
+
+// A client whose deliveries land in `got`.
+std::unique_ptr<client> subscriber(test::test_server& s, std::string_view pattern, test::collector<std::string>& got) {
+  auto c = test::connect_to(s, "subscriber");
+  REQUIRE(c->subscribe(pattern, [&got](const message& m) { got.add(text(m)); }));
+  return c;
+}
+
+// The etcd lease (incarnation) node `id` joined with.
+std::int64_t incarnation_of(cluster_fixture& f, const std::string& id) {
+  cluster::etcd_client etcd(f.etcd.endpoints(), 2s);
+  auto kv = etcd.get("/switchyard/" + f.name + "/members/" + id);
+  REQUIRE(kv);
+  REQUIRE(kv->has_value());
+  return (*kv)->lease;
+}
+
+// Publishes raw bytes on NATS to node `id`'s subject, as another node would.
+void nats_publish(cluster_fixture& f, const std::string& id, std::span<const std::byte> bytes) {
+  asio::io_context io;
+  cluster::nats_link_options o;
+  o.servers = {f.nats->url()};
+  cluster::nats_link link(io.get_executor(), o);
+  REQUIRE(link.start());
+  REQUIRE(link.publish(f.name + ".node." + id, bytes));
+  link.stop();  // hands what is queued to cnats first
+}
+
+}  // namespace
+
+TEST_CASE("a publish on one node reaches the subscribers of every node once each", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.start("c");
+  f.converge(3);
+  std::map<std::string, test::collector<std::string>> got;
+  std::vector<std::unique_ptr<client>> subs;
+  for (const auto* id : {"a", "b", "c"}) subs.push_back(subscriber(f.node(id), "news.*", got[id]));
+  // Two subscribers on one node: the node still gets each message once.
+  subs.push_back(subscriber(f.node("c"), "news.>", got["c2"]));
+  auto pub = test::connect_to(f.node("b"), "publisher");
+  constexpr int n = 200;
+  for (int i = 0; i < n; ++i) REQUIRE_FALSE(pub->publish("news.x", std::to_string(i)));
+  for (auto& [id, g] : got) REQUIRE(wait_until([&] { return g.count == n; }));
+  // A last message behind the others: nothing more came before it.
+  REQUIRE_FALSE(pub->publish("news.end", "end"));
+  for (auto& [id, g] : got) {
+    REQUIRE(wait_until([&] { return g.count == n + 1; }));
+    const auto all = g.snapshot();
+    for (int i = 0; i < n; ++i) CHECK(all[i] == std::to_string(i));
+  }
+  // One delivery shipped per node with interest, however many subscribers.
+  const auto b = f.node("b").live_metrics();
+  CHECK(b.cluster_records_out == 2 * (n + 1));
+  CHECK(f.node("c").live_metrics().cluster_records_in == n + 1);
+}
+
+TEST_CASE("a publish on another node right after a Subscribe's Ok reaches the new subscriber", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  test::collector<std::string> got;
+  auto sub = test::connect_to(f.node("a"), "subscriber");
+  auto pub = test::connect_to(f.node("b"), "publisher");
+  constexpr int rounds = 30;
+  for (int i = 0; i < rounds; ++i) {
+    const auto channel = "fresh." + std::to_string(i);
+    REQUIRE(sub->subscribe(channel, [&got](const message& m) { got.add(text(m)); }));
+    REQUIRE_FALSE(pub->publish(channel, channel));
+  }
+  REQUIRE(wait_until([&] { return got.count == rounds; }));
+  CHECK(f.node("a").live_metrics().cluster_interest_timeouts == 0);
+}
+
+TEST_CASE("a node that joins later receives the interest of the nodes before it", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  test::collector<std::string> got;
+  auto sub = subscriber(f.node("a"), "late.*", got);
+  f.start("b");
+  f.converge(2);
+  // b is ready once it holds a's interest.
+  REQUIRE(wait_until([&] { return f.node("b").live_metrics().cluster_remote_patterns == 1; }));
+  auto pub = test::connect_to(f.node("b"), "publisher");
+  REQUIRE_FALSE(pub->publish("late.x", "hello"));
+  REQUIRE(wait_until([&] { return got.count == 1; }));
+  CHECK(got.snapshot() == std::vector<std::string>{"hello"});
+}
+
+TEST_CASE("an unsubscribe withdraws the interest from the other nodes", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  test::collector<std::string> got;
+  auto sub = test::connect_to(f.node("a"), "subscriber");
+  auto id = sub->subscribe("gone.*", [&got](const message& m) { got.add(text(m)); });
+  REQUIRE(id);
+  CHECK(f.node("b").live_metrics().cluster_remote_patterns == 1);
+  REQUIRE_FALSE(sub->unsubscribe(*id));
+  REQUIRE(wait_until([&] { return f.node("b").live_metrics().cluster_remote_patterns == 0; }));
+  auto pub = test::connect_to(f.node("b"), "publisher");
+  REQUIRE_FALSE(pub->publish("gone.x", "x"));
+  REQUIRE_FALSE(pub->flush());
+  CHECK(f.node("b").live_metrics().cluster_records_out == 0);
+  // The subscriptions gauge counts connections only, not the peers' interest.
+  CHECK(f.node("b").live_metrics().subscriptions == 0);
+}
+
+TEST_CASE("a node that stops leaves the others' view and their channel table", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  test::collector<std::string> got;
+  auto sub = subscriber(f.node("b"), "left.*", got);
+  REQUIRE(f.node("a").live_metrics().cluster_remote_patterns == 1);
+  sub.reset();
+  f.node("b").stop();
+  // Its lease revoked at stop: gone at once, not after the TTL.
+  REQUIRE(wait_until([&] { return f.node("a").live_metrics().cluster_members == 1; }, 1500ms));
+  CHECK(f.node("a").live_metrics().cluster_remote_patterns == 0);
+}
+
+TEST_CASE("a second node with the id of a live node is refused at start, naming the id", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  try {
+    test::test_server twin(f.config("a"));
+    FAIL("a second node 'a' started");
+  } catch (const std::exception& e) {
+    CHECK_THAT(e.what(), Catch::Contains("node id 'a' is held by a live member"));
+  }
+  CHECK(f.node("a").live_metrics().cluster_members == 1);
+}
+
+TEST_CASE("a node refuses to start when NATS's max_payload cannot carry --max-frame", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.nats = std::make_unique<test::nats_process>("max_payload: 65536");
+  auto c = f.config("a");
+  c.max_frame = 1u << 20;
+  try {
+    test::test_server node(c);
+    FAIL("the node started");
+  } catch (const std::exception& e) {
+    CHECK_THAT(e.what(), Catch::Contains("max_payload (65536 bytes)") && Catch::Contains("--max-frame (1048576"));
+  }
+  c.max_frame = 32u << 10;  // fits
+  test::test_server node(c);
+  CHECK(node.live_metrics().cluster_members == 1);
+}
+
+TEST_CASE("a gap in a link's numbering reaches the node's subscribers as a Dropped notice", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  std::atomic<std::uint64_t> dropped{0};
+  client_options o;
+  o.port = f.node("a").port();
+  o.on_dropped = [&dropped](std::uint64_t n) { dropped += n; };
+  auto sub = client::connect(o);
+  REQUIRE(sub);
+  REQUIRE((*sub)->subscribe("g.*", [](const message&) {}));
+  // b's link to a, as NATS would carry it, with 500 messages missing.
+  flatbuffers::FlatBufferBuilder b;
+  const auto body = broker::link::CreateInterestAck(b, 0, false);
+  b.Finish(broker::link::CreateLinkMessage(b, b.CreateString("b"), incarnation_of(f, "b"), 1000,
+                                           broker::link::Body::InterestAck, body.Union()),
+           broker::link::LinkMessageIdentifier());
+  nats_publish(f, "a", std::as_bytes(std::span(b.GetBufferPointer(), b.GetSize())));
+  REQUIRE(wait_until([&] { return dropped.load() > 0; }));
+  const auto m = f.node("a").live_metrics();
+  CHECK(m.cluster_lost == dropped.load());
+  CHECK(m.cluster_lost > 900);
+}
+
+TEST_CASE("a malformed message from NATS is dropped and counted, and the node serves on", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  const std::string junk = "this is no LinkMessage at all";
+  nats_publish(f, "a", std::as_bytes(std::span(junk.data(), junk.size())));
+  // From a node id no member has.
+  flatbuffers::FlatBufferBuilder b;
+  const auto body = broker::link::CreateInterestAck(b, 0, false);
+  b.Finish(broker::link::CreateLinkMessage(b, b.CreateString("stranger"), 1, 1, broker::link::Body::InterestAck,
+                                           body.Union()),
+           broker::link::LinkMessageIdentifier());
+  nats_publish(f, "a", std::as_bytes(std::span(b.GetBufferPointer(), b.GetSize())));
+  REQUIRE(wait_until([&] { return f.node("a").live_metrics().cluster_dropped == 2; }));
+  test::collector<std::string> got;
+  auto sub = subscriber(f.node("a"), "still.*", got);
+  auto pub = test::connect_to(f.node("b"), "publisher");
+  REQUIRE_FALSE(pub->publish("still.x", "ok"));
+  REQUIRE(wait_until([&] { return got.count == 1; }));
+}
+
+TEST_CASE("a node cut off from etcd leaves standing before its lease can lapse, and /readyz says so",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  auto c = f.config("a");
+  c.http_host = "127.0.0.1";
+  c.http_port = 0;
+  auto& a = f.start(c);
+  REQUIRE(wait_until([&] { return test::http_get(a.http_port(), "/readyz").status == 200; }));
+  f.etcd.kill(0);
+  // TTL 2 s: out of standing once less than a fifth of it is left.
+  REQUIRE(wait_until([&] { return !a.live_metrics().cluster_in_standing; }, 3s));
+  const auto reply = test::http_get(a.http_port(), "/readyz");
+  CHECK(reply.status == 503);
+  CHECK_THAT(reply.body, Catch::Contains("out of standing"));
+  f.etcd.restart(0);
+  // etcd extends leases when a leader starts: the same lease is renewed.
+  REQUIRE(wait_until([&] { return a.live_metrics().cluster_in_standing; }, 10s));
+  REQUIRE(wait_until([&] { return test::http_get(a.http_port(), "/readyz").status == 200; }));
+}
