@@ -213,7 +213,8 @@ int command::run() {
       {"flags set", &command::flags_set},
       {"drain", &command::drain},
       {"stats", &command::stats},
-      {"conns", &command::conns}};
+      {"conns", &command::conns},
+      {"cluster status", &command::cluster_status}};
   for (const auto& [name, fn] : commands)
     if (name == s_.command) return (this->*fn)();
   return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");
@@ -366,7 +367,7 @@ bool command::read_token(std::string& token) {
 int command::fail(std::error_code ec, const std::string& what, std::string_view missing) {
   const bool streams = what.starts_with("streams");
   const bool admin = what.starts_with("drain") || what.starts_with("stats") || what.starts_with("conns") ||
-                     what.starts_with("inboxes") || what.starts_with("flags");
+                     what.starts_with("inboxes") || what.starts_with("flags") || what.starts_with("cluster");
   // Offers: pending, and send with an expiry (a plain send's "routing" otherwise).
   const bool offers = what.starts_with("pending") || (what.starts_with("send") && s_.expires_ms != 0);
   std::string message = what + ": " + ec.message();
@@ -702,6 +703,7 @@ int run(int argc, const char* const* argv, std::istream& in, std::ostream& out, 
   register_routing_commands(app, cli);
   register_offer_commands(app, cli);
   register_server_commands(app, cli);
+  register_cluster_commands(app, cli);
   register_credentials_commands(app, cli);
   cli.add_check(std::move(check_global));  // after the commands' own checks
 

@@ -1,8 +1,9 @@
 #pragma once
 // switchyard-cli: the operators' command-line tool (ping, pub, sub, send,
-// streams, routes, leases, inboxes, pending, flags, stats, conns, drain),
-// over the client library, and the credentials an auth file needs (keygen, hash-token),
-// made locally. admin/command.hpp says which file holds which command.
+// streams, routes, leases, inboxes, pending, flags, stats, conns, drain,
+// cluster status), over the client library, and the credentials an auth
+// file needs (keygen, hash-token), made locally. admin/command.hpp says
+// which file holds which command.
 
 #include <iosfwd>
 

@@ -66,5 +66,6 @@ void register_send_command(CLI::App& app, cli_context& cli);      // routing_com
 void register_stream_commands(CLI::App& app, cli_context& cli);   // stream_commands.cpp: streams ...
 void register_routing_commands(CLI::App& app, cli_context& cli);  // routing_commands.cpp: routes, leases, inboxes
 void register_offer_commands(CLI::App& app, cli_context& cli);    // offer_commands.cpp: pending, flags
+void register_cluster_commands(CLI::App& app, cli_context& cli);  // cluster_commands.cpp: cluster status
 
 }  // namespace switchyard::admin

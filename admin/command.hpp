@@ -13,6 +13,7 @@
 //                         inboxes list, send
 //   offer_commands.cpp    pending, send --expires-ms, flags list / set
 //   pubsub_commands.cpp   pub, sub
+//   cluster_commands.cpp  cluster status
 
 #include "admin/cli.hpp"
 #include "admin/format.hpp"
@@ -192,6 +193,10 @@ class command {
   // ---- pubsub_commands.cpp ----
   int pub();
   int sub();
+
+  // ---- cluster_commands.cpp ----
+  int cluster_status();
+  void write_cluster_status(json_writer& j, const cluster_status_info& st) const;
 
   // Prints a list command's answer: `{"<what>":[...],"more":...}` with
   // --json (write_item writes one element), else a table of `header` and

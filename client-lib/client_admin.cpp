@@ -1,6 +1,7 @@
 // client: stream administration on the broker's log (StreamInfo,
 // StreamList, SetRetention, StreamDelete; capability "log"), and server
-// administration (Drain, Stats, ConnList; capability "admin").
+// administration (Drain, Stats, ConnList, ClusterStatus; capability
+// "admin").
 
 #include "switchyard/client.hpp"
 
@@ -42,6 +43,35 @@ result<stream_summary> parse_info(const wire::Frame& f) {
   const auto* m = f.message_as_StreamInfoResult();
   if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
   return to_summary(*m);
+}
+
+result<cluster_status_info> parse_cluster_status(const wire::Frame& f) {
+  const auto* m = f.message_as_ClusterStatusResult();
+  if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+  const auto text = [](const flatbuffers::String* x) { return x ? x->str() : std::string(); };
+  cluster_status_info s;
+  s.cluster_name = text(m->cluster_name());
+  s.node_id = text(m->node_id());
+  s.incarnation = m->incarnation();
+  s.view_revision = m->view_revision();
+  s.in_standing = m->in_standing();
+  s.synced = m->synced();
+  if (m->members())
+    for (const auto* x : *m->members())
+      s.members.push_back({text(x->node_id()), text(x->address()), x->incarnation(), x->self(), x->synced_in(),
+                           x->patterns(), x->messages_out(), x->messages_in(), x->records_out(), x->records_in(),
+                           x->lost_in(), x->failed_out()});
+  if (m->etcd())
+    for (const auto* x : *m->etcd())
+      s.etcd.push_back({text(x->endpoint()), x->reachable(), x->leader(), text(x->version()), text(x->error())});
+  if (const auto* n = m->nats())
+    s.nats = {text(n->state()),  text(n->server_url()), n->max_payload(), n->messages_in(),
+              n->messages_out(), n->dropped_in(),       n->dropped_out(), n->reconnects()};
+  s.local_patterns = m->local_patterns();
+  s.unconfirmed = m->unconfirmed();
+  s.interest_timeouts = m->interest_timeouts();
+  s.lost_in = m->lost_in();
+  return s;
 }
 
 // A negative age is sent as a huge one, which the broker refuses (bad_request).
@@ -121,6 +151,12 @@ result<server_stats> client::stats() {
           for (const auto* v : *m->values()) s.values.push_back({v->name()->str(), v->value(), v->counter()});
         return s;
       });
+}
+
+result<cluster_status_info> client::cluster_status() {
+  if (!granted_admin(*impl_)) return std::unexpected(make_error_code(errc::not_supported));
+  return impl_->call<cluster_status_info>([](std::uint64_t r) { return local_builder().cluster_status(r); },
+                                          parse_cluster_status);
 }
 
 result<connection_page> client::connections(connection_order order, std::size_t limit, std::uint64_t cursor) {

@@ -204,6 +204,7 @@ bool client::impl::dispatch(const wire::Frame& f, const sub_list& subscriptions,
     case wire::Message::ExposureResult:
     case wire::Message::FlagInfo:
     case wire::Message::FlagListResult:
+    case wire::Message::ClusterStatusResult:  // client_admin.cpp
       if (f.request_id() != 0) complete(f.request_id(), {}, &f);
       return true;
     case wire::Message::Receipt: {

@@ -533,6 +533,45 @@ bytes_view frame_builder::conn_list_result(std::uint64_t request_id, std::span<c
   return finish_as(request_id, wire::CreateConnListResult(fbb, list, total, next_cursor));
 }
 
+bytes_view frame_builder::cluster_status(std::uint64_t request_id) {
+  auto& fbb = start();
+  return finish_as(request_id, wire::CreateClusterStatus(fbb));
+}
+
+bytes_view frame_builder::cluster_status_result(std::uint64_t request_id, const cluster_status_fields& f) {
+  auto& fbb = start();
+  std::vector<Offset<wire::ClusterMember>> members;
+  members.reserve(f.members.size());
+  for (const auto& m : f.members) {
+    const auto node_id = string_or_null(fbb, m.node_id);
+    const auto address = string_or_null(fbb, m.address);
+    members.push_back(wire::CreateClusterMember(fbb, node_id, address, m.incarnation, m.self, m.synced_in, m.patterns,
+                                                m.messages_out, m.messages_in, m.records_out, m.records_in, m.lost_in,
+                                                m.failed_out));
+  }
+  const auto members_vec = fbb.CreateVector(members);
+  std::vector<Offset<wire::EtcdEndpointHealth>> etcd;
+  etcd.reserve(f.etcd.size());
+  for (const auto& e : f.etcd) {
+    const auto endpoint = string_or_null(fbb, e.endpoint);
+    const auto version = string_or_null(fbb, e.version);
+    const auto error = string_or_null(fbb, e.error);
+    etcd.push_back(wire::CreateEtcdEndpointHealth(fbb, endpoint, e.reachable, e.leader, version, error));
+  }
+  const auto etcd_vec = fbb.CreateVector(etcd);
+  const auto& n = f.nats;
+  const auto state = string_or_null(fbb, n.state);
+  const auto server_url = string_or_null(fbb, n.server_url);
+  const auto nats = wire::CreateNatsLinkStatus(fbb, state, server_url, n.max_payload, n.messages_in, n.messages_out,
+                                               n.dropped_in, n.dropped_out, n.reconnects);
+  const auto cluster_name = string_or_null(fbb, f.cluster_name);
+  const auto node_id = string_or_null(fbb, f.node_id);
+  return finish_as(request_id,
+                   wire::CreateClusterStatusResult(fbb, cluster_name, node_id, f.incarnation, f.view_revision,
+                                                   f.in_standing, f.synced, members_vec, etcd_vec, nats,
+                                                   f.local_patterns, f.unconfirmed, f.interest_timeouts, f.lost_in));
+}
+
 bytes_view frame_builder::dropped(std::uint64_t count) {
   auto& fbb = start();
   return finish(0, static_cast<std::uint8_t>(wire::Message::Dropped), wire::CreateDropped(fbb, count).Union());

@@ -127,6 +127,55 @@ struct flag_info_fields {
   std::uint64_t connections_off = 0;
 };
 
+// ClusterStatusResult (docs/protocol.md §14.1). Views: they borrow the
+// caller's strings for the call.
+struct cluster_member_fields {
+  std::string_view node_id;
+  std::string_view address;
+  std::int64_t incarnation = 0;
+  bool self = false;
+  bool synced_in = false;
+  std::uint64_t patterns = 0;
+  std::uint64_t messages_out = 0;
+  std::uint64_t messages_in = 0;
+  std::uint64_t records_out = 0;
+  std::uint64_t records_in = 0;
+  std::uint64_t lost_in = 0;
+  std::uint64_t failed_out = 0;
+};
+struct etcd_endpoint_fields {
+  std::string_view endpoint;
+  bool reachable = false;
+  bool leader = false;
+  std::string_view version;
+  std::string_view error;
+};
+struct nats_link_fields {
+  std::string_view state;
+  std::string_view server_url;
+  std::int64_t max_payload = 0;
+  std::uint64_t messages_in = 0;
+  std::uint64_t messages_out = 0;
+  std::uint64_t dropped_in = 0;
+  std::uint64_t dropped_out = 0;
+  std::uint64_t reconnects = 0;
+};
+struct cluster_status_fields {
+  std::string_view cluster_name;
+  std::string_view node_id;
+  std::int64_t incarnation = 0;
+  std::int64_t view_revision = 0;
+  bool in_standing = false;
+  bool synced = false;
+  std::span<const cluster_member_fields> members;
+  std::span<const etcd_endpoint_fields> etcd;
+  nats_link_fields nats;
+  std::uint64_t local_patterns = 0;
+  std::uint64_t unconfirmed = 0;
+  std::uint64_t interest_timeouts = 0;
+  std::uint64_t lost_in = 0;
+};
+
 struct retention_fields {
   std::uint64_t max_records = 0;
   std::uint64_t max_age_ms = 0;
@@ -262,6 +311,11 @@ class frame_builder {
   bytes_view conn_list(std::uint64_t request_id, std::uint8_t sort, std::uint32_t limit, std::uint64_t cursor);
   bytes_view conn_list_result(std::uint64_t request_id, std::span<const conn_info_fields> conns, std::uint64_t total,
                               std::uint64_t next_cursor);
+
+  // Cluster status (capability "admin"). The result always carries `nats`
+  // (a NatsLinkStatus table), empty strings left out as everywhere.
+  bytes_view cluster_status(std::uint64_t request_id);
+  bytes_view cluster_status_result(std::uint64_t request_id, const cluster_status_fields& f);
 
   // Authentication between Hello and Welcome (docs/security.md): the
   // server's random nonce, and the client's signature of

@@ -99,7 +99,7 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&stream_admin_handler::set_retention>(M::SetRetention, h.stream_admin, R::sequence_log);
     bind<&stream_admin_handler::delete_stream>(M::StreamDelete, h.stream_admin, R::sequence_log);
   }
-  for (M type : {M::Drain, M::Stats, M::ConnList, M::FlagSet, M::FlagList})
+  for (M type : {M::Drain, M::Stats, M::ConnList, M::FlagSet, M::FlagList, M::ClusterStatus})
     table_[static_cast<std::size_t>(type)] = {true, R::admin, nullptr, nullptr};
   if (h.admin) {
     bind<&server_admin_handler::drain>(M::Drain, h.admin, R::admin);
@@ -107,6 +107,7 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&server_admin_handler::conn_list>(M::ConnList, h.admin, R::admin);
     bind<&server_admin_handler::flag_set>(M::FlagSet, h.admin, R::admin);
     bind<&server_admin_handler::flag_list>(M::FlagList, h.admin, R::admin);
+    bind<&server_admin_handler::cluster_status>(M::ClusterStatus, h.admin, R::admin);
   }
   for (M type : {M::OfferAck, M::Withdraw, M::PendingOffers, M::ExposureQuery})
     table_[static_cast<std::size_t>(type)] = {true, R::offers, nullptr, nullptr};
@@ -202,6 +203,8 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
       return admin_only("FlagSet");
     case M::FlagList:
       return admin_only("FlagList");
+    case M::ClusterStatus:
+      return admin_only("ClusterStatus");
     // A user's pending offers are read like its registry entry; exposure
     // counts are asked by whoever may send to the keys. Withdraw checks
     // the offer's owner (offer_handler).

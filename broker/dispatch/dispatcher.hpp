@@ -15,7 +15,8 @@
 //   OfferAck, Withdraw, PendingOffers,
 //   ExposureQuery                              offer_handler        "offers"
 //   (a Send with offer fields goes from routing_handler to offer_handler)
-//   Drain, Stats, ConnList, FlagSet, FlagList  server_admin_handler "admin"
+//   Drain, Stats, ConnList, FlagSet, FlagList,
+//   ClusterStatus                              server_admin_handler "admin"
 //   Ping (answered in order: peer::ping), Pong, Error (a client's notice,
 //   logged), Hello (a second one: bad_request)  here                (none)
 //   anything else (server-to-client types)     closes the connection

@@ -107,4 +107,33 @@ void server_admin_handler::flag_list(peer& from, std::uint64_t rid, const protoc
   from.send(builder_.flag_list_result(rid, out));
 }
 
+void server_admin_handler::cluster_status(peer& from, std::uint64_t rid, const protocol::wire::ClusterStatus&) {
+  std::optional<cluster_status_report> r;
+  if (from_.cluster_status) r = from_.cluster_status();
+  if (!r) return from.send_error(rid, protocol::errc::not_found, not_in_cluster_message);
+  std::vector<protocol::cluster_member_fields> members;
+  members.reserve(r->members.size());
+  for (const auto& m : r->members)
+    members.push_back({m.node_id, m.address, m.incarnation, m.self, m.synced_in, m.patterns, m.messages_out,
+                       m.messages_in, m.records_out, m.records_in, m.lost_in, m.failed_out});
+  std::vector<protocol::etcd_endpoint_fields> etcd;
+  etcd.reserve(r->etcd.size());
+  for (const auto& e : r->etcd) etcd.push_back({e.endpoint, e.reachable, e.leader, e.version, e.error});
+  const auto& n = r->nats;
+  from.send(builder_.cluster_status_result(rid, {r->cluster_name,
+                                                 r->node_id,
+                                                 r->incarnation,
+                                                 r->view_revision,
+                                                 r->in_standing,
+                                                 r->synced,
+                                                 members,
+                                                 etcd,
+                                                 {n.state, n.server_url, n.max_payload, n.messages_in, n.messages_out,
+                                                  n.dropped_in, n.dropped_out, n.reconnects},
+                                                 r->local_patterns,
+                                                 r->unconfirmed,
+                                                 r->interest_timeouts,
+                                                 r->lost_in}));
+}
+
 }  // namespace switchyard::broker

@@ -1,11 +1,12 @@
 #pragma once
 // Server administration requests (capability "admin"; docs/protocol.md
-// §14): Drain, Stats, ConnList. The server's own state is reached through
-// the functions it injects, so this layer depends on neither the server
-// nor the connections.
+// §14): Drain, Stats, ConnList, FlagSet, FlagList, ClusterStatus. The
+// server's own state is reached through the functions it injects, so this
+// layer depends on neither the server, the connections nor the cluster.
 //
 // Loop thread only.
 
+#include "broker/handlers/cluster_status.hpp"
 #include "broker/tables/feature_flags.hpp"
 #include "broker/requests/peer.hpp"
 #include "protocol/frame_builder.hpp"
@@ -17,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace spdlog {
@@ -71,6 +73,9 @@ class server_admin_handler {
   // The whole entries of the connections `ids`, in that order (any gone
   // by now left out).
   using conn_info_fn = std::function<std::vector<protocol::conn_info_fields>(std::span<const std::uint64_t> ids)>;
+  // This node's view of its cluster, gathered when asked; nullopt on a
+  // server that is not in cluster mode.
+  using cluster_status_fn = std::function<std::optional<cluster_status_report>()>;
 
   struct sources {
     drain_fn drain;
@@ -79,6 +84,8 @@ class server_admin_handler {
     conn_info_fn conn_info;
     // The server's flags (FlagSet, FlagList); null: they answer not_found.
     feature_flags* flags = nullptr;
+    // ClusterStatus; empty (a single-node server): it answers not_found.
+    cluster_status_fn cluster_status;
   };
 
   // `default_window` is read at each request (a reload may change it).
@@ -97,6 +104,14 @@ class server_admin_handler {
   void flag_set(peer& from, std::uint64_t request_id, const protocol::wire::FlagSet& m);
   // Answers FlagListResult: every flag, with its connections on and off.
   void flag_list(peer& from, std::uint64_t request_id, const protocol::wire::FlagList& m);
+  // Answers ClusterStatusResult (also to request id 0, as Stats), or
+  // not_found with not_in_cluster_message when the cluster_status source
+  // is empty or returns nullopt.
+  void cluster_status(peer& from, std::uint64_t request_id, const protocol::wire::ClusterStatus& m);
+
+  // The message of ClusterStatus's not_found.
+  static constexpr std::string_view not_in_cluster_message =
+      "this server is not in cluster mode (no --cluster-node-id)";
 
   static constexpr std::size_t default_conn_limit = 100;
   static constexpr std::size_t max_conn_limit = 1000;

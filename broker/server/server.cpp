@@ -151,6 +151,9 @@ void server::impl::wire_handlers() {
   for (const auto& [name, percent] : config.flags)
     if (const auto f = feature_flags::find(name)) flags.set(*f, percent);
   admin_sources.flags = &flags;
+  // On a single node it reports nothing: ClusterStatus answers not_found
+  // (docs/protocol.md §14.1).
+  admin_sources.cluster_status = [this] { return cluster_status(); };
   server_admin = std::make_unique<server_admin_handler>(std::move(admin_sources), config.drain_window, builder, logger);
   offers = std::make_unique<offer_handler>(
       config, routing, fan, builder, counters, [] { return std::chrono::steady_clock::now(); }, logger);

@@ -68,3 +68,55 @@ void server::impl::cluster_metrics(metrics_snapshot& m) const {
 }
 
 }  // namespace switchyard::broker
+
+namespace switchyard::broker {
+
+std::optional<cluster_status_report> server::impl::cluster_status() const {
+  if (!bus || !members) return std::nullopt;
+  const auto s = bus->status();
+  cluster_status_report r;
+  r.cluster_name = config.cluster_name;
+  r.node_id = config.cluster_node_id;
+  r.incarnation = members->incarnation();
+  r.in_standing = cluster_standing;
+  r.synced = bus->synced();
+  if (const auto* view = bus->view()) {
+    r.view_revision = view->revision;
+    for (const auto& m : view->members) {
+      cluster_status_report::member out;
+      out.node_id = m.node_id;
+      out.address = m.address;
+      out.incarnation = m.incarnation;
+      out.self = m.node_id == config.cluster_node_id;
+      for (const auto& p : s.peers) {
+        if (p.member.node_id != m.node_id) continue;
+        out.synced_in = p.synced_in;
+        out.patterns = p.patterns;
+        out.messages_out = p.counters.messages_out;
+        out.messages_in = p.counters.messages_in;
+        out.records_out = p.counters.records_out;
+        out.records_in = p.counters.records_in;
+        out.lost_in = p.counters.lost_in;
+        out.failed_out = p.counters.failed_out;
+      }
+      r.members.push_back(std::move(out));
+    }
+  }
+  for (const auto& e : members->etcd_health())
+    r.etcd.push_back({e.endpoint, e.reachable, e.leader, e.version, e.error});
+  r.nats.state = std::string(cluster::to_string(s.nats.state));
+  r.nats.server_url = s.nats.server_url;
+  r.nats.max_payload = s.nats.max_payload;
+  r.nats.messages_in = s.nats.messages_in;
+  r.nats.messages_out = s.nats.messages_out;
+  r.nats.dropped_in = s.nats.dropped_in;
+  r.nats.dropped_out = s.nats.dropped_out;
+  r.nats.reconnects = s.nats.reconnects;
+  r.local_patterns = s.local_patterns;
+  r.unconfirmed = s.unconfirmed;
+  r.interest_timeouts = s.interest_timeouts;
+  r.lost_in = s.lost_in;
+  return r;
+}
+
+}  // namespace switchyard::broker

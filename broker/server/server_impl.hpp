@@ -127,6 +127,8 @@ struct server::impl {
   void leave_cluster();
   // Fills the cluster figures of `m`.
   void cluster_metrics(metrics_snapshot& m) const;
+  // The ClusterStatus answer; nullopt on a single node.
+  std::optional<cluster_status_report> cluster_status() const;
   // --http: starts the monitoring port on the loop (throws like start()).
   void start_http();
   // GET /readyz: listening, the log open (with a data folder), not draining

@@ -66,7 +66,9 @@ TEST_CASE("switchyard-cli --help and every command's --help exit 0", "[admin]") 
                            "pending --help",
                            "flags --help",
                            "flags list --help",
-                           "flags set --help"}) {
+                           "flags set --help",
+                           "cluster --help",
+                           "cluster status --help"}) {
     INFO(args);
     const auto [code, out] = run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " " + args);
     CHECK(code == 0);

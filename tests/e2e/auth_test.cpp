@@ -603,6 +603,20 @@ TEST_CASE("stats and the connection list need an admin principal, and the list n
   CHECK(page->connections[1].principal == "operator");
 }
 
+TEST_CASE("cluster status needs an admin principal", "[e2e][auth]") {
+  key_pair gw2;
+  auth_broker b(standard_file(gw2));
+  client_options ask_admin = as_token(b.port(), "orders-token");
+  ask_admin.admin = true;
+  auto svc = connect_ok(ask_admin);  // asks for admin, is not granted it
+  CHECK(svc->cluster_status().error() == make_error_code(errc::not_supported));
+  client_options op_opts = as_token(b.port(), "operator-token");
+  op_opts.admin = true;
+  auto op = connect_ok(op_opts);
+  // Allowed, and answered as on any single node.
+  CHECK(op->cluster_status().error() == make_error_code(errc::not_found));
+}
+
 // ---- Ownership ----
 
 TEST_CASE("a lease belongs to its principal: another cannot keep it alive, read or revoke it, but an admin can",

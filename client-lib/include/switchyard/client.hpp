@@ -295,6 +295,56 @@ struct connection_page {
   std::uint64_t next_cursor = 0;  // give it for the next page; 0: this was the last
 };
 
+// A broker node's view of its cluster (client::cluster_status;
+// docs/protocol.md §14.1, docs/cli.md "cluster status"). Counters count
+// since the node started; "out" is from the node to a member, "in" from
+// the member to the node.
+struct cluster_status_info {
+  std::string cluster_name;
+  std::string node_id;             // the node that answered
+  std::int64_t incarnation = 0;    // its etcd lease id (a new one at each start)
+  std::int64_t view_revision = 0;  // the etcd revision of its view of the members
+  bool in_standing = false;        // its lease was renewed in time: it may act for the cluster
+  bool synced = false;             // every other member sent it its interest
+  struct member {
+    std::string node_id;
+    std::string address;  // where clients connect to it
+    std::int64_t incarnation = 0;
+    bool self = false;           // the node that answered
+    bool synced_in = false;      // it sent the node its whole interest
+    std::uint64_t patterns = 0;  // patterns of its interest
+    std::uint64_t messages_out = 0;
+    std::uint64_t messages_in = 0;
+    std::uint64_t records_out = 0;  // deliveries carried by those messages
+    std::uint64_t records_in = 0;
+    std::uint64_t lost_in = 0;     // messages from it lost in transit (the link's numbering shows a gap)
+    std::uint64_t failed_out = 0;  // messages to it that NATS refused
+  };
+  std::vector<member> members;  // by node id, the node itself included
+  struct etcd_endpoint {
+    std::string endpoint;
+    bool reachable = false;
+    bool leader = false;  // etcd's leader is the member at this endpoint
+    std::string version;  // etcd's, when reachable
+    std::string error;    // why not reachable
+  };
+  std::vector<etcd_endpoint> etcd;
+  struct nats_link {
+    std::string state;       // idle, connected, reconnecting or closed
+    std::string server_url;  // the NATS server connected to (the last one while reconnecting)
+    std::int64_t max_payload = 0;
+    std::uint64_t messages_in = 0;
+    std::uint64_t messages_out = 0;
+    std::uint64_t dropped_in = 0;   // inbound messages dropped (the node's mailbox full)
+    std::uint64_t dropped_out = 0;  // outbound messages refused (the send queue full)
+    std::uint64_t reconnects = 0;
+  } nats;
+  std::uint64_t local_patterns = 0;     // patterns of the node's own subscribers
+  std::uint64_t unconfirmed = 0;        // interest announcements waiting for the other members' acks
+  std::uint64_t interest_timeouts = 0;  // announcements answered at their deadline (a member silent)
+  std::uint64_t lost_in = 0;            // lost_in over every link, links ended since included
+};
+
 struct send_result {
   std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (no route)
   std::size_t routed = 0;
@@ -813,6 +863,12 @@ class client {
   std::expected<flag_info, std::error_code> set_flag(std::string_view name, unsigned percent);
   // Every flag of the broker. Errors as stats().
   std::expected<std::vector<flag_info>, std::error_code> flags();
+
+  // The broker node's view of its cluster: membership, the members and the
+  // links to them, etcd's endpoints, the NATS connection. Errors:
+  // not_found (the broker is not in cluster mode), and those of stats(). A
+  // broker older than this request closes the connection.
+  std::expected<cluster_status_info, std::error_code> cluster_status();
 
   // Non-blocking forms for pipelining (many requests in flight): `done`
   // runs on the loop thread; views in it are valid during the call only.

@@ -169,7 +169,7 @@ TEST_CASE("every message type is either served to clients or refused as server-o
       M::RegistryPut,   M::RegistryGet,   M::RegistryDelete, M::RegistryList, M::InboxOpen,       M::InboxClose,
       M::Send,          M::Append,        M::Read,           M::StreamInfo,   M::StreamList,      M::SetRetention,
       M::Drain,         M::Stats,         M::ConnList,       M::StreamDelete, M::OfferAck,        M::Withdraw,
-      M::PendingOffers, M::ExposureQuery, M::FlagSet,        M::FlagList};
+      M::PendingOffers, M::ExposureQuery, M::FlagSet,        M::FlagList,     M::ClusterStatus};
   for (int t = 0; t <= static_cast<int>(M::MAX); ++t) {
     const auto type = static_cast<M>(t);
     INFO(wire::EnumNameMessage(type));
@@ -186,6 +186,7 @@ TEST_CASE("every message type is either served to clients or refused as server-o
   CHECK(f.dispatch.needs(M::Stats) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::ConnList) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::FlagSet) == dispatcher::requirement::admin);
+  CHECK(f.dispatch.needs(M::ClusterStatus) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::OfferAck) == dispatcher::requirement::offers);
   CHECK(f.dispatch.needs(M::Withdraw) == dispatcher::requirement::offers);
 }
@@ -265,6 +266,34 @@ TEST_CASE("a connection list with the admin capability is answered with a page i
   CHECK(r->conns()->Get(0)->id() == 7);
   CHECK(r->conns()->Get(0)->name()->string_view() == "conn-7");
   CHECK(r->next_cursor() == 7);
+}
+
+TEST_CASE("a cluster status request without the admin capability is refused and the connection stays",
+          "[broker][dispatch]") {
+  fixture f;
+  auto p = f.peer(routing_caps());
+  CHECK(f.from(*p, f.requests.cluster_status(5)));
+  REQUIRE(p->sent.size() == 1);
+  const auto* e = p->answer(0).message_as_Error();
+  REQUIRE(e != nullptr);
+  CHECK(e->code() == wire::ErrorCode::unsupported_message);
+  CHECK(std::string_view(e->message()->c_str()).find("admin") != std::string_view::npos);
+  CHECK_FALSE(p->closed());
+}
+
+TEST_CASE("a cluster status request with the admin capability reaches the admin handler", "[broker][dispatch]") {
+  fixture f;  // its admin handler has no cluster status source: a single node
+  capability_set admin;
+  admin.admin = true;
+  auto p = f.peer(admin);
+  CHECK(f.from(*p, f.requests.cluster_status(5)));
+  REQUIRE(p->sent.size() == 1);
+  CHECK(p->answer(0).request_id() == 5);
+  const auto* e = p->answer(0).message_as_Error();
+  REQUIRE(e != nullptr);
+  CHECK(e->code() == wire::ErrorCode::not_found);
+  CHECK(std::string_view(e->message()->c_str()) == server_admin_handler::not_in_cluster_message);
+  CHECK_FALSE(p->closed());
 }
 
 TEST_CASE("a ping is answered only after the requests before it that wait for the log", "[broker][dispatch]") {
