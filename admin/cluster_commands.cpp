@@ -42,7 +42,8 @@ void command::write_cluster_status(json_writer& j, const cluster_status_info& st
     j.string("incarnation", std::to_string(m.incarnation)).boolean("self", m.self).boolean("synced_in", m.synced_in);
     j.number("patterns", m.patterns).number("messages_out", m.messages_out).number("messages_in", m.messages_in);
     j.number("records_out", m.records_out).number("records_in", m.records_in);
-    j.number("lost_in", m.lost_in).number("failed_out", m.failed_out).end_object();
+    j.number("lost_in", m.lost_in).number("failed_out", m.failed_out).number("partitions", m.partitions);
+    j.end_object();
   }
   j.end_array().key("etcd").begin_array();
   for (const auto& e : st.etcd) {
@@ -77,12 +78,12 @@ int command::cluster_status() {
     out_ << "no members\n";
   } else {
     std::vector<std::vector<std::string>> rows{
-        {"NODE", "ADDRESS", "INCARNATION", "SELF", "SYNCED", "PATTERNS", "MSGS OUT", "MSGS IN", "LOST"}};
+        {"NODE", "ADDRESS", "INCARNATION", "SELF", "PARTITIONS", "SYNCED", "PATTERNS", "MSGS OUT", "MSGS IN", "LOST"}};
     for (const auto& m : st->members)
       rows.push_back({m.node_id, m.address.empty() ? "-" : m.address, std::to_string(m.incarnation), m.self ? "*" : "",
-                      m.self ? "-" : yes_no(m.synced_in), std::to_string(m.patterns), std::to_string(m.messages_out),
-                      std::to_string(m.messages_in), std::to_string(m.lost_in)});
-    out_ << format_table(rows, {false, false, true, false, false, true, true, true, true});
+                      std::to_string(m.partitions), m.self ? "-" : yes_no(m.synced_in), std::to_string(m.patterns),
+                      std::to_string(m.messages_out), std::to_string(m.messages_in), std::to_string(m.lost_in)});
+    out_ << format_table(rows, {false, false, true, false, true, false, true, true, true, true});
   }
   out_ << "\n";
 

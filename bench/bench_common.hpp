@@ -99,6 +99,9 @@ inline double pct_us(const std::vector<std::int64_t>& sorted, double p) {
 struct settings {
   std::string workload;
   std::string address;  // host:port; empty = start a server
+  // fanout / latency: the subscribers connect here instead (another node
+  // of a cluster: docs/cluster.md); empty = --address.
+  std::string sub_address;
   std::string server_binary;
   int subs = 1;
   long count = 1'000'000;
@@ -229,6 +232,10 @@ struct target {
   // cleanup.cpp). Without --address the prefix is empty and nothing is
   // removed: the broker goes with its data folder.
   bool remote = false;
+  // Where the subscribers of fanout / latency connect (--sub-address; 0:
+  // host and port above).
+  std::string sub_host;
+  std::uint16_t sub_port = 0;
   std::string prefix;
   // "host:port" as given (--address), for messages.
   std::string address;

@@ -143,6 +143,7 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
     sub->latency_mode = latency;
     if (latency) sub->latencies.reserve(count + 16);
     auto o = options_for(t, fmt::format("bench-sub-{}", i));
+    if (t.sub_port != 0) o.host = t.sub_host, o.port = t.sub_port;
     o.on_dropped = [&dropped](std::uint64_t n) { dropped += n; };
     auto c = client::connect(o, sub_loops[static_cast<std::size_t>(i) % sub_loops.size()]);
     if (!c) return fail_line(s, "subscriber connect: " + c.error().message());
@@ -365,6 +366,10 @@ int main(int argc, char** argv) {
   latency->add_option("--rate", s.rate, "messages per second")->check(CLI::Range(1.0, 1e7))->capture_default_str();
   latency->add_option("--seconds", s.seconds, "duration")->check(CLI::Range(0.001, 600.0))->capture_default_str();
   latency->add_option("--size", s.size, "payload bytes (>= 16)")->check(CLI::Range(16, 1 << 20))->capture_default_str();
+  for (auto* sub : {fanout, latency})
+    sub->add_option("--sub-address", s.sub_address,
+                    "the subscribers connect to this host:port (another node of a cluster: docs/cluster.md); needs "
+                    "--address");
 
   auto* durable = app.add_subcommand("durable", "acknowledged appends to the sequence log, at most W unacknowledged");
   durable->add_option("--count", s.count, "appends")->check(CLI::Range(1L, 100'000'000L))->capture_default_str();
@@ -569,7 +574,17 @@ int main(int argc, char** argv) {
           s, "--auth writes the auth file of the broker the bench starts: with --address give --token or --key-file",
           2);
     if (s.tls) t.tls_ca = s.tls_ca;
+    if (!s.sub_address.empty()) {
+      const auto c = s.sub_address.rfind(':');
+      const std::string p = c == std::string::npos ? "" : s.sub_address.substr(c + 1);
+      if (c == 0 || p.empty() || p.size() > 5 || p.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(p) == 0 || std::stoul(p) > 65535)
+        return fail_line(s, "--sub-address must be host:port (port 1..65535), got '" + s.sub_address + "'", 2);
+      t.sub_host = s.sub_address.substr(0, c);
+      t.sub_port = static_cast<std::uint16_t>(std::stoul(p));
+    }
   } else {
+    if (!s.sub_address.empty()) return fail_line(s, "--sub-address needs --address (a cluster's node)", 2);
     const std::string binary = s.server_binary.empty() ? switchyard::bench::default_server_binary() : s.server_binary;
     // Short minimum TTL so the leases workload can watch expiry in seconds.
     std::vector<std::string> args;

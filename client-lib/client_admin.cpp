@@ -60,7 +60,7 @@ result<cluster_status_info> parse_cluster_status(const wire::Frame& f) {
     for (const auto* x : *m->members())
       s.members.push_back({text(x->node_id()), text(x->address()), x->incarnation(), x->self(), x->synced_in(),
                            x->patterns(), x->messages_out(), x->messages_in(), x->records_out(), x->records_in(),
-                           x->lost_in(), x->failed_out()});
+                           x->lost_in(), x->failed_out(), x->partitions()});
   if (m->etcd())
     for (const auto* x : *m->etcd())
       s.etcd.push_back({text(x->endpoint()), x->reachable(), x->leader(), text(x->version()), text(x->error())});

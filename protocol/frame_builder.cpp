@@ -547,7 +547,7 @@ bytes_view frame_builder::cluster_status_result(std::uint64_t request_id, const 
     const auto address = string_or_null(fbb, m.address);
     members.push_back(wire::CreateClusterMember(fbb, node_id, address, m.incarnation, m.self, m.synced_in, m.patterns,
                                                 m.messages_out, m.messages_in, m.records_out, m.records_in, m.lost_in,
-                                                m.failed_out));
+                                                m.failed_out, m.partitions));
   }
   const auto members_vec = fbb.CreateVector(members);
   std::vector<Offset<wire::EtcdEndpointHealth>> etcd;

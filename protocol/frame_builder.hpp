@@ -142,6 +142,7 @@ struct cluster_member_fields {
   std::uint64_t records_in = 0;
   std::uint64_t lost_in = 0;
   std::uint64_t failed_out = 0;
+  std::uint32_t partitions = 0;
 };
 struct etcd_endpoint_fields {
   std::string_view endpoint;

@@ -21,13 +21,21 @@ bool channel_interest::add_local(std::string_view pattern, const std::vector<std
   return true;
 }
 
-bool channel_interest::remove_local(std::string_view pattern) {
+bool channel_interest::remove_local(std::string_view pattern, std::vector<waiter>& done) {
   const auto it = local_.find(std::string(pattern));
   if (it == local_.end()) return false;
   if (--it->second != 0) return false;
-  if (delta_add_.erase(it->first) == 0) delta_remove_.insert(it->first);
+  if (delta_add_.erase(it->first) == 0) {
+    delta_remove_.insert(it->first);
+  } else if (const auto p = pending_.find(it->first); p != pending_.end() && p->second.ticket == 0) {
+    finish(p, done);  // never announced: nothing to wait for
+  }
   local_.erase(it);
   return true;
+}
+
+void channel_interest::node_added(std::string_view node) {
+  for (auto& [pattern, p] : pending_) p.awaiting.emplace(node);
 }
 
 std::vector<std::string> channel_interest::patterns() const {

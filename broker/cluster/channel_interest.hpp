@@ -35,6 +35,7 @@ class channel_interest {
   struct waiter {
     std::weak_ptr<peer> who;
     std::uint64_t request_id = 0;
+    std::uint64_t ticket = 0;  // the peer's answer ticket (peer::open_ticket), closed when answered
   };
 
   // A local subscriber of `pattern` came. True when it is the first: the
@@ -42,8 +43,10 @@ class channel_interest {
   // acks of `peers` (node ids), due by `deadline`.
   bool add_local(std::string_view pattern, const std::vector<std::string>& peers, clock::time_point deadline);
   // A local subscriber of `pattern` went. True when it was the last (the
-  // pattern is then in the next delta's removals).
-  bool remove_local(std::string_view pattern);
+  // pattern is then in the next delta's removals). A pattern gone before
+  // its announcement was sent is never announced: its waiters go to
+  // `done`.
+  bool remove_local(std::string_view pattern, std::vector<waiter>& done);
   // Every pattern with a local subscriber (an InterestSync's content).
   std::vector<std::string> patterns() const;
   std::size_t size() const noexcept { return local_.size(); }
@@ -53,9 +56,14 @@ class channel_interest {
   // False when there is nothing to send.
   bool take_delta(std::uint64_t ticket, std::vector<std::string>& add, std::vector<std::string>& remove);
 
+  // Whether `pattern`'s announcement still waits for acks.
+  bool is_pending(std::string_view pattern) const { return pending_.contains(std::string(pattern)); }
   // Answer `w` once `pattern` is confirmed. False when it already is
   // (answer now).
   bool wait(std::string_view pattern, waiter w);
+  // `node` joined: every announcement not yet confirmed waits for it too
+  // (the whole interest it is sent covers them).
+  void node_added(std::string_view node);
   // `node` applied `ticket` (sync: an InterestSync, which carries every
   // pattern announced before it, so it confirms every ticket up to it).
   // Waiters now confirmed are appended to `done`.

@@ -18,9 +18,21 @@ struct cluster_member {
   std::int64_t incarnation = 0;  // its etcd lease: a new one at each start (or re-registration)
 };
 
+// Who owns a partition (partition_map), as etcd records it.
+struct partition_owner {
+  std::string node_id;           // empty: nobody
+  std::int64_t incarnation = 0;  // the owner's lease, to which the owner key is attached
+  // The owner key's mod_revision: the fencing token every owner-side
+  // action carries (a later owner's is always greater).
+  std::int64_t revision = 0;
+};
+
 struct cluster_view {
   std::int64_t revision = 0;            // etcd's revision the snapshot is at
   std::vector<cluster_member> members;  // ordered by node_id; includes this node
+  // One entry per partition (partition_map::partition_count), or empty
+  // before the first reading of the owner keys.
+  std::vector<partition_owner> owners;
 
   const cluster_member* find(std::string_view node_id) const noexcept {
     const auto it = std::lower_bound(members.begin(), members.end(), node_id,

@@ -1,5 +1,6 @@
 #include "broker/cluster/membership.hpp"
 
+#include "broker/cluster/partition_map.hpp"
 #include "cluster/errc.hpp"
 
 #include <nlohmann/json.hpp>
@@ -46,7 +47,9 @@ membership::membership(asio::any_io_executor loop, membership_options options, s
 
 membership::~membership() { leave(); }
 
-std::string membership::members_prefix() const { return "/switchyard/" + options_.cluster_name + "/members/"; }
+std::string membership::cluster_prefix() const { return "/switchyard/" + options_.cluster_name + "/"; }
+
+std::string membership::members_prefix() const { return cluster_prefix() + "members/"; }
 
 std::shared_ptr<const cluster_view> membership::join(view_handler on_view, standing_handler on_standing) {
   on_view_ = std::move(on_view);
@@ -58,16 +61,15 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   } catch (const std::system_error& e) {
     throw std::runtime_error(std::string("--cluster-etcd: ") + e.what());
   }
+  partitions_ = std::make_unique<partition_keeper>(*client_, options_.cluster_name, options_.node_id, logger_);
   register_self(true);
-  const auto prefix = members_prefix();
-  auto read = client_->range_prefix(prefix);
-  if (!read) throw std::runtime_error("etcd: cannot read the members under " + prefix + ": " + read.error().message());
-  members_.clear();
-  for (const auto& kv : read->kvs) members_.push_back(member_of(prefix, kv));
-  revision_ = read->revision;
-  auto view = std::make_shared<cluster_view>();
-  view->revision = revision_;
-  view->members = members_;
+  if (reload() == 0)
+    throw std::runtime_error("etcd: cannot read the cluster's keys under " + cluster_prefix() + " (" +
+                             client_->current_endpoint() + ")");
+  // The partitions nobody holds that this node is preferred for: claimed
+  // before the first view, so a node starts owning.
+  partitions_->claim(members_, lease_);
+  auto view = make_view();
   loop_seen_->store(steady_ns(clock::now()), std::memory_order_release);
   keeper_ = std::thread([this, next = revision_ + 1] { keeper_main(next); });
   prober_thread_ = std::thread([this] { probe_main(); });
@@ -81,47 +83,58 @@ bool membership::register_self(bool at_start) {
     logger_->error("cluster: {}", what);
     return false;
   };
-  auto lease = client_->grant_lease(ttl);
-  if (!lease)
-    return fail("etcd (" + client_->current_endpoint() + ", ...): cannot grant a lease: " + lease.error().message());
-  const auto granted_at = clock::now();
   const std::string key = members_prefix() + options_.node_id;
   const auto value = member_value(options_);
   // A key held by another lease: a previous run of this node that died
   // less than a TTL ago (its lease still counts down), or another live
-  // node given the same id (its lease never lapses).
+  // node given the same id (its lease never lapses). The lease is granted
+  // only once the key is free, so that it is not left unrenewed meanwhile.
   const auto give_up = clock::now() + ttl + std::chrono::seconds(2);
   bool told = false;
+  std::int64_t lease = 0;
+  clock::time_point granted_at;
   for (;;) {
-    auto made = client_->create_if_absent(key, value, *lease);
-    if (!made) return fail("etcd: cannot create the member key " + key + ": " + made.error().message());
-    if (made->succeeded) break;
-    const auto holder = made->current ? made->current->lease : 0;
-    if (holder == *lease) break;  // a retried create that had succeeded
-    if (clock::now() >= give_up) {
-      (void)client_->revoke_lease(*lease);
-      return fail("node id '" + options_.node_id + "' is held by a live member (etcd lease " + std::to_string(holder) +
-                  ", " + (made->current ? made->current->value : std::string()) +
-                  "): another node runs with this --cluster-node-id");
+    auto current = client_->get(key);
+    if (!current)
+      return fail("etcd (" + client_->current_endpoint() + ", ...): cannot read the member key " + key + ": " +
+                  current.error().message());
+    if (*current) {
+      const auto holder = (*current)->lease;
+      if (clock::now() >= give_up)
+        return fail("node id '" + options_.node_id + "' is held by a live member (etcd lease " +
+                    std::to_string(holder) + ", " + (*current)->value +
+                    "): another node runs with this --cluster-node-id");
+      if (!told)
+        logger_->info("cluster: waiting for the previous holder of node id '{}' (etcd lease {}) to lapse",
+                      options_.node_id, holder);
+      told = true;
+      if (!pause(milliseconds(250))) return fail("stopped while joining");
+      continue;
     }
-    if (!told)
-      logger_->info("cluster: waiting for the previous holder of node id '{}' (etcd lease {}) to lapse",
-                    options_.node_id, holder);
-    told = true;
-    if (!pause(milliseconds(250))) return fail("stopped while joining");
+    granted_at = clock::now();
+    auto granted = client_->grant_lease(ttl);
+    if (!granted)
+      return fail("etcd (" + client_->current_endpoint() +
+                  ", ...): cannot grant a lease: " + granted.error().message());
+    auto made = client_->create_if_absent(key, value, *granted);
+    if (made && (made->succeeded || (made->current && made->current->lease == *granted))) {
+      lease = *granted;
+      break;
+    }
+    (void)client_->revoke_lease(*granted);  // taken meanwhile, or etcd failed: start over
+    if (!made) return fail("etcd: cannot create the member key " + key + ": " + made.error().message());
   }
-  lease_ = *lease;
-  incarnation_.store(*lease, std::memory_order_release);
-  valid_until_ = granted_at + ttl;
+  lease_ = lease;
+  incarnation_.store(lease, std::memory_order_release);
+  set_valid_until(granted_at + ttl);
   next_renewal_ = granted_at + milliseconds(ttl) / 3;
-  standing_.store(true, std::memory_order_release);
   logger_->info("cluster: joined '{}' as node '{}' (incarnation {}, lease TTL {} s)", options_.cluster_name,
                 options_.node_id, lease_, ttl.count());
   return true;
 }
 
 void membership::keeper_main(std::int64_t next_revision) {
-  const auto prefix = members_prefix();
+  const auto prefix = cluster_prefix();
   const milliseconds period = std::max(milliseconds(100), duration_cast<milliseconds>(options_.lease_ttl) / 10);
   for (;;) {
     {
@@ -145,12 +158,13 @@ void membership::keeper_main(std::int64_t next_revision) {
       if (leaving_) return;
     }
     if (!watched)
-      logger_->warn("cluster: the watch of {} ended: {}; reading the members again", prefix, watched.error().message());
+      logger_->warn("cluster: the watch of {} ended: {}; reading the keys again", prefix, watched.error().message());
     // Renew while etcd is unreachable, then read the members afresh (a
     // compacted revision, events missed while the watch was down).
     for (;;) {
       tick();
-      if (const auto revision = reload_members(); revision > 0) {
+      if (const auto revision = reload(); revision > 0) {
+        balance(true);
         next_revision = revision + 1;
         break;
       }
@@ -174,20 +188,21 @@ void membership::tick() {
       loop_warned_ = false;
       auto renewed = client_->keep_alive(lease_);
       if (renewed) {
-        valid_until_ = now + std::chrono::seconds(*renewed);
+        set_valid_until(now + std::chrono::seconds(*renewed));
       } else if (renewed.error() == cluster::errc::lease_not_found) {
         logger_->error("cluster: etcd lease {} lapsed; registering again as a new incarnation", lease_);
-        standing_.store(false, std::memory_order_release);
         if (register_self(false)) post_view();
       } else {
         logger_->warn("cluster: cannot renew the etcd lease: {}", renewed.error().message());
       }
     }
+    // Claims that failed (etcd unreachable) are tried again; a drain gives back.
+    balance(false);
     // The next probe: the loop stamps when it runs it.
     asio::post(loop_, [seen = loop_seen_] { seen->store(steady_ns(clock::now()), std::memory_order_release); });
   }
-  const bool standing = clock::now() + ttl / 5 < valid_until_;
-  if (standing_.exchange(standing, std::memory_order_acq_rel) != standing) {
+  const bool standing = in_standing();
+  if (std::exchange(standing_posted_, standing) != standing) {
     if (standing)
       logger_->info("cluster: in standing again (etcd lease {} renewed)", lease_);
     else
@@ -201,6 +216,7 @@ void membership::tick() {
 void membership::apply(std::span<const cluster::watch_event> events, std::int64_t revision) {
   const auto prefix = members_prefix();
   for (const auto& e : events) {
+    if (partitions_->apply(e) || !e.kv.key.starts_with(prefix)) continue;
     const std::string id = e.kv.key.substr(prefix.size());
     const auto it = std::lower_bound(members_.begin(), members_.end(), id,
                                      [](const cluster_member& m, const std::string& k) { return m.node_id < k; });
@@ -214,28 +230,76 @@ void membership::apply(std::span<const cluster::watch_event> events, std::int64_
     }
   }
   revision_ = revision;
-  post_view();
+  balance(true);
 }
 
-std::int64_t membership::reload_members() {
+std::int64_t membership::reload() {
   const auto prefix = members_prefix();
-  auto read = client_->range_prefix(prefix);
+  auto read = client_->range_prefix(cluster_prefix());
   if (!read) return 0;
   members_.clear();
-  for (const auto& kv : read->kvs) members_.push_back(member_of(prefix, kv));
+  std::vector<cluster::kv> owner_keys;
+  for (auto& kv : read->kvs) {
+    if (kv.key.starts_with(prefix))
+      members_.push_back(member_of(prefix, kv));
+    else if (kv.key.starts_with(partitions_->prefix()))
+      owner_keys.push_back(std::move(kv));
+  }
+  partitions_->reset(owner_keys);
   revision_ = read->revision;
-  post_view();
   return revision_;
 }
 
-void membership::post_view() {
+std::shared_ptr<const cluster_view> membership::make_view() const {
   auto view = std::make_shared<cluster_view>();
   view->revision = revision_;
   view->members = members_;
-  asio::post(loop_, [alive = alive_, h = on_view_, v = std::shared_ptr<const cluster_view>(std::move(view))] {
+  view->owners = partitions_->owners();
+  // Partitions being given back: this node no longer acts for them.
+  for (const auto p : giving_back_) view->owners[p] = {};
+  return view;
+}
+
+void membership::post_view() {
+  asio::post(loop_, [alive = alive_, h = on_view_, v = make_view()] {
     if (*alive) h(v);
   });
 }
+
+void membership::balance(bool post) {
+  if (!in_standing()) {  // acts for nothing out of standing
+    if (post) post_view();
+    return;
+  }
+  const bool draining = draining_.load(std::memory_order_acquire);
+  // Give back first: what another member is preferred for (everything,
+  // draining). The loop must stop acting for them before the keys go: a
+  // view without them, then a probe; the keys go once the loop ran it.
+  giving_back_ = draining ? partitions_->held_list() : partitions_->surplus(members_);
+  if (!giving_back_.empty()) {
+    post_view();
+    const auto asked = ++probes_posted_;
+    asio::post(loop_, [seen = loop_probe_] { seen->store(seen->load() + 1, std::memory_order_release); });
+    const auto give_up = clock::now() + milliseconds(1000);
+    while (loop_probe_->load(std::memory_order_acquire) < asked && clock::now() < give_up)
+      if (!pause(milliseconds(5))) return;
+    if (loop_probe_->load(std::memory_order_acquire) >= asked) {
+      const auto given = partitions_->release(giving_back_);
+      logger_->info("cluster: gave back {} partition(s){}", given, draining ? " (draining)" : "");
+    }
+    giving_back_.clear();
+    post = true;
+  }
+  if (!draining) {
+    if (const auto taken = partitions_->claim(members_, lease_); taken > 0) {
+      logger_->info("cluster: took {} partition(s); holding {}", taken, partitions_->held());
+      post = true;
+    }
+  }
+  if (post) post_view();
+}
+
+void membership::release_partitions() { draining_.store(true, std::memory_order_release); }
 
 void membership::probe_main() {
   do {
@@ -261,6 +325,15 @@ bool membership::pause(milliseconds d) {
   switchyard::unique_lock lock(mu_);
   cv_.wait_for(lock.native(), d, [&]() SWITCHYARD_REQUIRES(mu_) { return leaving_; });
   return !leaving_;
+}
+
+void membership::set_valid_until(clock::time_point t) {
+  valid_until_ns_.store(steady_ns(t), std::memory_order_release);
+}
+
+bool membership::in_standing() const noexcept {
+  const auto until = clock::time_point(std::chrono::nanoseconds(valid_until_ns_.load(std::memory_order_acquire)));
+  return clock::now() + duration_cast<milliseconds>(options_.lease_ttl) / 5 < until;
 }
 
 std::vector<etcd_endpoint_health> membership::etcd_health() const {

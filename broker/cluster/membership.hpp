@@ -25,6 +25,7 @@
 // makes the node register again: a new incarnation.
 
 #include "broker/cluster/cluster_view.hpp"
+#include "broker/cluster/partition_keeper.hpp"
 #include "cluster/etcd_client.hpp"
 #include "common/asio.hpp"
 #include "common/mutex.hpp"
@@ -83,11 +84,18 @@ class membership {
 
   // Any thread.
   std::int64_t incarnation() const noexcept { return incarnation_.load(std::memory_order_acquire); }
-  bool in_standing() const noexcept { return standing_.load(std::memory_order_acquire); }
+  // The lease's last renewal (counted from when it was sent) leaves more
+  // than TTL/5 of it: read from the clock at each call, so it turns false
+  // in time even while the keeper waits for etcd.
+  bool in_standing() const noexcept;
   std::vector<etcd_endpoint_health> etcd_health() const;
   const membership_options& options() const noexcept { return options_; }
-  // "/switchyard/<cluster>/members/"
+  // "/switchyard/<cluster>/" and "/switchyard/<cluster>/members/"
+  std::string cluster_prefix() const;
   std::string members_prefix() const;
+  // Any thread (a drain): from now on the node gives back every partition
+  // it holds and claims none (at the keeper's next renewal, within TTL/3).
+  void release_partitions();
 
  private:
   using clock = std::chrono::steady_clock;
@@ -99,10 +107,18 @@ class membership {
   // Grants a lease and creates the member key (join, re-registration).
   // Throws std::runtime_error (join) / returns false (re-registration).
   bool register_self(bool at_start);
-  // Applies a batch of watch events to members_ and posts the view.
+  // Applies a batch of watch events to the members and the partition
+  // owners, then balances.
   void apply(std::span<const cluster::watch_event> events, std::int64_t revision);
-  // Reads every member key again (after a watch failure); the revision.
-  std::int64_t reload_members();
+  // Reads every key of the cluster again (join, a watch that failed); the
+  // revision read at, 0 when etcd could not be read.
+  std::int64_t reload();
+  // Gives back the partitions another member is preferred for (all of
+  // them while draining), once the loop stopped acting for them; claims
+  // those this node is preferred for that nobody holds. Posts the view
+  // when anything changed or `post`.
+  void balance(bool post);
+  std::shared_ptr<const cluster_view> make_view() const;
   void post_view();
   void probe_main();
   // Waits up to `d` or until leave(); false once leaving.
@@ -118,17 +134,24 @@ class membership {
   std::unique_ptr<cluster::etcd_client> prober_;
   // Keeper thread (join before the thread starts).
   std::vector<cluster_member> members_;
+  std::unique_ptr<partition_keeper> partitions_;
+  std::vector<std::uint32_t> giving_back_;  // left out of the views posted meanwhile
+  std::uint64_t probes_posted_ = 0;
   std::int64_t revision_ = 0;
   std::int64_t lease_ = 0;
   clock::time_point next_renewal_{};
-  clock::time_point valid_until_{};
+  bool standing_posted_ = true;  // the standing the loop was last told (join: in standing)
+  void set_valid_until(clock::time_point t);
   bool loop_warned_ = false;
   // Set by the loop when it runs the keeper's probe (steady ns).
   std::shared_ptr<std::atomic<std::int64_t>> loop_seen_ = std::make_shared<std::atomic<std::int64_t>>(0);
   // Cleared by leave() on the loop: posted handlers check it first.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // Counts the loop's runs of the keeper's release probes (balance).
+  std::shared_ptr<std::atomic<std::uint64_t>> loop_probe_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::atomic<bool> draining_{false};
   std::atomic<std::int64_t> incarnation_{0};
-  std::atomic<bool> standing_{false};
+  std::atomic<std::int64_t> valid_until_ns_{0};  // steady ns: the lease's end as last renewed
 
   mutable switchyard::mutex mu_;
   std::condition_variable cv_;

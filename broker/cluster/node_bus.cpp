@@ -12,8 +12,6 @@
 
 namespace switchyard::broker {
 
-namespace wire = link;
-
 namespace {
 using clock = std::chrono::steady_clock;
 
@@ -31,7 +29,8 @@ node_bus::node_bus(asio::io_context& io, node_bus_options options, channel_table
       fanout_(fan),
       logger_(std::move(logger)),
       builder_(std::make_unique<flatbuffers::FlatBufferBuilder>(4096)),
-      deadline_timer_(io) {}
+      deadline_timer_(io),
+      resync_timer_(io) {}
 
 node_bus::~node_bus() { stop(); }
 
@@ -90,6 +89,7 @@ void node_bus::stop() {
   if (stopped_) return;
   stopped_ = true;
   deadline_timer_.cancel();
+  resync_timer_.cancel();
   if (link_) link_->stop();
 }
 
@@ -102,23 +102,29 @@ std::vector<std::string> node_bus::peer_ids() const {
 
 void node_bus::apply_view(std::shared_ptr<const cluster_view> view, std::int64_t own_incarnation) {
   const bool restarted = own_incarnation != incarnation_;
+  if (restarted && !first_view_) {
+    // This node is a new incarnation (its lease lapsed): what the others
+    // sent the old one is lost; every link starts afresh.
+    logger_->warn("cluster: this node is now incarnation {}; every link starts afresh", own_incarnation);
+    if (link_loss_) link_loss_(1);
+  }
+  first_view_ = false;
   incarnation_ = own_incarnation;
   view_ = std::move(view);
-  // Links that end: the node left, or came back as a new incarnation (or
-  // we did: every link starts afresh).
   for (auto it = peers_.begin(); it != peers_.end();) {
     const auto* m = view_->find(it->first);
-    if (!m || m->incarnation != it->second->member().incarnation || restarted) {
-      logger_->info("cluster: link to node '{}' (incarnation {}) ends", it->first, it->second->member().incarnation);
-      drop_peer(it++);
-    } else {
+    if (m && m->incarnation == it->second->member().incarnation && !restarted) {
       ++it;
+      continue;
     }
+    logger_->info("cluster: link to node '{}' (incarnation {}) ends", it->first, it->second->member().incarnation);
+    // A node that comes back as a new incarnation is still waited for.
+    drop_peer(it++, /*gone=*/m == nullptr);
   }
   for (const auto& m : view_->members) {
     if (m.node_id == options_.node_id || peers_.contains(m.node_id)) continue;
-    auto node = std::make_unique<remote_node>(m, relaying_, options_.batch_bytes, [this](remote_node& n) {
-      if (n.batch().size() >= options_.batch_bytes)
+    auto node = std::make_unique<remote_node>(m, relaying_, options_.batch_bytes, [this](remote_node& n, bool full) {
+      if (full)
         send_batch(n);
       else
         schedule_flush();
@@ -126,12 +132,14 @@ void node_bus::apply_view(std::shared_ptr<const cluster_view> view, std::int64_t
     auto& p = *node;
     peers_.emplace(m.node_id, std::move(node));
     joined_at_[m.node_id] = clock::now();
+    interest_.node_added(m.node_id);
     logger_->info("cluster: link to node '{}' at {} (incarnation {}) starts", m.node_id, m.address, m.incarnation);
     send_sync(p, true);
   }
+  arm_resync_timer();
 }
 
-void node_bus::drop_peer(std::map<std::string, std::unique_ptr<remote_node>>::iterator it) {
+void node_bus::drop_peer(std::map<std::string, std::unique_ptr<remote_node>>::iterator it, bool gone) {
   remote_node& p = *it->second;
   for (const auto& pattern : p.patterns()) channels_.unsubscribe(pattern, &p);
   const auto& c = p.counters();
@@ -141,9 +149,11 @@ void node_bus::drop_peer(std::map<std::string, std::unique_ptr<remote_node>>::it
   departed_.records_in += c.records_in;
   departed_.lost_in += c.lost_in;
   departed_.failed_out += c.failed_out;
-  done_scratch_.clear();
-  interest_.node_gone(it->first, done_scratch_);
-  answer(done_scratch_);
+  if (gone) {
+    done_scratch_.clear();
+    interest_.node_gone(it->first, done_scratch_);
+    answer(done_scratch_);
+  }
   joined_at_.erase(it->first);
   peers_.erase(it);
 }
@@ -156,16 +166,25 @@ void node_bus::local_subscribe(std::string_view pattern) {
 }
 
 void node_bus::local_unsubscribe(std::string_view pattern) {
-  if (interest_.remove_local(pattern)) schedule_flush();
+  done_scratch_.clear();
+  if (interest_.remove_local(pattern, done_scratch_)) schedule_flush();
+  answer(done_scratch_);
 }
 
 bool node_bus::answer_when_confirmed(std::string_view pattern, peer& from, std::uint64_t rid) {
-  return interest_.wait(pattern, {from.weak_peer(), rid});
+  if (!interest_.is_pending(pattern)) return false;
+  // A ticket keeps the Ping flush idiom: a Ping after this Subscribe is
+  // answered after its Ok.
+  return interest_.wait(pattern, {from.weak_peer(), rid, from.open_ticket()});
 }
 
 void node_bus::answer(std::vector<channel_interest::waiter>& done) {
-  for (auto& w : done)
-    if (auto p = w.who.lock(); p && !p->closed() && w.request_id != 0) p->send(ok_builder_.ok(w.request_id));
+  for (auto& w : done) {
+    auto p = w.who.lock();
+    if (!p || p->closed()) continue;
+    if (w.request_id != 0) p->send(ok_builder_.ok(w.request_id));
+    p->close_ticket(w.ticket);
+  }
   done.clear();
 }
 
@@ -184,14 +203,32 @@ void node_bus::arm_deadline_timer() {
     if (!done_scratch_.empty() || !silent.empty()) {
       ++interest_timeouts_;
       std::string names;
-      for (const auto& s : silent) names += (names.empty() ? "'" : ", '") + s + "'";
+      for (const auto& n : silent) names += (names.empty() ? "'" : ", '") + n + "'";
       logger_->warn("cluster: no interest ack from {} within {} ms; answering {} subscribe(s) and resyncing", names,
                     options_.interest_timeout.count(), done_scratch_.size());
-      for (const auto& s : silent)
-        if (auto it = peers_.find(s); it != peers_.end()) send_sync(*it->second, true);
+      for (const auto& n : silent)
+        if (auto it = peers_.find(n); it != peers_.end() && it->second->sync_out_ticket == 0)
+          send_sync(*it->second, true);
     }
     answer(done_scratch_);
     arm_deadline_timer();
+  });
+}
+
+void node_bus::arm_resync_timer() {
+  if (resync_armed_ || stopped_ || peers_.empty()) return;
+  resync_armed_ = true;
+  resync_timer_.expires_after(options_.interest_timeout);
+  resync_timer_.async_wait([this](const asio_error_code& ec) {
+    resync_armed_ = false;
+    if (ec || stopped_) return;
+    const auto now = clock::now();
+    for (auto& [id, p] : peers_)
+      if (p->sync_out_ticket != 0 && now - p->sync_out_at >= options_.interest_timeout) {
+        logger_->info("cluster: node '{}' did not acknowledge our interest; sending it again", id);
+        send_sync(*p, p->sync_out_reply_wanted || !p->synced_in);
+      }
+    arm_resync_timer();
   });
 }
 
@@ -211,24 +248,84 @@ void node_bus::schedule_flush() {
   });
 }
 
+namespace {
+// Splits `patterns` into runs of at most `bytes` of text (at least one
+// pattern each): the [begin, end) index pairs; one empty run for none.
+std::vector<std::pair<std::size_t, std::size_t>> parts_of(const std::vector<std::string>& patterns, std::size_t bytes) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  std::size_t begin = 0, size = 0;
+  for (std::size_t i = 0; i < patterns.size(); ++i) {
+    if (i > begin && size + patterns[i].size() + 8 > bytes) {
+      out.emplace_back(begin, i);
+      begin = i;
+      size = 0;
+    }
+    size += patterns[i].size() + 8;
+  }
+  if (begin < patterns.size() || out.empty()) out.emplace_back(begin, patterns.size());
+  return out;
+}
+
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> strings(
+    flatbuffers::FlatBufferBuilder& b, const std::vector<std::string>& all, std::size_t begin, std::size_t end) {
+  std::vector<flatbuffers::Offset<flatbuffers::String>> offsets;
+  offsets.reserve(end - begin);
+  for (std::size_t i = begin; i < end; ++i) offsets.push_back(b.CreateString(all[i]));
+  return b.CreateVector(offsets);
+}
+}  // namespace
+
 void node_bus::flush() {
   if (stopped_) return;
   // The interest delta first: a subscriber's Subscribe may wait for it.
   if (const auto ticket = next_ticket_ + 1; interest_.take_delta(ticket, add_scratch_, remove_scratch_)) {
     next_ticket_ = ticket;
+    // Additions and removals each in parts; only the very last part of
+    // the change carries the ticket.
+    using parts = std::vector<std::pair<std::size_t, std::size_t>>;
+    const parts adds = add_scratch_.empty() ? parts{} : parts_of(add_scratch_, part_bytes);
+    const parts removes = remove_scratch_.empty() ? parts{} : parts_of(remove_scratch_, part_bytes);
     for (auto& [id, p] : peers_) {
+      const std::size_t total = adds.size() + removes.size();
+      std::size_t sent = 0;
       auto& b = *builder_;
-      b.Clear();
-      const auto body = wire::CreateInterest(b, b.CreateVectorOfStrings(add_scratch_),
-                                             b.CreateVectorOfStrings(remove_scratch_), ticket);
-      const auto msg = wire::CreateLinkMessage(b, b.CreateString(options_.node_id), incarnation_, p->next_out(),
-                                               wire::Body::Interest, body.Union());
-      b.Finish(msg, wire::LinkMessageIdentifier());
-      send(*p);
+      for (const auto& [begin, end] : adds) {
+        b.Clear();
+        const bool last = ++sent == total;
+        send(*p, link::Body::Interest,
+             link::CreateInterest(b, strings(b, add_scratch_, begin, end), 0, last ? ticket : 0));
+      }
+      for (const auto& [begin, end] : removes) {
+        b.Clear();
+        const bool last = ++sent == total;
+        send(*p, link::Body::Interest,
+             link::CreateInterest(b, 0, strings(b, remove_scratch_, begin, end), last ? ticket : 0));
+      }
     }
   }
   for (auto& [id, p] : peers_)
     if (!p->batch().empty()) send_batch(*p);
+}
+
+template <class Body>
+void node_bus::send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body) {
+  auto& b = *builder_;
+  const auto from = b.CreateString(options_.node_id);
+  link::LinkMessageBuilder m(b);
+  m.add_from_node(from);
+  m.add_incarnation(incarnation_);
+  m.add_seq(to.next_out());
+  m.add_body_type(type);
+  m.add_body(body.Union());
+  m.add_to_incarnation(to.member().incarnation);
+  b.Finish(m.Finish(), link::LinkMessageIdentifier());
+  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(b.GetBufferPointer()), b.GetSize());
+  ++to.counters().messages_out;
+  if (auto sent = link_->publish(subject_of(to.member().node_id), bytes); !sent) {
+    // The receiver sees the gap in the numbering.
+    ++to.counters().failed_out;
+    logger_->debug("cluster: a message to node '{}' was not sent: {}", to.member().node_id, sent.error().message());
+  }
 }
 
 void node_bus::send_batch(remote_node& to) {
@@ -236,36 +333,32 @@ void node_bus::send_batch(remote_node& to) {
   b.Clear();
   const auto& batch = to.batch();
   const auto records = b.CreateVector(reinterpret_cast<const std::uint8_t*>(batch.data()), batch.size());
-  const auto body = wire::CreateDeliveries(b, records);
-  const auto msg = wire::CreateLinkMessage(b, b.CreateString(options_.node_id), incarnation_, to.next_out(),
-                                           wire::Body::Deliveries, body.Union());
-  b.Finish(msg, wire::LinkMessageIdentifier());
   to.counters().records_out += to.batched_records();
+  send(to, link::Body::Deliveries, link::CreateDeliveries(b, records));
   to.batch_sent();
-  send(to);
 }
 
 void node_bus::send_sync(remote_node& to, bool reply_wanted) {
-  auto& b = *builder_;
-  b.Clear();
   const auto ticket = ++next_ticket_;
-  const auto body = wire::CreateInterestSync(b, b.CreateVectorOfStrings(interest_.patterns()), ticket, reply_wanted);
-  const auto msg = wire::CreateLinkMessage(b, b.CreateString(options_.node_id), incarnation_, to.next_out(),
-                                           wire::Body::InterestSync, body.Union());
-  b.Finish(msg, wire::LinkMessageIdentifier());
-  to.needs_sync = false;
-  send(to);
+  const auto patterns = interest_.patterns();
+  const auto parts = parts_of(patterns, part_bytes);
+  auto& b = *builder_;
+  for (std::uint32_t i = 0; i < parts.size(); ++i) {
+    b.Clear();
+    const bool last = i + 1 == parts.size();
+    send(to, link::Body::InterestSync,
+         link::CreateInterestSync(b, strings(b, patterns, parts[i].first, parts[i].second), last ? ticket : 0,
+                                  reply_wanted, i, last));
+  }
+  to.sync_out_ticket = ticket;
+  to.sync_out_at = clock::now();
+  to.sync_out_reply_wanted = reply_wanted;
 }
 
-void node_bus::send(remote_node& to) {
-  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(builder_->GetBufferPointer()),
-                                         builder_->GetSize());
-  ++to.counters().messages_out;
-  if (auto sent = link_->publish(subject_of(to.member().node_id), bytes); !sent) {
-    // The receiver sees the gap in the numbering.
-    ++to.counters().failed_out;
-    logger_->debug("cluster: a message to node '{}' was not sent: {}", to.member().node_id, sent.error().message());
-  }
+void node_bus::send_ack(remote_node& to, std::uint64_t ticket, bool sync) {
+  auto& b = *builder_;
+  b.Clear();
+  send(to, link::Body::InterestAck, link::CreateInterestAck(b, ticket, sync));
 }
 
 void node_bus::count_malformed(std::string_view why) {
@@ -279,22 +372,33 @@ void node_bus::count_malformed(std::string_view why) {
 void node_bus::on_message(const cluster::inbound_message& m) {
   if (stopped_) return;
   const auto* data = reinterpret_cast<const std::uint8_t*>(m.payload.data());
+  // The verifier checks the size before it reads anything (an empty
+  // payload may have no buffer at all).
+  if (m.payload.size() < 8) return count_malformed("too short for a LinkMessage");
   flatbuffers::Verifier verifier(data, m.payload.size());
-  if (!wire::LinkMessageBufferHasIdentifier(data) || !wire::VerifyLinkMessageBuffer(verifier))
-    return count_malformed("not a LinkMessage");
-  const auto* msg = wire::GetLinkMessage(data);
+  if (!link::VerifyLinkMessageBuffer(verifier)) return count_malformed("not a LinkMessage");
+  const auto* msg = link::GetLinkMessage(data);
   const auto it = peers_.find(msg->from_node()->str());
-  if (it == peers_.end() || it->second->member().incarnation != msg->incarnation()) {
+  if (it == peers_.end() || it->second->member().incarnation != msg->incarnation() ||
+      msg->to_incarnation() != incarnation_) {
+    // Another incarnation's (ours or theirs), or a node not in our view.
     ++dropped_unknown_;
     return;
   }
+  // A body type without its body (the verifier lets it pass): malformed,
+  // and its number taken for nothing.
+  if (msg->body_type() == link::Body::NONE || !msg->body()) return count_malformed("a message without its body");
   remote_node& from = *it->second;
   auto& c = from.counters();
-  ++c.messages_in;
-  // The numbering: a gap is lost messages; an old number a duplicate.
+  // The numbering: a gap is lost messages; an old number a duplicate; a
+  // jump past max_seq_jump is not believed.
   auto& expected = from.expected_in();
   const auto seq = msg->seq();
+  if (seq == 0 || (expected != 0 && seq > expected && seq - expected > max_seq_jump) ||
+      (expected == 0 && seq > max_seq_jump))
+    return count_malformed("an implausible sequence number");
   if (expected != 0 && seq < expected) return;
+  ++c.messages_in;
   if (expected != 0 && seq > expected) {
     const auto lost = seq - expected;
     c.lost_in += lost;
@@ -302,13 +406,20 @@ void node_bus::on_message(const cluster::inbound_message& m) {
     logger_->warn("cluster: {} message(s) from node '{}' lost in transit; resyncing its interest", lost,
                   from.member().node_id);
     if (link_loss_) link_loss_(lost);
-    send_sync(from, true);
+    // Our own sync (reply wanted) brings its whole interest back; one at
+    // a time: while one is unacknowledged, the resync timer resends it.
+    if (from.sync_out_ticket == 0) send_sync(from, true);
+  } else if (expected == 0 && seq > 1) {
+    // The first message we take from this incarnation is not its first:
+    // what came before was dropped (we did not know it yet) or lost.
+    if (from.sync_out_ticket == 0) send_sync(from, true);
   }
   expected = seq + 1;
 
   switch (msg->body_type()) {
-    case wire::Body::Interest: {
+    case link::Body::Interest: {
       const auto* in = msg->body_as_Interest();
+      if (!in) return count_malformed("an Interest without its body");
       if (const auto* add = in->add())
         for (const auto* s : *add) {
           const auto pattern = s->string_view();
@@ -319,50 +430,53 @@ void node_bus::on_message(const cluster::inbound_message& m) {
       if (const auto* remove = in->remove())
         for (const auto* s : *remove)
           if (from.patterns().erase(s->str()) != 0) channels_.unsubscribe(s->string_view(), &from);
-      auto& b = *builder_;
-      b.Clear();
-      const auto body = wire::CreateInterestAck(b, in->ticket(), false);
-      b.Finish(wire::CreateLinkMessage(b, b.CreateString(options_.node_id), incarnation_, from.next_out(),
-                                       wire::Body::InterestAck, body.Union()),
-               wire::LinkMessageIdentifier());
-      send(from);
+      if (in->ticket() != 0) send_ack(from, in->ticket(), false);
       break;
     }
-    case wire::Body::InterestSync: {
+    case link::Body::InterestSync: {
       const auto* in = msg->body_as_InterestSync();
-      std::set<std::string> now;
+      if (!in) return count_malformed("an InterestSync without its body");
+      auto& staged = from.sync_in_parts;
+      if (in->part() == 0) {
+        staged.clear();
+      } else if (in->part() != from.sync_in_next_part) {
+        staged.clear();  // a part missed (the gap above asked for a resync)
+        from.sync_in_next_part = 0;
+        break;
+      }
       if (const auto* patterns = in->patterns())
         for (const auto* s : *patterns) {
           if (!protocol::is_valid_pattern(s->string_view())) return count_malformed("an invalid pattern");
-          if (now.size() >= max_remote_patterns) return count_malformed("over max_remote_patterns");
-          now.insert(s->str());
+          if (staged.size() >= max_remote_patterns) return count_malformed("over max_remote_patterns");
+          staged.insert(s->str());
         }
+      from.sync_in_next_part = in->part() + 1;
+      if (!in->last()) break;
       for (const auto& p : from.patterns())
-        if (!now.contains(p)) channels_.unsubscribe(p, &from);
-      for (const auto& p : now)
+        if (!staged.contains(p)) channels_.unsubscribe(p, &from);
+      for (const auto& p : staged)
         if (!from.patterns().contains(p)) channels_.subscribe(p, &from);
-      from.patterns() = std::move(now);
+      from.patterns() = std::move(staged);
+      staged.clear();
+      from.sync_in_next_part = 0;
       from.synced_in = true;
-      auto& b = *builder_;
-      b.Clear();
-      const auto body = wire::CreateInterestAck(b, in->ticket(), true);
-      b.Finish(wire::CreateLinkMessage(b, b.CreateString(options_.node_id), incarnation_, from.next_out(),
-                                       wire::Body::InterestAck, body.Union()),
-               wire::LinkMessageIdentifier());
-      send(from);
+      send_ack(from, in->ticket(), true);
       if (in->reply_wanted()) send_sync(from, false);
       break;
     }
-    case wire::Body::InterestAck: {
+    case link::Body::InterestAck: {
       const auto* in = msg->body_as_InterestAck();
+      if (!in) return count_malformed("an InterestAck without its body");
+      if (in->sync() && from.sync_out_ticket != 0 && in->ticket() >= from.sync_out_ticket) from.sync_out_ticket = 0;
       done_scratch_.clear();
       interest_.acked(from.member().node_id, in->ticket(), in->sync(), done_scratch_);
       answer(done_scratch_);
       break;
     }
-    case wire::Body::Deliveries: {
-      const auto* records = msg->body_as_Deliveries()->records();
-      if (records && !relay(from, {records->data(), records->size()})) return;
+    case link::Body::Deliveries: {
+      const auto* d = msg->body_as_Deliveries();
+      if (!d) return count_malformed("Deliveries without their body");
+      if (const auto* records = d->records()) relay(from, {records->data(), records->size()});
       break;
     }
     default:

@@ -36,6 +36,8 @@
 #include "cluster/nats_link.hpp"
 #include "common/asio.hpp"
 
+#include <flatbuffers/flatbuffers.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -47,8 +49,8 @@
 namespace spdlog {
 class logger;
 }
-namespace flatbuffers {
-class FlatBufferBuilder;
+namespace switchyard::broker::link {
+enum class Body : std::uint8_t;
 }
 
 namespace switchyard::broker {
@@ -90,6 +92,11 @@ class node_bus {
   // Bytes a LinkMessage adds around one Deliveries record (the check of
   // NATS's max_payload against --max-frame).
   static constexpr std::size_t envelope_bytes = 1024;
+  // Pattern bytes in one part of an Interest or InterestSync.
+  static constexpr std::size_t part_bytes = 32u << 10;
+  // The largest forward jump of a link's numbering taken as a loss; a
+  // larger one is a malformed (or forged) message.
+  static constexpr std::uint64_t max_seq_jump = 1u << 24;
 
   // Borrows `io`, `channels`, `fan` and `builder` for its lifetime.
   node_bus(asio::io_context& io, node_bus_options options, channel_table& channels, fanout& fan,
@@ -140,13 +147,22 @@ class node_bus {
   void schedule_flush();
   void flush();
   void send_batch(remote_node& to);
+  // Our whole interest to `to`, in parts of at most part_bytes of
+  // patterns; kept as unacknowledged until its ack, resent meanwhile.
   void send_sync(remote_node& to, bool reply_wanted);
-  // Frames builder_'s finished message for `to` and publishes it.
-  void send(remote_node& to);
+  void send_ack(remote_node& to, std::uint64_t ticket, bool sync);
+  // Wraps `body` (built in builder_) in a LinkMessage for `to`, numbered,
+  // and publishes it.
+  template <class Body>
+  void send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body);
+  // Every interest_timeout: InterestSyncs not acknowledged are sent again.
+  void arm_resync_timer();
   void answer(std::vector<channel_interest::waiter>& done);
   void arm_deadline_timer();
   // Removes a peer: its interest from the channel table, its waiters.
-  void drop_peer(std::map<std::string, std::unique_ptr<remote_node>>::iterator it);
+  // `gone`: it left the view (else it came back as a new incarnation and
+  // is still waited for).
+  void drop_peer(std::map<std::string, std::unique_ptr<remote_node>>::iterator it, bool gone);
   std::vector<std::string> peer_ids() const;
   void count_malformed(std::string_view why);
 
@@ -169,6 +185,9 @@ class node_bus {
   bool flush_posted_ = false;
   asio::steady_timer deadline_timer_;
   bool timer_armed_ = false;
+  asio::steady_timer resync_timer_;
+  bool resync_armed_ = false;
+  bool first_view_ = true;
   std::function<void(std::uint64_t)> link_loss_;
   std::vector<std::uint64_t> record_scratch_;  // an aligned copy of one record (decode_frame)
   std::vector<std::string> add_scratch_, remove_scratch_;

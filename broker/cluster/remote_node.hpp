@@ -35,10 +35,13 @@ namespace switchyard::broker {
 class remote_node final : public delivery_target {
  public:
   // `relaying` is node_bus's flag (borrowed for the node's lifetime);
-  // `batch_grew` is called after a record went into an empty batch or
-  // made the batch reach `full_bytes` (node_bus then sends it at once).
+  // `batch_grew(node, false)` is called after a record went into an empty
+  // batch (node_bus sends it at the end of the loop turn), and
+  // `batch_grew(node, true)` before a record that would take the batch
+  // past `full_bytes` goes in (node_bus sends it at once, so that a batch
+  // never exceeds it).
   remote_node(cluster_member member, const bool& relaying, std::size_t full_bytes,
-              std::function<void(remote_node&)> batch_grew);
+              std::function<void(remote_node&, bool full)> batch_grew);
   remote_node(const remote_node&) = delete;
   remote_node& operator=(const remote_node&) = delete;
   ~remote_node() = default;
@@ -80,8 +83,16 @@ class remote_node final : public delivery_target {
   link_counters& counters() noexcept { return counters_; }
   // It sent us its whole interest (InterestSync) since it (or we) joined.
   bool synced_in = false;
-  // Our interest must go to it in full (it missed an announcement).
-  bool needs_sync = false;
+  // Our last InterestSync to it not yet acknowledged (0: none), when it
+  // went, and whether it asked for its reply: node_bus sends it again
+  // until it is.
+  std::uint64_t sync_out_ticket = 0;
+  std::chrono::steady_clock::time_point sync_out_at{};
+  bool sync_out_reply_wanted = false;
+  // An InterestSync from it arriving in parts: the patterns so far and
+  // the part expected next.
+  std::set<std::string> sync_in_parts;
+  std::uint32_t sync_in_next_part = 0;
 
  private:
   // Appends one record: u32 length, u32 time left, the frame, padding.
@@ -90,7 +101,7 @@ class remote_node final : public delivery_target {
   cluster_member member_;
   const bool& relaying_;
   std::size_t full_bytes_;
-  std::function<void(remote_node&)> batch_grew_;
+  std::function<void(remote_node&, bool full)> batch_grew_;
   std::vector<std::byte> batch_;
   std::size_t batched_records_ = 0;
   std::set<std::string> patterns_;

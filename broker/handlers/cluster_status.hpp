@@ -31,6 +31,7 @@ struct cluster_status_report {
     std::uint64_t messages_out = 0, messages_in = 0, records_out = 0, records_in = 0;
     std::uint64_t lost_in = 0;     // messages from it that its numbering shows lost
     std::uint64_t failed_out = 0;  // messages to it NATS refused
+    std::uint32_t partitions = 0;  // partitions it owns
   };
   std::vector<member> members;
   // One etcd endpoint as the node's health probe last found it.

@@ -115,7 +115,7 @@ void server_admin_handler::cluster_status(peer& from, std::uint64_t rid, const p
   members.reserve(r->members.size());
   for (const auto& m : r->members)
     members.push_back({m.node_id, m.address, m.incarnation, m.self, m.synced_in, m.patterns, m.messages_out,
-                       m.messages_in, m.records_out, m.records_in, m.lost_in, m.failed_out});
+                       m.messages_in, m.records_out, m.records_in, m.lost_in, m.failed_out, m.partitions});
   std::vector<protocol::etcd_endpoint_fields> etcd;
   etcd.reserve(r->etcd.size());
   for (const auto& e : r->etcd) etcd.push_back({e.endpoint, e.reachable, e.leader, e.version, e.error});

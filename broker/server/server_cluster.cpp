@@ -24,6 +24,10 @@ void server::impl::join_cluster() {
   bus->start();
   pubsub->use_cluster(bus.get());
 
+  const bool wildcard = config.listen_host == "0.0.0.0" || config.listen_host == "::" || config.listen_host == "[::]";
+  if (config.cluster_advertise.empty() && wildcard)
+    throw std::runtime_error("--cluster-advertise is needed when --listen is a wildcard address (" +
+                             config.listen_host + "): the other nodes and the clients need one they can reach");
   membership_options mo;
   mo.cluster_name = config.cluster_name;
   mo.node_id = config.cluster_node_id;
@@ -36,8 +40,9 @@ void server::impl::join_cluster() {
       [this](std::shared_ptr<const cluster_view> v) {
         if (bus) bus->apply_view(std::move(v), members->incarnation());
       },
-      [this](bool standing) { cluster_standing = standing; });
-  cluster_standing = members->in_standing();
+      // Standing is read from the membership where it is needed (the
+      // clock decides it); the loop has nothing to keep.
+      [](bool) {});
   bus->apply_view(std::move(view), members->incarnation());
   logger->info("cluster: node '{}' of '{}', {} member(s); advertised as {}", config.cluster_node_id,
                config.cluster_name, bus->view()->members.size(), members->options().advertise);
@@ -54,7 +59,7 @@ void server::impl::cluster_metrics(metrics_snapshot& m) const {
   const auto s = bus->status();
   m.cluster = true;
   m.cluster_members = bus->view() ? bus->view()->members.size() : 0;
-  m.cluster_in_standing = cluster_standing;
+  m.cluster_in_standing = members && members->in_standing();
   m.cluster_nats_connected = s.nats.state == cluster::link_state::connected;
   m.cluster_messages_out = s.totals.messages_out;
   m.cluster_messages_in = s.totals.messages_in;
@@ -78,7 +83,7 @@ std::optional<cluster_status_report> server::impl::cluster_status() const {
   r.cluster_name = config.cluster_name;
   r.node_id = config.cluster_node_id;
   r.incarnation = members->incarnation();
-  r.in_standing = cluster_standing;
+  r.in_standing = members->in_standing();
   r.synced = bus->synced();
   if (const auto* view = bus->view()) {
     r.view_revision = view->revision;
@@ -88,6 +93,7 @@ std::optional<cluster_status_report> server::impl::cluster_status() const {
       out.address = m.address;
       out.incarnation = m.incarnation;
       out.self = m.node_id == config.cluster_node_id;
+      for (const auto& o : view->owners) out.partitions += o.node_id == m.node_id && o.incarnation == m.incarnation;
       for (const auto& p : s.peers) {
         if (p.member.node_id != m.node_id) continue;
         out.synced_in = p.synced_in;

@@ -104,7 +104,6 @@ struct server::impl {
   // after the io_context, so destroyed before it.
   std::unique_ptr<node_bus> bus;
   std::unique_ptr<membership> members;
-  bool cluster_standing = false;  // the membership's last word (loop thread)
 
   // A drain under way (begin_drain): its schedule, the connections open
   // when it began in the order they are closed, and how many of them were

@@ -96,6 +96,8 @@ void server::impl::begin_drain(std::chrono::milliseconds window) {
   window = std::max(window, std::chrono::milliseconds(1));
   const auto reconnect = admission_control::reconnect_window_for(window);
   admission.begin_drain(reconnect);
+  // Cluster mode: the other nodes take over this node's partitions.
+  if (members) members->release_partitions();
   drain_order.clear();
   drain_order.reserve(registry.counted());
   // Connections being refused are closing already (and not counted).

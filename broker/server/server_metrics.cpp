@@ -35,7 +35,8 @@ readiness server::impl::ready() const {
   if (admission.draining()) return {false, "draining"};
   if (!listening) return {false, "not listening yet"};
   if (!config.data_dir.empty() && !durable) return {false, "the sequence log is not open"};
-  if (members && !cluster_standing) return {false, "out of standing in the cluster (etcd lease not renewed in time)"};
+  if (members && !members->in_standing())
+    return {false, "out of standing in the cluster (etcd lease not renewed in time)"};
   if (bus && !bus->nats_connected()) return {false, "the NATS link is down"};
   if (bus && !bus->synced()) return {false, "waiting for the other nodes' channel interest"};
   return {true, {}};

@@ -71,10 +71,10 @@ TEST_CASE("cluster status --json prints one object that jq reads, with every fie
   CHECK(jq(file, "[.local_patterns, .unconfirmed, .interest_timeouts, .lost_in] | @tsv") == "3\t1\t47\t31\n");
   CHECK(jq(file,
            ".members[] | [.node_id, .address, .incarnation, .self, .synced_in, .patterns, .messages_out, "
-           ".messages_in, .records_out, .records_in, .lost_in, .failed_out] | @tsv") ==
-        "node-a\t10.0.0.1:7878\t7587862384523648004\ttrue\tfalse\t3\t0\t0\t0\t0\t0\t0\n"
-        "node-b\t10.0.0.2:7878\t7587862384523648010\tfalse\ttrue\t12\t1042\t998\t5000\t4000\t2\t1\n"
-        "node-c\t10.0.0.3:7878\t7587862384523648020\tfalse\tfalse\t7\t11\t13\t17\t19\t23\t29\n");
+           ".messages_in, .records_out, .records_in, .lost_in, .failed_out, .partitions] | @tsv") ==
+        "node-a\t10.0.0.1:7878\t7587862384523648004\ttrue\tfalse\t3\t0\t0\t0\t0\t0\t0\t341\n"
+        "node-b\t10.0.0.2:7878\t7587862384523648010\tfalse\ttrue\t12\t1042\t998\t5000\t4000\t2\t1\t342\n"
+        "node-c\t10.0.0.3:7878\t7587862384523648020\tfalse\tfalse\t7\t11\t13\t17\t19\t23\t29\t341\n");
   CHECK(jq(file, ".etcd[] | [.endpoint, .reachable, .leader, .version, .error] | @tsv") ==
         "http://10.0.0.1:2379\ttrue\ttrue\t3.4.23\t\n"
         "http://10.0.0.2:2379\ttrue\tfalse\t3.4.23\t\n"
@@ -96,10 +96,14 @@ TEST_CASE("cluster status prints a header line, the members, etcd's endpoints an
         "cluster prod-eu  node node-a  incarnation 7587862384523648004  in standing  not synced (a member has not "
         "sent its interest yet)");
   CHECK(lines[1] == "view revision 42  local patterns 3  unconfirmed 1  interest timeouts 47  lost in 31");
-  CHECK(lines[3] == "NODE    ADDRESS                INCARNATION  SELF  SYNCED  PATTERNS  MSGS OUT  MSGS IN  LOST");
-  CHECK(lines[4] == "node-a  10.0.0.1:7878  7587862384523648004  *     -              3         0        0     0");
-  CHECK(lines[5] == "node-b  10.0.0.2:7878  7587862384523648010        yes           12      1042      998     2");
-  CHECK(lines[6] == "node-c  10.0.0.3:7878  7587862384523648020        no             7        11       13    23");
+  CHECK(lines[3] ==
+        "NODE    ADDRESS                INCARNATION  SELF  PARTITIONS  SYNCED  PATTERNS  MSGS OUT  MSGS IN  LOST");
+  CHECK(lines[4] ==
+        "node-a  10.0.0.1:7878  7587862384523648004  *            341  -              3         0        0     0");
+  CHECK(lines[5] ==
+        "node-b  10.0.0.2:7878  7587862384523648010               342  yes           12      1042      998     2");
+  CHECK(lines[6] ==
+        "node-c  10.0.0.3:7878  7587862384523648020               341  no             7        11       13    23");
   CHECK(lines[8] == "ETCD ENDPOINT         REACHABLE  LEADER  VERSION OR ERROR");
   CHECK(lines[9] == "http://10.0.0.1:2379  yes        yes     3.4.23");
   CHECK(lines[11] == "http://10.0.0.3:2379  no         no      connection refused");

@@ -106,6 +106,7 @@ TEST_CASE("every field of a node's cluster status reaches client::cluster_status
     CHECK(got.records_in == want.records_in);
     CHECK(got.lost_in == want.lost_in);
     CHECK(got.failed_out == want.failed_out);
+    CHECK(got.partitions == want.partitions);
   }
   REQUIRE(st->etcd.size() == report.etcd.size());
   for (std::size_t i = 0; i < report.etcd.size(); ++i) {

@@ -319,6 +319,7 @@ struct cluster_status_info {
     std::uint64_t records_in = 0;
     std::uint64_t lost_in = 0;     // messages from it lost in transit (the link's numbering shows a gap)
     std::uint64_t failed_out = 0;  // messages to it that NATS refused
+    std::uint32_t partitions = 0;  // partitions it owns (docs/cluster.md, "Partitions")
   };
   std::vector<member> members;  // by node id, the node itself included
   struct etcd_endpoint {

@@ -28,9 +28,10 @@ TEST_CASE("a pattern's first local subscriber is announced and its last one with
   CHECK(i.add_local("orders.*", two_peers, later));
   CHECK_FALSE(i.add_local("orders.*", two_peers, later));  // a second connection
   CHECK(delta(i, 1).first == std::vector<std::string>{"orders.*"});
-  CHECK_FALSE(i.remove_local("orders.*"));
+  std::vector<channel_interest::waiter> done;
+  CHECK_FALSE(i.remove_local("orders.*", done));
   CHECK(delta(i, 2).second.empty());
-  CHECK(i.remove_local("orders.*"));
+  CHECK(i.remove_local("orders.*", done));
   CHECK(delta(i, 3).second == std::vector<std::string>{"orders.*"});
   CHECK(i.size() == 0);
 }
@@ -39,7 +40,8 @@ TEST_CASE("a pattern withdrawn and back within one turn is not announced again",
   channel_interest i;
   i.add_local("a", two_peers, later);
   delta(i, 1);
-  i.remove_local("a");
+  std::vector<channel_interest::waiter> done;
+  i.remove_local("a", done);
   i.add_local("a", two_peers, later);
   const auto [add, remove] = delta(i, 2);
   CHECK(add.empty());
@@ -124,4 +126,31 @@ TEST_CASE("without peers a Subscribe is answered at once", "[cluster]") {
   i.add_local("a", {}, later);
   CHECK_FALSE(i.wait("a", {{}, 1}));
   CHECK(delta(i, 1).first == std::vector<std::string>{"a"});
+}
+
+TEST_CASE("a pattern gone before its announcement went out releases its waiters and is never announced", "[cluster]") {
+  channel_interest i;
+  i.add_local("a", two_peers, later);
+  REQUIRE(i.wait("a", {{}, 5}));
+  std::vector<channel_interest::waiter> done;
+  CHECK(i.remove_local("a", done));
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].request_id == 5);
+  CHECK(i.unconfirmed() == 0);
+  const auto [add, remove] = delta(i, 1);
+  CHECK(add.empty());
+  CHECK(remove.empty());
+}
+
+TEST_CASE("a node that joins while an announcement waits is waited for too", "[cluster]") {
+  channel_interest i;
+  i.add_local("a", {"b"}, later);
+  i.wait("a", {{}, 1});
+  delta(i, 1);
+  i.node_added("c");
+  std::vector<channel_interest::waiter> done;
+  i.acked("b", 1, false, done);
+  CHECK(done.empty());
+  i.acked("c", 2, true, done);  // its first sync, sent after the announcement
+  CHECK(done.size() == 1);
 }

@@ -2,6 +2,7 @@
 // processes, three switchyard servers on loopback (port 0), real clients.
 
 #include "broker/cluster/node_link_generated.h"
+#include "broker/cluster/partition_map.hpp"
 #include "cluster/etcd_client.hpp"
 #include "cluster/nats_link.hpp"
 #include "tests/support/clients.hpp"
@@ -227,7 +228,7 @@ TEST_CASE("a gap in a link's numbering reaches the node's subscribers as a Dropp
   flatbuffers::FlatBufferBuilder b;
   const auto body = broker::link::CreateInterestAck(b, 0, false);
   b.Finish(broker::link::CreateLinkMessage(b, b.CreateString("b"), incarnation_of(f, "b"), 1000,
-                                           broker::link::Body::InterestAck, body.Union()),
+                                           broker::link::Body::InterestAck, body.Union(), incarnation_of(f, "a")),
            broker::link::LinkMessageIdentifier());
   nats_publish(f, "a", std::as_bytes(std::span(b.GetBufferPointer(), b.GetSize())));
   REQUIRE(wait_until([&] { return dropped.load() > 0; }));
@@ -241,20 +242,152 @@ TEST_CASE("a malformed message from NATS is dropped and counted, and the node se
   f.start("a");
   f.start("b");
   f.converge(2);
+  const auto a_incarnation = incarnation_of(f, "a");
+  const auto b_incarnation = incarnation_of(f, "b");
+  const auto link_message = [&](std::string_view from, std::int64_t incarnation, std::uint64_t seq, bool with_body) {
+    auto b = std::make_shared<flatbuffers::FlatBufferBuilder>();
+    const auto body = broker::link::CreateInterestAck(*b, 0, false);
+    b->Finish(
+        broker::link::CreateLinkMessage(*b, b->CreateString(from), incarnation, seq, broker::link::Body::InterestAck,
+                                        with_body ? body.Union() : 0, a_incarnation),
+        broker::link::LinkMessageIdentifier());
+    return b;
+  };
+  const auto publish = [&](std::span<const std::uint8_t> bytes) { nats_publish(f, "a", std::as_bytes(bytes)); };
+  // Messages a sent before it knew b may have been dropped already: count from here.
+  const auto before = f.node("a").live_metrics().cluster_dropped;
   const std::string junk = "this is no LinkMessage at all";
-  nats_publish(f, "a", std::as_bytes(std::span(junk.data(), junk.size())));
-  // From a node id no member has.
-  flatbuffers::FlatBufferBuilder b;
-  const auto body = broker::link::CreateInterestAck(b, 0, false);
-  b.Finish(broker::link::CreateLinkMessage(b, b.CreateString("stranger"), 1, 1, broker::link::Body::InterestAck,
-                                           body.Union()),
-           broker::link::LinkMessageIdentifier());
-  nats_publish(f, "a", std::as_bytes(std::span(b.GetBufferPointer(), b.GetSize())));
-  REQUIRE(wait_until([&] { return f.node("a").live_metrics().cluster_dropped == 2; }));
+  publish({reinterpret_cast<const std::uint8_t*>(junk.data()), junk.size()});
+  publish({});                                                       // empty
+  publish({reinterpret_cast<const std::uint8_t*>(junk.data()), 3});  // shorter than any FlatBuffer
+  const auto stranger = link_message("stranger", 1, 1, true);        // a node id no member has
+  publish({stranger->GetBufferPointer(), stranger->GetSize()});
+  const auto bodiless = link_message("b", b_incarnation, 500, false);  // a body type without its body
+  publish({bodiless->GetBufferPointer(), bodiless->GetSize()});
+  const auto forged = link_message("b", b_incarnation, 1ull << 40, true);  // a jump no loss explains
+  publish({forged->GetBufferPointer(), forged->GetSize()});
+  REQUIRE(wait_until([&] { return f.node("a").live_metrics().cluster_dropped == before + 6; }));
   test::collector<std::string> got;
   auto sub = subscriber(f.node("a"), "still.*", got);
   auto pub = test::connect_to(f.node("b"), "publisher");
   REQUIRE_FALSE(pub->publish("still.x", "ok"));
+  REQUIRE(wait_until([&] { return got.count == 1; }));
+}
+
+TEST_CASE("three nodes share the partitions, and the survivors take a stopped node's", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.start("c");
+  f.converge(3);
+  client_options o;
+  o.port = f.node("a").port();
+  o.admin = true;
+  auto admin = client::connect(o);
+  REQUIRE(admin);
+  const auto owned = [&](std::map<std::string, std::uint32_t>& by_node) {
+    by_node.clear();
+    auto s = (*admin)->cluster_status();
+    if (!s) return std::uint32_t{0};
+    std::uint32_t total = 0;
+    for (const auto& m : s->members) total += by_node[m.node_id] = m.partitions;
+    return total;
+  };
+  std::map<std::string, std::uint32_t> by_node;
+  REQUIRE(wait_until([&] { return owned(by_node) == broker::partition_map::partition_count && by_node.size() == 3; }));
+  for (const auto& [id, n] : by_node) {
+    INFO(id);
+    CHECK(n > 250);  // about a third each
+  }
+  f.node("c").stop();
+  REQUIRE(wait_until([&] { return owned(by_node) == broker::partition_map::partition_count && by_node.size() == 2; }));
+  CHECK(by_node["a"] + by_node["b"] == broker::partition_map::partition_count);
+}
+
+TEST_CASE("a joining node gets its share from the nodes before it, and a drain gives a node's back", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  client_options o;
+  o.port = f.node("a").port();
+  o.admin = true;
+  auto admin = client::connect(o);
+  REQUIRE(admin);
+  const auto partitions_of = [&](const std::string& id) {
+    auto s = (*admin)->cluster_status();
+    if (!s) return std::uint32_t{0};
+    for (const auto& m : s->members)
+      if (m.node_id == id) return m.partitions;
+    return std::uint32_t{0};
+  };
+  REQUIRE(wait_until([&] { return partitions_of("a") == broker::partition_map::partition_count; }));
+  f.start("b");
+  REQUIRE(wait_until([&] {
+    const auto b = partitions_of("b");
+    return b > 400 && partitions_of("a") + b == broker::partition_map::partition_count;
+  }));
+  // A drain of b: a takes them all back.
+  client_options bo;
+  bo.port = f.node("b").port();
+  bo.admin = true;
+  auto b_admin = client::connect(bo);
+  REQUIRE(b_admin);
+  REQUIRE_FALSE((*b_admin)->drain(std::chrono::milliseconds(5000)));
+  REQUIRE(wait_until([&] { return partitions_of("a") == broker::partition_map::partition_count; }));
+}
+
+TEST_CASE("a whole interest too large for one NATS message reaches a joining node in parts", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  auto sub = test::connect_to(f.node("a"), "subscriber");
+  constexpr int patterns = 3000;  // about 150 KiB of patterns: several parts
+  std::atomic<int> answered{0};
+  for (int i = 0; i < patterns; ++i)
+    sub->async_subscribe(
+        "many.a.rather.long.pattern.name.number." + std::to_string(i) + ".*", [](const message&) {},
+        [&answered](std::expected<subscription_id, std::error_code> r) {
+          if (r) ++answered;
+        });
+  REQUIRE(wait_until([&] { return answered.load() == patterns; }));
+  f.start("b");
+  f.converge(2);
+  REQUIRE(wait_until([&] { return f.node("b").live_metrics().cluster_remote_patterns == patterns; }));
+  // And a change as large, in one loop turn or a few, the other way.
+  auto sub_b = test::connect_to(f.node("b"), "subscriber-b");
+  answered = 0;
+  for (int i = 0; i < patterns; ++i)
+    sub_b->async_subscribe(
+        "other.rather.long.pattern.name.number." + std::to_string(i) + ".*", [](const message&) {},
+        [&answered](std::expected<subscription_id, std::error_code> r) {
+          if (r) ++answered;
+        });
+  REQUIRE(wait_until([&] { return answered.load() == patterns; }));
+  CHECK(f.node("a").live_metrics().cluster_remote_patterns == patterns);
+  CHECK(f.node("a").live_metrics().cluster_interest_timeouts == 0);
+}
+
+TEST_CASE("a node whose loop was stuck past its lease registers again as a new incarnation and serves on",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  auto& a = f.start("a");
+  f.start("b");
+  f.converge(2);
+  const auto before = incarnation_of(f, "a");
+  {
+    auto hold = a.hold_loop();  // no probe answered: no renewal
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  }
+  // The lease lapsed at etcd; the keeper registers again.
+  REQUIRE(wait_until([&] {
+    cluster::etcd_client etcd(f.etcd.endpoints(), 2s);
+    auto kv = etcd.get("/switchyard/" + f.name + "/members/a");
+    return kv && *kv && (**kv).lease != before;
+  }));
+  REQUIRE(wait_until([&] { return a.live_metrics().cluster_in_standing; }));
+  // Channels cross again both ways.
+  test::collector<std::string> got;
+  auto sub = subscriber(a, "again.*", got);
+  auto pub = test::connect_to(f.node("b"), "publisher");
+  REQUIRE_FALSE(pub->publish("again.x", "x"));
   REQUIRE(wait_until([&] { return got.count == 1; }));
 }
 

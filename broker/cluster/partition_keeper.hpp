@@ -1,0 +1,75 @@
+#pragma once
+// partition_keeper: the owner keys of the partitions in etcd, as one node
+// reads and writes them (docs/cluster.md, "Partitions"). Used by
+// membership on its keeper thread only.
+//
+// An owner key "/switchyard/<cluster>/partitions/<p>" holds the owner's
+// node id and is attached to the owner's lease: a dead owner's keys go when
+// its lease lapses, a stopping owner's when it revokes it. A node claims
+// the partitions partition_map prefers it for and nobody holds (an etcd
+// transaction: create only if absent), and gives back those it holds but
+// no longer should (delete only if the key's mod_revision is still its
+// own: the fencing token), once the loop has stopped acting for them.
+// Nobody ever takes a partition another node holds: a preferred owner
+// waits for the holder to give it back or to lapse.
+
+#include "broker/cluster/cluster_view.hpp"
+#include "cluster/etcd_client.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace switchyard::broker {
+
+class partition_keeper {
+ public:
+  // Borrows `etcd` (the keeper thread's client) for its lifetime.
+  partition_keeper(cluster::etcd_client& etcd, std::string cluster_name, std::string node_id,
+                   std::shared_ptr<spdlog::logger> logger);
+
+  // "/switchyard/<cluster>/partitions/"
+  const std::string& prefix() const noexcept { return prefix_; }
+  // The owners as etcd last told (partition_count entries).
+  const std::vector<partition_owner>& owners() const noexcept { return owners_; }
+
+  // Every owner key afresh (join, a watch that failed).
+  void reset(std::span<const cluster::kv> kvs);
+  // A watch event on a key under prefix(); false for another key.
+  bool apply(const cluster::watch_event& e);
+
+  // Claims each partition `members` prefers this node for that nobody
+  // holds, attached to `lease`; returns how many it took. A claim that
+  // etcd refuses (someone was faster) is left to that holder; errors are
+  // logged and retried at the next call.
+  std::size_t claim(const std::vector<cluster_member>& members, std::int64_t lease);
+  // The partitions this node holds but `members` prefers another for.
+  std::vector<std::uint32_t> surplus(const std::vector<cluster_member>& members) const;
+  // Gives back `partitions` (each only if its key is still this node's at
+  // the revision it holds); returns how many it deleted.
+  std::size_t release(std::span<const std::uint32_t> partitions);
+  // How many partitions this node holds, and which.
+  std::size_t held() const noexcept;
+  std::vector<std::uint32_t> held_list() const;
+
+ private:
+  std::string key_of(std::uint32_t partition) const { return prefix_ + std::to_string(partition); }
+
+  cluster::etcd_client& etcd_;
+  const std::string node_id_;
+  const std::string prefix_;
+  std::shared_ptr<spdlog::logger> logger_;
+  // Whether `o` is this node's current incarnation.
+  bool ours(const partition_owner& o) const noexcept { return o.node_id == node_id_ && o.incarnation == lease_; }
+
+  std::vector<partition_owner> owners_;
+  std::int64_t lease_ = 0;  // this node's lease, as the last claim() was given
+};
+
+}  // namespace switchyard::broker
