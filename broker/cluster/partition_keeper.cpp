@@ -8,6 +8,9 @@
 
 namespace switchyard::broker {
 
+using cluster::txn_compare;
+using cluster::txn_op;
+
 partition_keeper::partition_keeper(cluster::etcd_client& etcd, std::string cluster_name, std::string node_id,
                                    std::shared_ptr<spdlog::logger> logger)
     : etcd_(etcd),
@@ -51,20 +54,55 @@ std::size_t partition_keeper::claim(const std::vector<cluster_member>& members, 
   lease_ = lease;
   cluster_view v;
   v.members = members;
+  std::vector<std::uint32_t> free;
+  for (const auto p : partition_map::preferred_partitions(v, node_id_))
+    if (owners_[p].node_id.empty()) free.push_back(p);  // else held (by us, or by one that must give it back first)
   std::size_t taken = 0;
-  for (const auto p : partition_map::preferred_partitions(v, node_id_)) {
-    if (!owners_[p].node_id.empty()) continue;  // held (by us, or by one that must give it back first)
-    auto made = etcd_.create_if_absent(key_of(p), node_id_, lease);
-    if (!made) {
-      logger_->warn("cluster: cannot claim partition {}: {}", p, made.error().message());
+  std::vector<txn_compare> absent;
+  std::vector<txn_op> puts, reads;
+  std::span<const std::uint32_t> rest(free);
+  while (!rest.empty()) {
+    const auto batch = rest.first(std::min(rest.size(), batch_size));
+    absent.clear();
+    puts.clear();
+    reads.clear();
+    for (const auto p : batch) {
+      absent.push_back(txn_compare::absent(key_of(p)));
+      puts.push_back(txn_op::put(key_of(p), node_id_, lease));
+      reads.push_back(txn_op::range(key_of(p)));
+    }
+    auto done = etcd_.txn(absent, puts, reads);
+    if (!done) {
+      logger_->warn("cluster: cannot claim partitions {}..: {}", batch.front(), done.error().message());
       return taken;  // etcd unreachable: the next call tries again
     }
-    if (made->succeeded) {
-      owners_[p] = {node_id_, lease, made->revision};
-      ++taken;
-    } else if (made->current) {
-      owners_[p] = {made->current->value, made->current->lease, made->current->mod_revision};
+    if (done->succeeded) {
+      for (const auto p : batch) owners_[p] = {node_id_, lease, done->revision};
+      taken += batch.size();
+      rest = rest.subspan(batch.size());
+      continue;
     }
+    // Someone holds some of them: record the holders (the reads ran at the
+    // compare's revision, so at least one is held) and try the others again.
+    std::vector<std::uint32_t> still_free;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto p = batch[i];
+      if (i < done->ranges.size() && !done->ranges[i].empty()) {
+        const auto& kv = done->ranges[i].front();
+        owners_[p] = {kv.value, kv.lease, kv.mod_revision};
+      } else {
+        still_free.push_back(p);
+      }
+    }
+    if (still_free.size() == batch.size()) {  // an answer without the holders: not as documented
+      logger_->warn("cluster: cannot claim partitions {}..: etcd's answer names no holder", batch.front());
+      return taken;
+    }
+    // The unclaimed remainder: the free ones of this batch, then the rest.
+    std::vector<std::uint32_t> next(still_free);
+    next.insert(next.end(), rest.begin() + static_cast<std::ptrdiff_t>(batch.size()), rest.end());
+    free = std::move(next);
+    rest = free;
   }
   return taken;
 }
@@ -82,18 +120,54 @@ std::vector<std::uint32_t> partition_keeper::surplus(const std::vector<cluster_m
 }
 
 std::size_t partition_keeper::release(std::span<const std::uint32_t> partitions) {
+  std::vector<std::uint32_t> ours_now;
+  for (const auto p : partitions)
+    if (ours(owners_[p])) ours_now.push_back(p);
   std::size_t given = 0;
-  for (const auto p : partitions) {
-    if (!ours(owners_[p])) continue;
-    const cluster::txn_compare still_ours[] = {cluster::txn_compare::mod_revision_is(key_of(p), owners_[p].revision)};
-    const cluster::txn_op remove[] = {cluster::txn_op::remove(key_of(p))};
-    auto done = etcd_.txn(still_ours, remove, {});
+  std::vector<txn_compare> still_ours;
+  std::vector<txn_op> removes, reads;
+  std::span<const std::uint32_t> rest(ours_now);
+  while (!rest.empty()) {
+    const auto batch = rest.first(std::min(rest.size(), batch_size));
+    still_ours.clear();
+    removes.clear();
+    reads.clear();
+    for (const auto p : batch) {
+      still_ours.push_back(txn_compare::mod_revision_is(key_of(p), owners_[p].revision));
+      removes.push_back(txn_op::remove(key_of(p)));
+      reads.push_back(txn_op::range(key_of(p)));
+    }
+    auto done = etcd_.txn(still_ours, removes, reads);
     if (!done) {
-      logger_->warn("cluster: cannot give back partition {}: {}", p, done.error().message());
+      logger_->warn("cluster: cannot give back partitions {}..: {}", batch.front(), done.error().message());
       return given;
     }
-    if (done->succeeded) ++given;
-    owners_[p] = {};  // gone, or not ours any more: the watch tells who holds it
+    if (done->succeeded) {
+      for (const auto p : batch) owners_[p] = {};
+      given += batch.size();
+      rest = rest.subspan(batch.size());
+      continue;
+    }
+    // Some are not ours any more (at the revision we hold): forget those
+    // (the watch tells who holds them) and give back the others again.
+    std::vector<std::uint32_t> still;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto p = batch[i];
+      const bool unchanged = i < done->ranges.size() && !done->ranges[i].empty() &&
+                             done->ranges[i].front().mod_revision == owners_[p].revision;
+      if (unchanged)
+        still.push_back(p);
+      else
+        owners_[p] = {};
+    }
+    if (still.size() == batch.size()) {  // an answer without the changed key: not as documented
+      logger_->warn("cluster: cannot give back partitions {}..: etcd's answer names no change", batch.front());
+      return given;
+    }
+    std::vector<std::uint32_t> next(still);
+    next.insert(next.end(), rest.begin() + static_cast<std::ptrdiff_t>(batch.size()), rest.end());
+    ours_now = std::move(next);
+    rest = ours_now;
   }
   return given;
 }

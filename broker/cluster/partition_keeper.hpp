@@ -16,6 +16,7 @@
 #include "broker/cluster/cluster_view.hpp"
 #include "cluster/etcd_client.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -30,6 +31,13 @@ namespace switchyard::broker {
 
 class partition_keeper {
  public:
+  // Claims and give-backs go to etcd in transactions of at most this many
+  // keys (etcd refuses more than --max-txn-ops, 128 by default): a node
+  // takes its share of 1,024 partitions in a few round trips, not one per
+  // partition, and the members' watches see a few revisions, not a
+  // thousand.
+  static constexpr std::size_t batch_size = 64;
+
   // Borrows `etcd` (the keeper thread's client) for its lifetime.
   partition_keeper(cluster::etcd_client& etcd, std::string cluster_name, std::string node_id,
                    std::shared_ptr<spdlog::logger> logger);
@@ -45,14 +53,17 @@ class partition_keeper {
   bool apply(const cluster::watch_event& e);
 
   // Claims each partition `members` prefers this node for that nobody
-  // holds, attached to `lease`; returns how many it took. A claim that
-  // etcd refuses (someone was faster) is left to that holder; errors are
-  // logged and retried at the next call.
+  // holds, attached to `lease`, batch_size at a time (a transaction: all
+  // of a batch, or none when one is held); returns how many it took. A
+  // partition someone was faster to take is left to that holder, the rest
+  // of its batch claimed again; errors are logged and retried at the next
+  // call.
   std::size_t claim(const std::vector<cluster_member>& members, std::int64_t lease);
   // The partitions this node holds but `members` prefers another for.
   std::vector<std::uint32_t> surplus(const std::vector<cluster_member>& members) const;
   // Gives back `partitions` (each only if its key is still this node's at
-  // the revision it holds); returns how many it deleted.
+  // the revision it holds), batch_size at a time; returns how many it
+  // deleted.
   std::size_t release(std::span<const std::uint32_t> partitions);
   // How many partitions this node holds, and which.
   std::size_t held() const noexcept;
