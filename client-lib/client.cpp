@@ -8,6 +8,7 @@
 #include <openssl/crypto.h>
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <tuple>
 
@@ -190,14 +191,21 @@ void detail::add_subscription(const std::shared_ptr<client_state>& self, std::st
     return;
   }
   // Times out like any blocking request: a watchdog completes it with
-  // errc::timeout if the broker has not answered.
+  // errc::timeout if the broker has not answered. Armed before the request
+  // goes out: the answer cancels it on the loop thread, and a timer must
+  // not be used from two threads at once (an async_wait here racing that
+  // cancel corrupted the io_context's timer queue).
   auto timer = std::make_shared<asio::steady_timer>(p.io, p.opts.request_timeout);
   const std::string pat(pattern);
   std::weak_ptr<client_state> weak = self;
-  auto rid = std::make_shared<std::uint64_t>(0);
+  auto rid = std::make_shared<std::atomic<std::uint64_t>>(0);
+  timer->async_wait([weak, rid](asio_error_code ec) {
+    if (ec) return;
+    if (auto self = weak.lock()) self->complete(rid->load(), errc::timeout);
+  });
   p.request(
       [&](std::uint64_t r) {
-        *rid = r;
+        rid->store(r);
         return local_builder().subscribe(r, pat);
       },
       [weak, id, timer, done = std::move(done)](std::error_code ec, const wire::Frame*) {
@@ -213,10 +221,6 @@ void detail::add_subscription(const std::shared_ptr<client_state>& self, std::st
         }
         done(std::unexpected(ec));
       });
-  timer->async_wait([weak, rid](asio_error_code ec) {
-    if (ec) return;
-    if (auto self = weak.lock()) self->complete(*rid, errc::timeout);
-  });
 }
 
 std::pair<std::string, bool> client::impl::remove_sub_locked(subscription_id id) {

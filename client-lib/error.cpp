@@ -9,7 +9,7 @@ namespace {
 
 static_assert(static_cast<int>(errc::internal) == static_cast<int>(protocol::errc::internal));
 static_assert(static_cast<int>(errc::bad_request) == static_cast<int>(protocol::errc::bad_request));
-static_assert(static_cast<int>(protocol::last_known_errc) == static_cast<int>(errc::forbidden),
+static_assert(static_cast<int>(protocol::last_known_errc) == static_cast<int>(errc::outcome_unknown),
               "a protocol error code was added: add it to switchyard::errc");
 
 // The library's own codes (from 100): the one table of their names and

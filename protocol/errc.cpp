@@ -64,6 +64,10 @@ class category final : public std::error_category {
         return "limit exceeded";
       case errc::forbidden:
         return "forbidden";
+      case errc::unavailable:
+        return "unavailable";
+      case errc::outcome_unknown:
+        return "outcome unknown";
     }
     return "protocol error " + std::to_string(value);
   }

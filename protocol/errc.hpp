@@ -33,11 +33,13 @@ enum class errc : std::uint16_t {
   corrupted = 21,
   limit_exceeded = 22,
   forbidden = 23,
+  unavailable = 24,
+  outcome_unknown = 25,
 };
 
 // The highest code this build knows; codes above it (from a newer peer) are
 // reported as-is with a generic message.
-inline constexpr errc last_known_errc = errc::forbidden;
+inline constexpr errc last_known_errc = errc::outcome_unknown;
 
 const std::error_category& protocol_category() noexcept;
 

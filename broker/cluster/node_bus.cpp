@@ -139,7 +139,7 @@ void node_bus::apply_view(std::shared_ptr<const cluster_view> view, std::int64_t
   arm_resync_timer();
 }
 
-void node_bus::drop_peer(std::map<std::string, std::unique_ptr<remote_node>>::iterator it, bool gone) {
+void node_bus::drop_peer(std::map<std::string, std::unique_ptr<remote_node>, std::less<>>::iterator it, bool gone) {
   remote_node& p = *it->second;
   for (const auto& pattern : p.patterns()) channels_.unsubscribe(pattern, &p);
   const auto& c = p.counters();
@@ -307,8 +307,14 @@ void node_bus::flush() {
     if (!p->batch().empty()) send_batch(*p);
 }
 
+bool node_bus::send_body(std::string_view node_id, link::Body type, flatbuffers::Offset<void> body) {
+  const auto it = peers_.find(node_id);
+  if (it == peers_.end() || stopped_) return false;
+  return send(*it->second, type, body);
+}
+
 template <class Body>
-void node_bus::send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body) {
+bool node_bus::send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body) {
   auto& b = *builder_;
   const auto from = b.CreateString(options_.node_id);
   link::LinkMessageBuilder m(b);
@@ -325,7 +331,9 @@ void node_bus::send(remote_node& to, link::Body type, flatbuffers::Offset<Body> 
     // The receiver sees the gap in the numbering.
     ++to.counters().failed_out;
     logger_->debug("cluster: a message to node '{}' was not sent: {}", to.member().node_id, sent.error().message());
+    return false;
   }
+  return true;
 }
 
 void node_bus::send_batch(remote_node& to) {
@@ -479,6 +487,13 @@ void node_bus::on_message(const cluster::inbound_message& m) {
       if (const auto* records = d->records()) relay(from, {records->data(), records->size()});
       break;
     }
+    case link::Body::RouteUpdate:
+    case link::Body::RouteAck:
+    case link::Body::RouteRebuild:
+    case link::Body::SendForward:
+    case link::Body::SendOutcome:
+      if (route_handler_) route_handler_(from, *msg);
+      break;
     default:
       return count_malformed("an unknown body");
   }

@@ -51,7 +51,8 @@ class logger;
 }
 namespace switchyard::broker::link {
 enum class Body : std::uint8_t;
-}
+struct LinkMessage;
+}  // namespace switchyard::broker::link
 
 namespace switchyard::broker {
 
@@ -126,6 +127,21 @@ class node_bus {
   // false when they already do (the caller answers now).
   bool answer_when_confirmed(std::string_view pattern, peer& from, std::uint64_t rid);
 
+  // Routes and sends across nodes (route_relay): messages with a Route* or
+  // Send* body go to `handler`, after the link's numbering checks, on the
+  // loop thread. The message is borrowed for the call.
+  using route_handler = std::function<void(remote_node& from, const link::LinkMessage& m)>;
+  void on_route_message(route_handler handler) { route_handler_ = std::move(handler); }
+  // The builder a body for send_body is built in (Clear() it first; the
+  // interest and the batches use it too, each call on its own).
+  flatbuffers::FlatBufferBuilder& link_builder() noexcept { return *builder_; }
+  // Wraps the body just built in link_builder() in a numbered LinkMessage
+  // to `node_id` and publishes it; false when that node has no link (not
+  // in the view) or NATS refused it (counted as failed_out).
+  bool send_body(std::string_view node_id, link::Body type, flatbuffers::Offset<void> body);
+  const std::string& node_id() const noexcept { return options_.node_id; }
+  std::int64_t incarnation() const noexcept { return incarnation_; }
+
   // Called with the number of messages a link lost.
   void on_link_loss(std::function<void(std::uint64_t lost)> handler) { link_loss_ = std::move(handler); }
 
@@ -154,7 +170,7 @@ class node_bus {
   // Wraps `body` (built in builder_) in a LinkMessage for `to`, numbered,
   // and publishes it.
   template <class Body>
-  void send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body);
+  bool send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body);
   // Every interest_timeout: InterestSyncs not acknowledged are sent again.
   void arm_resync_timer();
   void answer(std::vector<channel_interest::waiter>& done);
@@ -162,7 +178,7 @@ class node_bus {
   // Removes a peer: its interest from the channel table, its waiters.
   // `gone`: it left the view (else it came back as a new incarnation and
   // is still waited for).
-  void drop_peer(std::map<std::string, std::unique_ptr<remote_node>>::iterator it, bool gone);
+  void drop_peer(std::map<std::string, std::unique_ptr<remote_node>, std::less<>>::iterator it, bool gone);
   std::vector<std::string> peer_ids() const;
   void count_malformed(std::string_view why);
 
@@ -177,7 +193,7 @@ class node_bus {
 
   std::shared_ptr<const cluster_view> view_;
   std::int64_t incarnation_ = 0;
-  std::map<std::string, std::unique_ptr<remote_node>> peers_;
+  std::map<std::string, std::unique_ptr<remote_node>, std::less<>> peers_;
   std::map<std::string, std::chrono::steady_clock::time_point> joined_at_;
   channel_interest interest_;
   std::uint64_t next_ticket_ = 0;
@@ -189,6 +205,7 @@ class node_bus {
   bool resync_armed_ = false;
   bool first_view_ = true;
   std::function<void(std::uint64_t)> link_loss_;
+  route_handler route_handler_;
   std::vector<std::uint64_t> record_scratch_;  // an aligned copy of one record (decode_frame)
   std::vector<std::string> add_scratch_, remove_scratch_;
   std::vector<channel_interest::waiter> done_scratch_;

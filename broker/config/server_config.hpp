@@ -157,6 +157,7 @@ struct server_config {
   std::string cluster_advertise;
   std::uint32_t cluster_lease_ttl_s = 5;
   std::chrono::milliseconds cluster_interest_timeout{1000};
+  std::chrono::milliseconds cluster_forward_timeout{2000};
 
   // Where the settings came from, for SIGHUP (server::reload): the --config
   // file (empty = none: nothing to reload) and the whole command line it

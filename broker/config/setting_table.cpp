@@ -607,6 +607,12 @@ std::vector<setting> build() {
           .doc("how long a Subscribe waits for every other node to acknowledge its interest; a node silent longer "
                "is presumed down, the Subscribe answered, and the node sent the whole interest when it answers")
           .range({100}, {60'000}, count_of(&c::cluster_interest_timeout)));
+  add(duration("cluster-forward-timeout-ms", &c::cluster_forward_timeout,
+               "cluster mode: how long a request forwarded to another node waits for its answer")
+          .doc("how long a request this node forwards to another node (a send to a user whose gateway is "
+               "elsewhere, a route put confirmed by its partition's owner) waits for the answer; then it is "
+               "answered outcome_unknown (a send: it may or may not have been delivered) or unavailable (a put)")
+          .range({100}, {60'000}, count_of(&c::cluster_forward_timeout)));
 
   // Logs.
   add(text("log-level", &c::log_level, "trace, debug, info, warn, error, critical or off",

@@ -2,6 +2,7 @@
 
 #include "broker/requests/durable_pipeline.hpp"
 #include "broker/handlers/offer_handler.hpp"
+#include "broker/cluster/route_relay.hpp"
 #include "broker/tables/record_destination.hpp"
 #include "broker/requests/wire_error.hpp"
 #include "protocol/answer_budget.hpp"
@@ -132,7 +133,12 @@ void routing_handler::registry_put(peer& from, std::uint64_t rid, const wire::Re
       return;
     if (!owns(from, rid, "RegistryPut", routing_.entry_lease(key), fmt::format("registry key '{}'", key))) return;
   }
+  if (cluster_) {
+    // The key's partition owner must be in reach to confirm it.
+    if (cluster_->refuse_put(from, rid, key)) return;
+  }
   if (!routing_.put(key, value, m.lease_id(), milliseconds(m.ttl_ms()), from.owner())) return lease_gone(from, rid);
+  if (cluster_) return cluster_->confirm_put(from, rid, key, builder_.registry_entry(rid, fields(*routing_.get(key))));
   from.send(builder_.registry_entry(rid, fields(*routing_.get(key))));
 }
 
@@ -234,6 +240,7 @@ void routing_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
     return;
   }
 
+  if (cluster_) return cluster_->send(from, rid, keys, payload);
   auto& gateways = fanout_.gateway_scratch();
   const std::uint32_t routed = fanout_.send_to_users(keys, payload, nullptr, gateways, batch_lease_now_);
   // A send to one user that found no route is an error (send answers "no

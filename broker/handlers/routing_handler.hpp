@@ -27,6 +27,7 @@ namespace switchyard::broker {
 
 class durable_pipeline;
 class offer_handler;
+class route_relay;
 
 class routing_handler {
  public:
@@ -50,6 +51,11 @@ class routing_handler {
   // Sends that carry an expiry or offer fields go to `offers` (null: they
   // are answered unsupported_message).
   void use_offers(offer_handler* offers) noexcept { offers_ = offers; }
+  // Cluster mode (docs/cluster.md, "Routes and send-to-user"): puts are
+  // confirmed by the key's partition owner before they are answered, and
+  // sends without stream or offer fields go through `relay` (null: one
+  // node, as before).
+  void use_cluster(route_relay* relay) noexcept { cluster_ = relay; }
 
   // Cache hints before frames[i] is handled: a send's routing lookup misses
   // the cache twice (slot, then entry), so the slot is loaded two sends
@@ -86,6 +92,7 @@ class routing_handler {
   mutable mono_clock::time_point batch_lease_now_ = mono_clock::time_point::max();
   durable_pipeline* durable_;
   offer_handler* offers_ = nullptr;
+  route_relay* cluster_ = nullptr;
   protocol::frame_builder& builder_;
   std::shared_ptr<spdlog::logger> logger_;
 };

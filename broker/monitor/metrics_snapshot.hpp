@@ -65,6 +65,14 @@ struct metrics_snapshot {
   std::uint64_t cluster_interest_timeouts = 0;
   std::uint64_t cluster_dropped = 0;  // messages dropped: unknown sender or malformed
   std::size_t cluster_remote_patterns = 0;
+  std::uint64_t cluster_sends_forwarded = 0;  // SendForwards to other nodes
+  std::uint64_t cluster_outcome_unknown = 0;  // forwarded sends answered outcome_unknown
+  std::uint64_t cluster_unavailable = 0;      // requests answered unavailable
+  std::uint64_t cluster_puts_confirmed = 0;   // route puts confirmed by another node (their owner)
+  std::uint64_t cluster_rebuilt = 0;          // partitions whose route directory this node rebuilt
+  std::size_t cluster_directory_entries = 0;  // routes in this node's directory (its partitions)
+  std::size_t cluster_partitions_owned = 0;
+  std::size_t cluster_partitions_rebuilding = 0;
 
   // The sequence log (all zero without one).
   bool log_enabled = false;

@@ -23,6 +23,11 @@ void server::impl::join_cluster() {
   // so nothing the others send it once they see it is missed.
   bus->start();
   pubsub->use_cluster(bus.get());
+  route_relay_options ro;
+  ro.forward_timeout = config.cluster_forward_timeout;
+  relay = std::make_unique<route_relay>(
+      io, ro, *bus, routing, fan, [this] { return members && members->in_standing(); }, logger);
+  routing_requests->use_cluster(relay.get());
 
   const bool wildcard = config.listen_host == "0.0.0.0" || config.listen_host == "::" || config.listen_host == "[::]";
   if (config.cluster_advertise.empty() && wildcard)
@@ -38,12 +43,15 @@ void server::impl::join_cluster() {
   members = std::make_unique<membership>(io.get_executor(), std::move(mo), logger);
   auto view = members->join(
       [this](std::shared_ptr<const cluster_view> v) {
-        if (bus) bus->apply_view(std::move(v), members->incarnation());
+        if (!bus) return;
+        bus->apply_view(std::move(v), members->incarnation());
+        if (relay) relay->view_changed();
       },
       // Standing is read from the membership where it is needed (the
       // clock decides it); the loop has nothing to keep.
       [](bool) {});
   bus->apply_view(std::move(view), members->incarnation());
+  relay->view_changed();
   logger->info("cluster: node '{}' of '{}', {} member(s); advertised as {}", config.cluster_node_id,
                config.cluster_name, bus->view()->members.size(), members->options().advertise);
 }
@@ -51,6 +59,8 @@ void server::impl::join_cluster() {
 void server::impl::leave_cluster() {
   if (members) members->leave();
   if (pubsub) pubsub->use_cluster(nullptr);
+  if (routing_requests) routing_requests->use_cluster(nullptr);
+  relay.reset();
   if (bus) bus->stop();
 }
 
@@ -70,6 +80,17 @@ void server::impl::cluster_metrics(metrics_snapshot& m) const {
   m.cluster_interest_timeouts = s.interest_timeouts;
   m.cluster_dropped = s.dropped_unknown + s.dropped_malformed;
   m.cluster_remote_patterns = s.remote_patterns;
+  if (relay) {
+    const auto r = relay->counters();
+    m.cluster_sends_forwarded = r.sends_forwarded;
+    m.cluster_outcome_unknown = r.sends_unknown;
+    m.cluster_unavailable = r.unavailable;
+    m.cluster_puts_confirmed = r.puts_confirmed;
+    m.cluster_rebuilt = r.rebuilds;
+    m.cluster_directory_entries = r.directory_entries;
+    m.cluster_partitions_owned = r.partitions_held;
+    m.cluster_partitions_rebuilding = r.partitions_rebuilding;
+  }
 }
 
 }  // namespace switchyard::broker

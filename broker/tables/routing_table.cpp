@@ -67,6 +67,7 @@ std::optional<registry_view> routing_table::get(std::string_view key) const {
 }
 
 void routing_table::drop_entry(registry_entry* e) {
+  if (on_removed_) on_removed_(e->key);
   const lease_id own = e->own_lease() ? e->lease : 0;
   leases_.detach(*e);
   registry_.erase(e);
@@ -173,6 +174,7 @@ void routing_table::remove_lease(lease_id, lease_attachment* first) {
     lease_attachment* next = a->next;
     if (a->kind == static_cast<std::uint8_t>(attachment_kind::registry_entry)) {
       auto* e = static_cast<registry_entry*>(a);
+      if (on_removed_) on_removed_(e->key);
       // The lease is going away: its own-lease flag must not revoke it again.
       e->set_own_lease(false);
       leases_.detach(*e);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -119,6 +120,18 @@ class routing_table {
   // callback for revoke and expiry).
   void remove_lease(lease_id id, lease_attachment* first);
 
+  // Cluster mode: `f(key)` is called whenever an entry goes (erase, its
+  // lease expired or was revoked), before it goes; the key is borrowed for
+  // the call. f must not change the table.
+  void on_entry_removed(std::function<void(std::string_view key)> f) { on_removed_ = std::move(f); }
+  // Calls f(key) for every live entry, in no order. O(entries).
+  template <class F>
+  void for_each_live_key(F&& f) const {
+    registry_.for_each([&](const registry_entry& e) {
+      if (live(e)) f(std::string_view(e.key));
+    });
+  }
+
   std::size_t entries() const noexcept { return registry_.size(); }
   std::size_t inboxes() const noexcept { return inboxes_.size(); }
 
@@ -137,6 +150,7 @@ class routing_table {
   // Node-based, so an inbox stays put while it exists: entries cache its
   // address. Bumped whenever an inbox is erased, which voids every cache.
   std::unordered_map<std::string, inbox, string_hash, std::equal_to<>> inboxes_;
+  std::function<void(std::string_view)> on_removed_;
   std::uint64_t inbox_generation_ = 1;
   void erase_inbox(decltype(inboxes_)::iterator it);
   std::uint64_t revision_ = 0;

@@ -185,3 +185,20 @@ TEST_CASE("a delivery to an idle subscriber is written at once, one frame in one
   CHECK(after.frames_written - before.frames_written == 1);
   CHECK(after.write_waits == before.write_waits);  // nothing waited: the loop was idle
 }
+
+TEST_CASE("many async subscribes made from the caller's thread all complete while their answers arrive", "[e2e]") {
+  // The answers come back on the client's loop thread while the caller is
+  // still issuing subscribes: each one's timeout watchdog must be armed
+  // before its answer can cancel it (under ASan, the race corrupted the
+  // io_context's timer queue).
+  test::test_server server;
+  auto c = test::connect_to(server, "subscriber");
+  constexpr int patterns = 3000;
+  std::atomic<int> answered{0}, failed{0};
+  for (int i = 0; i < patterns; ++i)
+    c->async_subscribe(
+        "async.many." + std::to_string(i) + ".*", [](const message&) {},
+        [&](std::expected<subscription_id, std::error_code> r) { ++(r ? answered : failed); });
+  REQUIRE(test::wait_until([&] { return answered.load() + failed.load() == patterns; }, std::chrono::seconds(30)));
+  CHECK(failed.load() == 0);
+}

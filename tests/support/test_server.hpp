@@ -25,6 +25,8 @@ class test_server {
   std::uint16_t http_port() const noexcept { return server_->http_port(); }
   // Stops and waits for the loop thread to finish (idempotent).
   void stop();
+  // Not stopped yet (by stop(), or by itself).
+  bool running() const noexcept { return thread_.joinable() && !finished_; }
   // The server (its run()) ended by itself, e.g. after a drain: waits at
   // most `timeout` for that.
   bool wait_finished(std::chrono::milliseconds timeout);

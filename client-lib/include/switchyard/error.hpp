@@ -36,7 +36,9 @@ enum class errc {
   inbox_taken = 20,
   corrupted = 21,
   limit_exceeded = 22,
-  forbidden = 23,  // this principal may not do that (docs/security.md); the connection stays
+  forbidden = 23,        // this principal may not do that (docs/security.md); the connection stays
+  unavailable = 24,      // cluster mode: no owner in reach for this now (docs/cluster.md); retry
+  outcome_unknown = 25,  // cluster mode: forwarded, no answer in time; it may or may not have taken effect
 
   // Detected by the library.
   not_connected = 100,       // the connection is closed (or was never open)

@@ -6,6 +6,7 @@
 #include "cluster/etcd_client.hpp"
 #include "cluster/nats_link.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/cluster_fixture.hpp"
 #include "tests/support/etcd_process.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/nats_process.hpp"
@@ -18,40 +19,10 @@
 
 using namespace switchyard;
 using namespace std::chrono_literals;
+using test::cluster_fixture;
 using test::wait_until;
 
 namespace {
-
-// One etcd member, one nats-server (max_payload large enough for the
-// default --max-frame) and the nodes a test starts.
-struct cluster_fixture {
-  test::etcd_cluster etcd{1};
-  std::unique_ptr<test::nats_process> nats = std::make_unique<test::nats_process>("max_payload: 2MB");
-  std::string name = "t" + std::to_string(std::random_device{}());
-  std::map<std::string, std::unique_ptr<test::test_server>> nodes;
-
-  broker::server_config config(const std::string& id) const {
-    auto c = test::test_server::default_config();
-    c.cluster_node_id = id;
-    c.cluster_name = name;
-    c.cluster_etcd = etcd.endpoints();
-    c.cluster_nats = {nats->url()};
-    c.cluster_lease_ttl_s = 2;
-    c.cluster_interest_timeout = 3000ms;
-    return c;
-  }
-  test::test_server& start(const std::string& id) { return start(config(id)); }
-  test::test_server& start(broker::server_config c) {
-    const auto id = c.cluster_node_id;
-    auto& n = nodes[id] = std::make_unique<test::test_server>(std::move(c));
-    return *n;
-  }
-  test::test_server& node(const std::string& id) { return *nodes.at(id); }
-  // Every node sees `members` members and holds every other node's interest.
-  void converge(std::size_t members) {
-    for (auto& [id, n] : nodes) REQUIRE(wait_until([&] { return n->live_metrics().cluster_members == members; }));
-  }
-};
 
 std::string text(const message& m) { return {reinterpret_cast<const char*>(m.payload.data()), m.payload.size()}; }
 

@@ -568,6 +568,7 @@ TEST_CASE("server config reads cluster mode's settings, repeatable endpoints inc
   CHECK(cfg.cluster_nats == std::vector<std::string>{"nats://127.0.0.1:4222"});
   CHECK(cfg.cluster_lease_ttl_s == 7);
   CHECK(cfg.cluster_interest_timeout == 1000ms);
+  CHECK(cfg.cluster_forward_timeout == 2000ms);
 }
 
 TEST_CASE("server config refuses a cluster node id without etcd and NATS, or with characters outside a subject",

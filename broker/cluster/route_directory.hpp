@@ -1,0 +1,54 @@
+#pragma once
+// route_directory: what a partition owner knows of the routes in its
+// partitions (docs/cluster.md, "Routes and send-to-user"): route key ->
+// the incarnation of its home node, the node whose routing_table holds the
+// entry (and the gateway's lease and inbox). Nothing else: the value, the
+// lease and the inbox stay at the home node, which alone delivers, so a
+// stale directory can only make a send find no route, never reach another
+// gateway.
+//
+// Soft state, rebuilt from the home nodes when a partition changes hands
+// (route_relay). Memory: one entry per route key of the owned partitions
+// (the key plus about 60 bytes), at most the sum of the home nodes'
+// registries (each bounded by its --max-registry-entries).
+//
+// Loop thread only.
+
+#include "broker/cluster/partition_map.hpp"
+#include "broker/tables/string_hash.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace switchyard::broker {
+
+class route_directory {
+ public:
+  route_directory() : partitions_(partition_map::partition_count) {}
+
+  // `key` lives at the node of incarnation `home` (the last put wins).
+  void put(std::string_view key, std::uint32_t partition, std::int64_t home);
+  // `key` is gone from `home`: removed only if the directory still names
+  // that home (a later put from another home stands). True if removed.
+  bool remove(std::string_view key, std::uint32_t partition, std::int64_t home);
+  // The home's incarnation, or 0 when the directory has no entry.
+  std::int64_t find(std::string_view key, std::uint32_t partition) const;
+  // Forgets a partition (it changed hands).
+  void clear(std::uint32_t partition);
+  // Forgets every entry whose home `keep` refuses (a node left, or came
+  // back as a new incarnation); returns how many went. O(entries).
+  std::size_t drop_homes(const std::function<bool(std::int64_t home)>& keep);
+
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  using map = std::unordered_map<std::string, std::int64_t, string_hash, std::equal_to<>>;
+  std::vector<map> partitions_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace switchyard::broker

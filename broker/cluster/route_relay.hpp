@@ -1,0 +1,199 @@
+#pragma once
+// route_relay: routes and send-to-user across the nodes of a cluster
+// (docs/cluster.md, "Routes and send-to-user").
+//
+//   home   The node a gateway is connected to keeps everything bound to
+//          its lease as on one node (lease, inbox, registry entries in
+//          routing_table). Each put is written to the directory of the
+//          key's partition owner before the put is answered (RouteUpdate,
+//          answered by RouteAck); each entry that goes (delete, lease
+//          expiry or revoke) is removed there, in batches.
+//   owner  Keeps a route_directory of its partitions: key -> the home
+//          node's incarnation. A partition it gains starts empty and is
+//          rebuilt from every member (RouteRebuild, answered by
+//          RouteUpdate parts); until every member answered, sends and
+//          puts that need it are answered `unavailable`.
+//   send   At the node S the client sent to: the keys are grouped by
+//          owner; S -> owner (SendForward) -> home (SendForward, to_home),
+//          where fanout::send_to_users delivers as on one node; the home
+//          (and the owner, for what it delivered or could not look up)
+//          answers S (SendOutcome). S answers the client once every part
+//          is in, holding a peer ticket meanwhile (a Ping after it waits).
+//          No answer within the forward timeout: outcome_unknown.
+//
+// Out of standing in etcd, this node acts as an owner for nothing.
+// Batching: puts and removals to one owner go out once per loop turn, in
+// one RouteUpdate; a send is one SendForward per owner and per home.
+//
+// Memory a client or peer can make this node hold: one pending entry per
+// forwarded send and per unconfirmed put (each until answered or the
+// forward timeout), each holding its keys or its answer; the directory
+// (route_directory.hpp).
+//
+// Loop thread only.
+
+#include "broker/cluster/cluster_view.hpp"
+#include "broker/cluster/node_bus.hpp"
+#include "broker/cluster/route_directory.hpp"
+#include "broker/delivery/fanout.hpp"
+#include "broker/requests/peer.hpp"
+#include "broker/tables/routing_table.hpp"
+#include "common/asio.hpp"
+#include "protocol/frame_builder.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+namespace switchyard::broker::link {
+struct RouteUpdate;
+struct RouteAck;
+struct RouteRebuild;
+struct SendForward;
+struct SendOutcome;
+}  // namespace switchyard::broker::link
+
+namespace switchyard::broker {
+
+struct route_relay_options {
+  std::chrono::milliseconds forward_timeout{2000};
+  std::size_t part_bytes = 32u << 10;  // keys per RouteUpdate part (a rebuild's answer)
+};
+
+// For /metrics and cluster status.
+struct route_relay_counters {
+  std::uint64_t sends_forwarded = 0;  // SendForwards this node sent
+  std::uint64_t sends_unknown = 0;    // answered outcome_unknown
+  std::uint64_t unavailable = 0;      // requests answered unavailable
+  std::uint64_t puts_confirmed = 0;   // puts an owner confirmed (remote)
+  std::uint64_t rebuilds = 0;         // partitions this node rebuilt after gaining them
+  std::size_t directory_entries = 0;  // in this node's route_directory
+  std::size_t partitions_held = 0;    // owned by this node, in the view last applied
+  std::size_t partitions_rebuilding = 0;
+  std::size_t pending = 0;  // sends and puts waiting for another node
+};
+
+class route_relay {
+ public:
+  // Borrows everything for its lifetime. `in_standing` says whether this
+  // node may act as an owner now (membership::in_standing).
+  route_relay(asio::io_context& io, route_relay_options options, node_bus& bus, routing_table& routing, fanout& fan,
+              std::function<bool()> in_standing, std::shared_ptr<spdlog::logger> logger);
+  ~route_relay();
+  route_relay(const route_relay&) = delete;
+  route_relay& operator=(const route_relay&) = delete;
+
+  // The node_bus applied a new view: partitions gained are rebuilt, lost
+  // ones forgotten, the entries of homes gone dropped; after a
+  // re-registration (a new own incarnation), every local entry is written
+  // to its owner again.
+  void view_changed();
+
+  // Before a RegistryPut of `key`: answers it `unavailable` and returns
+  // true when it cannot be confirmed now (its partition has no owner, or
+  // is being rebuilt here, or this node owns it out of standing).
+  bool refuse_put(peer& from, std::uint64_t request_id, std::string_view key);
+  // After the local put of `key`: answers `answer` (the RegistryEntry,
+  // copied) on `from` once the key's owner has it in its directory: at
+  // once when that is this node; else when its RouteAck comes, or
+  // `unavailable` after the forward timeout or a refusal.
+  void confirm_put(peer& from, std::uint64_t request_id, std::string_view key, protocol::bytes_view answer);
+  // A Send without stream or offer fields, to `keys` (borrowed for the
+  // call): delivered wherever the keys' gateways are, answered on `from`
+  // as on one node (SendResult, or no_route for one key without a route)
+  // once every node involved answered.
+  void send(peer& from, std::uint64_t request_id, std::span<const std::string_view> keys, protocol::bytes_view payload);
+
+  route_relay_counters counters() const;
+
+ private:
+  struct pending_send;
+  struct put_batch;
+  struct rebuild;
+  using clock = std::chrono::steady_clock;
+
+  // Why a request that needs `key`'s owner cannot be served now, or nullopt.
+  std::optional<std::string> unavailable_for(std::string_view key) const;
+  // The owner of `partition` in the view when it is a member with that
+  // incarnation; nullptr when nobody holds it.
+  const cluster_member* owner_of(std::uint32_t partition) const;
+  // This node owns `partition`, in standing, and its directory is complete.
+  bool ready(std::uint32_t partition) const;
+  void removed(std::string_view key);
+  void on_message(remote_node& from, const link::LinkMessage& m);
+  void on_route_update(remote_node& from, const link::RouteUpdate& u);
+  void on_route_ack(remote_node& from, const link::RouteAck& a);
+  void on_rebuild(remote_node& from, const link::RouteRebuild& r);
+  void on_forward(remote_node& from, const link::SendForward& f);
+  void on_outcome(const link::SendOutcome& o);
+  // Delivers `keys` here (this node is their home) and tells the origin.
+  void deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
+                    protocol::bytes_view payload);
+  void apply_outcome(std::uint64_t ticket, std::uint32_t routed, std::span<const std::string_view> gateways,
+                     std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner);
+  void finish(std::uint64_t ticket);
+  // Sends a SendForward to `node`; false when it has no link.
+  bool forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
+               std::span<const std::string_view> keys, protocol::bytes_view payload, bool to_home);
+  void send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
+                    std::span<const std::string_view> gateways, std::uint32_t forwarded, std::uint32_t unavailable,
+                    bool from_owner);
+  // Keys this node is home of in `partitions` (all of them: empty) to
+  // `to`, in parts; rebuild_ticket != 0 marks them as a rebuild's answer.
+  void send_keys(std::string_view to, const std::vector<bool>* partitions, std::uint64_t rebuild_ticket);
+  void start_rebuild(std::vector<std::uint32_t> partitions);
+  void schedule_flush();
+  void flush();
+  // Sends `owner`'s batch now (it reached part_bytes, or the loop turn ends).
+  void flush_owner(const std::string& owner, put_batch& batch);
+  void arm_timer();
+  void on_timer();
+  const std::string& node_id_of(std::int64_t incarnation) const;
+
+  asio::io_context& io_;
+  route_relay_options options_;
+  node_bus& bus_;
+  routing_table& routing_;
+  fanout& fanout_;
+  std::function<bool()> in_standing_;
+  std::shared_ptr<spdlog::logger> logger_;
+  protocol::frame_builder answers_;
+
+  route_directory directory_;
+  // Per partition: the owner key revision this node holds it at (0: not
+  // held), and the rebuild ticket while its directory is incomplete.
+  std::vector<std::int64_t> held_;
+  std::vector<std::uint64_t> rebuilding_;
+  std::map<std::uint64_t, rebuild> rebuilds_;
+  std::int64_t incarnation_ = 0;
+  std::vector<cluster_member> members_;  // of the view last applied
+
+  std::uint64_t next_ticket_ = 0;
+  std::map<std::uint64_t, pending_send> sends_;
+  // Per owner node: puts and removals not sent yet, and the puts sent and
+  // waiting for their RouteAck (by ticket).
+  std::map<std::string, put_batch, std::less<>> outgoing_;
+  std::map<std::uint64_t, put_batch> unacked_;
+  bool flush_posted_ = false;
+  asio::steady_timer timer_;
+  bool timer_armed_ = false;
+  bool stopped_ = false;
+  // Cleared by the destructor: a posted flush or a timer handler that runs
+  // later finds it false and touches nothing.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::vector<std::string_view> key_scratch_;
+  std::vector<std::string_view> gateway_scratch_;
+  route_relay_counters counters_;
+};
+
+}  // namespace switchyard::broker

@@ -1,0 +1,255 @@
+// Routes and send-to-user across nodes (docs/cluster.md, "Routes and
+// send-to-user"): real etcd and nats-server processes, switchyard nodes on
+// loopback, real gateway and service clients.
+
+#include "broker/cluster/partition_map.hpp"
+#include "tests/support/clients.hpp"
+#include "tests/support/cluster_fixture.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+
+using namespace switchyard;
+using namespace std::chrono_literals;
+using test::cluster_fixture;
+using test::wait_until;
+
+namespace {
+
+std::string text(const inbox_message& m) { return {reinterpret_cast<const char*>(m.payload.data()), m.payload.size()}; }
+
+// A gateway on `node`: a lease, inbox `inbox`, and `users` route keys
+// user:<first>..user:<first + users - 1> put on it.
+struct gateway {
+  std::unique_ptr<client> c;
+  lease_id lease = 0;
+  std::string inbox;
+  test::collector<std::string> got;
+
+  gateway(test::test_server& node, std::string inbox_id, int first, int users, std::chrono::milliseconds ttl = 30s)
+      : inbox(std::move(inbox_id)) {
+    c = test::connect_to(node, "gateway");
+    auto l = c->lease_grant(ttl);
+    REQUIRE(l);
+    lease = l->id;
+    REQUIRE_FALSE(c->open_inbox(inbox, lease, [this](const inbox_message& m) { got.add(text(m)); }));
+    for (int i = first; i < first + users; ++i) {
+      auto put = c->registry_put("user:" + std::to_string(i), inbox, lease);
+      REQUIRE(put);
+    }
+  }
+};
+
+// The number of distinct partition owners the keys user:<0..n-1> have:
+// the test covers keys owned by every node, not only by the home.
+std::size_t owners_of_users(int n, const std::vector<std::string>& ids) {
+  broker::cluster_view v;
+  for (const auto& id : ids) {
+    broker::cluster_member m;
+    m.node_id = id;
+    v.members.push_back(m);
+  }
+  std::set<std::string> owners;
+  for (int i = 0; i < n; ++i)
+    owners.insert(
+        broker::partition_map::preferred_owner(v, broker::partition_map::partition_of("user:" + std::to_string(i)))
+            ->node_id);
+  return owners.size();
+}
+
+}  // namespace
+
+TEST_CASE("a service on one node sends to users whose gateway is on another node, and the gateway receives it",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.start("c");
+  f.converge(3);
+  f.settle();
+  constexpr int users = 60;
+  REQUIRE(owners_of_users(users, {"a", "b", "c"}) == 3);
+  gateway gw(f.node("a"), "gw-a", 0, users);
+  auto svc = test::connect_to(f.node("b"), "service");
+  for (int i = 0; i < users; ++i) {
+    auto sent = svc->send("user:" + std::to_string(i), "m" + std::to_string(i));
+    REQUIRE(sent);
+    CHECK(*sent == "gw-a");
+  }
+  REQUIRE(wait_until([&] { return gw.got.count == users; }));
+  const auto all = gw.got.snapshot();
+  for (int i = 0; i < users; ++i) CHECK(std::count(all.begin(), all.end(), "m" + std::to_string(i)) == 1);
+  // Routed across nodes: b forwarded, and a confirmed its puts with the owners.
+  CHECK(f.node("b").live_metrics().cluster_sends_forwarded > 0);
+  CHECK(f.node("a").live_metrics().cluster_puts_confirmed > 0);
+  // A user nobody put: no_route, as on one node.
+  auto none = svc->send("user:nobody", "x");
+  REQUIRE_FALSE(none);
+  CHECK(none.error() == errc::no_route);
+}
+
+TEST_CASE("a send to users on several nodes at once reaches each gateway once and counts every route",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.start("c");
+  f.converge(3);
+  f.settle();
+  gateway ga(f.node("a"), "gw-a", 0, 20);
+  gateway gc(f.node("c"), "gw-c", 20, 20);
+  auto svc = test::connect_to(f.node("b"), "service");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 40; ++i) keys.push_back("user:" + std::to_string(i));
+  keys.push_back("user:nobody");
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  const std::string payload = "room";
+  auto r = svc->send_many(views, std::as_bytes(std::span(payload.data(), payload.size())));
+  REQUIRE(r);
+  CHECK(r->routed == 40);
+  // One delivery per gateway (an inbox delivery names its users).
+  REQUIRE(wait_until([&] { return ga.got.count >= 1 && gc.got.count >= 1; }));
+  REQUIRE_FALSE(svc->flush());
+  CHECK(ga.got.count <= 3);  // at most once per owner node the keys passed through
+  CHECK(gc.got.count <= 3);
+}
+
+TEST_CASE("a user whose gateway moved to another node is reached there, never at the old gateway", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.start("c");
+  f.converge(3);
+  f.settle();
+  gateway old_gw(f.node("a"), "gw-a", 0, 10);
+  gateway new_gw(f.node("c"), "gw-c", 0, 10);  // the same users, put later
+  auto svc = test::connect_to(f.node("b"), "service");
+  for (int i = 0; i < 10; ++i) {
+    auto sent = svc->send("user:" + std::to_string(i), "moved");
+    REQUIRE(sent);
+    CHECK(*sent == "gw-c");
+  }
+  REQUIRE(wait_until([&] { return new_gw.got.count == 10; }));
+  // The old gateway's lease goes: its removals must not touch the new routes.
+  REQUIRE_FALSE(old_gw.c->lease_revoke(old_gw.lease));
+  REQUIRE_FALSE(svc->flush());
+  for (int i = 0; i < 10; ++i) CHECK(svc->send("user:" + std::to_string(i), "still"));
+  REQUIRE(wait_until([&] { return new_gw.got.count == 20; }));
+  CHECK(old_gw.got.count == 0);
+}
+
+TEST_CASE("routes whose lease ended leave their owners' directories, and sends to them find no route",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  f.settle();
+  const auto entries = [&] {
+    return f.node("a").live_metrics().cluster_directory_entries + f.node("b").live_metrics().cluster_directory_entries;
+  };
+  gateway gw(f.node("a"), "gw-a", 0, 50);
+  REQUIRE(entries() == 50);  // each put answered only once its owner had it
+  REQUIRE_FALSE(gw.c->lease_revoke(gw.lease));
+  REQUIRE(wait_until([&] { return entries() == 0; }));
+  auto svc = test::connect_to(f.node("b"), "service");
+  for (int i = 0; i < 50; ++i) {
+    auto sent = svc->send("user:" + std::to_string(i), "x");
+    REQUIRE_FALSE(sent);
+    CHECK(sent.error() == errc::no_route);
+  }
+}
+
+TEST_CASE("a node that joins rebuilds the directory of the partitions it takes from the home nodes", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  f.settle();
+  constexpr int users = 60;
+  gateway gw(f.node("a"), "gw-a", 0, users);
+  // c takes about a third of the partitions, some with routes in them.
+  f.start("c");
+  f.converge(3);
+  f.settle();
+  CHECK(f.node("c").live_metrics().cluster_rebuilt > 0);
+  CHECK(f.node("c").live_metrics().cluster_directory_entries > 0);
+  auto svc = test::connect_to(f.node("c"), "service");
+  for (int i = 0; i < users; ++i) {
+    auto sent = svc->send("user:" + std::to_string(i), "after");
+    REQUIRE(sent);
+  }
+  REQUIRE(wait_until([&] { return gw.got.count == users; }));
+}
+
+TEST_CASE("users of a stopped node's gateways are reachable again once the gateways put them on another node",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.start("c");
+  f.converge(3);
+  f.settle();
+  constexpr int users = 30;
+  {
+    gateway gw(f.node("a"), "gw-1", 0, users);
+    f.node("a").stop();  // its partitions move to b and c
+  }
+  f.converge(2);
+  f.settle();
+  gateway again(f.node("c"), "gw-1", 0, users);
+  auto svc = test::connect_to(f.node("b"), "service");
+  for (int i = 0; i < users; ++i) REQUIRE(svc->send("user:" + std::to_string(i), "back"));
+  REQUIRE(wait_until([&] { return again.got.count == users; }));
+}
+
+TEST_CASE("a forwarded send whose node does not answer in time is answered outcome_unknown", "[cluster][e2e]") {
+  cluster_fixture f;
+  for (const auto* id : {"a", "b"}) {
+    auto c = f.config(id);
+    c.cluster_lease_ttl_s = 10;  // the hold below must not cost a its membership
+    c.cluster_forward_timeout = 300ms;
+    f.start(c);
+  }
+  f.converge(2);
+  f.settle();
+  gateway gw(f.node("a"), "gw-a", 0, 20);
+  auto svc = test::connect_to(f.node("b"), "service");
+  {
+    auto hold = f.node("a").hold_loop();
+    // Every key's path goes through a (its owner or its home): no answer.
+    auto sent = svc->send("user:0", "x");
+    REQUIRE_FALSE(sent);
+    CHECK(sent.error() == errc::outcome_unknown);
+  }
+  CHECK(f.node("b").live_metrics().cluster_outcome_unknown == 1);
+  // a answers again: sends go through (the late outcome was ignored).
+  REQUIRE(wait_until([&] { return svc->send("user:1", "y").has_value(); }));
+}
+
+TEST_CASE("a node out of standing answers unavailable for the routes it owns, and serves them again after",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  auto& a = f.start("a");
+  f.converge(1);
+  f.settle();
+  gateway gw(a, "gw-a", 0, 5);
+  auto svc = test::connect_to(a, "service");
+  REQUIRE(svc->send("user:0", "before"));
+  f.etcd.kill(0);
+  REQUIRE(wait_until([&] { return !a.live_metrics().cluster_in_standing; }, 5s));
+  // It owns every partition, but cannot trust its ownership now.
+  auto put = gw.c->registry_put("user:9", "gw-a", gw.lease);
+  REQUIRE_FALSE(put);
+  CHECK(put.error() == errc::unavailable);
+  auto sent = svc->send("user:0", "during");
+  REQUIRE_FALSE(sent);
+  CHECK(sent.error() == errc::unavailable);
+  CHECK(a.live_metrics().cluster_unavailable == 2);
+  f.etcd.restart(0);
+  REQUIRE(wait_until([&] { return a.live_metrics().cluster_in_standing; }, 10s));
+  REQUIRE(wait_until([&] { return svc->send("user:0", "after").has_value(); }));
+  CHECK(gw.c->registry_put("user:9", "gw-a", gw.lease));
+}

@@ -1,0 +1,69 @@
+#pragma once
+// A cluster for end-to-end tests: one etcd member, one nats-server
+// (max_payload large enough for the default --max-frame) and the
+// switchyard nodes a test starts, in this process, on 127.0.0.1 port 0.
+
+#include "tests/support/etcd_process.hpp"
+#include "tests/support/nats_process.hpp"
+#include "tests/support/test_server.hpp"
+#include "tests/support/wait.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+
+namespace switchyard::test {
+
+// One etcd member, one nats-server (max_payload large enough for the
+// default --max-frame) and the nodes a test starts.
+struct cluster_fixture {
+  test::etcd_cluster etcd{1};
+  std::unique_ptr<test::nats_process> nats = std::make_unique<test::nats_process>("max_payload: 2MB");
+  std::string name = "t" + std::to_string(std::random_device{}());
+  std::map<std::string, std::unique_ptr<test::test_server>> nodes;
+
+  broker::server_config config(const std::string& id) const {
+    auto c = test::test_server::default_config();
+    c.cluster_node_id = id;
+    c.cluster_name = name;
+    c.cluster_etcd = etcd.endpoints();
+    c.cluster_nats = {nats->url()};
+    c.cluster_lease_ttl_s = 2;
+    c.cluster_interest_timeout = std::chrono::milliseconds(3000);
+    return c;
+  }
+  test::test_server& start(const std::string& id) { return start(config(id)); }
+  test::test_server& start(broker::server_config c) {
+    const auto id = c.cluster_node_id;
+    auto& n = nodes[id] = std::make_unique<test::test_server>(std::move(c));
+    return *n;
+  }
+  test::test_server& node(const std::string& id) { return *nodes.at(id); }
+  // Every running node sees `members` members.
+  void converge(std::size_t members) {
+    for (auto& [id, n] : nodes)
+      if (n->running()) REQUIRE(test::wait_until([&] { return n->live_metrics().cluster_members == members; }));
+  }
+  // Every partition has an owner among the running nodes, with its route
+  // directory complete.
+  void settle() {
+    REQUIRE(test::wait_until(
+        [&] {
+          std::size_t owned = 0;
+          for (auto& [id, n] : nodes) {
+            if (!n->running()) continue;
+            const auto m = n->live_metrics();
+            if (m.cluster_partitions_rebuilding != 0) return false;
+            owned += m.cluster_partitions_owned;
+          }
+          return owned == 1024;
+        },
+        std::chrono::seconds(20)));
+  }
+};
+
+}  // namespace switchyard::test
