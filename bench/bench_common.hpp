@@ -232,8 +232,8 @@ struct target {
   // cleanup.cpp). Without --address the prefix is empty and nothing is
   // removed: the broker goes with its data folder.
   bool remote = false;
-  // Where the subscribers of fanout / latency connect (--sub-address; 0:
-  // host and port above).
+  // Where the subscribers of fanout / latency and the gateways of route
+  // connect (--sub-address; 0: host and port above).
   std::string sub_host;
   std::uint16_t sub_port = 0;
   std::string prefix;

@@ -16,6 +16,7 @@ gateway_fleet::~gateway_fleet() {
 std::string gateway_fleet::start(int count, const handler_for& handler, const options_tweak& tweak) {
   for (int g = 0; g < count; ++g) {
     auto o = options_for(t_, fmt::format("bench-gw-{}", g));
+    if (t_.sub_port != 0) o.host = t_.sub_host, o.port = t_.sub_port;  // route --sub-address
     if (tweak) tweak(o);
     auto c = client::connect(o, loops_[static_cast<std::size_t>(g) % loops_.size()]);
     if (!c) return "gateway connect: " + c.error().message();

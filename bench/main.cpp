@@ -397,6 +397,9 @@ int main(int argc, char** argv) {
   auto* route =
       app.add_subcommand("route", "send-to-user: U users across G gateways, one service sending to random users");
   route->add_option("--users", s.users, "registered users")->check(CLI::Range(1L, 10'000'000L))->capture_default_str();
+  route->add_option("--sub-address", s.sub_address,
+                    "the gateways connect to this host:port (another node of a cluster: docs/cluster.md), the "
+                    "service to --address; needs --address");
   route->add_option("--gateways", s.gateways, "gateways (inboxes)")
       ->check(CLI::Range(1, 10'000))
       ->capture_default_str();

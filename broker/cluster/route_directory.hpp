@@ -9,7 +9,7 @@
 //
 // Soft state, rebuilt from the home nodes when a partition changes hands
 // (route_relay). Memory: one entry per route key of the owned partitions
-// (the key plus about 60 bytes), at most the sum of the home nodes'
+// (the key and its principal's name plus about 90 bytes), at most the sum of the home nodes'
 // registries (each bounded by its --max-registry-entries).
 //
 // Loop thread only.
@@ -30,13 +30,16 @@ class route_directory {
  public:
   route_directory() : partitions_(partition_map::partition_count) {}
 
-  // `key` lives at the node of incarnation `home` (the last put wins).
-  void put(std::string_view key, std::uint32_t partition, std::int64_t home);
+  // `key` lives at the node of incarnation `home` (the last put wins), put
+  // there by `principal` ("" without an auth file, or an admin).
+  void put(std::string_view key, std::uint32_t partition, std::int64_t home, std::string_view principal = {});
   // `key` is gone from `home`: removed only if the directory still names
   // that home (a later put from another home stands). True if removed.
   bool remove(std::string_view key, std::uint32_t partition, std::int64_t home);
   // The home's incarnation, or 0 when the directory has no entry.
   std::int64_t find(std::string_view key, std::uint32_t partition) const;
+  // The principal that put it ("" also when there is no entry).
+  std::string_view principal(std::string_view key, std::uint32_t partition) const;
   // Forgets a partition (it changed hands).
   void clear(std::uint32_t partition);
   // Forgets every entry whose home `keep` refuses (a node left, or came
@@ -46,7 +49,11 @@ class route_directory {
   std::size_t size() const noexcept { return size_; }
 
  private:
-  using map = std::unordered_map<std::string, std::int64_t, string_hash, std::equal_to<>>;
+  struct entry {
+    std::int64_t home = 0;
+    std::string principal;
+  };
+  using map = std::unordered_map<std::string, entry, string_hash, std::equal_to<>>;
   std::vector<map> partitions_;
   std::size_t size_ = 0;
 };

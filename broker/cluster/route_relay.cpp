@@ -35,6 +35,16 @@ flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>
 }
 }  // namespace
 
+// Keys of one Send bound for one node, with their places in the Send.
+struct route_relay::key_group {
+  std::vector<std::string_view> keys;
+  std::vector<std::uint32_t> indices;
+  void add(std::string_view key, std::uint32_t index) {
+    keys.push_back(key);
+    indices.push_back(index);
+  }
+};
+
 // A send waiting for other nodes: answered once the owners it asked have
 // answered and every home they named has.
 struct route_relay::pending_send {
@@ -48,8 +58,8 @@ struct route_relay::pending_send {
   std::uint32_t homes_answered = 0;
   std::uint32_t routed = 0;
   std::uint32_t unavailable = 0;
-  std::vector<std::string> gateways;
-  std::vector<std::string> asked;  // the nodes asked (an outcome_unknown names them)
+  std::vector<std::string> gateways;  // per key of the Send, in order ("" = no route)
+  std::vector<std::string> asked;     // the nodes asked (an outcome_unknown names them)
   clock::time_point deadline;
 };
 
@@ -65,6 +75,7 @@ struct route_relay::put_batch {
   };
   std::string owner;
   std::vector<std::string> puts;
+  std::vector<std::string> principals;  // per put
   std::vector<std::string> removes;
   std::vector<waiter> waiters;
   std::size_t bytes = 0;  // of puts and removes, about
@@ -73,8 +84,18 @@ struct route_relay::put_batch {
 
 // A partition set being rebuilt: the members that have not answered yet.
 struct route_relay::rebuild {
-  std::vector<std::uint32_t> partitions;
-  std::vector<std::string> waiting;
+  struct member {
+    std::string node_id;
+    std::uint32_t next_part = 0;
+    bool broken = false;  // a part of its answer went missing
+  };
+  std::vector<std::uint32_t> partitions;  // ascending
+  std::vector<member> waiting;
+  // Blocking: the partitions were just gained and answer unavailable until
+  // it completes. Not blocking: a member that joined or came back as a new
+  // incarnation is asked for its routes in the partitions held (served
+  // meanwhile).
+  bool blocking = true;
   clock::time_point sent_at;
 };
 
@@ -95,6 +116,25 @@ route_relay::route_relay(asio::io_context& io, route_relay_options options, node
 }
 
 route_relay::~route_relay() {
+  // What still waits for another node is answered: the node leaves the
+  // cluster (it stops), and a Ping after these must not hang.
+  for (auto& [ticket, snd] : sends_)
+    if (auto p = snd.who.lock(); p && !p->closed()) {
+      p->send_error(snd.request_id, errc::outcome_unknown,
+                    "this node left the cluster before the other nodes answered: the message may or may not have "
+                    "been delivered");
+      p->close_ticket(snd.peer_ticket);
+    }
+  const auto unconfirmed = [](put_batch& batch) {
+    for (auto& w : batch.waiters)
+      if (auto p = w.who.lock(); p && !p->closed()) {
+        p->send_error(w.request_id, errc::unavailable,
+                      "this node left the cluster before route key '" + w.key + "' was confirmed");
+        p->close_ticket(w.peer_ticket);
+      }
+  };
+  for (auto& [ticket, batch] : unacked_) unconfirmed(batch);
+  for (auto& [owner, batch] : outgoing_) unconfirmed(batch);
   *alive_ = false;
   stopped_ = true;
   timer_.cancel();
@@ -132,6 +172,7 @@ void route_relay::view_changed() {
                                            [](const cluster_member& a, const cluster_member& b) {
                                              return a.node_id == b.node_id && a.incarnation == b.incarnation;
                                            });
+  std::vector<cluster_member> previous = std::move(members_);
   members_ = view->members;
   // Ownership: what this node holds now, at which revision.
   std::vector<std::uint32_t> gained;
@@ -151,9 +192,20 @@ void route_relay::view_changed() {
     // The entries of homes no longer in the view (gone, or a new
     // incarnation that writes its entries afresh).
     directory_.drop_homes([this](std::int64_t home) { return !node_id_of(home).empty(); });
-    // A rebuild no longer waits for a member that left.
+    // A rebuild no longer waits for a member that left; one that came back
+    // as a new incarnation is asked again.
     for (auto it = rebuilds_.begin(); it != rebuilds_.end();) {
-      std::erase_if(it->second.waiting, [&](const std::string& id) { return view->find(id) == nullptr; });
+      std::erase_if(it->second.waiting, [&](const rebuild::member& w) { return view->find(w.node_id) == nullptr; });
+      for (auto& w : it->second.waiting) {
+        const auto* m = view->find(w.node_id);
+        const bool same = std::any_of(previous.begin(), previous.end(), [&](const cluster_member& o) {
+          return o.node_id == m->node_id && o.incarnation == m->incarnation;
+        });
+        if (same) continue;
+        w.next_part = 0;
+        w.broken = false;
+        ask_rebuild(w.node_id, it->first, it->second.partitions);
+      }
       if (it->second.waiting.empty()) {
         for (const auto p : it->second.partitions)
           if (rebuilding_[p] == it->first) rebuilding_[p] = 0;
@@ -180,41 +232,56 @@ void route_relay::view_changed() {
       }
     }
   }
-  if (!gained.empty()) start_rebuild(std::move(gained));
-  if (restarted) {
-    // A new incarnation: the owners dropped what the old one wrote.
-    logger_->info("cluster: writing this node's routes to their owners again (new incarnation)");
-    std::vector<bool> all;  // empty: every partition
+  std::vector<std::string> everyone;
+  for (const auto& m : members_) everyone.push_back(m.node_id);
+  start_rebuild(std::move(gained), everyone, true);
+  // Members that joined or came back as a new incarnation (their old
+  // entries were dropped above): asked for their routes in the partitions
+  // this node kept. After this node's own re-registration, every member is
+  // new to it, and each of them asks it likewise.
+  if (!previous.empty() || restarted) {
+    std::vector<std::string> fresh;
     for (const auto& m : members_)
-      if (m.node_id != bus_.node_id()) send_keys(m.node_id, &all, 0);
+      if (m.node_id != bus_.node_id() && std::none_of(previous.begin(), previous.end(), [&](const cluster_member& o) {
+            return o.node_id == m.node_id && o.incarnation == m.incarnation;
+          }))
+        fresh.push_back(m.node_id);
+    std::vector<std::uint32_t> kept;
+    for (std::uint32_t p = 0; p < partition_map::partition_count; ++p)
+      if (held_[p] != 0 && rebuilding_[p] == 0) kept.push_back(p);
+    if (!fresh.empty()) start_rebuild(std::move(kept), fresh, false);
   }
   arm_timer();
 }
 
-void route_relay::start_rebuild(std::vector<std::uint32_t> partitions) {
+void route_relay::start_rebuild(std::vector<std::uint32_t> partitions, const std::vector<std::string>& from,
+                                bool blocking) {
+  if (partitions.empty()) return;
   const auto ticket = ++next_ticket_;
-  counters_.rebuilds += partitions.size();
-  // This node's own keys in them: at once.
-  routing_.for_each_live_key([&](std::string_view key) {
-    const auto p = partition_map::partition_of(key);
-    if (held_[p] != 0 && std::binary_search(partitions.begin(), partitions.end(), p))
-      directory_.put(key, p, incarnation_);
-  });
   rebuild r;
-  r.partitions = partitions;
-  for (const auto& m : members_)
-    if (m.node_id != bus_.node_id()) r.waiting.push_back(m.node_id);
-  if (r.waiting.empty()) return;  // alone: complete
-  for (const auto p : partitions) rebuilding_[p] = ticket;
-  r.sent_at = clock::now();
-  logger_->info("cluster: rebuilding the route directory of {} partition(s) from {} node(s)", partitions.size(),
-                r.waiting.size());
-  for (const auto& id : r.waiting) {
-    auto& b = bus_.link_builder();
-    b.Clear();
-    bus_.send_body(id, link::Body::RouteRebuild,
-                   link::CreateRouteRebuild(b, b.CreateVector(partitions), ticket).Union());
+  r.partitions = std::move(partitions);
+  r.blocking = blocking;
+  if (blocking) {
+    counters_.rebuilds += r.partitions.size();
+    // This node's own keys in them: at once.
+    routing_.for_each_live_key([&](std::string_view key) {
+      const auto p = partition_map::partition_of(key);
+      if (held_[p] != 0 && std::binary_search(r.partitions.begin(), r.partitions.end(), p)) {
+        const auto by = put_by_.find(key);
+        directory_.put(key, p, incarnation_, by == put_by_.end() ? std::string_view() : std::string_view(by->second));
+      }
+    });
   }
+  for (const auto& id : from)
+    if (id != bus_.node_id()) r.waiting.push_back({id});
+  if (r.waiting.empty()) return;  // alone: complete
+  if (blocking) {
+    for (const auto p : r.partitions) rebuilding_[p] = ticket;
+    logger_->info("cluster: rebuilding the route directory of {} partition(s) from {} node(s)", r.partitions.size(),
+                  r.waiting.size());
+  }
+  r.sent_at = clock::now();
+  for (const auto& w : r.waiting) ask_rebuild(w.node_id, ticket, r.partitions);
   rebuilds_.emplace(ticket, std::move(r));
 }
 
@@ -230,6 +297,22 @@ std::optional<std::string> route_relay::unavailable_for(std::string_view key) co
   return std::nullopt;
 }
 
+bool route_relay::taken_elsewhere(std::string_view key, std::uint32_t partition, std::int64_t home,
+                                  std::string_view principal) const {
+  // Ownership (docs/security.md): a principal may not take over a route
+  // another principal holds on another live node; an admin ("") may.
+  if (principal.empty()) return false;
+  const auto current = directory_.find(key, partition);
+  if (current == 0 || current == home || node_id_of(current).empty()) return false;
+  return directory_.principal(key, partition) != principal;
+}
+
+void route_relay::refuse_taken(peer& from, std::uint64_t rid, std::string_view key) {
+  routing_.erase(key);  // the local put is undone
+  from.send_forbidden(rid, "RegistryPut", "registry key '" + std::string(key) + "'",
+                      "it belongs to another principal (on another node)");
+}
+
 bool route_relay::refuse_put(peer& from, std::uint64_t rid, std::string_view key) {
   auto why = unavailable_for(key);
   if (!why) return false;
@@ -238,11 +321,17 @@ bool route_relay::refuse_put(peer& from, std::uint64_t rid, std::string_view key
   return true;
 }
 
-void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view key, protocol::bytes_view answer) {
+void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view key, std::string_view principal,
+                              protocol::bytes_view answer) {
   const auto p = partition_map::partition_of(key);
   const auto* owner = owner_of(p);
+  if (principal.empty())
+    put_by_.erase(std::string(key));
+  else
+    put_by_.insert_or_assign(std::string(key), std::string(principal));
   if (owner && owner->node_id == bus_.node_id() && ready(p)) {
-    directory_.put(key, p, incarnation_);
+    if (taken_elsewhere(key, p, incarnation_, principal)) return refuse_taken(from, rid, key);
+    directory_.put(key, p, incarnation_, principal);
     from.send(answer);
     return;
   }
@@ -254,6 +343,7 @@ void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view ke
   batch.owner = owner->node_id;
   std::erase(batch.removes, key);
   batch.puts.emplace_back(key);
+  batch.principals.emplace_back(principal);
   batch.waiters.push_back({from.weak_peer(), rid, from.open_ticket(), std::string(key),
                            std::vector<std::uint8_t>(answer.begin(), answer.end())});
   batch.bytes += key.size() + 8;
@@ -262,6 +352,7 @@ void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view ke
 }
 
 void route_relay::removed(std::string_view key) {
+  if (!put_by_.empty()) put_by_.erase(std::string(key));
   const auto p = partition_map::partition_of(key);
   const auto* owner = owner_of(p);
   if (!owner) return;  // whoever gets the partition rebuilds it from the home tables
@@ -271,7 +362,14 @@ void route_relay::removed(std::string_view key) {
   }
   auto& batch = outgoing_[owner->node_id];
   batch.owner = owner->node_id;
-  std::erase(batch.puts, key);
+  for (std::size_t i = 0; i < batch.puts.size();) {
+    if (batch.puts[i] == key) {
+      batch.puts.erase(batch.puts.begin() + static_cast<std::ptrdiff_t>(i));
+      batch.principals.erase(batch.principals.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
   batch.removes.emplace_back(key);
   batch.bytes += key.size() + 8;
   if (batch.bytes >= options_.part_bytes) return flush_owner(owner->node_id, batch);
@@ -303,9 +401,11 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
     b.Clear();
     const auto puts = strings(b, batch.puts);
     const auto removes = strings(b, batch.removes);
-    const bool sent =
-        bus_.send_body(owner, link::Body::RouteUpdate, link::CreateRouteUpdate(b, puts, removes, ticket).Union());
+    const auto principals = strings(b, batch.principals);
+    const bool sent = bus_.send_body(owner, link::Body::RouteUpdate,
+                                     link::CreateRouteUpdate(b, puts, removes, ticket, 0, true, 0, principals).Union());
     batch.puts.clear();
+    batch.principals.clear();
     batch.removes.clear();
     batch.bytes = 0;
     if (ticket == 0) return;
@@ -333,13 +433,16 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
 
 void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::string_view> keys,
                        protocol::bytes_view payload) {
-  // Group the keys: delivered here, by home node (this node owns their
-  // partition), by owner node; or unavailable.
-  std::map<std::string_view, std::vector<std::string_view>> homes, owners;
+  // Group the keys (with their places in the Send): delivered here, by
+  // home node (this node owns their partition), by owner node; or
+  // unavailable.
+  std::map<std::string_view, key_group> homes, owners;
   auto& here = key_scratch_;
   here.clear();
+  here_index_.clear();
   std::uint32_t unavailable = 0;
-  for (const auto key : keys) {
+  for (std::uint32_t i = 0; i < keys.size(); ++i) {
+    const auto key = keys[i];
     const auto p = partition_map::partition_of(key);
     const auto* owner = owner_of(p);
     if (!owner) {
@@ -347,7 +450,7 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
       continue;
     }
     if (owner->node_id != bus_.node_id()) {
-      owners[owner->node_id].push_back(key);
+      owners[owner->node_id].add(key, i);
       continue;
     }
     if (!ready(p)) {
@@ -356,17 +459,20 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
     }
     const auto home = directory_.find(key, p);
     if (home == 0) continue;  // no route
-    if (home == incarnation_)
+    if (home == incarnation_) {
       here.push_back(key);
-    else if (const auto& id = node_id_of(home); !id.empty())
-      homes[id].push_back(key);
+      here_index_.push_back(i);
+    } else if (const auto& id = node_id_of(home); !id.empty()) {
+      homes[id].add(key, i);
+    }
   }
   std::uint32_t routed = 0;
   auto& gateways = gateway_scratch_;
   gateways.clear();
   if (!here.empty()) routed = fanout_.send_to_users(here, payload, nullptr, gateways);
   if (homes.empty() && owners.empty()) {
-    // Everything decided here: answered as on one node.
+    // Everything decided here: answered as on one node (a gateway per key,
+    // in order).
     if (keys.size() == 1 && routed == 0) {
       if (unavailable != 0) {
         ++counters_.unavailable;
@@ -375,8 +481,19 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
       }
       return from.send_error(rid, errc::no_route, "no route for " + std::string(keys[0]));
     }
-    if (rid != 0) from.send(answers_.send_result(rid, gateways, routed));
+    if (rid != 0) {
+      answer_scratch_.assign(keys.size(), std::string_view());
+      for (std::size_t j = 0; j < here_index_.size() && j < gateways.size(); ++j)
+        answer_scratch_[here_index_[j]] = gateways[j];
+      from.send(answers_.send_result(rid, answer_scratch_, routed));
+    }
     return;
+  }
+  if (sends_.size() >= max_pending_sends) {
+    ++counters_.unavailable;
+    return from.send_error(
+        rid, errc::unavailable,
+        fmt::format("this node has {} sends waiting for other nodes (its limit): retry", max_pending_sends));
   }
   const auto ticket = ++next_ticket_;
   pending_send s;
@@ -387,21 +504,24 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
   s.keys = keys.size();
   s.routed = routed;
   s.unavailable = unavailable;
-  for (const auto g : gateways) s.gateways.emplace_back(g);
+  s.gateways.assign(keys.size(), std::string());
+  for (std::size_t j = 0; j < here_index_.size() && j < gateways.size(); ++j) s.gateways[here_index_[j]] = gateways[j];
   s.deadline = clock::now() + options_.forward_timeout;
   const auto origin = bus_.node_id();
-  for (const auto& [node, ks] : owners) {
-    if (forward(node, origin, ticket, ks, payload, false)) {
+  for (const auto& [node, g] : owners) {
+    if (forward(node, origin, ticket, g.keys, g.indices, payload, false)) {
       ++s.owners_waited;
       s.asked.emplace_back(node);
     } else {
-      s.unavailable += static_cast<std::uint32_t>(ks.size());
+      s.unavailable += static_cast<std::uint32_t>(g.keys.size());
     }
   }
-  for (const auto& [node, ks] : homes) {
-    if (forward(node, origin, ticket, ks, payload, true)) {
+  for (const auto& [node, g] : homes) {
+    if (forward(node, origin, ticket, g.keys, g.indices, payload, true)) {
       ++s.homes_expected;
       s.asked.emplace_back(node);
+    } else {
+      s.unavailable += static_cast<std::uint32_t>(g.keys.size());
     }
   }
   sends_.emplace(ticket, std::move(s));
@@ -410,26 +530,29 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
 }
 
 bool route_relay::forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
-                          std::span<const std::string_view> keys, protocol::bytes_view payload, bool to_home) {
+                          std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
+                          protocol::bytes_view payload, bool to_home) {
   auto& b = bus_.link_builder();
   b.Clear();
   const auto o = b.CreateString(origin.data(), origin.size());
   const auto k = strings(b, keys);
   const auto bytes = b.CreateVector(payload.data(), payload.size());
+  const auto idx = b.CreateVector(indices.data(), indices.size());
   const bool sent = bus_.send_body(node, link::Body::SendForward,
-                                   link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home).Union());
+                                   link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx).Union());
   if (sent) ++counters_.sends_forwarded;
   return sent;
 }
 
 void route_relay::send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
-                               std::span<const std::string_view> gateways, std::uint32_t forwarded,
-                               std::uint32_t unavailable, bool from_owner) {
+                               std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
+                               std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner) {
   auto& b = bus_.link_builder();
   b.Clear();
   const auto g = strings(b, gateways);
+  const auto idx = b.CreateVector(indices.data(), indices.size());
   bus_.send_body(to, link::Body::SendOutcome,
-                 link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner).Union());
+                 link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx).Union());
 }
 
 void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {
@@ -456,16 +579,26 @@ void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {
 
 void route_relay::on_route_update(remote_node& from, const link::RouteUpdate& u) {
   const auto home = from.member().incarnation;
-  std::vector<std::string> refused;
+  const bool live = u.ticket() != 0;  // a put waiting for its answer (else a rebuild's answer or a removal)
+  std::vector<std::string> refused, forbidden;
+  const auto* principals = u.principals();
   if (const auto* puts = u.put())
-    for (const auto* s : *puts) {
-      const auto key = s->string_view();
+    for (std::uint32_t i = 0; i < puts->size(); ++i) {
+      const auto key = puts->Get(i)->string_view();
       if (key.empty() || key.size() > max_key_bytes) continue;
+      const std::string_view principal =
+          principals && i < principals->size() ? principals->Get(i)->string_view() : std::string_view();
       const auto p = partition_map::partition_of(key);
-      if (held_[p] != 0 && in_standing_())
-        directory_.put(key, p, home);
-      else if (u.ticket() != 0)
-        refused.emplace_back(key);
+      // A live put is confirmed only by an owner in standing; what the
+      // homes tell a rebuild is taken whenever the partition is held (it
+      // serves only once in standing again: ready()).
+      if (held_[p] == 0 || (live && !in_standing_())) {
+        if (live) refused.emplace_back(key);
+      } else if (live && taken_elsewhere(key, p, home, principal)) {
+        forbidden.emplace_back(key);
+      } else {
+        directory_.put(key, p, home, principal);
+      }
     }
   if (const auto* removes = u.removed())
     for (const auto* s : *removes) {
@@ -473,35 +606,74 @@ void route_relay::on_route_update(remote_node& from, const link::RouteUpdate& u)
       const auto p = partition_map::partition_of(key);
       if (held_[p] != 0) directory_.remove(key, p, home);
     }
-  if (u.ticket() != 0) {
+  if (live) {
     auto& b = bus_.link_builder();
     b.Clear();
     const auto r = strings(b, refused);
-    bus_.send_body(from.member().node_id, link::Body::RouteAck, link::CreateRouteAck(b, u.ticket(), r).Union());
+    const auto fb = strings(b, forbidden);
+    bus_.send_body(from.member().node_id, link::Body::RouteAck, link::CreateRouteAck(b, u.ticket(), r, fb).Union());
   }
-  if (u.rebuild() != 0 && u.last()) {
-    const auto it = rebuilds_.find(u.rebuild());
-    if (it == rebuilds_.end()) return;
-    std::erase(it->second.waiting, from.member().node_id);
-    if (!it->second.waiting.empty()) return;
-    std::size_t done = 0;
-    for (const auto p : it->second.partitions)
-      if (rebuilding_[p] == it->first) {
-        rebuilding_[p] = 0;
-        ++done;
-      }
+  if (u.rebuild() != 0) rebuild_part(from.member().node_id, u.rebuild(), u.part(), u.last());
+}
+
+void route_relay::rebuild_part(const std::string& member, std::uint64_t ticket, std::uint32_t part, bool last) {
+  const auto it = rebuilds_.find(ticket);
+  if (it == rebuilds_.end()) return;
+  auto& r = it->second;
+  const auto w = std::find_if(r.waiting.begin(), r.waiting.end(), [&](const auto& x) { return x.node_id == member; });
+  if (w == r.waiting.end()) return;
+  // Parts come in order on the link; one missing (lost in transit) spoils
+  // this answer: the member is asked again once its last part is in.
+  if (!w->broken && part != w->next_part) w->broken = true;
+  ++w->next_part;
+  if (!last) return;
+  if (w->broken) {
+    logger_->info("cluster: parts of node '{}''s routes were lost in transit; asking again", member);
+    w->next_part = 0;
+    w->broken = false;
+    ask_rebuild(member, ticket, r.partitions);
+    return;
+  }
+  r.waiting.erase(w);
+  if (!r.waiting.empty()) return;
+  std::size_t done = 0;
+  for (const auto p : r.partitions)
+    if (rebuilding_[p] == ticket) {
+      rebuilding_[p] = 0;
+      ++done;
+    }
+  if (r.blocking)
     logger_->info("cluster: route directory of {} partition(s) rebuilt ({} entries held)", done, directory_.size());
-    rebuilds_.erase(it);
-  }
+  rebuilds_.erase(it);
+}
+
+void route_relay::ask_rebuild(const std::string& member, std::uint64_t ticket,
+                              const std::vector<std::uint32_t>& partitions) {
+  auto& b = bus_.link_builder();
+  b.Clear();
+  bus_.send_body(member, link::Body::RouteRebuild,
+                 link::CreateRouteRebuild(b, b.CreateVector(partitions), ticket).Union());
 }
 
 void route_relay::on_route_ack(remote_node& from, const link::RouteAck& a) {
   const auto it = unacked_.find(a.ticket());
   if (it == unacked_.end() || it->second.owner != from.member().node_id) return;
-  std::vector<std::string_view> refused;
+  std::vector<std::string_view> refused, forbidden;
   if (const auto* r = a.refused())
     for (const auto* s : *r) refused.push_back(s->string_view());
+  if (const auto* f = a.forbidden())
+    for (const auto* s : *f) forbidden.push_back(s->string_view());
   for (auto& w : it->second.waiters) {
+    if (std::find(forbidden.begin(), forbidden.end(), w.key) != forbidden.end()) {
+      // Another principal's route on another node: the local put is undone.
+      routing_.erase(w.key);
+      if (auto p = w.who.lock(); p && !p->closed()) {
+        p->send_forbidden(w.request_id, "RegistryPut", "registry key '" + w.key + "'",
+                          "it belongs to another principal (on another node)");
+        p->close_ticket(w.peer_ticket);
+      }
+      continue;
+    }
     auto p = w.who.lock();
     if (!p || p->closed()) continue;
     if (std::find(refused.begin(), refused.end(), w.key) != refused.end()) {
@@ -522,28 +694,30 @@ void route_relay::on_rebuild(remote_node& from, const link::RouteRebuild& r) {
   if (const auto* ps = r.partitions())
     for (const auto p : *ps)
       if (p < partition_map::partition_count) wanted[p] = true;
-  send_keys(from.member().node_id, &wanted, r.ticket());
+  send_keys(from.member().node_id, wanted, r.ticket());
 }
 
-void route_relay::send_keys(std::string_view to, const std::vector<bool>* partitions, std::uint64_t rebuild_ticket) {
-  std::vector<std::string> part;
+void route_relay::send_keys(std::string_view to, const std::vector<bool>& partitions, std::uint64_t rebuild_ticket) {
+  std::vector<std::string> part, principals;
   std::size_t bytes = 0;
+  std::uint32_t part_number = 0;
   const auto send_part = [&](bool last) {
     auto& b = bus_.link_builder();
     b.Clear();
     const auto puts = strings(b, part);
-    bus_.send_body(to, link::Body::RouteUpdate, link::CreateRouteUpdate(b, puts, 0, 0, rebuild_ticket, last).Union());
+    const auto by = strings(b, principals);
+    bus_.send_body(to, link::Body::RouteUpdate,
+                   link::CreateRouteUpdate(b, puts, 0, 0, rebuild_ticket, last, part_number++, by).Union());
     part.clear();
+    principals.clear();
     bytes = 0;
   };
   routing_.for_each_live_key([&](std::string_view key) {
-    if (!partitions->empty() && !(*partitions)[partition_map::partition_of(key)]) return;
-    if (partitions->empty()) {  // everything: only what `to` owns
-      const auto* owner = owner_of(partition_map::partition_of(key));
-      if (!owner || owner->node_id != to) return;
-    }
+    if (!partitions[partition_map::partition_of(key)]) return;
     part.emplace_back(key);
-    bytes += key.size() + 8;
+    const auto by = put_by_.find(key);
+    principals.emplace_back(by == put_by_.end() ? std::string() : by->second);
+    bytes += key.size() + principals.back().size() + 16;
     if (bytes >= options_.part_bytes) send_part(false);
   });
   send_part(true);
@@ -554,17 +728,22 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   const auto origin = f.origin()->string_view();
   const auto* p = f.payload();
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
-  std::vector<std::string_view> keys;
-  keys.reserve(f.keys()->size());
-  for (const auto* s : *f.keys())
-    if (s->size() > 0 && s->size() <= max_key_bytes) keys.push_back(s->string_view());
-  if (f.to_home()) return deliver_home(origin, f.ticket(), keys, payload);
+  const auto* idx = f.indices();
+  if (!idx || idx->size() != f.keys()->size()) return;  // not as this version sends it
+  key_group all;
+  for (std::uint32_t i = 0; i < f.keys()->size(); ++i) {
+    const auto* s = f.keys()->Get(i);
+    if (s->size() > 0 && s->size() <= max_key_bytes) all.add(s->string_view(), idx->Get(i));
+  }
+  if (f.to_home()) return deliver_home(origin, f.ticket(), all.keys, all.indices, payload);
   // As the keys' owner: look them up, deliver what lives here, pass the
-  // rest on to their homes.
-  std::map<std::string_view, std::vector<std::string_view>> homes;
-  std::vector<std::string_view> here;
+  // rest on to their homes (a home that is the origin itself delivers on
+  // its SendForward too).
+  std::map<std::string_view, key_group> homes;
+  key_group here;
   std::uint32_t unavailable = 0;
-  for (const auto key : keys) {
+  for (std::size_t i = 0; i < all.keys.size(); ++i) {
+    const auto key = all.keys[i];
     const auto part = partition_map::partition_of(key);
     if (!ready(part)) {
       ++unavailable;
@@ -573,49 +752,56 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
     const auto home = directory_.find(key, part);
     if (home == 0) continue;
     if (home == incarnation_)
-      here.push_back(key);
+      here.add(key, all.indices[i]);
     else if (const auto& id = node_id_of(home); !id.empty())
-      homes[id].push_back(key);
+      homes[id].add(key, all.indices[i]);
   }
-  // (A home that is the origin itself delivers on its SendForward too.)
   std::uint32_t forwarded = 0;
-  for (const auto& [node, ks] : homes)
-    if (forward(node, origin, f.ticket(), ks, payload, true)) ++forwarded;
+  for (const auto& [node, g] : homes) {
+    if (forward(node, origin, f.ticket(), g.keys, g.indices, payload, true))
+      ++forwarded;
+    else
+      unavailable += static_cast<std::uint32_t>(g.keys.size());
+  }
   std::uint32_t routed = 0;
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  if (!here.empty()) routed = fanout_.send_to_users(here, payload, nullptr, gateways);
-  send_outcome(origin, f.ticket(), routed, gateways, forwarded, unavailable, true);
+  if (!here.keys.empty()) routed = fanout_.send_to_users(here.keys, payload, nullptr, gateways);
+  send_outcome(origin, f.ticket(), routed, gateways, here.indices, forwarded, unavailable, true);
 }
 
 void route_relay::deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
-                               protocol::bytes_view payload) {
+                               std::span<const std::uint32_t> indices, protocol::bytes_view payload) {
   auto& gateways = gateway_scratch_;
   gateways.clear();
   const auto routed = keys.empty() ? 0 : fanout_.send_to_users(keys, payload, nullptr, gateways);
   if (origin == bus_.node_id())
-    apply_outcome(ticket, routed, gateways, 0, 0, false);
+    apply_outcome(ticket, routed, gateways, indices, 0, 0, false);
   else
-    send_outcome(origin, ticket, routed, gateways, 0, 0, false);
+    send_outcome(origin, ticket, routed, gateways, indices, 0, 0, false);
 }
 
 void route_relay::on_outcome(const link::SendOutcome& o) {
   std::vector<std::string_view> gateways;
+  std::vector<std::uint32_t> indices;
   if (const auto* g = o.gateways())
     for (const auto* s : *g) gateways.push_back(s->string_view());
-  apply_outcome(o.ticket(), o.routed(), gateways, o.forwarded(), o.unavailable(), o.from_owner());
+  if (const auto* i = o.indices()) indices.assign(i->begin(), i->end());
+  apply_outcome(o.ticket(), o.routed(), gateways, indices, o.forwarded(), o.unavailable(), o.from_owner());
 }
 
 void route_relay::apply_outcome(std::uint64_t ticket, std::uint32_t routed, std::span<const std::string_view> gateways,
-                                std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner) {
+                                std::span<const std::uint32_t> indices, std::uint32_t forwarded,
+                                std::uint32_t unavailable, bool from_owner) {
   const auto it = sends_.find(ticket);
-  if (it == sends_.end()) return;
+  if (it == sends_.end()) return;  // answered already (timed out)
   auto& s = it->second;
   s.routed += routed;
   s.unavailable += unavailable;
-  for (const auto g : gateways) s.gateways.emplace_back(g);
+  for (std::size_t j = 0; j < gateways.size() && j < indices.size(); ++j)
+    if (indices[j] < s.gateways.size() && !gateways[j].empty()) s.gateways[indices[j]] = gateways[j];
   if (from_owner) {
-    --s.owners_waited;
+    if (s.owners_waited > 0) --s.owners_waited;
     s.homes_expected += forwarded;
   } else {
     ++s.homes_answered;
@@ -695,17 +881,27 @@ void route_relay::on_timer() {
     }
     it = unacked_.erase(it);
   }
-  // A member silent on a rebuild: asked again.
-  for (auto& [ticket, r] : rebuilds_) {
-    if (now - r.sent_at < options_.forward_timeout) continue;
-    r.sent_at = now;
-    for (const auto& id : r.waiting) {
-      logger_->info("cluster: node '{}' has not answered the route rebuild; asking again", id);
-      auto& b = bus_.link_builder();
-      b.Clear();
-      bus_.send_body(id, link::Body::RouteRebuild,
-                     link::CreateRouteRebuild(b, b.CreateVector(r.partitions), ticket).Union());
+  // Rebuilds whose partitions are all gone (given back meanwhile) end; a
+  // member silent on one is asked again.
+  for (auto it = rebuilds_.begin(); it != rebuilds_.end();) {
+    auto& r = it->second;
+    const bool still = std::any_of(r.partitions.begin(), r.partitions.end(), [&](std::uint32_t p) {
+      return held_[p] != 0 && (!r.blocking || rebuilding_[p] == it->first);
+    });
+    if (!still) {
+      it = rebuilds_.erase(it);
+      continue;
     }
+    if (now - r.sent_at >= options_.forward_timeout) {
+      r.sent_at = now;
+      for (auto& w : r.waiting) {
+        logger_->info("cluster: node '{}' has not answered the route rebuild; asking again", w.node_id);
+        w.next_part = 0;
+        w.broken = false;
+        ask_rebuild(w.node_id, it->first, r.partitions);
+      }
+    }
+    ++it;
   }
 }
 

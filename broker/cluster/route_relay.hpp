@@ -38,6 +38,7 @@
 #include "broker/delivery/fanout.hpp"
 #include "broker/requests/peer.hpp"
 #include "broker/tables/routing_table.hpp"
+#include "broker/tables/string_hash.hpp"
 #include "common/asio.hpp"
 #include "protocol/frame_builder.hpp"
 
@@ -50,6 +51,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace spdlog {
@@ -85,6 +87,10 @@ struct route_relay_counters {
 
 class route_relay {
  public:
+  // Sends waiting for other nodes at once; past it a send that needs
+  // another node is answered unavailable.
+  static constexpr std::size_t max_pending_sends = 65'536;
+
   // Borrows everything for its lifetime. `in_standing` says whether this
   // node may act as an owner now (membership::in_standing).
   route_relay(asio::io_context& io, route_relay_options options, node_bus& bus, routing_table& routing, fanout& fan,
@@ -107,7 +113,11 @@ class route_relay {
   // copied) on `from` once the key's owner has it in its directory: at
   // once when that is this node; else when its RouteAck comes, or
   // `unavailable` after the forward timeout or a refusal.
-  void confirm_put(peer& from, std::uint64_t request_id, std::string_view key, protocol::bytes_view answer);
+  // `principal`: who put it ("" without an auth file, or an admin): the
+  // owner refuses a put of a key another principal holds on another node
+  // (answered forbidden, and the local put undone).
+  void confirm_put(peer& from, std::uint64_t request_id, std::string_view key, std::string_view principal,
+                   protocol::bytes_view answer);
   // A Send without stream or offer fields, to `keys` (borrowed for the
   // call): delivered wherever the keys' gateways are, answered on `from`
   // as on one node (SendResult, or no_route for one key without a route)
@@ -117,11 +127,18 @@ class route_relay {
   route_relay_counters counters() const;
 
  private:
+  struct key_group;
   struct pending_send;
   struct put_batch;
   struct rebuild;
   using clock = std::chrono::steady_clock;
 
+  // Owner side: a put of `key` by `principal` from `home` would take over
+  // a route another principal holds on another live node.
+  bool taken_elsewhere(std::string_view key, std::uint32_t partition, std::int64_t home,
+                       std::string_view principal) const;
+  // Answers a put taken_elsewhere() forbidden, undoing the local put.
+  void refuse_taken(peer& from, std::uint64_t request_id, std::string_view key);
   // Why a request that needs `key`'s owner cannot be served now, or nullopt.
   std::optional<std::string> unavailable_for(std::string_view key) const;
   // The owner of `partition` in the view when it is a member with that
@@ -138,20 +155,29 @@ class route_relay {
   void on_outcome(const link::SendOutcome& o);
   // Delivers `keys` here (this node is their home) and tells the origin.
   void deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
-                    protocol::bytes_view payload);
+                    std::span<const std::uint32_t> indices, protocol::bytes_view payload);
   void apply_outcome(std::uint64_t ticket, std::uint32_t routed, std::span<const std::string_view> gateways,
-                     std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner);
+                     std::span<const std::uint32_t> indices, std::uint32_t forwarded, std::uint32_t unavailable,
+                     bool from_owner);
   void finish(std::uint64_t ticket);
   // Sends a SendForward to `node`; false when it has no link.
   bool forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
-               std::span<const std::string_view> keys, protocol::bytes_view payload, bool to_home);
+               std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
+               protocol::bytes_view payload, bool to_home);
   void send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
-                    std::span<const std::string_view> gateways, std::uint32_t forwarded, std::uint32_t unavailable,
-                    bool from_owner);
-  // Keys this node is home of in `partitions` (all of them: empty) to
-  // `to`, in parts; rebuild_ticket != 0 marks them as a rebuild's answer.
-  void send_keys(std::string_view to, const std::vector<bool>* partitions, std::uint64_t rebuild_ticket);
-  void start_rebuild(std::vector<std::uint32_t> partitions);
+                    std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
+                    std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner);
+  // The keys this node is home of in `partitions` (one flag per
+  // partition) to `to`, in numbered parts: the answer to rebuild
+  // `rebuild_ticket`.
+  void send_keys(std::string_view to, const std::vector<bool>& partitions, std::uint64_t rebuild_ticket);
+  // Asks `from` (members; this node skipped) for their routes in
+  // `partitions`; blocking: they were just gained (this node's own keys go
+  // in at once, and they answer unavailable until every member answered).
+  void start_rebuild(std::vector<std::uint32_t> partitions, const std::vector<std::string>& from, bool blocking);
+  void ask_rebuild(const std::string& member, std::uint64_t ticket, const std::vector<std::uint32_t>& partitions);
+  // A part of `member`'s answer to rebuild `ticket`.
+  void rebuild_part(const std::string& member, std::uint64_t ticket, std::uint32_t part, bool last);
   void schedule_flush();
   void flush();
   // Sends `owner`'s batch now (it reached part_bytes, or the loop turn ends).
@@ -184,6 +210,9 @@ class route_relay {
   // waiting for their RouteAck (by ticket).
   std::map<std::string, put_batch, std::less<>> outgoing_;
   std::map<std::uint64_t, put_batch> unacked_;
+  // Home side, with an auth file: who put each local route (for a
+  // rebuild's answer); only non-empty principals.
+  std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> put_by_;
   bool flush_posted_ = false;
   asio::steady_timer timer_;
   bool timer_armed_ = false;
@@ -192,7 +221,9 @@ class route_relay {
   // later finds it false and touches nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::vector<std::string_view> key_scratch_;
+  std::vector<std::uint32_t> here_index_;
   std::vector<std::string_view> gateway_scratch_;
+  std::vector<std::string_view> answer_scratch_;
   route_relay_counters counters_;
 };
 

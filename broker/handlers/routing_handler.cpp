@@ -138,7 +138,11 @@ void routing_handler::registry_put(peer& from, std::uint64_t rid, const wire::Re
     if (cluster_->refuse_put(from, rid, key)) return;
   }
   if (!routing_.put(key, value, m.lease_id(), milliseconds(m.ttl_ms()), from.owner())) return lease_gone(from, rid);
-  if (cluster_) return cluster_->confirm_put(from, rid, key, builder_.registry_entry(rid, fields(*routing_.get(key))));
+  if (cluster_) {
+    const auto* who = from.principal();
+    return cluster_->confirm_put(from, rid, key, who && !who->admin ? std::string_view(who->name) : std::string_view(),
+                                 builder_.registry_entry(rid, fields(*routing_.get(key))));
+  }
   from.send(builder_.registry_entry(rid, fields(*routing_.get(key))));
 }
 

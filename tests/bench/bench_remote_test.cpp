@@ -221,3 +221,31 @@ TEST_CASE("switchyard-bench fanout with --sub-address connects its subscribers t
   CHECK(at_pub <= 2 + 1);
   (void)code;
 }
+
+TEST_CASE("switchyard-bench route with --sub-address connects its gateways there and its service to --address",
+          "[bench]") {
+  // Two separate brokers: the service's sends find no route (nothing
+  // crosses); what is checked is where each client connected.
+  auto service_broker = start_server_process();
+  auto gateway_broker = start_server_process();
+  const auto accepted = [](const switchyard::bench::server_process& s) {
+    auto admin = switchyard::client::connect(
+        {.host = "127.0.0.1", .port = s.port(), .client_name = "bench-observer-admin", .admin = true});
+    REQUIRE(admin);
+    const auto stats = (*admin)->stats();
+    REQUIRE(stats);
+    for (const auto& v : stats->values)
+      if (v.name == "connections_accepted_total") return v.value;
+    FAIL("no connections_accepted_total");
+    return std::uint64_t{0};
+  };
+  const auto [code, out] =
+      run_bench(address_of(service_broker),
+                "route --users 20 --gateways 2 --count 10 --idle 0.3 --sub-address " + address_of(gateway_broker));
+  INFO(out);
+  // Each count includes the observer's own connection: the gateway broker
+  // saw exactly the two gateways.
+  CHECK(accepted(gateway_broker) == 2 + 1);
+  CHECK(accepted(service_broker) >= 1 + 1);
+  (void)code;
+}
