@@ -908,6 +908,7 @@ void route_relay::on_timer() {
 route_relay_counters route_relay::counters() const {
   auto c = counters_;
   c.directory_entries = directory_.size();
+  for (std::uint32_t p = 0; p < partition_map::partition_count; ++p) c.partitions_unowned += owner_of(p) == nullptr;
   c.partitions_held =
       static_cast<std::size_t>(std::count_if(held_.begin(), held_.end(), [](std::int64_t r) { return r != 0; }));
   c.partitions_rebuilding = static_cast<std::size_t>(

@@ -74,13 +74,14 @@ struct route_relay_options {
 
 // For /metrics and cluster status.
 struct route_relay_counters {
-  std::uint64_t sends_forwarded = 0;  // SendForwards this node sent
-  std::uint64_t sends_unknown = 0;    // answered outcome_unknown
-  std::uint64_t unavailable = 0;      // requests answered unavailable
-  std::uint64_t puts_confirmed = 0;   // puts an owner confirmed (remote)
-  std::uint64_t rebuilds = 0;         // partitions this node rebuilt after gaining them
-  std::size_t directory_entries = 0;  // in this node's route_directory
-  std::size_t partitions_held = 0;    // owned by this node, in the view last applied
+  std::uint64_t sends_forwarded = 0;   // SendForwards this node sent
+  std::uint64_t sends_unknown = 0;     // answered outcome_unknown
+  std::uint64_t unavailable = 0;       // requests answered unavailable
+  std::uint64_t puts_confirmed = 0;    // puts an owner confirmed (remote)
+  std::uint64_t rebuilds = 0;          // partitions this node rebuilt after gaining them
+  std::size_t directory_entries = 0;   // in this node's route_directory
+  std::size_t partitions_held = 0;     // owned by this node, in the view last applied
+  std::size_t partitions_unowned = 0;  // without an owner (a member) in that view
   std::size_t partitions_rebuilding = 0;
   std::size_t pending = 0;  // sends and puts waiting for another node
 };

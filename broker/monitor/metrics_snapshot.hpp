@@ -72,6 +72,7 @@ struct metrics_snapshot {
   std::uint64_t cluster_rebuilt = 0;          // partitions whose route directory this node rebuilt
   std::size_t cluster_directory_entries = 0;  // routes in this node's directory (its partitions)
   std::size_t cluster_partitions_owned = 0;
+  std::size_t cluster_partitions_unowned = 0;  // in this node's view
   std::size_t cluster_partitions_rebuilding = 0;
 
   // The sequence log (all zero without one).

@@ -89,6 +89,7 @@ void server::impl::cluster_metrics(metrics_snapshot& m) const {
     m.cluster_rebuilt = r.rebuilds;
     m.cluster_directory_entries = r.directory_entries;
     m.cluster_partitions_owned = r.partitions_held;
+    m.cluster_partitions_unowned = r.partitions_unowned;
     m.cluster_partitions_rebuilding = r.partitions_rebuilding;
   }
 }

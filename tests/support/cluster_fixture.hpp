@@ -49,7 +49,7 @@ struct cluster_fixture {
       if (n->running()) REQUIRE(test::wait_until([&] { return n->live_metrics().cluster_members == members; }));
   }
   // Every partition has an owner among the running nodes, with its route
-  // directory complete.
+  // directory complete, and every running node's view says so.
   void settle() {
     REQUIRE(test::wait_until(
         [&] {
@@ -57,7 +57,7 @@ struct cluster_fixture {
           for (auto& [id, n] : nodes) {
             if (!n->running()) continue;
             const auto m = n->live_metrics();
-            if (m.cluster_partitions_rebuilding != 0) return false;
+            if (m.cluster_partitions_rebuilding != 0 || m.cluster_partitions_unowned != 0) return false;
             owned += m.cluster_partitions_owned;
           }
           return owned == 1024;

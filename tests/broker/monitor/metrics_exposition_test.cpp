@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -66,4 +68,15 @@ TEST_CASE("histogram buckets are cumulative, end in +Inf equal to the count, and
 TEST_CASE("label values and help text are escaped", "[broker][metrics]") {
   const auto text = prometheus_text(metrics_snapshot{}, {"a\"b\\c\nd", 1, 0});
   CHECK(has_line(text, R"(switchyard_build_info{version="a\"b\\c\nd",server_instance="1"} 1)"));
+}
+
+TEST_CASE("docs/operations.md lists every catalog figure with its type", "[broker][metrics][docs]") {
+  std::ifstream in(std::string(SWITCHYARD_SOURCE_DIR) + "/docs/operations.md");
+  REQUIRE(in);
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& m : switchyard::broker::metrics_of(switchyard::broker::metrics_snapshot{})) {
+    INFO(m.name);
+    CHECK(doc.find("| `" + std::string(m.name) + "` | " + (m.counter ? "counter" : "gauge") + " |") !=
+          std::string::npos);
+  }
 }
