@@ -266,13 +266,6 @@ std::vector<std::pair<std::size_t, std::size_t>> parts_of(const std::vector<std:
   return out;
 }
 
-flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> strings(
-    flatbuffers::FlatBufferBuilder& b, const std::vector<std::string>& all, std::size_t begin, std::size_t end) {
-  std::vector<flatbuffers::Offset<flatbuffers::String>> offsets;
-  offsets.reserve(end - begin);
-  for (std::size_t i = begin; i < end; ++i) offsets.push_back(b.CreateString(all[i]));
-  return b.CreateVector(offsets);
-}
 }  // namespace
 
 void node_bus::flush() {
@@ -293,13 +286,19 @@ void node_bus::flush() {
         b.Clear();
         const bool last = ++sent == total;
         send(*p, link::Body::Interest,
-             link::CreateInterest(b, strings(b, add_scratch_, begin, end), 0, last ? ticket : 0));
+             link::CreateInterest(b,
+                                  b.CreateVectorOfStrings(add_scratch_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                          add_scratch_.begin() + static_cast<std::ptrdiff_t>(end)),
+                                  0, last ? ticket : 0));
       }
       for (const auto& [begin, end] : removes) {
         b.Clear();
         const bool last = ++sent == total;
         send(*p, link::Body::Interest,
-             link::CreateInterest(b, 0, strings(b, remove_scratch_, begin, end), last ? ticket : 0));
+             link::CreateInterest(b, 0,
+                                  b.CreateVectorOfStrings(remove_scratch_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                          remove_scratch_.begin() + static_cast<std::ptrdiff_t>(end)),
+                                  last ? ticket : 0));
       }
     }
   }
@@ -355,8 +354,11 @@ void node_bus::send_sync(remote_node& to, bool reply_wanted) {
     b.Clear();
     const bool last = i + 1 == parts.size();
     send(to, link::Body::InterestSync,
-         link::CreateInterestSync(b, strings(b, patterns, parts[i].first, parts[i].second), last ? ticket : 0,
-                                  reply_wanted, i, last));
+         link::CreateInterestSync(
+             b,
+             b.CreateVectorOfStrings(patterns.begin() + static_cast<std::ptrdiff_t>(parts[i].first),
+                                     patterns.begin() + static_cast<std::ptrdiff_t>(parts[i].second)),
+             last ? ticket : 0, reply_wanted, i, last));
   }
   to.sync_out_ticket = ticket;
   to.sync_out_at = clock::now();

@@ -18,21 +18,6 @@ namespace {
 // is malformed.
 constexpr std::size_t max_key_bytes = 1024;
 
-flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> strings(
-    flatbuffers::FlatBufferBuilder& b, std::span<const std::string_view> all) {
-  std::vector<flatbuffers::Offset<flatbuffers::String>> offsets;
-  offsets.reserve(all.size());
-  for (const auto s : all) offsets.push_back(b.CreateString(s.data(), s.size()));
-  return b.CreateVector(offsets);
-}
-
-flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>> strings(
-    flatbuffers::FlatBufferBuilder& b, const std::vector<std::string>& all) {
-  std::vector<flatbuffers::Offset<flatbuffers::String>> offsets;
-  offsets.reserve(all.size());
-  for (const auto& s : all) offsets.push_back(b.CreateString(s));
-  return b.CreateVector(offsets);
-}
 }  // namespace
 
 // Keys of one Send bound for one node, with their places in the Send.
@@ -399,9 +384,9 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
     const auto ticket = batch.waiters.empty() ? 0 : ++next_ticket_;
     auto& b = bus_.link_builder();
     b.Clear();
-    const auto puts = strings(b, batch.puts);
-    const auto removes = strings(b, batch.removes);
-    const auto principals = strings(b, batch.principals);
+    const auto puts = b.CreateVectorOfStrings(batch.puts.begin(), batch.puts.end());
+    const auto removes = b.CreateVectorOfStrings(batch.removes.begin(), batch.removes.end());
+    const auto principals = b.CreateVectorOfStrings(batch.principals.begin(), batch.principals.end());
     const bool sent = bus_.send_body(owner, link::Body::RouteUpdate,
                                      link::CreateRouteUpdate(b, puts, removes, ticket, 0, true, 0, principals).Union());
     batch.puts.clear();
@@ -535,7 +520,7 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
   auto& b = bus_.link_builder();
   b.Clear();
   const auto o = b.CreateString(origin.data(), origin.size());
-  const auto k = strings(b, keys);
+  const auto k = b.CreateVectorOfStrings(keys.begin(), keys.end());
   const auto bytes = b.CreateVector(payload.data(), payload.size());
   const auto idx = b.CreateVector(indices.data(), indices.size());
   const bool sent = bus_.send_body(node, link::Body::SendForward,
@@ -549,7 +534,7 @@ void route_relay::send_outcome(std::string_view to, std::uint64_t ticket, std::u
                                std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner) {
   auto& b = bus_.link_builder();
   b.Clear();
-  const auto g = strings(b, gateways);
+  const auto g = b.CreateVectorOfStrings(gateways.begin(), gateways.end());
   const auto idx = b.CreateVector(indices.data(), indices.size());
   bus_.send_body(to, link::Body::SendOutcome,
                  link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx).Union());
@@ -609,8 +594,8 @@ void route_relay::on_route_update(remote_node& from, const link::RouteUpdate& u)
   if (live) {
     auto& b = bus_.link_builder();
     b.Clear();
-    const auto r = strings(b, refused);
-    const auto fb = strings(b, forbidden);
+    const auto r = b.CreateVectorOfStrings(refused.begin(), refused.end());
+    const auto fb = b.CreateVectorOfStrings(forbidden.begin(), forbidden.end());
     bus_.send_body(from.member().node_id, link::Body::RouteAck, link::CreateRouteAck(b, u.ticket(), r, fb).Union());
   }
   if (u.rebuild() != 0) rebuild_part(from.member().node_id, u.rebuild(), u.part(), u.last());
@@ -704,8 +689,8 @@ void route_relay::send_keys(std::string_view to, const std::vector<bool>& partit
   const auto send_part = [&](bool last) {
     auto& b = bus_.link_builder();
     b.Clear();
-    const auto puts = strings(b, part);
-    const auto by = strings(b, principals);
+    const auto puts = b.CreateVectorOfStrings(part.begin(), part.end());
+    const auto by = b.CreateVectorOfStrings(principals.begin(), principals.end());
     bus_.send_body(to, link::Body::RouteUpdate,
                    link::CreateRouteUpdate(b, puts, 0, 0, rebuild_ticket, last, part_number++, by).Union());
     part.clear();

@@ -193,23 +193,28 @@ TEST_CASE("switchyard-bench refuses --sub-address without --address", "[bench]")
   CHECK(contains(out, "--sub-address needs --address"));
 }
 
+namespace {
+// connections_accepted_total of `s`, asked by an admin observer (its own
+// connection included).
+std::uint64_t accepted(const switchyard::bench::server_process& s) {
+  auto admin = switchyard::client::connect(
+      {.host = "127.0.0.1", .port = s.port(), .client_name = "bench-observer-admin", .admin = true});
+  REQUIRE(admin);
+  const auto stats = (*admin)->stats();
+  REQUIRE(stats);
+  for (const auto& v : stats->values)
+    if (v.name == "connections_accepted_total") return v.value;
+  FAIL("no connections_accepted_total");
+  return 0;
+}
+}  // namespace
+
 TEST_CASE("switchyard-bench fanout with --sub-address connects its subscribers there and its publisher to --address",
           "[bench]") {
   // Two separate brokers: nothing crosses, so the subscribers end idle; what
   // is checked is where each client connected.
   auto pub_broker = start_server_process();
   auto sub_broker = start_server_process();
-  const auto accepted = [](const switchyard::bench::server_process& s) {
-    auto admin = switchyard::client::connect(
-        {.host = "127.0.0.1", .port = s.port(), .client_name = "bench-observer-admin", .admin = true});
-    REQUIRE(admin);
-    const auto stats = (*admin)->stats();
-    REQUIRE(stats);
-    for (const auto& v : stats->values)
-      if (v.name == "connections_accepted_total") return v.value;
-    FAIL("no connections_accepted_total");
-    return std::uint64_t{0};
-  };
   const auto [code, out] = run_bench(address_of(pub_broker),
                                      "fanout --subs 3 --count 10 --idle 0.3 --sub-address " + address_of(sub_broker));
   INFO(out);
@@ -228,17 +233,6 @@ TEST_CASE("switchyard-bench route with --sub-address connects its gateways there
   // crosses); what is checked is where each client connected.
   auto service_broker = start_server_process();
   auto gateway_broker = start_server_process();
-  const auto accepted = [](const switchyard::bench::server_process& s) {
-    auto admin = switchyard::client::connect(
-        {.host = "127.0.0.1", .port = s.port(), .client_name = "bench-observer-admin", .admin = true});
-    REQUIRE(admin);
-    const auto stats = (*admin)->stats();
-    REQUIRE(stats);
-    for (const auto& v : stats->values)
-      if (v.name == "connections_accepted_total") return v.value;
-    FAIL("no connections_accepted_total");
-    return std::uint64_t{0};
-  };
   const auto [code, out] =
       run_bench(address_of(service_broker),
                 "route --users 20 --gateways 2 --count 10 --idle 0.3 --sub-address " + address_of(gateway_broker));

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -43,6 +44,12 @@ struct cluster_fixture {
     return *n;
   }
   test::test_server& node(const std::string& id) { return *nodes.at(id); }
+  // Starts nodes `ids` with the default config, then converge() and settle().
+  void start_settled(std::initializer_list<const char*> ids) {
+    for (const auto* id : ids) start(id);
+    converge(ids.size());
+    settle();
+  }
   // Every running node sees `members` members.
   void converge(std::size_t members) {
     for (auto& [id, n] : nodes)

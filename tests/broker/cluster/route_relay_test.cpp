@@ -67,11 +67,7 @@ std::size_t owners_of_users(int n, const std::vector<std::string>& ids) {
 TEST_CASE("a service on one node sends to users whose gateway is on another node, and the gateway receives it",
           "[cluster][e2e]") {
   cluster_fixture f;
-  f.start("a");
-  f.start("b");
-  f.start("c");
-  f.converge(3);
-  f.settle();
+  f.start_settled({"a", "b", "c"});
   constexpr int users = 60;
   REQUIRE(owners_of_users(users, {"a", "b", "c"}) == 3);
   gateway gw(f.node("a"), "gw-a", 0, users);
@@ -96,11 +92,7 @@ TEST_CASE("a service on one node sends to users whose gateway is on another node
 TEST_CASE("a send to users on several nodes at once reaches each gateway and answers per key, in order",
           "[cluster][e2e]") {
   cluster_fixture f;
-  f.start("a");
-  f.start("b");
-  f.start("c");
-  f.converge(3);
-  f.settle();
+  f.start_settled({"a", "b", "c"});
   gateway ga(f.node("a"), "gw-a", 0, 20);
   gateway gc(f.node("c"), "gw-c", 20, 20);
   auto svc = test::connect_to(f.node("b"), "service");
@@ -125,11 +117,7 @@ TEST_CASE("a send to users on several nodes at once reaches each gateway and ans
 
 TEST_CASE("a user whose gateway moved to another node is reached there, never at the old gateway", "[cluster][e2e]") {
   cluster_fixture f;
-  f.start("a");
-  f.start("b");
-  f.start("c");
-  f.converge(3);
-  f.settle();
+  f.start_settled({"a", "b", "c"});
   gateway old_gw(f.node("a"), "gw-a", 0, 10);
   gateway new_gw(f.node("c"), "gw-c", 0, 10);  // the same users, put later
   auto svc = test::connect_to(f.node("b"), "service");
@@ -150,10 +138,7 @@ TEST_CASE("a user whose gateway moved to another node is reached there, never at
 TEST_CASE("routes whose lease ended leave their owners' directories, and sends to them find no route",
           "[cluster][e2e]") {
   cluster_fixture f;
-  f.start("a");
-  f.start("b");
-  f.converge(2);
-  f.settle();
+  f.start_settled({"a", "b"});
   const auto entries = [&] {
     return f.node("a").live_metrics().cluster_directory_entries + f.node("b").live_metrics().cluster_directory_entries;
   };
@@ -171,10 +156,7 @@ TEST_CASE("routes whose lease ended leave their owners' directories, and sends t
 
 TEST_CASE("a node that joins rebuilds the directory of the partitions it takes from the home nodes", "[cluster][e2e]") {
   cluster_fixture f;
-  f.start("a");
-  f.start("b");
-  f.converge(2);
-  f.settle();
+  f.start_settled({"a", "b"});
   constexpr int users = 60;
   gateway gw(f.node("a"), "gw-a", 0, users);
   // c takes about a third of the partitions, some with routes in them.
@@ -194,11 +176,7 @@ TEST_CASE("a node that joins rebuilds the directory of the partitions it takes f
 TEST_CASE("users of a stopped node's gateways are reachable again once the gateways put them on another node",
           "[cluster][e2e]") {
   cluster_fixture f;
-  f.start("a");
-  f.start("b");
-  f.start("c");
-  f.converge(3);
-  f.settle();
+  f.start_settled({"a", "b", "c"});
   constexpr int users = 30;
   {
     gateway gw(f.node("a"), "gw-1", 0, users);
