@@ -90,14 +90,26 @@ bool membership::register_self(bool at_start) {
   // node given the same id (its lease never lapses). The lease is granted
   // only once the key is free, so that it is not left unrenewed meanwhile.
   const auto give_up = clock::now() + ttl + std::chrono::seconds(2);
-  bool told = false;
+  const auto etcd_give_up = clock::now() + start_wait;
+  bool told = false, waited = false;
   std::int64_t lease = 0;
   clock::time_point granted_at;
   for (;;) {
     auto current = client_->get(key);
-    if (!current)
+    if (!current) {
+      // At start, etcd not up yet (or without a leader yet) is waited for.
+      const auto e = current.error();
+      if (at_start && (e == cluster::errc::unreachable || e == cluster::errc::timeout) && clock::now() < etcd_give_up) {
+        if (!waited)
+          logger_->info("cluster: waiting up to {} s for etcd ({}, ...): {}", start_wait.count(),
+                        client_->current_endpoint(), e.message());
+        waited = true;
+        if (!pause(milliseconds(250))) return fail("stopped while joining");
+        continue;
+      }
       return fail("etcd (" + client_->current_endpoint() + ", ...): cannot read the member key " + key + ": " +
-                  current.error().message());
+                  e.message() + (waited ? " (waited " + std::to_string(start_wait.count()) + " s)" : ""));
+    }
     if (*current) {
       const auto holder = (*current)->lease;
       if (clock::now() >= give_up)

@@ -72,9 +72,12 @@ class membership {
   // standing changes to the handlers. A member key of the same node id
   // held by another lease (a previous run killed less than a TTL ago)
   // is waited for up to TTL + 2 s; a holder still there after that is
-  // another live node with this id. Throws std::runtime_error: etcd not
-  // reachable, the node id taken.
+  // another live node with this id. etcd not answering (not started yet,
+  // or without a leader yet) is waited for up to start_wait. Throws
+  // std::runtime_error: etcd not reachable after that, the node id taken.
   std::shared_ptr<const cluster_view> join(view_handler on_view, standing_handler on_standing);
+  // How long join() waits for an etcd that does not answer.
+  static constexpr std::chrono::seconds start_wait{30};
 
   // Loop thread: stops the threads and revokes the lease, so the member
   // key goes at once (blocks up to about a second for the revoke; a node

@@ -307,21 +307,25 @@ void node_bus::flush() {
 }
 
 bool node_bus::send_body(std::string_view node_id, link::Body type, flatbuffers::Offset<void> body) {
-  const auto it = peers_.find(node_id);
-  if (it == peers_.end() || stopped_) return false;
-  return send(*it->second, type, body);
+  return send_body(node_id, type, body, *builder_);
 }
 
-template <class Body>
-bool node_bus::send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body) {
-  auto& b = *builder_;
+bool node_bus::send_body(std::string_view node_id, link::Body type, flatbuffers::Offset<void> body,
+                         flatbuffers::FlatBufferBuilder& in) {
+  const auto it = peers_.find(node_id);
+  if (it == peers_.end() || stopped_) return false;
+  return send_in(in, *it->second, type, body);
+}
+
+bool node_bus::send_in(flatbuffers::FlatBufferBuilder& b, remote_node& to, link::Body type,
+                       flatbuffers::Offset<void> body) {
   const auto from = b.CreateString(options_.node_id);
   link::LinkMessageBuilder m(b);
   m.add_from_node(from);
   m.add_incarnation(incarnation_);
   m.add_seq(to.next_out());
   m.add_body_type(type);
-  m.add_body(body.Union());
+  m.add_body(body);
   m.add_to_incarnation(to.member().incarnation);
   b.Finish(m.Finish(), link::LinkMessageIdentifier());
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(b.GetBufferPointer()), b.GetSize());
@@ -492,8 +496,7 @@ void node_bus::on_message(const cluster::inbound_message& m) {
     case link::Body::RouteUpdate:
     case link::Body::RouteAck:
     case link::Body::RouteRebuild:
-    case link::Body::SendForward:
-    case link::Body::SendOutcome:
+    case link::Body::Sends:
       if (route_handler_) route_handler_(from, *msg);
       break;
     default:

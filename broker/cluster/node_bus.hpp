@@ -139,6 +139,12 @@ class node_bus {
   // to `node_id` and publishes it; false when that node has no link (not
   // in the view) or NATS refused it (counted as failed_out).
   bool send_body(std::string_view node_id, link::Body type, flatbuffers::Offset<void> body);
+  // The same for a body built in `in` (a builder of the caller's, which
+  // the LinkMessage is finished in).
+  bool send_body(std::string_view node_id, link::Body type, flatbuffers::Offset<void> body,
+                 flatbuffers::FlatBufferBuilder& in);
+  // `node_id` is a peer in the view (a message to it can be sent).
+  bool has_link(std::string_view node_id) const { return peers_.find(node_id) != peers_.end(); }
   const std::string& node_id() const noexcept { return options_.node_id; }
   std::int64_t incarnation() const noexcept { return incarnation_; }
 
@@ -170,7 +176,10 @@ class node_bus {
   // Wraps `body` (built in builder_) in a LinkMessage for `to`, numbered,
   // and publishes it.
   template <class Body>
-  bool send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body);
+  bool send(remote_node& to, link::Body type, flatbuffers::Offset<Body> body) {
+    return send_in(*builder_, to, type, body.Union());
+  }
+  bool send_in(flatbuffers::FlatBufferBuilder& b, remote_node& to, link::Body type, flatbuffers::Offset<void> body);
   // Every interest_timeout: InterestSyncs not acknowledged are sent again.
   void arm_resync_timer();
   void answer(std::vector<channel_interest::waiter>& done);

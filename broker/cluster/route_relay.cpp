@@ -28,6 +28,40 @@ struct route_relay::key_group {
     keys.push_back(key);
     indices.push_back(index);
   }
+  void clear() {
+    keys.clear();
+    indices.clear();
+  }
+};
+
+// Keys grouped by node (the node ids borrowed from the view), reused from
+// call to call: the groups keep their capacity.
+struct route_relay::node_groups {
+  std::vector<std::pair<std::string_view, key_group>> groups;
+  std::size_t used = 0;
+  key_group& operator[](std::string_view node) {
+    for (std::size_t i = 0; i < used; ++i)
+      if (groups[i].first == node) return groups[i].second;
+    if (used == groups.size()) groups.emplace_back();
+    auto& g = groups[used++];
+    g.first = node;
+    g.second.clear();
+    return g.second;
+  }
+  std::span<const std::pair<std::string_view, key_group>> in_use() const { return {groups.data(), used}; }
+  bool empty() const { return used == 0; }
+  void clear() { used = 0; }
+};
+
+// SendForwards and SendOutcomes for one peer, built as they come; sent as
+// one Sends message at the end of the loop turn, or before one more would
+// take it past the link's batch bytes.
+struct route_relay::outbox {
+  flatbuffers::FlatBufferBuilder b{16u << 10};
+  std::vector<flatbuffers::Offset<link::SendForward>> forwards;
+  std::vector<flatbuffers::Offset<link::SendOutcome>> outcomes;
+  std::vector<refused_forward> own;  // this node's sends in it
+  bool empty() const { return forwards.empty() && outcomes.empty(); }
 };
 
 // A send waiting for other nodes: answered once the owners it asked have
@@ -95,7 +129,11 @@ route_relay::route_relay(asio::io_context& io, route_relay_options options, node
       logger_(std::move(logger)),
       held_(partition_map::partition_count, 0),
       rebuilding_(partition_map::partition_count, 0),
-      timer_(io) {
+      timer_(io),
+      here_(std::make_unique<key_group>()),
+      all_(std::make_unique<key_group>()),
+      homes_(std::make_unique<node_groups>()),
+      owners_(std::make_unique<node_groups>()) {
   bus_.on_route_message([this](remote_node& from, const link::LinkMessage& m) { on_message(from, m); });
   routing_.on_entry_removed([this](std::string_view key) { removed(key); });
 }
@@ -157,6 +195,16 @@ void route_relay::view_changed() {
                                            [](const cluster_member& a, const cluster_member& b) {
                                              return a.node_id == b.node_id && a.incarnation == b.incarnation;
                                            });
+  // What the outboxes hold goes out under the view it was made for (to a
+  // node gone, it is refused: settled below); the outboxes of nodes gone
+  // go.
+  for (auto it = outboxes_.begin(); it != outboxes_.end();) {
+    send_outbox(it->first, *it->second);
+    if (view->find(it->first) == nullptr)
+      it = outboxes_.erase(it);
+    else
+      ++it;
+  }
   std::vector<cluster_member> previous = std::move(members_);
   members_ = view->members;
   // Ownership: what this node holds now, at which revision.
@@ -236,6 +284,7 @@ void route_relay::view_changed() {
       if (held_[p] != 0 && rebuilding_[p] == 0) kept.push_back(p);
     if (!fresh.empty()) start_rebuild(std::move(kept), fresh, false);
   }
+  settle_refused();
   arm_timer();
 }
 
@@ -374,7 +423,45 @@ void route_relay::schedule_flush() {
 void route_relay::flush() {
   for (auto& [owner, batch] : outgoing_) flush_owner(owner, batch);
   outgoing_.clear();
+  for (auto& [node, box] : outboxes_) send_outbox(node, *box);
+  settle_refused();
   arm_timer();
+}
+
+route_relay::outbox* route_relay::outbox_for(std::string_view node) {
+  if (!bus_.has_link(node)) return nullptr;
+  auto it = outboxes_.find(node);
+  if (it == outboxes_.end()) it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
+  return it->second.get();
+}
+
+void route_relay::send_outbox(std::string_view node, outbox& box) {
+  if (box.empty()) return;
+  auto& b = box.b;
+  const auto forwards = b.CreateVector(box.forwards);
+  const auto outcomes = b.CreateVector(box.outcomes);
+  if (!bus_.send_body(node, link::Body::Sends, link::CreateSends(b, forwards, outcomes).Union(), b))
+    refused_.insert(refused_.end(), box.own.begin(), box.own.end());
+  b.Clear();
+  box.forwards.clear();
+  box.outcomes.clear();
+  box.own.clear();
+}
+
+void route_relay::settle_refused() {
+  for (const auto& r : refused_) {
+    const auto it = sends_.find(r.ticket);
+    if (it == sends_.end()) continue;
+    auto& s = it->second;
+    s.unavailable += r.keys;
+    if (r.to_home) {
+      if (s.homes_expected > 0) --s.homes_expected;
+    } else if (s.owners_waited > 0) {
+      --s.owners_waited;
+    }
+    finish(r.ticket);
+  }
+  refused_.clear();
 }
 
 void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
@@ -421,10 +508,12 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
   // Group the keys (with their places in the Send): delivered here, by
   // home node (this node owns their partition), by owner node; or
   // unavailable.
-  std::map<std::string_view, key_group> homes, owners;
-  auto& here = key_scratch_;
+  auto& homes = *homes_;
+  auto& owners = *owners_;
+  auto& here = *here_;
+  homes.clear();
+  owners.clear();
   here.clear();
-  here_index_.clear();
   std::uint32_t unavailable = 0;
   for (std::uint32_t i = 0; i < keys.size(); ++i) {
     const auto key = keys[i];
@@ -444,17 +533,15 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
     }
     const auto home = directory_.find(key, p);
     if (home == 0) continue;  // no route
-    if (home == incarnation_) {
-      here.push_back(key);
-      here_index_.push_back(i);
-    } else if (const auto& id = node_id_of(home); !id.empty()) {
+    if (home == incarnation_)
+      here.add(key, i);
+    else if (const auto& id = node_id_of(home); !id.empty())
       homes[id].add(key, i);
-    }
   }
   std::uint32_t routed = 0;
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  if (!here.empty()) routed = fanout_.send_to_users(here, payload, nullptr, gateways);
+  if (!here.keys.empty()) routed = fanout_.send_to_users(here.keys, payload, nullptr, gateways);
   if (homes.empty() && owners.empty()) {
     // Everything decided here: answered as on one node (a gateway per key,
     // in order).
@@ -468,8 +555,8 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
     }
     if (rid != 0) {
       answer_scratch_.assign(keys.size(), std::string_view());
-      for (std::size_t j = 0; j < here_index_.size() && j < gateways.size(); ++j)
-        answer_scratch_[here_index_[j]] = gateways[j];
+      for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
+        answer_scratch_[here.indices[j]] = gateways[j];
       from.send(answers_.send_result(rid, answer_scratch_, routed));
     }
     return;
@@ -490,10 +577,11 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
   s.routed = routed;
   s.unavailable = unavailable;
   s.gateways.assign(keys.size(), std::string());
-  for (std::size_t j = 0; j < here_index_.size() && j < gateways.size(); ++j) s.gateways[here_index_[j]] = gateways[j];
+  for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
+    s.gateways[here.indices[j]] = gateways[j];
   s.deadline = clock::now() + options_.forward_timeout;
   const auto origin = bus_.node_id();
-  for (const auto& [node, g] : owners) {
+  for (const auto& [node, g] : owners.in_use()) {
     if (forward(node, origin, ticket, g.keys, g.indices, payload, false)) {
       ++s.owners_waited;
       s.asked.emplace_back(node);
@@ -501,7 +589,7 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
       s.unavailable += static_cast<std::uint32_t>(g.keys.size());
     }
   }
-  for (const auto& [node, g] : homes) {
+  for (const auto& [node, g] : homes.in_use()) {
     if (forward(node, origin, ticket, g.keys, g.indices, payload, true)) {
       ++s.homes_expected;
       s.asked.emplace_back(node);
@@ -517,27 +605,36 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
 bool route_relay::forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
                           std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
                           protocol::bytes_view payload, bool to_home) {
-  auto& b = bus_.link_builder();
-  b.Clear();
+  auto* box = outbox_for(node);
+  if (!box) return false;
+  std::size_t size = payload.size() + origin.size() + 64;
+  for (const auto key : keys) size += key.size() + 16;
+  if (!box->empty() && box->b.GetSize() + size > bus_.options().batch_bytes) send_outbox(node, *box);
+  auto& b = box->b;
   const auto o = b.CreateString(origin.data(), origin.size());
   const auto k = b.CreateVectorOfStrings(keys.begin(), keys.end());
   const auto bytes = b.CreateVector(payload.data(), payload.size());
   const auto idx = b.CreateVector(indices.data(), indices.size());
-  const bool sent = bus_.send_body(node, link::Body::SendForward,
-                                   link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx).Union());
-  if (sent) ++counters_.sends_forwarded;
-  return sent;
+  box->forwards.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx));
+  if (origin == bus_.node_id()) box->own.push_back({ticket, static_cast<std::uint32_t>(keys.size()), to_home});
+  ++counters_.sends_forwarded;
+  schedule_flush();
+  return true;
 }
 
 void route_relay::send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
                                std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
                                std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner) {
-  auto& b = bus_.link_builder();
-  b.Clear();
+  auto* box = outbox_for(to);
+  if (!box) return;
+  std::size_t size = 64 + indices.size() * 4;
+  for (const auto g : gateways) size += g.size() + 16;
+  if (!box->empty() && box->b.GetSize() + size > bus_.options().batch_bytes) send_outbox(to, *box);
+  auto& b = box->b;
   const auto g = b.CreateVectorOfStrings(gateways.begin(), gateways.end());
   const auto idx = b.CreateVector(indices.data(), indices.size());
-  bus_.send_body(to, link::Body::SendOutcome,
-                 link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx).Union());
+  box->outcomes.push_back(link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx));
+  schedule_flush();
 }
 
 void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {
@@ -551,11 +648,8 @@ void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {
     case link::Body::RouteRebuild:
       if (const auto* r = m.body_as_RouteRebuild()) on_rebuild(from, *r);
       break;
-    case link::Body::SendForward:
-      if (const auto* f = m.body_as_SendForward()) on_forward(from, *f);
-      break;
-    case link::Body::SendOutcome:
-      if (const auto* o = m.body_as_SendOutcome()) on_outcome(*o);
+    case link::Body::Sends:
+      if (const auto* s = m.body_as_Sends()) on_sends(from, *s);
       break;
     default:
       break;
@@ -708,6 +802,13 @@ void route_relay::send_keys(std::string_view to, const std::vector<bool>& partit
   send_part(true);
 }
 
+void route_relay::on_sends(remote_node& from, const link::Sends& s) {
+  if (const auto* forwards = s.forwards())
+    for (const auto* f : *forwards) on_forward(from, *f);
+  if (const auto* outcomes = s.outcomes())
+    for (const auto* o : *outcomes) on_outcome(*o);
+}
+
 void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   if (!f.origin() || !f.keys()) return;
   const auto origin = f.origin()->string_view();
@@ -715,7 +816,8 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
   const auto* idx = f.indices();
   if (!idx || idx->size() != f.keys()->size()) return;  // not as this version sends it
-  key_group all;
+  auto& all = *all_;
+  all.clear();
   for (std::uint32_t i = 0; i < f.keys()->size(); ++i) {
     const auto* s = f.keys()->Get(i);
     if (s->size() > 0 && s->size() <= max_key_bytes) all.add(s->string_view(), idx->Get(i));
@@ -724,8 +826,10 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   // As the keys' owner: look them up, deliver what lives here, pass the
   // rest on to their homes (a home that is the origin itself delivers on
   // its SendForward too).
-  std::map<std::string_view, key_group> homes;
-  key_group here;
+  auto& homes = *homes_;
+  auto& here = *here_;
+  homes.clear();
+  here.clear();
   std::uint32_t unavailable = 0;
   for (std::size_t i = 0; i < all.keys.size(); ++i) {
     const auto key = all.keys[i];
@@ -742,7 +846,7 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
       homes[id].add(key, all.indices[i]);
   }
   std::uint32_t forwarded = 0;
-  for (const auto& [node, g] : homes) {
+  for (const auto& [node, g] : homes.in_use()) {
     if (forward(node, origin, f.ticket(), g.keys, g.indices, payload, true))
       ++forwarded;
     else
@@ -767,8 +871,10 @@ void route_relay::deliver_home(std::string_view origin, std::uint64_t ticket, st
 }
 
 void route_relay::on_outcome(const link::SendOutcome& o) {
-  std::vector<std::string_view> gateways;
-  std::vector<std::uint32_t> indices;
+  auto& gateways = answer_scratch_;
+  auto& indices = index_scratch_;
+  gateways.clear();
+  indices.clear();
   if (const auto* g = o.gateways())
     for (const auto* s : *g) gateways.push_back(s->string_view());
   if (const auto* i = o.indices()) indices.assign(i->begin(), i->end());

@@ -23,12 +23,15 @@
 //
 // Out of standing in etcd, this node acts as an owner for nothing.
 // Batching: puts and removals to one owner go out once per loop turn, in
-// one RouteUpdate; a send is one SendForward per owner and per home.
+// one RouteUpdate; a send is one SendForward per owner and per home, and
+// the SendForwards and SendOutcomes for one node go out once per loop turn
+// (or at the link's batch bytes) in one Sends message.
 //
 // Memory a client or peer can make this node hold: one pending entry per
 // forwarded send and per unconfirmed put (each until answered or the
 // forward timeout), each holding its keys or its answer; the directory
-// (route_directory.hpp).
+// (route_directory.hpp); one outbox per peer (the link's batch bytes plus
+// one send).
 //
 // Loop thread only.
 
@@ -63,6 +66,7 @@ struct RouteAck;
 struct RouteRebuild;
 struct SendForward;
 struct SendOutcome;
+struct Sends;
 }  // namespace switchyard::broker::link
 
 namespace switchyard::broker {
@@ -129,7 +133,16 @@ class route_relay {
 
  private:
   struct key_group;
+  struct node_groups;
+  struct outbox;
   struct pending_send;
+  // A SendForward of this node's send `ticket` (to an owner, or to a home)
+  // for `keys` keys.
+  struct refused_forward {
+    std::uint64_t ticket = 0;
+    std::uint32_t keys = 0;
+    bool to_home = false;
+  };
   struct put_batch;
   struct rebuild;
   using clock = std::chrono::steady_clock;
@@ -152,6 +165,7 @@ class route_relay {
   void on_route_update(remote_node& from, const link::RouteUpdate& u);
   void on_route_ack(remote_node& from, const link::RouteAck& a);
   void on_rebuild(remote_node& from, const link::RouteRebuild& r);
+  void on_sends(remote_node& from, const link::Sends& s);
   void on_forward(remote_node& from, const link::SendForward& f);
   void on_outcome(const link::SendOutcome& o);
   // Delivers `keys` here (this node is their home) and tells the origin.
@@ -161,10 +175,12 @@ class route_relay {
                      std::span<const std::uint32_t> indices, std::uint32_t forwarded, std::uint32_t unavailable,
                      bool from_owner);
   void finish(std::uint64_t ticket);
-  // Sends a SendForward to `node`; false when it has no link.
+  // Puts a SendForward to `node` in its outbox; false when it has no link.
   bool forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
                std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
                protocol::bytes_view payload, bool to_home);
+  // Puts a SendOutcome to `to` in its outbox (dropped when it has no link:
+  // the origin answers outcome_unknown at its deadline).
   void send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
                     std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
                     std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner);
@@ -179,6 +195,15 @@ class route_relay {
   void ask_rebuild(const std::string& member, std::uint64_t ticket, const std::vector<std::uint32_t>& partitions);
   // A part of `member`'s answer to rebuild `ticket`.
   void rebuild_part(const std::string& member, std::uint64_t ticket, std::uint32_t part, bool last);
+  // The outbox for `node`, made on first use; nullptr when it has no link.
+  outbox* outbox_for(std::string_view node);
+  // Sends `box` to `node` (one Sends message) and empties it; when NATS
+  // refuses it, this node's own sends in it count those keys unavailable.
+  void send_outbox(std::string_view node, outbox& box);
+  // The forwards NATS refused (send_outbox): their keys count unavailable
+  // in their sends, which are answered once complete. Not called while a
+  // send is being forwarded (it would see the send half made).
+  void settle_refused();
   void schedule_flush();
   void flush();
   // Sends `owner`'s batch now (it reached part_bytes, or the loop turn ends).
@@ -211,6 +236,10 @@ class route_relay {
   // waiting for their RouteAck (by ticket).
   std::map<std::string, put_batch, std::less<>> outgoing_;
   std::map<std::uint64_t, put_batch> unacked_;
+  // Per peer: SendForwards and SendOutcomes not sent yet (kept across loop
+  // turns, so that their builders' memory is reused).
+  std::map<std::string, std::unique_ptr<outbox>, std::less<>> outboxes_;
+  std::vector<refused_forward> refused_;
   // Home side, with an auth file: who put each local route (for a
   // rebuild's answer); only non-empty principals.
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> put_by_;
@@ -221,8 +250,9 @@ class route_relay {
   // Cleared by the destructor: a posted flush or a timer handler that runs
   // later finds it false and touches nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  std::vector<std::string_view> key_scratch_;
-  std::vector<std::uint32_t> here_index_;
+  std::unique_ptr<key_group> here_, all_;
+  std::unique_ptr<node_groups> homes_, owners_;
+  std::vector<std::uint32_t> index_scratch_;
   std::vector<std::string_view> gateway_scratch_;
   std::vector<std::string_view> answer_scratch_;
   route_relay_counters counters_;

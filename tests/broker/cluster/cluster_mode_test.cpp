@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <thread>
 
 using namespace switchyard;
 using namespace std::chrono_literals;
@@ -165,6 +166,27 @@ TEST_CASE("a second node with the id of a live node is refused at start, naming 
     CHECK_THAT(e.what(), Catch::Contains("node id 'a' is held by a live member"));
   }
   CHECK(f.node("a").live_metrics().cluster_members == 1);
+}
+
+TEST_CASE("a node started before etcd answers waits for it and joins", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.etcd.kill(0);
+  auto config = f.config("a");
+  std::unique_ptr<test::test_server> node;
+  std::string failed;
+  std::thread starter([&] {
+    try {
+      node = std::make_unique<test::test_server>(config);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+  });
+  std::this_thread::sleep_for(1500ms);  // the node is waiting meanwhile (without the wait it fails at once)
+  f.etcd.restart(0);
+  starter.join();
+  REQUIRE(failed.empty());
+  REQUIRE(node);
+  CHECK(node->live_metrics().cluster_members == 1);
 }
 
 TEST_CASE("a node refuses to start when NATS's max_payload cannot carry --max-frame", "[cluster][e2e]") {

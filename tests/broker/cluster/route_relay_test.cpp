@@ -115,6 +115,29 @@ TEST_CASE("a send to users on several nodes at once reaches each gateway and ans
   CHECK(gc.got.count <= 3);
 }
 
+TEST_CASE("many sends to another node's users travel many to a NATS message, each delivered once", "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start_settled({"a", "b", "c"});
+  constexpr int users = 200, sends = 2000;
+  gateway gw(f.node("a"), "gw-a", 0, users);
+  auto svc = test::connect_to(f.node("b"), "service");
+  const auto before = f.node("b").live_metrics().cluster_messages_out;
+  for (int i = 0; i < sends; ++i) {
+    const auto m = std::to_string(i);
+    REQUIRE_FALSE(svc->send_nowait("user:" + std::to_string(i % users), std::as_bytes(std::span(m.data(), m.size()))));
+  }
+  REQUIRE_FALSE(svc->flush());  // answered once every forwarded send was
+  REQUIRE(wait_until([&] { return gw.got.count >= sends; }));
+  const auto all = gw.got.snapshot();
+  CHECK(all.size() == sends);
+  CHECK(std::set<std::string>(all.begin(), all.end()).size() == sends);
+  // One message per send would be at least 2,000 (every send leaves b at
+  // least once); batched per loop turn, a few per message at the very least.
+  const auto messages = f.node("b").live_metrics().cluster_messages_out - before;
+  CHECK(messages <= sends / 4);
+  CHECK(f.node("b").live_metrics().cluster_sends_forwarded >= static_cast<std::uint64_t>(sends) * 2 / 3);
+}
+
 TEST_CASE("a user whose gateway moved to another node is reached there, never at the old gateway", "[cluster][e2e]") {
   cluster_fixture f;
   f.start_settled({"a", "b", "c"});
