@@ -12,7 +12,11 @@
 //    than that user's (one key, "<prefix>user:<u>"), or if it is too short
 //    to say;
 //  - a reorder if its sequence number is below the one before it in the
-//    same inbox (sequences rise within an inbox: one sender, in order).
+//    same inbox (sequences rise within an inbox: one sender, in order);
+//    or, checked per user (route --sub-address: across the nodes of a
+//    cluster, where sends to different users of one gateway may take
+//    different paths, docs/cluster.md "Order"), below the one before it
+//    for the same user.
 // Each inbox ends with one sentinel (checked for its route like the rest).
 
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace switchyard::bench {
 
@@ -65,9 +70,14 @@ inline void put_route_header(std::span<std::byte> payload, std::uint64_t seq, st
 class alignas(64) route_checker {
  public:
   // Gateway `gateway` of `gateways`, for `users` users whose route keys
-  // are `key_prefix` + "user:" + the user id in decimal.
-  route_checker(std::uint64_t gateway, std::uint64_t gateways, std::uint64_t users, std::string_view key_prefix = {})
-      : gateway_(gateway), gateways_(gateways), users_(users), key_prefix_(std::string(key_prefix) + "user:") {}
+  // are `key_prefix` + "user:" + the user id in decimal. `per_user`:
+  // order is checked per user (8 bytes per user of this gateway), else
+  // per inbox.
+  route_checker(std::uint64_t gateway, std::uint64_t gateways, std::uint64_t users, std::string_view key_prefix = {},
+                bool per_user = false)
+      : gateway_(gateway), gateways_(gateways), users_(users), key_prefix_(std::string(key_prefix) + "user:") {
+    if (per_user) next_seq_of_user_.assign(users / gateways + 1, 0);
+  }
 
   // One delivery into this gateway's inbox at `now_ns`: its payload and the
   // route keys the broker delivered it for. After the sentinel nothing
@@ -90,8 +100,9 @@ class alignas(64) route_checker {
     }
     received_.store(received_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     last_ns_.store(now_ns, std::memory_order_relaxed);
-    if (seq < next_seq_) ++reorder_;
-    next_seq_ = seq + 1;
+    auto& next = next_seq_of_user_.empty() || user >= users_ ? next_seq_ : next_seq_of_user_[user / gateways_];
+    if (seq < next) ++reorder_;
+    next = seq + 1;
   }
 
   std::uint64_t received() const noexcept { return received_.load(std::memory_order_relaxed); }
@@ -117,6 +128,7 @@ class alignas(64) route_checker {
   std::atomic<std::uint64_t> last_ns_{0};   // the last data message
   std::atomic<bool> ended_{false};          // the sentinel arrived
   std::uint64_t next_seq_ = 0;
+  std::vector<std::uint64_t> next_seq_of_user_;  // per user u of this gateway, at u / gateways (per_user)
   std::uint64_t misrouted_ = 0, reorder_ = 0;
 };
 

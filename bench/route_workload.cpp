@@ -44,8 +44,10 @@ int run_route(const settings& s, const target& t) {
   // (declared before them).
   std::vector<std::unique_ptr<route_checker>> checkers;
   std::vector<const route_checker*> checked;
+  // Across nodes (--sub-address) order holds per user, not per gateway.
+  const bool per_user_order = !s.sub_address.empty();
   for (int g = 0; g < ngw; ++g) {
-    checkers.push_back(std::make_unique<route_checker>(g, ngw, nusers, t.prefix));
+    checkers.push_back(std::make_unique<route_checker>(g, ngw, nusers, t.prefix, per_user_order));
     checked.push_back(checkers.back().get());
   }
   const auto delivered = [&] {
@@ -215,7 +217,7 @@ int run_route(const settings& s, const target& t) {
   j.integer("recv_min", static_cast<long long>(tally.min)).integer("recv_max", static_cast<long long>(tally.max));
   j.num("loss", sent > 0 ? 1.0 - static_cast<double>(tally.received) / static_cast<double>(sent) : NAN);
   j.integer("misrouted", static_cast<long long>(tally.misrouted));
-  j.integer("reorder", static_cast<long long>(tally.reorder));
+  j.integer("reorder", static_cast<long long>(tally.reorder)).str("order", per_user_order ? "user" : "gateway");
   j.raw("gw_end", tally.ends_json()).raw("cpu", cost.json());
   std::string latency_line;
   if (paced) {
@@ -245,8 +247,9 @@ int run_route(const settings& s, const target& t) {
       fmt::format("  delivered: {:.0f}/s into inboxes ({} of {} {})\n",
                   static_cast<double>(tally.received) / deliver_secs, tally.received, expected,
                   nowait ? "sent" : "routed") +
-      fmt::format("  checked:   {} misrouted, {} reordered; {} to {} per gateway; gateway ends {}{}\n", tally.misrouted,
-                  tally.reorder, tally.min, tally.max, tally.ends_json(),
+      fmt::format("  checked:   {} misrouted, {} reordered (order per {}); {} to {} per gateway; gateway ends {}{}\n",
+                  tally.misrouted, tally.reorder, per_user_order ? "user" : "gateway", tally.min, tally.max,
+                  tally.ends_json(),
                   tally.passed() ? "" : " (FAILED: a message went to the wrong gateway or out of order)") +
       latency_line + cost.summary() + cleaned;
   emit(s, summary, j);

@@ -241,5 +241,7 @@ TEST_CASE("switchyard-bench route with --sub-address connects its gateways there
   // saw exactly the two gateways.
   CHECK(accepted(gateway_broker) == 2 + 1);
   CHECK(accepted(service_broker) >= 1 + 1);
+  // Across nodes, order is checked per user (docs/cluster.md, "Order").
+  CHECK(contains(out, "(order per user)"));
   (void)code;
 }

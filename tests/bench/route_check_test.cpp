@@ -53,6 +53,20 @@ TEST_CASE("a gateway's checker counts messages for its own users in order as cle
   CHECK(gw1.misrouted() == 0);
 }
 
+TEST_CASE("checked per user, sends to different users may interleave but one user's may not go back", "[bench]") {
+  route_checker per_inbox(1, 3, 9), per_user(1, 3, 9, {}, true);
+  for (auto* gw : {&per_inbox, &per_user}) {
+    delivery(5, 4, "user:4").to(*gw);
+    delivery(3, 1, "user:1").to(*gw);  // another user, sent earlier, arrives later: another path
+    delivery(7, 4, "user:4").to(*gw);
+  }
+  CHECK(per_inbox.reorder() == 1);
+  CHECK(per_user.reorder() == 0);
+  delivery(6, 4, "user:4").to(per_user);  // user 4 went back from 7 to 6
+  CHECK(per_user.reorder() == 1);
+  CHECK(per_user.misrouted() == 0);
+}
+
 TEST_CASE("a message for another gateway's user is counted as misrouted and fails the run", "[bench]") {
   route_checker gw0(0, 3, 9), gw1(1, 3, 9), gw2(2, 3, 9);
   delivery(0, 0, "user:0").to(gw0);
