@@ -158,6 +158,9 @@ struct server_config {
   std::uint32_t cluster_lease_ttl_s = 5;
   std::chrono::milliseconds cluster_interest_timeout{1000};
   std::chrono::milliseconds cluster_forward_timeout{2000};
+  // Out of standing (cut off from etcd) this long, the node drains its
+  // clients to the other nodes and exits; 0 = never.
+  std::chrono::seconds cluster_drain_after{0};
 
   // Where the settings came from, for SIGHUP (server::reload): the --config
   // file (empty = none: nothing to reload) and the whole command line it

@@ -143,11 +143,15 @@ auto value_of(T server_config::*m) {
   return [m](const server_config& c) { return as_int64(c.*m); };
 }
 
-// A duration, given as an integer count of its unit (ms or us).
+// A duration, given as an integer count of its unit (s, ms or us).
 template <class Rep, class Period>
 row duration(std::string_view name, std::chrono::duration<Rep, Period> server_config::*m, std::string_view help) {
   using D = std::chrono::duration<Rep, Period>;
-  row r = make(name, help, std::is_same_v<D, microseconds> ? "us" : "ms", {offset_of(m)});
+  row r = make(name, help,
+               std::is_same_v<D, microseconds>           ? "us"
+               : std::is_same_v<D, std::chrono::seconds> ? "s"
+                                                         : "ms",
+               {offset_of(m)});
   r.s.add = [name, help, m](CLI::App& app, server_config& into) {
     return app.add_option_function<std::int64_t>(
         flag_of(name), [&into, m](std::int64_t v) { into.*m = D(v); }, std::string(help));
@@ -613,6 +617,15 @@ std::vector<setting> build() {
                "elsewhere, a route put confirmed by its partition's owner) waits for the answer; then it is "
                "answered outcome_unknown (a send: it may or may not have been delivered) or unavailable (a put)")
           .range({100}, {60'000}, count_of(&c::cluster_forward_timeout)));
+  add(duration("cluster-drain-after-s", &c::cluster_drain_after,
+               "cluster mode: out of standing (cut off from etcd) this long, drain the clients to the other nodes "
+               "and exit; 0 = never")
+          .doc("a node out of standing (cut off from etcd) this long drains its clients to the other nodes over "
+               "`drain-window-ms`, as SIGUSR2 does, and exits (0), for its supervisor to start it again. 0: never "
+               "(the default: when etcd itself is down every node is cut off at once, and draining them all would "
+               "turn an etcd outage into a total one)")
+          .range({0}, {86'400}, count_of(&c::cluster_drain_after))
+          .reloadable());
 
   // Logs.
   add(text("log-level", &c::log_level, "trace, debug, info, warn, error, critical or off",

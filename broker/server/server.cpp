@@ -254,6 +254,7 @@ void server::start() {
   asio::co_spawn(d.io, d.accept_loop(), asio::detached);
   asio::co_spawn(d.io, d.sweep_loop(), asio::detached);
   asio::co_spawn(d.io, d.offer_loop(), asio::detached);
+  if (d.members) asio::co_spawn(d.io, d.standing_watch_loop(), asio::detached);
 }
 
 std::uint16_t server::port() const noexcept { return impl_->port; }

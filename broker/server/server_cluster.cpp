@@ -64,6 +64,32 @@ void server::impl::leave_cluster() {
   if (bus) bus->stop();
 }
 
+asio::awaitable<void> server::impl::standing_watch_loop() {
+  using clock = std::chrono::steady_clock;
+  asio::steady_timer timer(io);
+  std::optional<clock::time_point> lost_since;
+  while (!registry.stopping() && !admission.draining()) {
+    timer.expires_after(std::chrono::milliseconds(250));
+    asio_error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || registry.stopping() || admission.draining() || !members) co_return;
+    const auto now = clock::now();
+    if (members->in_standing()) {
+      lost_since.reset();
+      continue;
+    }
+    if (!lost_since) lost_since = now;
+    const auto after = config.cluster_drain_after;  // reloadable: read each time
+    if (after.count() == 0 || now - *lost_since < after) continue;
+    logger->error(
+        "cluster: out of standing (cut off from etcd) for {} s (cluster-drain-after-s): draining the clients to the "
+        "other nodes, then exiting",
+        after.count());
+    begin_drain(config.drain_window);
+    co_return;
+  }
+}
+
 void server::impl::cluster_metrics(metrics_snapshot& m) const {
   if (!bus) return;
   const auto s = bus->status();

@@ -126,6 +126,10 @@ struct server::impl {
   // Leaves etcd (the lease revoked: the other nodes drop this one at once)
   // and NATS. Idempotent; loop thread or after the loop stopped.
   void leave_cluster();
+  // Cluster mode, on the loop every 250 ms: once the node has been out of
+  // standing for cluster-drain-after-s (0: never), begins a drain over
+  // drain-window-ms (and so exits). Ends when the server stops or drains.
+  asio::awaitable<void> standing_watch_loop();
   // Fills the cluster figures of `m`.
   void cluster_metrics(metrics_snapshot& m) const;
   // The ClusterStatus answer; nullopt on a single node.

@@ -370,8 +370,8 @@ TEST_CASE("a client pointed at a service that is not a broker fails with not_a_b
           "[e2e][client]") {
   // An HTTP server's answer read as a frame: "HTTP" as a length is far
   // above any max frame; a short binary answer is no SWY1 frame either.
-  for (const std::string reply : {std::string("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"),
-                                  std::string("\x10\0\0\0garbage-garbage-", 20)}) {
+  for (const std::string& reply : {std::string("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"),
+                                   std::string("\x10\0\0\0garbage-garbage-", 20)}) {
     test::fake_service other(reply);
     client_options o;
     o.port = other.port();

@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -402,6 +403,63 @@ TEST_CASE("a node cut off from etcd leaves standing before its lease can lapse, 
   // etcd extends leases when a leader starts: the same lease is renewed.
   REQUIRE(wait_until([&] { return a.live_metrics().cluster_in_standing; }, 10s));
   REQUIRE(wait_until([&] { return test::http_get(a.http_port(), "/readyz").status == 200; }));
+}
+
+TEST_CASE("a node cut off from etcd past cluster-drain-after-s drains its clients to the other nodes and exits",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  auto c = f.config("a");
+  c.cluster_drain_after = 1s;
+  c.drain_window = 300ms;
+  auto& a = f.start(c);
+  std::mutex mu;
+  std::vector<std::error_code> losses;
+  client_options o;
+  o.port = a.port();
+  o.client_name = "gateway";
+  o.on_disconnect = [&](std::error_code ec) {
+    std::lock_guard lock(mu);
+    losses.push_back(ec);
+  };
+  auto gateway = client::connect(o);  // after what its callback uses: destroyed first
+  REQUIRE(gateway);
+  f.etcd.kill(0);
+  // TTL 2 s: out of standing within about 1.6 s, then 1 s more.
+  REQUIRE(wait_until([&] { return !a.live_metrics().cluster_in_standing; }, 5s));
+  CHECK_FALSE(a.live_metrics().draining);  // not at once
+  REQUIRE(wait_until(
+      [&] {
+        std::lock_guard lock(mu);
+        return !losses.empty();
+      },
+      10s));
+  {
+    std::lock_guard lock(mu);
+    CHECK(losses.front() == errc::draining);
+  }
+  CHECK(a.wait_finished(10s));
+}
+
+TEST_CASE("a node out of standing shorter than cluster-drain-after-s, or with it 0, keeps its clients",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  auto c = f.config("a");
+  c.cluster_drain_after = 0s;  // the default: never
+  auto& a = f.start(c);
+  auto d = f.config("d");
+  d.cluster_drain_after = 30s;
+  auto& b = f.start(d);
+  f.converge(2);
+  f.etcd.kill(0);
+  REQUIRE(wait_until([&] { return !a.live_metrics().cluster_in_standing && !b.live_metrics().cluster_in_standing; }));
+  std::this_thread::sleep_for(1500ms);  // out of standing a while: neither drains
+  CHECK_FALSE(a.live_metrics().draining);
+  CHECK_FALSE(b.live_metrics().draining);
+  f.etcd.restart(0);
+  REQUIRE(
+      wait_until([&] { return a.live_metrics().cluster_in_standing && b.live_metrics().cluster_in_standing; }, 10s));
+  CHECK(a.running());
+  CHECK(b.running());
 }
 
 TEST_CASE("cluster status shows the members, the links, etcd and NATS as a node sees them", "[cluster][e2e]") {
