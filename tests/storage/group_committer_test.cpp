@@ -571,16 +571,24 @@ TEST_CASE("retention in a commit trims at most the batch's records plus the slac
   o.retention_interval = std::chrono::hours(1);
   o.commit_trim_slack = 16;
   group_committer gc(*t.log, o);
-  std::atomic<int> done{0};
-  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) { done += static_cast<int>(r.size()); });
+  std::atomic<int> done{0}, batches{0};
+  gc.set_batch_handler([&](std::span<const group_committer::token_result> r) {
+    done += static_cast<int>(r.size());
+    ++batches;
+  });
   for (std::uint64_t i = 1; i <= 5; ++i) REQUIRE_FALSE(gc.append("over", payload, {}, i));
   while (gc.commit_queued()) {
   }
   REQUIRE(wait_until([&] { return done == 5; }));
+  // Usually one commit; the writer thread may take some of the appends in
+  // a commit of its own: each trims at most its records plus the slack.
+  const int commits = batches.load();
+  REQUIRE(commits >= 1);
+  REQUIRE(commits <= 5);
   auto info = t.log->info("over");
   REQUIRE(info);
-  CHECK(info->records == 1000 + 5 - (5 + 16));
-  CHECK(info->first_seq == 22);
+  CHECK(info->records == static_cast<std::uint64_t>(1000 + 5 - (5 + 16 * commits)));
+  CHECK(info->first_seq == static_cast<std::uint64_t>(1 + 5 + 16 * commits));
 }
 
 TEST_CASE("a batch the full log refuses costs a logarithmic number of attempts, not one per append", "[storage]") {
