@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace switchyard::broker {
@@ -89,30 +90,37 @@ bool membership::register_self(bool at_start) {
   // less than a TTL ago (its lease still counts down), or another live
   // node given the same id (its lease never lapses). The lease is granted
   // only once the key is free, so that it is not left unrenewed meanwhile.
-  const auto give_up = clock::now() + ttl + std::chrono::seconds(2);
+  // Counted from when etcd first answered (it may have been waited for).
+  std::optional<clock::time_point> give_up;
   const auto etcd_give_up = clock::now() + start_wait;
-  bool told = false, waited = false;
+  bool told = false, waited = false, stopped = false;
+  // At start, etcd not up yet (or without a leader yet) is waited for:
+  // true when `e` is that and there is time left (after a pause).
+  const auto wait_for_etcd = [&](std::error_code e) {
+    if (!at_start || (e != cluster::errc::unreachable && e != cluster::errc::timeout) || clock::now() >= etcd_give_up)
+      return false;
+    if (!waited)
+      logger_->info("cluster: waiting up to {} s for etcd ({}, ...): {}", start_wait.count(),
+                    client_->current_endpoint(), e.message());
+    waited = true;
+    stopped = !pause(milliseconds(250));
+    return !stopped;
+  };
+  const auto waited_note = [&] { return waited ? " (waited " + std::to_string(start_wait.count()) + " s)" : ""; };
   std::int64_t lease = 0;
   clock::time_point granted_at;
   for (;;) {
     auto current = client_->get(key);
     if (!current) {
-      // At start, etcd not up yet (or without a leader yet) is waited for.
-      const auto e = current.error();
-      if (at_start && (e == cluster::errc::unreachable || e == cluster::errc::timeout) && clock::now() < etcd_give_up) {
-        if (!waited)
-          logger_->info("cluster: waiting up to {} s for etcd ({}, ...): {}", start_wait.count(),
-                        client_->current_endpoint(), e.message());
-        waited = true;
-        if (!pause(milliseconds(250))) return fail("stopped while joining");
-        continue;
-      }
+      if (wait_for_etcd(current.error())) continue;
+      if (stopped) return fail("stopped while joining");
       return fail("etcd (" + client_->current_endpoint() + ", ...): cannot read the member key " + key + ": " +
-                  e.message() + (waited ? " (waited " + std::to_string(start_wait.count()) + " s)" : ""));
+                  current.error().message() + waited_note());
     }
+    if (!give_up) give_up = clock::now() + ttl + std::chrono::seconds(2);
     if (*current) {
       const auto holder = (*current)->lease;
-      if (clock::now() >= give_up)
+      if (clock::now() >= *give_up)
         return fail("node id '" + options_.node_id + "' is held by a live member (etcd lease " +
                     std::to_string(holder) + ", " + (*current)->value +
                     "): another node runs with this --cluster-node-id");
@@ -125,16 +133,23 @@ bool membership::register_self(bool at_start) {
     }
     granted_at = clock::now();
     auto granted = client_->grant_lease(ttl);
-    if (!granted)
+    if (!granted) {
+      if (wait_for_etcd(granted.error())) continue;
+      if (stopped) return fail("stopped while joining");
       return fail("etcd (" + client_->current_endpoint() +
-                  ", ...): cannot grant a lease: " + granted.error().message());
+                  ", ...): cannot grant a lease: " + granted.error().message() + waited_note());
+    }
     auto made = client_->create_if_absent(key, value, *granted);
     if (made && (made->succeeded || (made->current && made->current->lease == *granted))) {
       lease = *granted;
       break;
     }
     (void)client_->revoke_lease(*granted);  // taken meanwhile, or etcd failed: start over
-    if (!made) return fail("etcd: cannot create the member key " + key + ": " + made.error().message());
+    if (!made) {
+      if (wait_for_etcd(made.error())) continue;
+      if (stopped) return fail("stopped while joining");
+      return fail("etcd: cannot create the member key " + key + ": " + made.error().message() + waited_note());
+    }
   }
   lease_ = lease;
   incarnation_.store(lease, std::memory_order_release);

@@ -496,6 +496,8 @@ void node_bus::on_message(const cluster::inbound_message& m) {
     case link::Body::RouteUpdate:
     case link::Body::RouteAck:
     case link::Body::RouteRebuild:
+    case link::Body::SendForward:
+    case link::Body::SendOutcome:
     case link::Body::Sends:
       if (route_handler_) route_handler_(from, *msg);
       break;

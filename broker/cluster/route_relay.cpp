@@ -61,6 +61,7 @@ struct route_relay::outbox {
   std::vector<flatbuffers::Offset<link::SendForward>> forwards;
   std::vector<flatbuffers::Offset<link::SendOutcome>> outcomes;
   std::vector<refused_forward> own;  // this node's sends in it
+  std::int64_t incarnation = 0;      // the peer's, when the outbox was made
   bool empty() const { return forwards.empty() && outcomes.empty(); }
 };
 
@@ -195,15 +196,18 @@ void route_relay::view_changed() {
                                            [](const cluster_member& a, const cluster_member& b) {
                                              return a.node_id == b.node_id && a.incarnation == b.incarnation;
                                            });
-  // What the outboxes hold goes out under the view it was made for (to a
-  // node gone, it is refused: settled below); the outboxes of nodes gone
-  // go.
+  // An outbox made for a node that left, or for an earlier incarnation of
+  // it (the bus already links to the new one), is not sent: this node's
+  // own sends in it count those keys unavailable (settled below); what it
+  // owed others (their tickets were the earlier incarnation's) goes.
   for (auto it = outboxes_.begin(); it != outboxes_.end();) {
-    send_outbox(it->first, *it->second);
-    if (view->find(it->first) == nullptr)
-      it = outboxes_.erase(it);
-    else
+    const auto* m = view->find(it->first);
+    if (m && m->incarnation == it->second->incarnation) {
       ++it;
+      continue;
+    }
+    refused_.insert(refused_.end(), it->second->own.begin(), it->second->own.end());
+    it = outboxes_.erase(it);
   }
   std::vector<cluster_member> previous = std::move(members_);
   members_ = view->members;
@@ -429,9 +433,14 @@ void route_relay::flush() {
 }
 
 route_relay::outbox* route_relay::outbox_for(std::string_view node) {
-  if (!bus_.has_link(node)) return nullptr;
+  const auto* view = bus_.view();
+  const auto* member = view ? view->find(node) : nullptr;
+  if (!member || !bus_.has_link(node)) return nullptr;
   auto it = outboxes_.find(node);
-  if (it == outboxes_.end()) it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
+  if (it == outboxes_.end()) {
+    it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
+    it->second->incarnation = member->incarnation;
+  }
   return it->second.get();
 }
 
@@ -650,6 +659,12 @@ void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {
       break;
     case link::Body::Sends:
       if (const auto* s = m.body_as_Sends()) on_sends(from, *s);
+      break;
+    case link::Body::SendForward:  // on its own: an earlier version
+      if (const auto* f = m.body_as_SendForward()) on_forward(from, *f);
+      break;
+    case link::Body::SendOutcome:
+      if (const auto* o = m.body_as_SendOutcome()) on_outcome(*o);
       break;
     default:
       break;

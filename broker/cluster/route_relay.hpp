@@ -131,6 +131,11 @@ class route_relay {
 
   route_relay_counters counters() const;
 
+  // Sends now what waits for the end of the loop turn (route updates, the
+  // outboxes: outcomes other nodes wait for): the node is about to leave
+  // the cluster. Loop thread, or after the loop stopped.
+  void flush_now() { flush(); }
+
  private:
   struct key_group;
   struct node_groups;

@@ -619,9 +619,9 @@ std::vector<setting> build() {
           .range({100}, {60'000}, count_of(&c::cluster_forward_timeout)));
   add(duration("cluster-drain-after-s", &c::cluster_drain_after,
                "cluster mode: out of standing (cut off from etcd) this long, drain the clients to the other nodes "
-               "and exit; 0 = never")
+               "and exit 75; 0 = never")
           .doc("a node out of standing (cut off from etcd) this long drains its clients to the other nodes over "
-               "`drain-window-ms`, as SIGUSR2 does, and exits (0), for its supervisor to start it again. 0: never "
+               "`drain-window-ms`, as SIGUSR2 does, and exits 75, for its supervisor to start it again. 0: never "
                "(the default: when etcd itself is down every node is cut off at once, and draining them all would "
                "turn an etcd outage into a total one)")
           .range({0}, {86'400}, count_of(&c::cluster_drain_after))

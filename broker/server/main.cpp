@@ -28,6 +28,9 @@
 namespace {
 
 constexpr int verify_intact = 0, verify_damaged = 1, verify_cannot_check = 3;
+// Cluster mode: drained after a long loss of etcd (cluster-drain-after-s);
+// EX_TEMPFAIL, "try again later".
+constexpr int exit_cut_off = 75;
 
 // A JSON string literal of `s` (bytes that are not printable ASCII are
 // escaped as \u00XX: stream names are bytes, not necessarily UTF-8).
@@ -137,6 +140,11 @@ int main(int argc, char** argv) {
     srv.handle_signals();
     srv.start();
     srv.run();
+    if (srv.drained_for_lost_standing()) {
+      // Not 0: a supervisor that restarts on failure starts it again.
+      spdlog::get("broker")->info("stopped after a drain for a long loss of etcd (exit {})", exit_cut_off);
+      return exit_cut_off;
+    }
     spdlog::get("broker")->info("stopped");
     return 0;
   } catch (const startup_error& e) {

@@ -280,6 +280,8 @@ void server::stop() {
 
 const server_counters& server::counters() const noexcept { return impl_->counters; }
 
+bool server::drained_for_lost_standing() const noexcept { return impl_->drained_for_lost_standing; }
+
 metrics_snapshot server::metrics() const { return impl_->metrics(); }
 
 void server::post_metrics(std::function<void(const metrics_snapshot&)> done) {

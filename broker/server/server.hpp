@@ -60,6 +60,11 @@ class server {
   // files and the auth file), on the loop thread, soon after the call.
   void reload();
 
+  // After run() returned: the node drained because it was out of standing
+  // in its cluster for cluster-drain-after-s (the process exits 75 then,
+  // so that a supervisor restarting on failure starts it again).
+  bool drained_for_lost_standing() const noexcept;
+
   // Counters, read on the loop thread (or after run() returned).
   const server_counters& counters() const noexcept;
   // Every counter and gauge (connections, tables, memory, the log's group

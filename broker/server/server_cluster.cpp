@@ -57,6 +57,7 @@ void server::impl::join_cluster() {
 }
 
 void server::impl::leave_cluster() {
+  if (relay) relay->flush_now();  // outcomes other nodes wait for go out first
   if (members) members->leave();
   if (pubsub) pubsub->use_cluster(nullptr);
   if (routing_requests) routing_requests->use_cluster(nullptr);
@@ -79,12 +80,14 @@ asio::awaitable<void> server::impl::standing_watch_loop() {
       continue;
     }
     if (!lost_since) lost_since = now;
-    const auto after = config.cluster_drain_after;  // reloadable: read each time
+    // Reloadable: read each time; counted from when standing was lost.
+    const auto after = config.cluster_drain_after;
     if (after.count() == 0 || now - *lost_since < after) continue;
     logger->error(
         "cluster: out of standing (cut off from etcd) for {} s (cluster-drain-after-s): draining the clients to the "
         "other nodes, then exiting",
         after.count());
+    drained_for_lost_standing = true;
     begin_drain(config.drain_window);
     co_return;
   }

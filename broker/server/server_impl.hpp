@@ -111,6 +111,7 @@ struct server::impl {
   // when it began in the order they are closed, and how many of them were
   // handled (closed, or found gone).
   std::optional<drain_schedule> drain;
+  bool drained_for_lost_standing = false;  // standing_watch_loop began the drain
   std::vector<std::weak_ptr<connection>> drain_order;
   std::size_t drained = 0;
   // Refusals last logged (report_refusals), and when.

@@ -32,6 +32,8 @@ class test_server {
   bool wait_finished(std::chrono::milliseconds timeout);
   // Counters, valid after stop().
   const broker::server_counters& counters() const noexcept { return server_->counters(); }
+  // broker::server::drained_for_lost_standing, valid once finished.
+  bool drained_for_lost_standing() const noexcept { return server_->drained_for_lost_standing(); }
   // Every counter and gauge, valid after stop().
   broker::metrics_snapshot metrics() const { return server_->metrics(); }
   // The same while the server runs, gathered on its loop thread (waits at

@@ -190,6 +190,37 @@ TEST_CASE("a node started before etcd answers waits for it and joins", "[cluster
   CHECK(node->live_metrics().cluster_members == 1);
 }
 
+TEST_CASE("a node whose previous run still holds its id waits for that lease after waiting for etcd",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  // The previous run of node a, killed without revoking its lease.
+  {
+    cluster::etcd_client etcd(f.etcd.endpoints(), 2s);
+    auto lease = etcd.grant_lease(2s);
+    REQUIRE(lease);
+    REQUIRE(etcd.put("/switchyard/" + f.name + "/members/a", R"({"address":"127.0.0.1:1"})", *lease));
+  }
+  f.etcd.kill(0);
+  auto config = f.config("a");  // lease TTL 2 s: the holder is waited for TTL + 2 s
+  std::unique_ptr<test::test_server> node;
+  std::string failed;
+  std::thread starter([&] {
+    try {
+      node = std::make_unique<test::test_server>(config);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+  });
+  // Longer than TTL + 2 s: counted from the start, that wait would be over
+  // before etcd answered, and the node would refuse as if its id were taken.
+  std::this_thread::sleep_for(5s);
+  f.etcd.restart(0);  // the restarted leader gives the old lease a full TTL again
+  starter.join();
+  REQUIRE(failed.empty());
+  REQUIRE(node);
+  CHECK(node->live_metrics().cluster_members == 1);
+}
+
 TEST_CASE("a node refuses to start when NATS's max_payload cannot carry --max-frame", "[cluster][e2e]") {
   cluster_fixture f;
   f.nats = std::make_unique<test::nats_process>("max_payload: 65536");
@@ -437,7 +468,8 @@ TEST_CASE("a node cut off from etcd past cluster-drain-after-s drains its client
     std::lock_guard lock(mu);
     CHECK(losses.front() == errc::draining);
   }
-  CHECK(a.wait_finished(10s));
+  REQUIRE(a.wait_finished(10s));
+  CHECK(a.drained_for_lost_standing());  // the process exits 75 then
 }
 
 TEST_CASE("a node out of standing shorter than cluster-drain-after-s, or with it 0, keeps its clients",
