@@ -432,7 +432,7 @@ void route_relay::flush() {
   arm_timer();
 }
 
-route_relay::outbox* route_relay::outbox_for(std::string_view node) {
+route_relay::outbox* route_relay::outbox_for(std::string_view node, std::size_t bytes) {
   const auto* view = bus_.view();
   const auto* member = view ? view->find(node) : nullptr;
   if (!member || !bus_.has_link(node)) return nullptr;
@@ -441,7 +441,10 @@ route_relay::outbox* route_relay::outbox_for(std::string_view node) {
     it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
     it->second->incarnation = member->incarnation;
   }
-  return it->second.get();
+  auto& box = *it->second;
+  if (!box.empty() && box.b.GetSize() + bytes > bus_.options().batch_bytes) send_outbox(node, box);
+  schedule_flush();
+  return &box;
 }
 
 void route_relay::send_outbox(std::string_view node, outbox& box) {
@@ -614,11 +617,10 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
 bool route_relay::forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
                           std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
                           protocol::bytes_view payload, bool to_home) {
-  auto* box = outbox_for(node);
-  if (!box) return false;
   std::size_t size = payload.size() + origin.size() + 64;
   for (const auto key : keys) size += key.size() + 16;
-  if (!box->empty() && box->b.GetSize() + size > bus_.options().batch_bytes) send_outbox(node, *box);
+  auto* box = outbox_for(node, size);
+  if (!box) return false;
   auto& b = box->b;
   const auto o = b.CreateString(origin.data(), origin.size());
   const auto k = b.CreateVectorOfStrings(keys.begin(), keys.end());
@@ -627,23 +629,20 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
   box->forwards.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx));
   if (origin == bus_.node_id()) box->own.push_back({ticket, static_cast<std::uint32_t>(keys.size()), to_home});
   ++counters_.sends_forwarded;
-  schedule_flush();
   return true;
 }
 
 void route_relay::send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
                                std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
                                std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner) {
-  auto* box = outbox_for(to);
-  if (!box) return;
   std::size_t size = 64 + indices.size() * 4;
   for (const auto g : gateways) size += g.size() + 16;
-  if (!box->empty() && box->b.GetSize() + size > bus_.options().batch_bytes) send_outbox(to, *box);
+  auto* box = outbox_for(to, size);
+  if (!box) return;
   auto& b = box->b;
   const auto g = b.CreateVectorOfStrings(gateways.begin(), gateways.end());
   const auto idx = b.CreateVector(indices.data(), indices.size());
   box->outcomes.push_back(link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx));
-  schedule_flush();
 }
 
 void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {

@@ -200,8 +200,11 @@ class route_relay {
   void ask_rebuild(const std::string& member, std::uint64_t ticket, const std::vector<std::uint32_t>& partitions);
   // A part of `member`'s answer to rebuild `ticket`.
   void rebuild_part(const std::string& member, std::uint64_t ticket, std::uint32_t part, bool last);
-  // The outbox for `node`, made on first use; nullptr when it has no link.
-  outbox* outbox_for(std::string_view node);
+  // The outbox for `node` (made on first use) with room for about
+  // `bytes` more (what it held is sent first when it would pass the
+  // link's batch bytes), its flush scheduled; nullptr when `node` has no
+  // link.
+  outbox* outbox_for(std::string_view node, std::size_t bytes);
   // Sends `box` to `node` (one Sends message) and empties it; when NATS
   // refuses it, this node's own sends in it count those keys unavailable.
   void send_outbox(std::string_view node, outbox& box);

@@ -69,7 +69,7 @@ asio::awaitable<void> server::impl::standing_watch_loop() {
   using clock = std::chrono::steady_clock;
   asio::steady_timer timer(io);
   std::optional<clock::time_point> lost_since;
-  while (!registry.stopping() && !admission.draining()) {
+  for (;;) {
     timer.expires_after(std::chrono::milliseconds(250));
     asio_error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));

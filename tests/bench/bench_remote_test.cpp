@@ -39,6 +39,20 @@ std::unique_ptr<switchyard::client> observer(const switchyard::bench::server_pro
   return std::move(*c);
 }
 
+// Stats figure `name` of `server`, asked by an admin observer (its own
+// connection counted); FAILs when the broker has no such figure.
+std::uint64_t stat_of(const switchyard::bench::server_process& server, const std::string& name) {
+  auto admin = switchyard::client::connect(
+      {.host = "127.0.0.1", .port = server.port(), .client_name = "bench-observer-admin", .admin = true});
+  REQUIRE(admin);
+  const auto stats = (*admin)->stats();
+  REQUIRE(stats);
+  for (const auto& v : stats->values)
+    if (v.name == name) return v.value;
+  FAIL("no stats figure " << name);
+  return 0;
+}
+
 // The value of a string field of a JSON line ("" if absent).
 std::string json_string(const std::string& json, const std::string& key) {
   const std::string start = "\"" + key + "\":\"";
@@ -141,13 +155,7 @@ TEST_CASE("switchyard-bench revokes its leases on a broker of --address, and the
     CHECK(entries->empty());
   }
   // The offers workload withdrew its pending offers: none left for its users.
-  auto admin = switchyard::client::connect(
-      {.host = "127.0.0.1", .port = server.port(), .client_name = "bench-observer-admin", .admin = true});
-  REQUIRE(admin);
-  const auto stats = (*admin)->stats();
-  REQUIRE(stats);
-  for (const auto& v : stats->values)
-    if (v.name == "offers_pending") CHECK(v.value == 0);
+  CHECK(stat_of(server, "offers_pending") == 0);
 }
 
 TEST_CASE("switchyard-bench appends to a stream of its own per run on a broker of --address and empties it",
@@ -193,22 +201,6 @@ TEST_CASE("switchyard-bench refuses --sub-address without --address", "[bench]")
   CHECK(contains(out, "--sub-address needs --address"));
 }
 
-namespace {
-// connections_accepted_total of `s`, asked by an admin observer (its own
-// connection included).
-std::uint64_t accepted(const switchyard::bench::server_process& s) {
-  auto admin = switchyard::client::connect(
-      {.host = "127.0.0.1", .port = s.port(), .client_name = "bench-observer-admin", .admin = true});
-  REQUIRE(admin);
-  const auto stats = (*admin)->stats();
-  REQUIRE(stats);
-  for (const auto& v : stats->values)
-    if (v.name == "connections_accepted_total") return v.value;
-  FAIL("no connections_accepted_total");
-  return 0;
-}
-}  // namespace
-
 TEST_CASE("switchyard-bench fanout with --sub-address connects its subscribers there and its publisher to --address",
           "[bench]") {
   // Two separate brokers: nothing crosses, so the subscribers end idle; what
@@ -220,8 +212,8 @@ TEST_CASE("switchyard-bench fanout with --sub-address connects its subscribers t
   INFO(out);
   // Every accepted count includes the observer's own connection; the
   // publisher's broker also saw the bench's publisher (and its Stats).
-  CHECK(accepted(sub_broker) == 3 + 1);
-  const auto at_pub = accepted(pub_broker);
+  CHECK(stat_of(sub_broker, "connections_accepted_total") == 3 + 1);
+  const auto at_pub = stat_of(pub_broker, "connections_accepted_total");
   CHECK(at_pub >= 1 + 1);
   CHECK(at_pub <= 2 + 1);
   (void)code;
@@ -239,8 +231,8 @@ TEST_CASE("switchyard-bench route with --sub-address connects its gateways there
   INFO(out);
   // Each count includes the observer's own connection: the gateway broker
   // saw exactly the two gateways.
-  CHECK(accepted(gateway_broker) == 2 + 1);
-  CHECK(accepted(service_broker) >= 1 + 1);
+  CHECK(stat_of(gateway_broker, "connections_accepted_total") == 2 + 1);
+  CHECK(stat_of(service_broker, "connections_accepted_total") >= 1 + 1);
   // Across nodes, order is checked per user (docs/cluster.md, "Order").
   CHECK(contains(out, "(order per user)"));
   (void)code;

@@ -55,6 +55,35 @@ void nats_publish(cluster_fixture& f, const std::string& id, std::span<const std
   link.stop();  // hands what is queued to cnats first
 }
 
+// A node started on a thread of its own (its start blocks while it waits
+// for etcd): wait() joins it and REQUIREs that it started.
+class background_start {
+ public:
+  explicit background_start(broker::server_config config)
+      : thread_([this, c = std::move(config)] {
+          try {
+            node_ = std::make_unique<test::test_server>(c);
+          } catch (const std::exception& e) {
+            failed_ = e.what();
+          }
+        }) {}
+  ~background_start() {
+    if (thread_.joinable()) thread_.join();
+  }
+  test::test_server& wait() {
+    thread_.join();
+    INFO(failed_);
+    REQUIRE(failed_.empty());
+    REQUIRE(node_);
+    return *node_;
+  }
+
+ private:
+  std::unique_ptr<test::test_server> node_;
+  std::string failed_;
+  std::thread thread_;  // last: started once the others exist
+};
+
 }  // namespace
 
 TEST_CASE("a publish on one node reaches the subscribers of every node once each", "[cluster][e2e]") {
@@ -173,21 +202,11 @@ TEST_CASE("a node started before etcd answers waits for it and joins", "[cluster
   cluster_fixture f;
   f.etcd.kill(0);
   auto config = f.config("a");
-  std::unique_ptr<test::test_server> node;
-  std::string failed;
-  std::thread starter([&] {
-    try {
-      node = std::make_unique<test::test_server>(config);
-    } catch (const std::exception& e) {
-      failed = e.what();
-    }
-  });
+  background_start start(config);
   std::this_thread::sleep_for(1500ms);  // the node is waiting meanwhile (without the wait it fails at once)
   f.etcd.restart(0);
-  starter.join();
-  REQUIRE(failed.empty());
-  REQUIRE(node);
-  CHECK(node->live_metrics().cluster_members == 1);
+  auto& node = start.wait();
+  CHECK(node.live_metrics().cluster_members == 1);
 }
 
 TEST_CASE("a node whose previous run still holds its id waits for that lease after waiting for etcd",
@@ -202,23 +221,13 @@ TEST_CASE("a node whose previous run still holds its id waits for that lease aft
   }
   f.etcd.kill(0);
   auto config = f.config("a");  // lease TTL 2 s: the holder is waited for TTL + 2 s
-  std::unique_ptr<test::test_server> node;
-  std::string failed;
-  std::thread starter([&] {
-    try {
-      node = std::make_unique<test::test_server>(config);
-    } catch (const std::exception& e) {
-      failed = e.what();
-    }
-  });
+  background_start start(config);
   // Longer than TTL + 2 s: counted from the start, that wait would be over
   // before etcd answered, and the node would refuse as if its id were taken.
   std::this_thread::sleep_for(5s);
   f.etcd.restart(0);  // the restarted leader gives the old lease a full TTL again
-  starter.join();
-  REQUIRE(failed.empty());
-  REQUIRE(node);
-  CHECK(node->live_metrics().cluster_members == 1);
+  auto& node = start.wait();
+  CHECK(node.live_metrics().cluster_members == 1);
 }
 
 TEST_CASE("a node refuses to start when NATS's max_payload cannot carry --max-frame", "[cluster][e2e]") {
