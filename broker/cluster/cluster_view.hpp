@@ -33,6 +33,10 @@ struct cluster_view {
   // One entry per partition (partition_map::partition_count), or empty
   // before the first reading of the owner keys.
   std::vector<partition_owner> owners;
+  // Per partition (or empty, as owners): the node whose sequence log holds
+  // the partition's durable streams ("" before any does); see
+  // partition_keeper.
+  std::vector<std::string> stream_holders;
 
   const cluster_member* find(std::string_view node_id) const noexcept {
     const auto it = std::lower_bound(members.begin(), members.end(), node_id,

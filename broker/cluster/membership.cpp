@@ -59,6 +59,7 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   try {
     client_ = std::make_unique<cluster::etcd_client>(options_.etcd_endpoints, timeout);
     prober_ = std::make_unique<cluster::etcd_client>(options_.etcd_endpoints, timeout);
+    pinner_ = std::make_unique<cluster::etcd_client>(options_.etcd_endpoints, timeout);
   } catch (const std::system_error& e) {
     throw std::runtime_error(std::string("--cluster-etcd: ") + e.what());
   }
@@ -74,6 +75,7 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   loop_seen_->store(steady_ns(clock::now()), std::memory_order_release);
   keeper_ = std::thread([this, next = revision_ + 1] { keeper_main(next); });
   prober_thread_ = std::thread([this] { probe_main(); });
+  pinner_thread_ = std::thread([this] { pin_main(); });
   return view;
 }
 
@@ -269,7 +271,7 @@ std::int64_t membership::reload() {
   for (auto& kv : read->kvs) {
     if (kv.key.starts_with(prefix))
       members_.push_back(member_of(prefix, kv));
-    else if (kv.key.starts_with(partitions_->prefix()))
+    else if (kv.key.starts_with(partitions_->prefix()) || kv.key.starts_with(partitions_->streams_prefix()))
       owner_keys.push_back(std::move(kv));
   }
   partitions_->reset(owner_keys);
@@ -282,6 +284,7 @@ std::shared_ptr<const cluster_view> membership::make_view() const {
   view->revision = revision_;
   view->members = members_;
   view->owners = partitions_->owners();
+  view->stream_holders = partitions_->stream_holders();
   // Partitions being given back: this node no longer acts for them.
   for (const auto p : giving_back_) view->owners[p] = {};
   return view;
@@ -327,6 +330,50 @@ void membership::balance(bool post) {
 }
 
 void membership::release_partitions() { draining_.store(true, std::memory_order_release); }
+
+void membership::pin_streams(std::uint32_t partition) {
+  {
+    switchyard::lock_guard lock(mu_);
+    if (std::find(pins_wanted_.begin(), pins_wanted_.end(), partition) != pins_wanted_.end()) return;
+    pins_wanted_.push_back(partition);
+  }
+  cv_.notify_all();
+}
+
+void membership::pin_main() {
+  const auto prefix = cluster_prefix() + "streams/";
+  for (;;) {
+    std::vector<std::uint32_t> wanted;
+    {
+      switchyard::unique_lock lock(mu_);
+      cv_.wait(lock.native(), [&]() SWITCHYARD_REQUIRES(mu_) { return leaving_ || !pins_wanted_.empty(); });
+      if (leaving_) return;
+      wanted = pins_wanted_;
+    }
+    // Out of standing this node may not take anything: asked again once
+    // in standing (checked every 100 ms).
+    std::vector<std::uint32_t> done;
+    if (in_standing()) {
+      for (const auto p : wanted) {
+        // The keeper's watch tells the loop who holds it (this node, or
+        // another that was faster).
+        auto made = pinner_->create_if_absent(prefix + std::to_string(p), options_.node_id, 0);
+        if (!made) {
+          logger_->warn("cluster: cannot take the streams of partition {}: {}", p, made.error().message());
+          break;
+        }
+        if (made->succeeded) logger_->info("cluster: holds the streams of partition {} from now on", p);
+        done.push_back(p);
+      }
+    }
+    {
+      switchyard::lock_guard lock(mu_);
+      std::erase_if(pins_wanted_,
+                    [&](std::uint32_t p) { return std::find(done.begin(), done.end(), p) != done.end(); });
+    }
+    if (done.size() != wanted.size() && !pause(milliseconds(100))) return;
+  }
+}
 
 void membership::probe_main() {
   do {
@@ -379,8 +426,10 @@ void membership::leave() {
   cv_.notify_all();
   if (client_) client_->stop();
   if (prober_) prober_->stop();
+  if (pinner_) pinner_->stop();
   if (keeper_.joinable()) keeper_.join();
   if (prober_thread_.joinable()) prober_thread_.join();
+  if (pinner_thread_.joinable()) pinner_thread_.join();
   if (lease_ == 0) return;
   // The keeper's client is stopped for good: a fresh one for the revoke.
   try {

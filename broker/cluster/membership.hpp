@@ -12,7 +12,8 @@
 // Threads: join() and leave() on the loop thread (join() before the loop
 // runs: it blocks). The keeper thread watches the member keys and renews
 // the lease; the probe thread asks every etcd endpoint for its status
-// every probe_interval (for `cluster status`). Handlers run on the loop.
+// every probe_interval (for `cluster status`); the pin thread writes the
+// stream keys asked for (pin_streams). Handlers run on the loop.
 //
 // The lease is renewed (every TTL/3) only while the loop shows it is
 // alive: the keeper posts a probe to the loop at each renewal and renews
@@ -99,6 +100,11 @@ class membership {
   // Any thread (a drain): from now on the node gives back every partition
   // it holds and claims none (at the keeper's next renewal, within TTL/3).
   void release_partitions();
+  // Any thread: this node is to hold the streams of `partition` (the pin
+  // thread writes the stream key, create only if absent, at once while in
+  // standing); the keeper's watch then posts a view naming the holder
+  // (this node, or another that was faster).
+  void pin_streams(std::uint32_t partition);
 
  private:
   using clock = std::chrono::steady_clock;
@@ -123,6 +129,8 @@ class membership {
   void balance(bool post);
   std::shared_ptr<const cluster_view> make_view() const;
   void post_view();
+  // Pin thread: writes the stream keys pin_streams() asked for.
+  void pin_main();
   void probe_main();
   // Waits up to `d` or until leave(); false once leaving.
   bool pause(std::chrono::milliseconds d);
@@ -135,6 +143,7 @@ class membership {
   // Calls from the keeper thread only (after join).
   std::unique_ptr<cluster::etcd_client> client_;
   std::unique_ptr<cluster::etcd_client> prober_;
+  std::unique_ptr<cluster::etcd_client> pinner_;
   // Keeper thread (join before the thread starts).
   std::vector<cluster_member> members_;
   std::unique_ptr<partition_keeper> partitions_;
@@ -160,9 +169,11 @@ class membership {
   std::condition_variable cv_;
   bool leaving_ SWITCHYARD_GUARDED_BY(mu_) = false;
   std::vector<etcd_endpoint_health> health_ SWITCHYARD_GUARDED_BY(mu_);
+  std::vector<std::uint32_t> pins_wanted_ SWITCHYARD_GUARDED_BY(mu_);
 
   std::thread keeper_;
   std::thread prober_thread_;
+  std::thread pinner_thread_;
   bool left_ = false;  // loop thread
 };
 

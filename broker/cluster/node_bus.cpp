@@ -501,6 +501,10 @@ void node_bus::on_message(const cluster::inbound_message& m) {
     case link::Body::Sends:
       if (route_handler_) route_handler_(from, *msg);
       break;
+    case link::Body::StreamRequest:
+    case link::Body::StreamAnswer:
+      if (stream_handler_) stream_handler_(from, *msg);
+      break;
     default:
       return count_malformed("an unknown body");
   }
@@ -537,11 +541,19 @@ bool node_bus::relay(remote_node& from, std::span<const std::uint8_t> records) {
     const auto* p = deliver->payload();
     const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
     ++from.counters().records_in;
+    // A durable publish's record carries its place in the holder's log:
+    // passed on to the local subscribers that want it.
+    log_position at_log;
+    const log_position* position = nullptr;
+    if (deliver->stream() && !deliver->stream()->string_view().empty() && deliver->seq() != 0) {
+      at_log = {deliver->stream()->string_view(), deliver->seq(), deliver->epoch()};
+      position = &at_log;
+    }
     if (time_left_ms != 0)
       fanout_.publish_expiring(deliver->channel()->string_view(), payload,
-                               now + std::chrono::milliseconds(time_left_ms), now);
+                               now + std::chrono::milliseconds(time_left_ms), now, position);
     else
-      fanout_.publish(deliver->channel()->string_view(), payload);
+      fanout_.publish(deliver->channel()->string_view(), payload, position);
   }
   relaying_ = false;
   if (!ok) count_malformed("a damaged Deliveries record");

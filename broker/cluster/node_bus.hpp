@@ -132,6 +132,9 @@ class node_bus {
   // loop thread. The message is borrowed for the call.
   using route_handler = std::function<void(remote_node& from, const link::LinkMessage& m)>;
   void on_route_message(route_handler handler) { route_handler_ = std::move(handler); }
+  // Durable streams across nodes (stream_relay): messages with a Stream*
+  // body, the same way.
+  void on_stream_message(route_handler handler) { stream_handler_ = std::move(handler); }
   // The builder a body for send_body is built in (Clear() it first; the
   // interest and the batches use it too, each call on its own).
   flatbuffers::FlatBufferBuilder& link_builder() noexcept { return *builder_; }
@@ -215,6 +218,7 @@ class node_bus {
   bool first_view_ = true;
   std::function<void(std::uint64_t)> link_loss_;
   route_handler route_handler_;
+  route_handler stream_handler_;
   std::vector<std::uint64_t> record_scratch_;  // an aligned copy of one record (decode_frame)
   std::vector<std::string> add_scratch_, remove_scratch_;
   std::vector<channel_interest::waiter> done_scratch_;

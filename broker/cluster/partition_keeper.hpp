@@ -12,6 +12,14 @@
 // own: the fencing token), once the loop has stopped acting for them.
 // Nobody ever takes a partition another node holds: a preferred owner
 // waits for the holder to give it back or to lapse.
+//
+// Stream holders (docs/cluster.md, "Durable streams"): a key
+// "/switchyard/<cluster>/streams/<p>" names the node whose sequence log
+// holds the durable streams of partition p. It is attached to no lease
+// (the log outlives a run) and written once, before that node's log holds
+// anything of the partition (membership::pin_streams: create only if
+// absent), by the partition's owner at the time; nothing here ever moves
+// or deletes it.
 
 #include "broker/cluster/cluster_view.hpp"
 #include "cluster/etcd_client.hpp"
@@ -47,9 +55,10 @@ class partition_keeper {
   // The owners as etcd last told (partition_count entries).
   const std::vector<partition_owner>& owners() const noexcept { return owners_; }
 
-  // Every owner key afresh (join, a watch that failed).
+  // Every owner and stream key afresh (join, a watch that failed).
   void reset(std::span<const cluster::kv> kvs);
-  // A watch event on a key under prefix(); false for another key.
+  // A watch event on a key under prefix() or streams_prefix(); false for
+  // another key.
   bool apply(const cluster::watch_event& e);
 
   // Claims each partition `members` prefers this node for that nobody
@@ -65,6 +74,10 @@ class partition_keeper {
   // the revision it holds), batch_size at a time; returns how many it
   // deleted.
   std::size_t release(std::span<const std::uint32_t> partitions);
+  // "/switchyard/<cluster>/streams/"
+  const std::string& streams_prefix() const noexcept { return streams_prefix_; }
+  // Per partition: the node holding its streams ("" before any does).
+  const std::vector<std::string>& stream_holders() const noexcept { return stream_holders_; }
   // How many partitions this node holds, and which.
   std::size_t held() const noexcept;
   std::vector<std::uint32_t> held_list() const;
@@ -80,6 +93,8 @@ class partition_keeper {
   bool ours(const partition_owner& o) const noexcept { return o.node_id == node_id_ && o.incarnation == lease_; }
 
   std::vector<partition_owner> owners_;
+  const std::string streams_prefix_;
+  std::vector<std::string> stream_holders_;
   std::int64_t lease_ = 0;  // this node's lease, as the last claim() was given
 };
 

@@ -11,11 +11,10 @@
 // A delivery made while node_bus relays deliveries that came from another
 // node is ignored: a message crosses one link at most.
 //
-// What a remote node gets: plain Delivers (no log positions: a durable
-// stream is read on the node that holds it) with their expiry as time
-// left. Inbox deliveries, offers and notices are never routed to a remote
-// node (sends to users cross nodes by another path); those members do
-// nothing here.
+// What a remote node gets: Delivers with their expiry as time left, and
+// a durable publish's log position (stream, seq, epoch in the holder's
+// log), which the receiving node gives its subscribers that want it. Inbox deliveries, offers and notices are never
+// routed to a remote node (sends to users cross nodes by another path); those members do nothing here.
 //
 // Loop thread only.
 
@@ -50,7 +49,7 @@ class remote_node final : public delivery_target {
   void deliver(protocol::bytes_view frame) override { add(frame, 0); }
   void deliver(const frame_ref& frame, const delivery_meta& meta) override;
   void deliver(protocol::bytes_view frame, const delivery_meta& meta) override;
-  bool wants_log_positions() const noexcept override { return false; }
+  bool wants_log_positions() const noexcept override { return true; }
   bool wants_offer_fields() const noexcept override { return false; }
   std::size_t withdraw(std::uint64_t /*offer_id*/) override { return 0; }
   void notify(protocol::bytes_view /*frame*/) override {}

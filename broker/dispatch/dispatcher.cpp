@@ -1,5 +1,6 @@
 #include "broker/dispatch/dispatcher.hpp"
 
+#include "broker/cluster/stream_relay.hpp"
 #include "broker/handlers/log_handler.hpp"
 #include "broker/handlers/offer_handler.hpp"
 #include "broker/handlers/pubsub_handler.hpp"
@@ -224,7 +225,7 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
   }
 }
 
-bool dispatcher::dispatch(peer& from, const wire::Frame& frame) {
+bool dispatcher::dispatch(peer& from, const wire::Frame& frame, protocol::bytes_view raw) {
   const auto type = frame.message_type();
   const route& r = table_[static_cast<std::size_t>(type)];
   if (!r.from_clients) {
@@ -243,8 +244,32 @@ bool dispatcher::dispatch(peer& from, const wire::Frame& frame) {
     return true;
   }
   if (from.principal() && !authorize(from, frame)) return true;
+  if (streams_ && !raw.empty())
+    if (const auto stream = stream_of(from, frame);
+        !stream.empty() && streams_->take(from, frame.request_id(), stream, raw))
+      return true;
   r.fn(r.handler, from, frame);
   return true;
+}
+
+std::string_view dispatcher::stream_of(const peer& from, const wire::Frame& frame) const {
+  using M = wire::Message;
+  switch (frame.message_type()) {
+    case M::Append:
+      return frame.message_as_Append()->stream()->string_view();
+    case M::Read:
+      return frame.message_as_Read()->stream()->string_view();
+    case M::StreamInfo:
+      return frame.message_as_StreamInfo()->stream()->string_view();
+    case M::SetRetention:
+      return frame.message_as_SetRetention()->stream()->string_view();
+    case M::StreamDelete:
+      return frame.message_as_StreamDelete()->stream()->string_view();
+    case M::Publish:
+      return handlers_.pubsub.durable_stream(from, *frame.message_as_Publish());
+    default:
+      return {};
+  }
 }
 
 void dispatcher::look_ahead(const peer& from, std::span<const protocol::frame_view> frames,

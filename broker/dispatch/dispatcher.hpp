@@ -21,6 +21,9 @@
 //   logged), Hello (a second one: bad_request)  here                (none)
 //   anything else (server-to-client types)     closes the connection
 //
+// Cluster mode: a request about a durable stream another node holds goes
+// there (stream_relay) once its capability and permissions are checked.
+//
 // Loop thread only. The connection handles the Hello itself (before the
 // welcome, nothing reaches dispatch).
 
@@ -45,6 +48,7 @@ class log_handler;
 class stream_admin_handler;
 class server_admin_handler;
 class offer_handler;
+class stream_relay;
 
 class dispatcher {
  public:
@@ -68,7 +72,17 @@ class dispatcher {
   // capability is missing is answered unsupported_message and the
   // connection stays. Returns false when the frame closed the connection
   // (a message type clients may not send): the caller stops reading.
-  bool dispatch(peer& from, const protocol::wire::Frame& frame);
+  // `raw`: the frame's bytes as they came (length prefix included;
+  // borrowed for the call): in cluster mode a request about a durable
+  // stream another node holds is forwarded there (stream_relay); without
+  // them (a request another node forwarded here) it runs here.
+  bool dispatch(peer& from, const protocol::wire::Frame& frame, protocol::bytes_view raw = {});
+
+  // Cluster mode: requests naming a durable stream (Append, Read,
+  // StreamInfo, SetRetention, StreamDelete, a durable Publish) go to
+  // `streams` first, after the capability and permission checks. Borrowed;
+  // null on a single node.
+  void use_cluster(stream_relay* streams) noexcept { streams_ = streams; }
 
   // Cache hints before frames[i] is handled (frames verified ahead of
   // handling, in order). Also the start of a batch: REQUIRES a call with
@@ -107,10 +121,13 @@ class dispatcher {
   // when it may go on; otherwise it was answered forbidden. Always true
   // without an auth file or for an admin principal.
   bool authorize(peer& from, const protocol::wire::Frame& frame);
+  // The durable stream `frame` names (see use_cluster), or empty.
+  std::string_view stream_of(const peer& from, const protocol::wire::Frame& frame) const;
 
   static constexpr std::size_t table_size = static_cast<std::size_t>(protocol::wire::Message::MAX) + 1;
   std::array<route, table_size> table_{};
   handlers handlers_;
+  stream_relay* streams_ = nullptr;
   session_messages session_;
   server_counters& counters_;
   std::shared_ptr<spdlog::logger> logger_;

@@ -28,6 +28,14 @@ bool pubsub_handler::durable_channel(std::string_view channel) const {
   return false;
 }
 
+std::string_view pubsub_handler::durable_stream(const peer& from, const protocol::wire::Publish& m) const {
+  if (!durable_) return {};
+  if (m.stream() && !m.stream()->string_view().empty())
+    return from.granted().sequence_log ? m.stream()->string_view() : std::string_view{};
+  const std::string_view channel = m.channel()->string_view();
+  return protocol::is_valid_channel(channel) && durable_channel(channel) ? channel : std::string_view{};
+}
+
 void pubsub_handler::subscribe(peer& from, std::uint64_t rid, const protocol::wire::Subscribe& m) {
   const std::string_view pattern = m.pattern()->string_view();
   if (!protocol::is_valid_pattern(pattern))

@@ -37,6 +37,11 @@ class pubsub_handler {
   void publish(peer& from, std::uint64_t request_id, const protocol::wire::Publish& m);
   // `p` closed: its subscriptions go.
   void disconnected(peer& p);
+  // The stream a publish from `from` is appended to first: its own, or
+  // its channel's when the server made the channel durable; empty for a
+  // publish that is not durable (or that publish() refuses: a stream
+  // without the "log" capability, or no sequence log here).
+  std::string_view durable_stream(const peer& from, const protocol::wire::Publish& m) const;
   // Cluster mode: the other nodes learn of each pattern's first and last
   // local subscriber, and a Subscribe is answered once they hold it
   // (docs/cluster.md, "Channels"). Borrowed; null on a single node.

@@ -74,6 +74,9 @@ struct metrics_snapshot {
   std::size_t cluster_partitions_owned = 0;
   std::size_t cluster_partitions_unowned = 0;  // in this node's view
   std::size_t cluster_partitions_rebuilding = 0;
+  std::uint64_t cluster_stream_forwarded = 0;  // stream requests forwarded to their holder
+  std::uint64_t cluster_stream_served = 0;     // stream requests of other nodes run here
+  std::size_t cluster_stream_partitions = 0;   // partitions whose streams this node holds
 
   // The sequence log (all zero without one).
   bool log_enabled = false;

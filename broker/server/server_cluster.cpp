@@ -28,6 +28,19 @@ void server::impl::join_cluster() {
   relay = std::make_unique<route_relay>(
       io, ro, *bus, routing, fan, [this] { return members && members->in_standing(); }, logger);
   routing_requests->use_cluster(relay.get());
+  if (log_requests) {  // a node without a sequence log holds no streams (and forwards none)
+    stream_relay_options so;
+    so.forward_timeout = config.cluster_forward_timeout;
+    so.max_frame = config.max_frame;
+    streams = std::make_unique<stream_relay>(
+        io, so, *bus, [this] { return members && members->in_standing(); },
+        [this](std::uint32_t partition) {
+          if (members) members->pin_streams(partition);
+        },
+        logger);
+    streams->set_runner([this](peer& from, const protocol::wire::Frame& frame) { dispatch->dispatch(from, frame); });
+    dispatch->use_cluster(streams.get());
+  }
 
   const bool wildcard = config.listen_host == "0.0.0.0" || config.listen_host == "::" || config.listen_host == "[::]";
   if (config.cluster_advertise.empty() && wildcard)
@@ -46,12 +59,14 @@ void server::impl::join_cluster() {
         if (!bus) return;
         bus->apply_view(std::move(v), members->incarnation());
         if (relay) relay->view_changed();
+        if (streams) streams->view_changed();
       },
       // Standing is read from the membership where it is needed (the
       // clock decides it); the loop has nothing to keep.
       [](bool) {});
   bus->apply_view(std::move(view), members->incarnation());
   relay->view_changed();
+  if (streams) streams->view_changed();
   logger->info("cluster: node '{}' of '{}', {} member(s); advertised as {}", config.cluster_node_id,
                config.cluster_name, bus->view()->members.size(), members->options().advertise);
 }
@@ -61,6 +76,8 @@ void server::impl::leave_cluster() {
   if (members) members->leave();
   if (pubsub) pubsub->use_cluster(nullptr);
   if (routing_requests) routing_requests->use_cluster(nullptr);
+  if (dispatch) dispatch->use_cluster(nullptr);
+  streams.reset();
   relay.reset();
   if (bus) bus->stop();
 }
@@ -120,6 +137,14 @@ void server::impl::cluster_metrics(metrics_snapshot& m) const {
     m.cluster_partitions_owned = r.partitions_held;
     m.cluster_partitions_unowned = r.partitions_unowned;
     m.cluster_partitions_rebuilding = r.partitions_rebuilding;
+  }
+  if (streams) {
+    const auto s = streams->counters();
+    m.cluster_stream_forwarded = s.forwarded;
+    m.cluster_stream_served = s.served;
+    m.cluster_stream_partitions = s.held_partitions;
+    m.cluster_outcome_unknown += s.unknown;
+    m.cluster_unavailable += s.unavailable;
   }
 }
 

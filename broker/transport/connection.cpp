@@ -586,7 +586,7 @@ std::size_t connection::handle_input(protocol::read_buffer& buf) {
     }
     for (std::size_t i = 0; i < batch_.size() && !closing_; ++i) {
       if (welcomed_) ctx_.dispatch.look_ahead(*this, batch_, i);
-      if (!handle(*batch_[i].frame)) return handled;
+      if (!handle(*batch_[i].frame, buf.unread().first(batch_[i].size))) return handled;
       buf.begin += batch_[i].size;
       ++handled;
     }
@@ -692,8 +692,8 @@ bool connection::receives(std::string_view channel) const {
   return rule.allows_everything() || rule.allows(channel);
 }
 
-bool connection::handle(const wire::Frame& frame) {
-  if (welcomed_) return ctx_.dispatch.dispatch(*this, frame);
+bool connection::handle(const wire::Frame& frame, protocol::bytes_view raw) {
+  if (welcomed_) return ctx_.dispatch.dispatch(*this, frame, raw);
   if (challenge_) return handle_proof(frame);
   if (frame.message_type() != wire::Message::Hello) {
     ++ctx_.counters.protocol_errors;

@@ -129,8 +129,9 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   // Verifies and handles the complete frames in `buf` (consuming them);
   // returns how many were handled. May close the connection.
   std::size_t handle_input(protocol::read_buffer& buf);
-  // Handles one verified frame; false to stop reading.
-  bool handle(const protocol::wire::Frame& frame);
+  // Handles one verified frame (`raw`: its bytes, prefix included); false
+  // to stop reading.
+  bool handle(const protocol::wire::Frame& frame, protocol::bytes_view raw);
   bool handle_hello(const protocol::wire::Frame& frame);
   // The AuthProof answering our AuthChallenge (any other frame fails).
   bool handle_proof(const protocol::wire::Frame& frame);

@@ -1,0 +1,404 @@
+#include "broker/cluster/stream_relay.hpp"
+
+#include "broker/cluster/node_link_generated.h"
+#include "broker/cluster/partition_map.hpp"
+#include "broker/cluster/remote_peer.hpp"
+#include "protocol/errc.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace switchyard::broker {
+
+using protocol::errc;
+
+// A request this node forwarded, waiting for its StreamAnswer.
+struct stream_relay::pending {
+  std::weak_ptr<peer> who;
+  std::uint64_t request_id = 0;
+  std::uint64_t peer_ticket = 0;
+  std::string node;    // asked
+  std::string stream;  // for the error's text
+  clock::time_point deadline;
+};
+
+// A request waiting for its stream's partition to get a holder (this node
+// asked etcd for it): from a client here (`who`), or from node `origin`.
+struct stream_relay::held {
+  std::weak_ptr<peer> who;
+  std::uint64_t request_id = 0;
+  std::uint64_t peer_ticket = 0;
+  std::string origin;  // empty: a client of this node
+  std::uint64_t origin_ticket = 0;
+  std::uint32_t caps = 0;
+  std::string stream;
+  std::vector<std::uint8_t> frame;
+  clock::time_point deadline;
+};
+
+stream_relay::stream_relay(asio::io_context& io, stream_relay_options options, node_bus& bus,
+                           std::function<bool()> in_standing, std::function<void(std::uint32_t)> pin,
+                           std::shared_ptr<spdlog::logger> logger)
+    : io_(io),
+      options_(options),
+      bus_(bus),
+      in_standing_(std::move(in_standing)),
+      pin_(std::move(pin)),
+      logger_(std::move(logger)),
+      parser_(options.max_frame),
+      timer_(io) {
+  bus_.on_stream_message([this](remote_node& from, const link::LinkMessage& m) { on_message(from, m); });
+}
+
+stream_relay::~stream_relay() {
+  *alive_ = false;
+  bus_.on_stream_message(nullptr);
+  // What still waits is answered: the node leaves the cluster, and a Ping
+  // after these must not hang.
+  for (auto& [ticket, p] : pending_)
+    if (auto who = p.who.lock(); who && !who->closed()) {
+      who->send_error(p.request_id, errc::outcome_unknown,
+                      "this node left the cluster before node '" + p.node +
+                          "' answered: the request may or may not have been carried out");
+      who->close_ticket(p.peer_ticket);
+    }
+  for (auto& [partition, queue] : held_)
+    for (auto& h : queue)
+      if (auto who = h.who.lock(); who && !who->closed()) {
+        who->send_error(h.request_id, errc::unavailable, "this node left the cluster");
+        who->close_ticket(h.peer_ticket);
+      }
+}
+
+bool stream_relay::owner_is(std::uint32_t partition, std::string_view node) const {
+  const auto* view = bus_.view();
+  if (!view || partition >= view->owners.size()) return false;
+  const auto& o = view->owners[partition];
+  if (o.node_id != node) return false;
+  const auto* m = view->find(o.node_id);
+  return m && m->incarnation == o.incarnation;
+}
+
+stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32_t partition) const {
+  using kind = decision::kind;
+  const auto* view = bus_.view();
+  if (!view || partition >= view->stream_holders.size())
+    return {kind::unavailable, "this node has no cluster view yet"};
+  const std::string& self = bus_.node_id();
+  const std::string& holder = view->stream_holders[partition];
+  if (holder == self) {
+    if (in_standing_()) return {kind::here, {}};
+    return {kind::unavailable,
+            "stream '" + std::string(stream) + "' is held here, and this node is out of standing (cut off from etcd)"};
+  }
+  if (!holder.empty()) {
+    if (view->find(holder) && bus_.has_link(holder)) return {kind::forward, holder};
+    return {kind::unavailable, "stream '" + std::string(stream) + "' is held by node '" + holder +
+                                   "', which is not a member now (until it is back, or an operator declares its "
+                                   "streams lost: switchyard-cli cluster takeover)"};
+  }
+  // Nobody holds the partition's streams yet: its owner takes them.
+  const auto& o = view->owners[partition];
+  if (o.node_id == self && owner_is(partition, self)) {
+    if (in_standing_()) return {kind::take, {}};
+    return {kind::unavailable, "this node owns the partition of stream '" + std::string(stream) +
+                                   "' and is out of standing (cut off from etcd)"};
+  }
+  if (!o.node_id.empty() && owner_is(partition, o.node_id) && bus_.has_link(o.node_id))
+    return {kind::forward, o.node_id};
+  return {kind::unavailable,
+          "stream '" + std::string(stream) + "': its partition " + std::to_string(partition) + " has no owner now"};
+}
+
+bool stream_relay::take(peer& from, std::uint64_t rid, std::string_view stream, protocol::bytes_view raw) {
+  const auto partition = partition_map::partition_of(stream);
+  auto d = decide(stream, partition);
+  using kind = decision::kind;
+  if (d.what == kind::here) return false;
+  if (d.what != kind::unavailable && pending_.size() + held_count_ >= max_pending)
+    d = {kind::unavailable, fmt::format("{} requests already wait for other nodes", max_pending)};
+  switch (d.what) {
+    case kind::here:
+      return false;
+    case kind::unavailable:
+      ++counters_.unavailable;
+      from.send_error(rid, errc::unavailable, d.node);
+      return true;
+    case kind::forward:
+      forward(from, rid, from.open_ticket(), d.node, stream, raw);
+      return true;
+    case kind::take: {
+      held h;
+      h.who = from.weak_peer();
+      h.request_id = rid;
+      h.peer_ticket = from.open_ticket();
+      h.stream = stream;
+      h.frame.assign(raw.begin(), raw.end());
+      h.deadline = clock::now() + options_.forward_timeout;
+      held_[partition].push_back(std::move(h));
+      ++held_count_;
+      pin_(partition);
+      arm_timer();
+      return true;
+    }
+  }
+  return false;
+}
+
+void stream_relay::forward(peer& from, std::uint64_t rid, std::uint64_t peer_ticket, std::string_view node,
+                           std::string_view stream, protocol::bytes_view raw) {
+  auto& b = bus_.link_builder();
+  b.Clear();
+  const auto ticket = ++next_ticket_;
+  const auto body = link::CreateStreamRequest(b, b.CreateString(bus_.node_id()), ticket, b.CreateString(stream),
+                                              b.CreateVector(raw.data(), raw.size()),
+                                              capability_bits(from.granted(), from.wants_offer_fields()));
+  if (!bus_.send_body(node, link::Body::StreamRequest, body.Union())) {
+    ++counters_.unavailable;
+    from.send_error(rid, errc::unavailable,
+                    "cannot reach node '" + std::string(node) + "', which holds stream '" + std::string(stream) + "'");
+    from.close_ticket(peer_ticket);
+    return;
+  }
+  ++counters_.forwarded;
+  pending_.emplace(ticket, pending{from.weak_peer(), rid, peer_ticket, std::string(node), std::string(stream),
+                                   clock::now() + options_.forward_timeout});
+  arm_timer();
+}
+
+void stream_relay::on_message(remote_node& from, const link::LinkMessage& m) {
+  if (const auto* r = m.body_as_StreamRequest()) return on_request(from, *r);
+  if (const auto* a = m.body_as_StreamAnswer()) return on_answer(*a);
+}
+
+void stream_relay::on_request(remote_node& from, const link::StreamRequest& r) {
+  const std::string_view origin = from.member().node_id;
+  if (!r.stream() || !r.frame()) return;
+  const std::string_view stream = r.stream()->string_view();
+  const protocol::bytes_view frame{r.frame()->data(), r.frame()->size()};
+  const auto partition = partition_map::partition_of(stream);
+  const auto d = decide(stream, partition);
+  using kind = decision::kind;
+  if (d.what == kind::here) return serve(origin, r.ticket(), r.caps(), frame);
+  if (d.what == kind::take && held_count_ < max_pending) {
+    held h;
+    h.origin = origin;
+    h.origin_ticket = r.ticket();
+    h.caps = r.caps();
+    h.stream = stream;
+    h.frame.assign(frame.begin(), frame.end());
+    h.deadline = clock::now() + options_.forward_timeout;
+    held_[partition].push_back(std::move(h));
+    ++held_count_;
+    pin_(partition);
+    arm_timer();
+    return;
+  }
+  // Not here: the origin's view differs from ours (it is answered, never
+  // passed on: one hop at most).
+  ++counters_.unavailable;
+  const std::string why = d.what == kind::forward ? "stream '" + std::string(stream) + "' is not held by node '" +
+                                                        bus_.node_id() + "' (the cluster's view is changing; try again)"
+                                                  : d.node;
+  answer_error(origin, r.ticket(), errc::unavailable, why);
+}
+
+void stream_relay::serve(std::string_view origin, std::uint64_t ticket, std::uint32_t caps,
+                         protocol::bytes_view frame) {
+  auto parsed = parser_.next(frame);
+  if (!parsed || !*parsed || (*parsed)->size != frame.size()) {
+    logger_->warn("cluster: a malformed request from node '{}' (ignored)", origin);
+    return;
+  }
+  ++counters_.served;
+  bool offer_fields = false;
+  const auto caps_set = capabilities_of(caps, offer_fields);
+  const auto id = ++next_running_;
+  auto p = std::make_shared<remote_peer>(id, answers_, caps_set, offer_fields,
+                                         [this, id, ticket, origin = std::string(origin)](remote_peer& done) {
+                                           answer(origin, ticket, done.answers());
+                                           // Not destroyed from within its own call.
+                                           asio::post(io_, [this, alive = alive_, id] {
+                                             if (*alive) running_.erase(id);
+                                           });
+                                         });
+  running_.emplace(id, p);
+  if (runner_) runner_(*p, *(*parsed)->frame);
+  p->finish();
+}
+
+void stream_relay::answer(std::string_view origin, std::uint64_t ticket, protocol::bytes_view frames) {
+  // A request is answered with about one frame, and one --max-frame
+  // crosses the link (NATS's max_payload was checked against it at start).
+  if (frames.size() > options_.max_frame)
+    return answer_error(origin, ticket, errc::limit_exceeded,
+                        "the answer is larger than --max-frame can carry between nodes; ask for less");
+  auto& b = bus_.link_builder();
+  b.Clear();
+  const auto body = link::CreateStreamAnswer(b, ticket, b.CreateVector(frames.data(), frames.size()));
+  // Refused (the origin gone, NATS full): the origin answers
+  // outcome_unknown at its deadline.
+  bus_.send_body(origin, link::Body::StreamAnswer, body.Union());
+}
+
+void stream_relay::answer_error(std::string_view origin, std::uint64_t ticket, errc code, std::string_view why) {
+  auto& b = bus_.link_builder();
+  b.Clear();
+  const auto body = link::CreateStreamAnswer(b, ticket, 0, static_cast<std::uint16_t>(code), b.CreateString(why));
+  bus_.send_body(origin, link::Body::StreamAnswer, body.Union());
+}
+
+void stream_relay::on_answer(const link::StreamAnswer& a) {
+  const auto it = pending_.find(a.ticket());
+  if (it == pending_.end()) return;  // answered at its deadline already
+  auto p = std::move(it->second);
+  pending_.erase(it);
+  auto who = p.who.lock();
+  if (!who || who->closed()) return;
+  if (const auto* error = a.error()) {
+    if (static_cast<errc>(a.code()) == errc::unavailable) ++counters_.unavailable;
+    who->send_error(p.request_id, static_cast<errc>(a.code()), error->string_view());
+  } else if (const auto* frames = a.frames()) {
+    // Each frame length-prefixed, as written to the client.
+    const protocol::bytes_view all{frames->data(), frames->size()};
+    std::size_t at = 0;
+    while (all.size() - at >= protocol::frame_header_size) {
+      const std::uint32_t len = static_cast<std::uint32_t>(all[at]) | static_cast<std::uint32_t>(all[at + 1]) << 8 |
+                                static_cast<std::uint32_t>(all[at + 2]) << 16 |
+                                static_cast<std::uint32_t>(all[at + 3]) << 24;
+      const std::size_t total = protocol::frame_header_size + len;
+      if (total > all.size() - at) break;
+      who->send(all.subspan(at, total));
+      at += total;
+    }
+  }
+  who->close_ticket(p.peer_ticket);
+}
+
+void stream_relay::refuse(held& h, std::string_view why) {
+  ++counters_.unavailable;
+  if (!h.origin.empty()) return answer_error(h.origin, h.origin_ticket, errc::unavailable, why);
+  if (auto who = h.who.lock(); who && !who->closed()) {
+    who->send_error(h.request_id, errc::unavailable, why);
+    who->close_ticket(h.peer_ticket);
+  }
+}
+
+void stream_relay::release(std::uint32_t partition) {
+  auto it = held_.find(partition);
+  if (it == held_.end()) return;
+  auto queue = std::move(it->second);
+  held_.erase(it);
+  held_count_ -= queue.size();
+  using kind = decision::kind;
+  for (auto& h : queue) {
+    const auto d = decide(h.stream, partition);
+    if (d.what == kind::take) {  // still waiting (etcd not asked yet, or not answered)
+      held_[partition].push_back(std::move(h));
+      ++held_count_;
+      continue;
+    }
+    if (!h.origin.empty()) {
+      if (d.what == kind::here)
+        serve(h.origin, h.origin_ticket, h.caps, h.frame);
+      else
+        refuse(h, d.what == kind::forward ? "stream '" + h.stream + "' is held by node '" + d.node +
+                                                "' (the cluster's view changed; try again)"
+                                          : d.node);
+      continue;
+    }
+    auto who = h.who.lock();
+    if (!who || who->closed()) continue;
+    if (d.what == kind::here) {
+      auto parsed = parser_.next(h.frame);
+      if (parsed && *parsed && runner_) runner_(*who, *(*parsed)->frame);
+      who->close_ticket(h.peer_ticket);
+    } else if (d.what == kind::forward) {
+      forward(*who, h.request_id, h.peer_ticket, d.node, h.stream, h.frame);
+    } else {
+      refuse(h, d.node);
+    }
+  }
+}
+
+void stream_relay::view_changed() {
+  const auto* view = bus_.view();
+  if (view && view->stream_holders.size() == partition_map::partition_count) {
+    std::size_t mine = 0;
+    for (const auto& h : view->stream_holders) mine += h == bus_.node_id();
+    if (mine > counters_.held_partitions) counters_.taken += mine - counters_.held_partitions;
+    counters_.held_partitions = mine;
+  }
+  std::vector<std::uint32_t> partitions;
+  for (const auto& [p, queue] : held_) partitions.push_back(p);
+  for (const auto p : partitions) release(p);
+  // Requests to a node that left: no answer can come.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (view && view->find(it->second.node)) {
+      ++it;
+      continue;
+    }
+    if (auto who = it->second.who.lock(); who && !who->closed()) {
+      ++counters_.unknown;
+      who->send_error(it->second.request_id, errc::outcome_unknown,
+                      "node '" + it->second.node + "' left the cluster before it answered (stream '" +
+                          it->second.stream + "'): the request may or may not have been carried out");
+      who->close_ticket(it->second.peer_ticket);
+    }
+    it = pending_.erase(it);
+  }
+}
+
+stream_relay_counters stream_relay::counters() const {
+  auto c = counters_;
+  c.pending = pending_.size() + held_count_;
+  return c;
+}
+
+void stream_relay::arm_timer() {
+  if (timer_armed_ || (pending_.empty() && held_count_ == 0)) return;
+  timer_armed_ = true;
+  timer_.expires_after(std::max(options_.forward_timeout / 4, std::chrono::milliseconds(25)));
+  timer_.async_wait([this, alive = alive_](const asio_error_code& ec) {
+    if (!*alive) return;
+    timer_armed_ = false;
+    if (ec) return;
+    on_timer();
+    arm_timer();
+  });
+}
+
+void stream_relay::on_timer() {
+  const auto now = clock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto& p = it->second;
+    if (now < p.deadline) {
+      ++it;
+      continue;
+    }
+    if (auto who = p.who.lock(); who && !who->closed()) {
+      ++counters_.unknown;
+      who->send_error(p.request_id, errc::outcome_unknown,
+                      fmt::format("no answer from node '{}' (stream '{}') within {} ms: the request may or may not "
+                                  "have been carried out",
+                                  p.node, p.stream, options_.forward_timeout.count()));
+      who->close_ticket(p.peer_ticket);
+    }
+    it = pending_.erase(it);
+  }
+  for (auto it = held_.begin(); it != held_.end();) {
+    auto& queue = it->second;
+    while (!queue.empty() && now >= queue.front().deadline) {
+      refuse(queue.front(), "stream '" + queue.front().stream +
+                                "': etcd did not name a holder for its partition within " +
+                                std::to_string(options_.forward_timeout.count()) + " ms");
+      queue.pop_front();
+      --held_count_;
+    }
+    it = queue.empty() ? held_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace switchyard::broker

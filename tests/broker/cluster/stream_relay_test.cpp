@@ -1,0 +1,241 @@
+// Durable streams across nodes (docs/cluster.md, "Durable streams"): real
+// etcd and nats-server processes, switchyard nodes with real LMDB logs in
+// temporary folders, real clients.
+
+#include "broker/cluster/partition_map.hpp"
+#include "storage/sequence_log.hpp"
+#include "tests/support/clients.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/log_helpers.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <mutex>
+#include <set>
+
+using namespace switchyard;
+using namespace std::chrono_literals;
+using test::cluster_fixture;
+using test::str;
+using test::text;
+using test::wait_until;
+
+namespace {
+
+// A cluster whose nodes keep a sequence log, each in its own folder (kept
+// across a node's restart).
+struct log_cluster {
+  cluster_fixture f;
+  std::map<std::string, test::temp_dir> dirs;
+
+  broker::server_config config(const std::string& id) {
+    auto c = f.config(id);
+    c.data_dir = dirs[id].path().string();
+    return c;
+  }
+  test::test_server& start(const std::string& id) { return f.start(config(id)); }
+  void start_settled(std::initializer_list<const char*> ids) {
+    for (const auto* id : ids) start(id);
+    f.converge(ids.size());
+    f.settle();
+  }
+  // The node whose log holds the streams of one partition (the only one
+  // any test stream fell in so far), or "".
+  std::string holder() {
+    std::string found;
+    for (auto& [id, n] : f.nodes)
+      if (n->running() && n->live_metrics().cluster_stream_partitions > 0) found = id;
+    return found;
+  }
+  // How many records of `stream` node `id`'s log holds (the node stopped).
+  std::uint64_t records_in_log(const std::string& id, const std::string& stream) {
+    storage::log_options o;
+    o.dir = dirs[id].path() / "log";
+    o.read_only = true;
+    auto log = storage::sequence_log::open(o);
+    REQUIRE(log);
+    auto info = (*log)->info(stream);
+    return info ? info->records : 0;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("appends through every node to a stream one node holds get one gap-free sequence, durable in its log",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b", "c"});
+  std::map<std::string, std::unique_ptr<client>> clients;
+  for (const auto* id : {"a", "b", "c"}) clients[id] = test::connect_to(c.f.node(id), std::string("svc-") + id);
+  constexpr int appends = 90;
+  std::uint64_t epoch = 0;
+  for (int i = 1; i <= appends; ++i) {
+    auto& through = clients[std::string(1, static_cast<char>('a' + i % 3))];
+    auto ack = through->append("orders", text("o" + std::to_string(i)));
+    REQUIRE(ack);
+    CHECK(ack->seq == static_cast<std::uint64_t>(i));
+    if (i == 1) epoch = ack->epoch;
+    CHECK(ack->epoch == epoch);
+  }
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  // Read back through every node: the holder's records, in order.
+  for (auto& [id, cl] : clients) {
+    auto r = cl->read("orders");
+    REQUIRE(r);
+    CHECK(r->epoch == epoch);
+    REQUIRE(r->records.size() == appends);
+    for (int i = 0; i < appends; ++i)
+      CHECK(str(r->records[static_cast<std::size_t>(i)].payload) == "o" + std::to_string(i + 1));
+    auto info = cl->stream_info("orders");
+    REQUIRE(info);
+    CHECK(info->last_seq == appends);
+  }
+  std::uint64_t forwarded = 0, served = 0;
+  for (const auto* id : {"a", "b", "c"}) {
+    const auto m = c.f.node(id).live_metrics();
+    forwarded += m.cluster_stream_forwarded;
+    served += m.cluster_stream_served;
+  }
+  CHECK(forwarded >= appends * 2 / 3);  // the appends through the two other nodes, and their reads
+  CHECK(served == forwarded);
+  // Only the holder's log has the stream, with every record.
+  clients.clear();
+  for (const auto* id : {"a", "b", "c"}) c.f.node(id).stop();
+  for (const auto* id : {"a", "b", "c"}) CHECK(c.records_in_log(id, "orders") == (id == holder ? appends : 0u));
+}
+
+TEST_CASE("a durable publish on one node reaches subscribers on every node once each, with the holder's positions",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b", "c"});
+  struct seen {
+    std::mutex mu;
+    std::vector<std::pair<std::string, std::uint64_t>> got;  // payload, seq
+  };
+  std::map<std::string, seen> per_node;
+  std::map<std::string, std::unique_ptr<client>> subs;
+  for (const auto* id : {"a", "b", "c"}) {
+    subs[id] = test::connect_to(c.f.node(id), std::string("sub-") + id);
+    auto& s = per_node[id];
+    REQUIRE(subs[id]->subscribe_durable("room.1", [&s](const message& m) {
+      std::lock_guard lock(s.mu);
+      s.got.emplace_back(std::string(m.payload_text()), m.seq);
+    }));
+  }
+  auto pub = test::connect_to(c.f.node("b"), "pub");
+  constexpr int messages = 30;
+  for (int i = 1; i <= messages; ++i) {
+    auto ack = pub->publish_durable("room.1", "room.1", text("m" + std::to_string(i)));
+    REQUIRE(ack);
+    CHECK(ack->seq == static_cast<std::uint64_t>(i));
+  }
+  for (auto& [id, s] : per_node) {
+    REQUIRE(wait_until([&] {
+      std::lock_guard lock(s.mu);
+      return s.got.size() >= messages;
+    }));
+    std::lock_guard lock(s.mu);
+    CHECK(s.got.size() == messages);
+    for (int i = 0; i < messages; ++i) {
+      CHECK(s.got[static_cast<std::size_t>(i)].first == "m" + std::to_string(i + 1));
+      CHECK(s.got[static_cast<std::size_t>(i)].second == static_cast<std::uint64_t>(i + 1));
+    }
+  }
+}
+
+TEST_CASE("a stream whose holder is gone is answered unavailable, and continues where it was when the holder is back",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b"});
+  auto ca = test::connect_to(c.f.node("a"), "svc-a");
+  auto cb = test::connect_to(c.f.node("b"), "svc-b");
+  auto first = ca->append("ledger", text("one"));
+  REQUIRE(first);
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  const std::string other = holder == "a" ? "b" : "a";
+  auto& survivor = other == "a" ? ca : cb;
+  (holder == "a" ? ca : cb).reset();
+  c.f.node(holder).stop();
+  c.f.converge(1);
+  c.f.settle();  // the survivor owns every partition now, the stream still lives on the holder
+  auto during = survivor->append("ledger", text("two"));
+  REQUIRE_FALSE(during);
+  CHECK(during.error() == errc::unavailable);
+  auto read = survivor->read("ledger");
+  REQUIRE_FALSE(read);
+  CHECK(read.error() == errc::unavailable);
+  CHECK(c.f.node(other).live_metrics().cluster_unavailable >= 2);
+  // The holder back (same node id, same log): the stream goes on.
+  c.f.nodes.erase(holder);  // its log closed first
+  c.start(holder);
+  c.f.converge(2);
+  c.f.settle();
+  std::expected<append_ack, std::error_code> after;
+  REQUIRE(wait_until([&] { return (after = survivor->append("ledger", text("three"))).has_value(); }, 10s));
+  CHECK(after->seq == 2);
+  CHECK(after->epoch == first->epoch);
+}
+
+TEST_CASE("a forwarded stream request whose holder does not answer in time is answered outcome_unknown",
+          "[cluster][e2e]") {
+  log_cluster c;
+  for (const auto* id : {"a", "b"}) {
+    auto cfg = c.config(id);
+    cfg.cluster_lease_ttl_s = 10;  // the hold below must not cost the holder its membership
+    cfg.cluster_forward_timeout = 300ms;
+    c.f.start(cfg);
+  }
+  c.f.converge(2);
+  c.f.settle();
+  auto ca = test::connect_to(c.f.node("a"), "svc-a");
+  REQUIRE(ca->append("audit", text("one")));
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  const std::string other = holder == "a" ? "b" : "a";
+  auto cl = test::connect_to(c.f.node(other), "svc");
+  {
+    auto hold = c.f.node(holder).hold_loop();
+    auto ack = cl->append("audit", text("two"));
+    REQUIRE_FALSE(ack);
+    CHECK(ack.error() == errc::outcome_unknown);
+  }
+  CHECK(c.f.node(other).live_metrics().cluster_outcome_unknown == 1);
+  // The holder ran it once its loop was back (the answer came too late):
+  // the outcome was unknown, not a loss. The next append follows it.
+  auto next = cl->append("audit", text("three"));
+  REQUIRE(next);
+  CHECK(next->seq == 3);
+}
+
+TEST_CASE("a stream stays with the node that holds it when its partition moves to a node that joins later",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a"});
+  auto ca = test::connect_to(c.f.node("a"), "svc-a");
+  // Streams in many partitions: a, alone, owns and so holds them all.
+  constexpr int streams = 40;
+  std::set<std::uint32_t> partitions;
+  for (int s = 0; s < streams; ++s) {
+    REQUIRE(ca->append("s" + std::to_string(s), text("first")));
+    partitions.insert(broker::partition_map::partition_of("s" + std::to_string(s)));
+  }
+  CHECK(c.f.node("a").live_metrics().cluster_stream_partitions == partitions.size());
+  c.start("b");
+  c.start("c");
+  c.f.converge(3);
+  c.f.settle();  // about two thirds of a's partitions moved to b and c
+  CHECK(c.f.node("a").live_metrics().cluster_partitions_owned < 512);
+  auto cb = test::connect_to(c.f.node("b"), "svc-b");
+  for (int s = 0; s < streams; ++s) {
+    auto ack = cb->append("s" + std::to_string(s), text("second"));
+    REQUIRE(ack);
+    CHECK(ack->seq == 2);  // the same stream, not a new one on the partition's new owner
+  }
+  CHECK(c.f.node("a").live_metrics().cluster_stream_partitions == partitions.size());
+  CHECK(c.f.node("b").live_metrics().cluster_stream_partitions == 0);
+  CHECK(c.f.node("c").live_metrics().cluster_stream_partitions == 0);
+}
