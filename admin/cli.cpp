@@ -214,7 +214,8 @@ int command::run() {
       {"drain", &command::drain},
       {"stats", &command::stats},
       {"conns", &command::conns},
-      {"cluster status", &command::cluster_status}};
+      {"cluster status", &command::cluster_status},
+      {"cluster takeover", &command::cluster_takeover}};
   for (const auto& [name, fn] : commands)
     if (name == s_.command) return (this->*fn)();
   return fail(exit_usage, "usage", "unknown command '" + s_.command + "'");

@@ -1,5 +1,5 @@
-// switchyard-cli: cluster status (a broker node's view of its cluster,
-// capability "admin").
+// switchyard-cli: cluster status (a broker node's view of its cluster) and
+// cluster takeover (capability "admin").
 
 #include "admin/cli_context.hpp"
 #include "admin/command.hpp"
@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <map>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -105,12 +106,58 @@ int command::cluster_status() {
   return exit_ok;
 }
 
-void register_cluster_commands(CLI::App& app, cli_context&) {
+int command::cluster_takeover() {
+  if (!s_.yes)
+    return fail(exit_usage, "usage",
+                "cluster takeover " + s_.node + ": this declares every record of the streams node '" + s_.node +
+                    "' holds lost (they start again, empty, with new epochs, on other nodes); add --yes to go on");
+  auto r = client_->cluster_takeover(s_.node);
+  if (!r) {
+    if (r.error() == errc::bad_request)
+      return fail(exit_server_error, "bad_request",
+                  "cluster takeover " + s_.node +
+                      ": refused: the node named must not be a member now (stop it first, or wait for its etcd lease "
+                      "to lapse if it died) and must not be the node asked");
+    return fail(r.error(), "cluster takeover " + s_.node, not_in_cluster);
+  }
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("address", s_.address).string("node_id", r->node_id);
+    j.key("moved").begin_array();
+    for (std::size_t i = 0; i < r->partitions.size() && i < r->holders.size(); ++i)
+      j.begin_object().number("partition", r->partitions[i]).string("holder", r->holders[i]).end_object();
+    j.end_array().end_object();
+    out_ << j.str() << "\n";
+    return exit_ok;
+  }
+  if (r->partitions.empty()) {
+    out_ << "node " << s_.node << " held no streams: nothing moved\n";
+    return exit_ok;
+  }
+  std::map<std::string, std::size_t> per_holder;
+  for (const auto& h : r->holders) ++per_holder[h];
+  out_ << "the streams of " << r->partitions.size() << " partition(s) held by node " << s_.node
+       << " were declared lost; they start again, empty, with new epochs, on:\n";
+  std::vector<std::vector<std::string>> rows{{"NEW HOLDER", "PARTITIONS"}};
+  for (const auto& [h, n] : per_holder) rows.push_back({h, std::to_string(n)});
+  out_ << format_table(rows, {false, true});
+  return exit_ok;
+}
+
+void register_cluster_commands(CLI::App& app, cli_context& cli) {
+  settings& s = cli.s();
   auto* cluster = app.add_subcommand("cluster", "a broker node's cluster (cluster mode: etcd and NATS)");
   cluster->require_subcommand(1, 1);
   cluster->add_subcommand("status",
                           "the node's view of its cluster: its standing in etcd, the members and the traffic with "
                           "each, etcd's endpoints, the NATS link; a broker not in cluster mode exits 3");
+  auto* takeover = cluster->add_subcommand(
+      "takeover",
+      "declare the durable streams a node held lost, for a node gone for good (its data folder lost): their "
+      "partitions get new holders, where the streams start again, empty, with new epochs; refused for a member "
+      "(exit 3)");
+  takeover->add_option("node", s.node, "the node id whose streams are declared lost")->required();
+  takeover->add_flag("--yes", s.yes, "confirm the loss (without it nothing is sent, exit 1)");
 }
 
 }  // namespace switchyard::admin

@@ -50,6 +50,8 @@ struct settings {
   std::string message;           // pub, send: the payload, "-" = read it from stdin
   std::uint64_t expires_ms = 0;  // send: the expiry (0 = none); at most 2^32 - 1
   std::string flag;              // flags set: the flag's name
+  std::string node;              // cluster takeover: the node whose streams are declared lost
+  bool yes = false;              // cluster takeover: the loss is confirmed
   unsigned percent = 0;          // flags set: 0..100
   std::string prefix;
   std::size_t limit = 0;
@@ -196,6 +198,7 @@ class command {
 
   // ---- cluster_commands.cpp ----
   int cluster_status();
+  int cluster_takeover();
   void write_cluster_status(json_writer& j, const cluster_status_info& st) const;
 
   // Prints a list command's answer: `{"<what>":[...],"more":...}` with

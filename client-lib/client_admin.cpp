@@ -159,6 +159,22 @@ result<cluster_status_info> client::cluster_status() {
                                           parse_cluster_status);
 }
 
+result<cluster_takeover_info> client::cluster_takeover(std::string_view node_id) {
+  if (!granted_admin(*impl_)) return std::unexpected(make_error_code(errc::not_supported));
+  return impl_->call<cluster_takeover_info>(
+      [node = std::string(node_id)](std::uint64_t r) { return local_builder().cluster_takeover(r, node); },
+      [](const wire::Frame& f) -> result<cluster_takeover_info> {
+        const auto* m = f.message_as_ClusterTakeoverResult();
+        if (!m) return std::unexpected(make_error_code(errc::protocol_violation));
+        cluster_takeover_info out;
+        if (m->node_id()) out.node_id = m->node_id()->str();
+        if (m->partitions()) out.partitions.assign(m->partitions()->begin(), m->partitions()->end());
+        if (m->holders())
+          for (const auto* h : *m->holders()) out.holders.push_back(h ? h->str() : std::string());
+        return out;
+      });
+}
+
 result<connection_page> client::connections(connection_order order, std::size_t limit, std::uint64_t cursor) {
   if (!granted_admin(*impl_)) return std::unexpected(make_error_code(errc::not_supported));
   const auto n = static_cast<std::uint32_t>(std::min<std::size_t>(limit, UINT32_MAX));

@@ -205,6 +205,7 @@ bool client::impl::dispatch(const wire::Frame& f, const sub_list& subscriptions,
     case wire::Message::FlagInfo:
     case wire::Message::FlagListResult:
     case wire::Message::ClusterStatusResult:  // client_admin.cpp
+    case wire::Message::ClusterTakeoverResult:
       if (f.request_id() != 0) complete(f.request_id(), {}, &f);
       return true;
     case wire::Message::Receipt: {

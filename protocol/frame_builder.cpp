@@ -538,6 +538,25 @@ bytes_view frame_builder::cluster_status(std::uint64_t request_id) {
   return finish_as(request_id, wire::CreateClusterStatus(fbb));
 }
 
+bytes_view frame_builder::cluster_takeover(std::uint64_t request_id, std::string_view node_id) {
+  auto& fbb = start();
+  const auto node = fbb.CreateString(node_id);
+  return finish_as(request_id, wire::CreateClusterTakeover(fbb, node));
+}
+
+bytes_view frame_builder::cluster_takeover_result(std::uint64_t request_id, std::string_view node_id,
+                                                  std::span<const std::uint32_t> partitions,
+                                                  std::span<const std::string> holders) {
+  auto& fbb = start();
+  const auto node = fbb.CreateString(node_id);
+  const auto parts = fbb.CreateVector(partitions.data(), partitions.size());
+  std::vector<Offset<flatbuffers::String>> names;
+  names.reserve(holders.size());
+  for (const auto& h : holders) names.push_back(fbb.CreateString(h));
+  const auto list = fbb.CreateVector(names);
+  return finish_as(request_id, wire::CreateClusterTakeoverResult(fbb, node, parts, list));
+}
+
 bytes_view frame_builder::cluster_status_result(std::uint64_t request_id, const cluster_status_fields& f) {
   auto& fbb = start();
   std::vector<Offset<wire::ClusterMember>> members;

@@ -317,6 +317,10 @@ class frame_builder {
   // (a NatsLinkStatus table), empty strings left out as everywhere.
   bytes_view cluster_status(std::uint64_t request_id);
   bytes_view cluster_status_result(std::uint64_t request_id, const cluster_status_fields& f);
+  bytes_view cluster_takeover(std::uint64_t request_id, std::string_view node_id);
+  // `holders[i]` is partitions[i]'s new holder.
+  bytes_view cluster_takeover_result(std::uint64_t request_id, std::string_view node_id,
+                                     std::span<const std::uint32_t> partitions, std::span<const std::string> holders);
 
   // Authentication between Hello and Welcome (docs/security.md): the
   // server's random nonce, and the client's signature of

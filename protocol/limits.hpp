@@ -77,7 +77,8 @@ inline constexpr std::string_view log = "log";
 // "dropped-notice" also granted).
 inline constexpr std::string_view stream_drops = "stream-drops";
 // Server administration: Drain (tag 40), Stats and ConnList (43..46),
-// FlagSet and FlagList (57..60), ClusterStatus (61, 62), and the reserved
+// FlagSet and FlagList (57..60), ClusterStatus (61, 62), ClusterTakeover
+// (63, 64), and the reserved
 // admin connection slots (--admin-slots) at the connection cap. Granted to any
 // client that asks on a broker without an auth file; with one, to admin
 // principals only.

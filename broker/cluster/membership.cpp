@@ -52,7 +52,8 @@ std::string membership::cluster_prefix() const { return "/switchyard/" + options
 
 std::string membership::members_prefix() const { return cluster_prefix() + "members/"; }
 
-std::shared_ptr<const cluster_view> membership::join(view_handler on_view, standing_handler on_standing) {
+std::shared_ptr<const cluster_view> membership::join(view_handler on_view, standing_handler on_standing,
+                                                     std::span<const std::uint32_t> pin_first) {
   on_view_ = std::move(on_view);
   on_standing_ = std::move(on_standing);
   const auto timeout = call_timeout(options_.lease_ttl);
@@ -71,6 +72,18 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   // The partitions nobody holds that this node is preferred for: claimed
   // before the first view, so a node starts owning.
   partitions_->claim(members_, lease_);
+  // Streams already in this node's log: their partitions are this node's
+  // unless another node holds them (etcd says who, for the caller's check).
+  const auto streams_prefix = cluster_prefix() + "streams/";
+  for (const auto p : pin_first) {
+    if (p >= partitions_->stream_holders().size() || !partitions_->stream_holders()[p].empty()) continue;
+    auto made = client_->create_if_absent(streams_prefix + std::to_string(p), options_.node_id, 0);
+    if (!made)
+      throw std::runtime_error("etcd: cannot record this node as the holder of the streams in its log (partition " +
+                               std::to_string(p) + "): " + made.error().message());
+  }
+  if (!pin_first.empty() && reload() == 0)
+    throw std::runtime_error("etcd: cannot read the cluster's keys under " + cluster_prefix());
   auto view = make_view();
   loop_seen_->store(steady_ns(clock::now()), std::memory_order_release);
   keeper_ = std::thread([this, next = revision_ + 1] { keeper_main(next); });
@@ -342,18 +355,28 @@ void membership::pin_streams(std::uint32_t partition) {
 
 void membership::pin_main() {
   const auto prefix = cluster_prefix() + "streams/";
+  std::vector<takeover_job> jobs;
   for (;;) {
     std::vector<std::uint32_t> wanted;
     {
       switchyard::unique_lock lock(mu_);
-      cv_.wait(lock.native(), [&]() SWITCHYARD_REQUIRES(mu_) { return leaving_ || !pins_wanted_.empty(); });
+      cv_.wait(lock.native(),
+               [&]() SWITCHYARD_REQUIRES(mu_) { return leaving_ || !pins_wanted_.empty() || !takeovers_.empty(); });
       if (leaving_) return;
       wanted = pins_wanted_;
+      jobs.swap(takeovers_);
     }
+    for (auto& job : jobs) run_takeover(job);
+    jobs.clear();
+    if (wanted.empty()) continue;
     // Out of standing this node may not take anything: asked again once
-    // in standing (checked every 100 ms).
+    // in standing (checked every 100 ms). A draining node takes nothing
+    // (it leaves: the requests waiting answer unavailable at their
+    // deadline).
     std::vector<std::uint32_t> done;
-    if (in_standing()) {
+    if (draining_.load(std::memory_order_acquire)) {
+      done = wanted;
+    } else if (in_standing()) {
       for (const auto p : wanted) {
         // The keeper's watch tells the loop who holds it (this node, or
         // another that was faster).
@@ -373,6 +396,43 @@ void membership::pin_main() {
     }
     if (done.size() != wanted.size() && !pause(milliseconds(100))) return;
   }
+}
+
+void membership::take_over(std::string from, moves wanted, takeover_done done) {
+  {
+    switchyard::lock_guard lock(mu_);
+    takeovers_.push_back({std::move(from), std::move(wanted), std::move(done)});
+  }
+  cv_.notify_all();
+}
+
+void membership::run_takeover(takeover_job& job) {
+  const auto prefix = cluster_prefix() + "streams/";
+  moves made;
+  std::string failed;
+  if (!in_standing()) failed = "this node is out of standing (cut off from etcd)";
+  for (const auto& [p, to] : job.wanted) {
+    if (!failed.empty()) break;
+    const std::string key = prefix + std::to_string(p);
+    const cluster::txn_compare still[] = {cluster::txn_compare::value_is(key, job.from)};
+    const cluster::txn_op put[] = {cluster::txn_op::put(key, to)};
+    auto r = pinner_->txn(still, put, {});
+    if (!r) {
+      failed = "etcd: " + r.error().message();
+      break;
+    }
+    if (r->succeeded) made.emplace_back(p, to);  // else: moved meanwhile (another takeover)
+  }
+  if (!made.empty())
+    logger_->warn(
+        "cluster: takeover: the streams of {} partition(s) held by node '{}' declared lost; new holders "
+        "start them again with new epochs",
+        made.size(), job.from);
+  std::expected<moves, std::string> result =
+      failed.empty() ? std::expected<moves, std::string>(std::move(made)) : std::unexpected(std::move(failed));
+  asio::post(loop_, [alive = alive_, done = std::move(job.done), result = std::move(result)]() mutable {
+    if (*alive) done(std::move(result));
+  });
 }
 
 void membership::probe_main() {

@@ -35,10 +35,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <expected>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace spdlog {
@@ -76,7 +79,12 @@ class membership {
   // another live node with this id. etcd not answering (not started yet,
   // or without a leader yet) is waited for up to start_wait. Throws
   // std::runtime_error: etcd not reachable after that, the node id taken.
-  std::shared_ptr<const cluster_view> join(view_handler on_view, standing_handler on_standing);
+  // `pin_first`: partitions this node's log holds streams of; those
+  // without a holder are pinned to this node before the first view (the
+  // caller then checks the view: a partition another node holds means its
+  // local streams were taken over).
+  std::shared_ptr<const cluster_view> join(view_handler on_view, standing_handler on_standing,
+                                           std::span<const std::uint32_t> pin_first = {});
   // How long join() waits for an etcd that does not answer.
   static constexpr std::chrono::seconds start_wait{30};
 
@@ -105,6 +113,14 @@ class membership {
   // standing); the keeper's watch then posts a view naming the holder
   // (this node, or another that was faster).
   void pin_streams(std::uint32_t partition);
+  // `cluster takeover`: moves the holder of each partition's streams in
+  // `moves` (partition, new holder) away from node `from`, each only if
+  // etcd still names `from` (a transaction per partition), on the pin
+  // thread. `done` is posted to the loop with the moves made, or with why
+  // etcd could not be asked (the moves before it were made). Any thread.
+  using moves = std::vector<std::pair<std::uint32_t, std::string>>;
+  using takeover_done = std::function<void(std::expected<moves, std::string>)>;
+  void take_over(std::string from, moves wanted, takeover_done done);
 
  private:
   using clock = std::chrono::steady_clock;
@@ -170,6 +186,14 @@ class membership {
   bool leaving_ SWITCHYARD_GUARDED_BY(mu_) = false;
   std::vector<etcd_endpoint_health> health_ SWITCHYARD_GUARDED_BY(mu_);
   std::vector<std::uint32_t> pins_wanted_ SWITCHYARD_GUARDED_BY(mu_);
+  struct takeover_job {
+    std::string from;
+    moves wanted;
+    takeover_done done;
+  };
+  std::vector<takeover_job> takeovers_ SWITCHYARD_GUARDED_BY(mu_);
+  // Pin thread: one takeover.
+  void run_takeover(takeover_job& job);
 
   std::thread keeper_;
   std::thread prober_thread_;

@@ -40,6 +40,8 @@ class remote_peer final : public peer, public std::enable_shared_from_this<remot
   void finish() { ping(done_marker); }
   // The answers so far: length-prefixed frames, one after the other.
   const std::vector<std::uint8_t>& answers() const noexcept { return answers_; }
+  // Frees the answers (they were sent).
+  void release_answers() noexcept { std::vector<std::uint8_t>().swap(answers_); }
   bool done() const noexcept { return done_; }
 
   void send(protocol::bytes_view frame) override;

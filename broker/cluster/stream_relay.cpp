@@ -38,11 +38,12 @@ struct stream_relay::held {
   clock::time_point deadline;
 };
 
-stream_relay::stream_relay(asio::io_context& io, stream_relay_options options, node_bus& bus,
+stream_relay::stream_relay(asio::io_context& io, stream_relay_options options, node_bus& bus, bool has_log,
                            std::function<bool()> in_standing, std::function<void(std::uint32_t)> pin,
                            std::shared_ptr<spdlog::logger> logger)
     : io_(io),
       options_(options),
+      has_log_(has_log),
       bus_(bus),
       in_standing_(std::move(in_standing)),
       pin_(std::move(pin)),
@@ -95,9 +96,13 @@ stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32
   }
   if (!holder.empty()) {
     if (view->find(holder) && bus_.has_link(holder)) return {kind::forward, holder};
+    if (view->find(holder))
+      return {kind::unavailable, "stream '" + std::string(stream) + "' is held by node '" + holder +
+                                     "', which this node has no link to yet; try again"};
     return {kind::unavailable, "stream '" + std::string(stream) + "' is held by node '" + holder +
                                    "', which is not a member now (until it is back, or an operator declares its "
-                                   "streams lost: switchyard-cli cluster takeover)"};
+                                   "streams lost: switchyard-cli cluster takeover " +
+                                   holder + ")"};
   }
   // Nobody holds the partition's streams yet: its owner takes them.
   const auto& o = view->owners[partition];
@@ -112,12 +117,16 @@ stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32
           "stream '" + std::string(stream) + "': its partition " + std::to_string(partition) + " has no owner now"};
 }
 
-bool stream_relay::take(peer& from, std::uint64_t rid, std::string_view stream, protocol::bytes_view raw) {
+bool stream_relay::take(peer& from, std::uint64_t rid, std::string_view stream, protocol::bytes_view raw,
+                        bool forwardable) {
   const auto partition = partition_map::partition_of(stream);
   auto d = decide(stream, partition);
   using kind = decision::kind;
   if (d.what == kind::here) return false;
-  if (d.what != kind::unavailable && pending_.size() + held_count_ >= max_pending)
+  if (d.what == kind::forward && !forwardable)
+    d = {kind::unavailable, "an offer with a stream is taken only by the node holding stream '" + std::string(stream) +
+                                "' (node '" + d.node + "'), for now: send it there"};
+  if (d.what == kind::forward && pending_.size() >= max_pending)
     d = {kind::unavailable, fmt::format("{} requests already wait for other nodes", max_pending)};
   switch (d.what) {
     case kind::here:
@@ -129,20 +138,14 @@ bool stream_relay::take(peer& from, std::uint64_t rid, std::string_view stream, 
     case kind::forward:
       forward(from, rid, from.open_ticket(), d.node, stream, raw);
       return true;
-    case kind::take: {
-      held h;
-      h.who = from.weak_peer();
-      h.request_id = rid;
-      h.peer_ticket = from.open_ticket();
-      h.stream = stream;
-      h.frame.assign(raw.begin(), raw.end());
-      h.deadline = clock::now() + options_.forward_timeout;
-      held_[partition].push_back(std::move(h));
-      ++held_count_;
-      pin_(partition);
-      arm_timer();
+    case kind::take:
+      if (hold(partition, from.weak_peer(), rid, 0, {}, 0, 0, stream, raw)) {
+        held_[partition].back().peer_ticket = from.open_ticket();
+        return true;
+      }
+      ++counters_.unavailable;
+      from.send_error(rid, errc::unavailable, held_full_message());
       return true;
-    }
   }
   return false;
 }
@@ -170,30 +173,36 @@ void stream_relay::forward(peer& from, std::uint64_t rid, std::uint64_t peer_tic
 
 void stream_relay::on_message(remote_node& from, const link::LinkMessage& m) {
   if (const auto* r = m.body_as_StreamRequest()) return on_request(from, *r);
-  if (const auto* a = m.body_as_StreamAnswer()) return on_answer(*a);
+  if (const auto* a = m.body_as_StreamAnswer()) return on_answer(from, *a);
 }
 
 void stream_relay::on_request(remote_node& from, const link::StreamRequest& r) {
   const std::string_view origin = from.member().node_id;
-  if (!r.stream() || !r.frame()) return;
+  if (!r.stream() || !r.frame() || r.stream()->size() == 0) {
+    logger_->warn("cluster: a StreamRequest without its stream or frame from node '{}'", origin);
+    return answer_error(origin, r.ticket(), errc::bad_request, "a malformed request between nodes");
+  }
+  if (!has_log_)
+    return answer_error(origin, r.ticket(), errc::unavailable,
+                        "node '" + bus_.node_id() + "' has no sequence log (--data-dir): it holds no streams");
   const std::string_view stream = r.stream()->string_view();
   const protocol::bytes_view frame{r.frame()->data(), r.frame()->size()};
   const auto partition = partition_map::partition_of(stream);
   const auto d = decide(stream, partition);
   using kind = decision::kind;
-  if (d.what == kind::here) return serve(origin, r.ticket(), r.caps(), frame);
-  if (d.what == kind::take && held_count_ < max_pending) {
-    held h;
-    h.origin = origin;
-    h.origin_ticket = r.ticket();
-    h.caps = r.caps();
-    h.stream = stream;
-    h.frame.assign(frame.begin(), frame.end());
-    h.deadline = clock::now() + options_.forward_timeout;
-    held_[partition].push_back(std::move(h));
-    ++held_count_;
-    pin_(partition);
-    arm_timer();
+  if (d.what == kind::here) {
+    const auto why = run_here(frame, stream, r.caps(),
+                              [this, origin = std::string(origin), ticket = r.ticket()](protocol::bytes_view frames) {
+                                answer(origin, ticket, frames);
+                              });
+    if (!why.empty())
+      answer_error(origin, r.ticket(), why.front() == '!' ? errc::bad_request : errc::unavailable,
+                   why.front() == '!' ? why.substr(1) : why);
+    return;
+  }
+  if (d.what == kind::take) {
+    if (!hold(partition, {}, 0, 0, origin, r.ticket(), r.caps(), stream, frame))
+      answer_error(origin, r.ticket(), errc::unavailable, held_full_message());
     return;
   }
   // Not here: the origin's view differs from ours (it is answered, never
@@ -205,28 +214,59 @@ void stream_relay::on_request(remote_node& from, const link::StreamRequest& r) {
   answer_error(origin, r.ticket(), errc::unavailable, why);
 }
 
-void stream_relay::serve(std::string_view origin, std::uint64_t ticket, std::uint32_t caps,
-                         protocol::bytes_view frame) {
+std::string stream_relay::held_full_message() const {
+  return fmt::format("{} requests (or {} MiB of them) already wait here for a holder of their stream", max_pending,
+                     max_held_bytes >> 20);
+}
+
+bool stream_relay::hold(std::uint32_t partition, std::weak_ptr<peer> who, std::uint64_t rid, std::uint64_t peer_ticket,
+                        std::string_view origin, std::uint64_t origin_ticket, std::uint32_t caps,
+                        std::string_view stream, protocol::bytes_view frame) {
+  if (held_count_ >= max_pending || held_bytes_ + frame.size() > max_held_bytes) return false;
+  held h;
+  h.who = std::move(who);
+  h.request_id = rid;
+  h.peer_ticket = peer_ticket;
+  h.origin = origin;
+  h.origin_ticket = origin_ticket;
+  h.caps = caps;
+  h.stream = stream;
+  h.frame.assign(frame.begin(), frame.end());
+  h.deadline = clock::now() + options_.forward_timeout;
+  held_bytes_ += h.frame.size();
+  held_[partition].push_back(std::move(h));
+  ++held_count_;
+  pin_(partition);
+  arm_timer();
+  return true;
+}
+
+std::string stream_relay::run_here(protocol::bytes_view frame, std::string_view stream, std::uint32_t caps,
+                                   std::function<void(protocol::bytes_view frames)> done) {
+  if (running_.size() >= max_pending) return fmt::format("{} requests of other nodes already run here", max_pending);
   auto parsed = parser_.next(frame);
-  if (!parsed || !*parsed || (*parsed)->size != frame.size()) {
-    logger_->warn("cluster: a malformed request from node '{}' (ignored)", origin);
-    return;
-  }
-  ++counters_.served;
+  if (!parsed || !*parsed || (*parsed)->size != frame.size()) return "!a malformed request frame";
   bool offer_fields = false;
   const auto caps_set = capabilities_of(caps, offer_fields);
   const auto id = ++next_running_;
   auto p = std::make_shared<remote_peer>(id, answers_, caps_set, offer_fields,
-                                         [this, id, ticket, origin = std::string(origin)](remote_peer& done) {
-                                           answer(origin, ticket, done.answers());
+                                         [this, id, done = std::move(done)](remote_peer& finished) {
+                                           done(finished.answers());
+                                           finished.release_answers();
                                            // Not destroyed from within its own call.
                                            asio::post(io_, [this, alive = alive_, id] {
                                              if (*alive) running_.erase(id);
                                            });
                                          });
   running_.emplace(id, p);
-  if (runner_) runner_(*p, *(*parsed)->frame);
+  // Only a request about `stream` runs (the runner checks the frame names it).
+  if (!runner_ || !runner_(*p, *(*parsed)->frame, stream)) {
+    running_.erase(id);
+    return "!not a request about stream '" + std::string(stream) + "'";
+  }
+  ++counters_.served;
   p->finish();
+  return {};
 }
 
 void stream_relay::answer(std::string_view origin, std::uint64_t ticket, protocol::bytes_view frames) {
@@ -250,31 +290,40 @@ void stream_relay::answer_error(std::string_view origin, std::uint64_t ticket, e
   bus_.send_body(origin, link::Body::StreamAnswer, body.Union());
 }
 
-void stream_relay::on_answer(const link::StreamAnswer& a) {
+void stream_relay::on_answer(remote_node& from, const link::StreamAnswer& a) {
   const auto it = pending_.find(a.ticket());
-  if (it == pending_.end()) return;  // answered at its deadline already
+  if (it == pending_.end() || it->second.node != from.member().node_id) return;  // answered at its deadline already
   auto p = std::move(it->second);
   pending_.erase(it);
   auto who = p.who.lock();
   if (!who || who->closed()) return;
   if (const auto* error = a.error()) {
-    if (static_cast<errc>(a.code()) == errc::unavailable) ++counters_.unavailable;
-    who->send_error(p.request_id, static_cast<errc>(a.code()), error->string_view());
-  } else if (const auto* frames = a.frames()) {
-    // Each frame length-prefixed, as written to the client.
-    const protocol::bytes_view all{frames->data(), frames->size()};
-    std::size_t at = 0;
-    while (all.size() - at >= protocol::frame_header_size) {
-      const std::uint32_t len = static_cast<std::uint32_t>(all[at]) | static_cast<std::uint32_t>(all[at + 1]) << 8 |
-                                static_cast<std::uint32_t>(all[at + 2]) << 16 |
-                                static_cast<std::uint32_t>(all[at + 3]) << 24;
-      const std::size_t total = protocol::frame_header_size + len;
-      if (total > all.size() - at) break;
-      who->send(all.subspan(at, total));
-      at += total;
-    }
+    const auto code = a.code() != 0 && a.code() <= static_cast<std::uint16_t>(protocol::wire::ErrorCode::MAX)
+                          ? static_cast<errc>(a.code())
+                          : errc::internal;
+    if (code == errc::unavailable) ++counters_.unavailable;
+    who->send_error(p.request_id, code, error->string_view());
+    who->close_ticket(p.peer_ticket);
+    return;
   }
-  who->close_ticket(p.peer_ticket);
+  const auto* frames = a.frames();
+  deliver_frames(*who, p.peer_ticket,
+                 frames ? protocol::bytes_view{frames->data(), frames->size()} : protocol::bytes_view{});
+}
+
+void stream_relay::deliver_frames(peer& to, std::uint64_t peer_ticket, protocol::bytes_view all) {
+  // Each frame length-prefixed, as written to the client.
+  std::size_t at = 0;
+  while (all.size() - at >= protocol::frame_header_size) {
+    const std::uint32_t len = static_cast<std::uint32_t>(all[at]) | static_cast<std::uint32_t>(all[at + 1]) << 8 |
+                              static_cast<std::uint32_t>(all[at + 2]) << 16 |
+                              static_cast<std::uint32_t>(all[at + 3]) << 24;
+    const std::size_t total = protocol::frame_header_size + len;
+    if (total > all.size() - at) break;
+    to.send(all.subspan(at, total));
+    at += total;
+  }
+  to.close_ticket(peer_ticket);
 }
 
 void stream_relay::refuse(held& h, std::string_view why) {
@@ -292,29 +341,40 @@ void stream_relay::release(std::uint32_t partition) {
   auto queue = std::move(it->second);
   held_.erase(it);
   held_count_ -= queue.size();
+  for (const auto& h : queue) held_bytes_ -= h.frame.size();
   using kind = decision::kind;
   for (auto& h : queue) {
     const auto d = decide(h.stream, partition);
     if (d.what == kind::take) {  // still waiting (etcd not asked yet, or not answered)
+      held_bytes_ += h.frame.size();
       held_[partition].push_back(std::move(h));
       ++held_count_;
       continue;
     }
     if (!h.origin.empty()) {
-      if (d.what == kind::here)
-        serve(h.origin, h.origin_ticket, h.caps, h.frame);
-      else
+      if (d.what == kind::here) {
+        const auto why = run_here(h.frame, h.stream, h.caps,
+                                  [this, origin = h.origin, ticket = h.origin_ticket](protocol::bytes_view frames) {
+                                    answer(origin, ticket, frames);
+                                  });
+        if (!why.empty()) refuse(h, why.front() == '!' ? why.substr(1) : why);
+      } else {
         refuse(h, d.what == kind::forward ? "stream '" + h.stream + "' is held by node '" + d.node +
                                                 "' (the cluster's view changed; try again)"
                                           : d.node);
+      }
       continue;
     }
     auto who = h.who.lock();
     if (!who || who->closed()) continue;
     if (d.what == kind::here) {
-      auto parsed = parser_.next(h.frame);
-      if (parsed && *parsed && runner_) runner_(*who, *(*parsed)->frame);
-      who->close_ticket(h.peer_ticket);
+      // Run as a forwarded request is: the client's ticket closes once the
+      // request is answered (a Ping after it waits for the fsync too).
+      const auto why = run_here(h.frame, h.stream, capability_bits(who->granted(), who->wants_offer_fields()),
+                                [w = h.who, ticket = h.peer_ticket, this](protocol::bytes_view frames) {
+                                  if (auto p = w.lock(); p && !p->closed()) deliver_frames(*p, ticket, frames);
+                                });
+      if (!why.empty()) refuse(h, why.front() == '!' ? why.substr(1) : why);
     } else if (d.what == kind::forward) {
       forward(*who, h.request_id, h.peer_ticket, d.node, h.stream, h.frame);
     } else {
@@ -327,9 +387,18 @@ void stream_relay::view_changed() {
   const auto* view = bus_.view();
   if (view && view->stream_holders.size() == partition_map::partition_count) {
     std::size_t mine = 0;
-    for (const auto& h : view->stream_holders) mine += h == bus_.node_id();
+    std::vector<std::uint32_t> lost;
+    held_before_.resize(partition_map::partition_count);
+    for (std::uint32_t p = 0; p < partition_map::partition_count; ++p) {
+      const auto& h = view->stream_holders[p];
+      const bool ours = h == bus_.node_id();
+      mine += ours;
+      if (held_before_[p] && !ours && !h.empty()) lost.push_back(p);
+      held_before_[p] = ours;
+    }
     if (mine > counters_.held_partitions) counters_.taken += mine - counters_.held_partitions;
     counters_.held_partitions = mine;
+    if (!lost.empty() && taken_over_) taken_over_(lost);
   }
   std::vector<std::uint32_t> partitions;
   for (const auto& [p, queue] : held_) partitions.push_back(p);
@@ -394,6 +463,7 @@ void stream_relay::on_timer() {
       refuse(queue.front(), "stream '" + queue.front().stream +
                                 "': etcd did not name a holder for its partition within " +
                                 std::to_string(options_.forward_timeout.count()) + " ms");
+      held_bytes_ -= queue.front().frame.size();
       queue.pop_front();
       --held_count_;
     }

@@ -36,9 +36,10 @@
 // declared holder meanwhile).
 //
 // Memory another node or a client can make this node hold: at most
-// max_pending forwarded requests waiting for answers, and as many held
-// for a holder (each with its frame, at most --max-frame); a running
-// request's answers (about one frame).
+// max_pending forwarded requests waiting for answers; requests held for a
+// holder, at most max_pending and max_held_bytes of frames; at most
+// max_pending requests of other nodes running here, each with its answers
+// (about one frame) until sent.
 //
 // Loop thread only.
 
@@ -92,17 +93,23 @@ class stream_relay {
   // Requests waiting at once (for answers, and for a holder); past it a
   // request is answered unavailable.
   static constexpr std::size_t max_pending = 65'536;
+  // Frame bytes held at once for a holder to be named.
+  static constexpr std::size_t max_held_bytes = 64u << 20;
 
   // Runs a frame here on `from` as the dispatcher would for a client
-  // connected here, never forwarding it again.
-  using runner = std::function<void(peer& from, const protocol::wire::Frame& frame)>;
+  // connected here, never forwarding it again, if it is a request about
+  // `stream` (the one a StreamRequest named); false (nothing done) if not.
+  using runner = std::function<bool(peer& from, const protocol::wire::Frame& frame, std::string_view stream)>;
 
-  // Borrows `io` and `bus` for its lifetime. `in_standing`: may this node
-  // act as holder or owner now (membership::in_standing). `pin(p)`: ask
-  // etcd to make this node the holder of partition p's streams
+  // Borrows `io` and `bus` for its lifetime. `has_log`: this node has a
+  // sequence log (without one it holds no streams: other nodes' requests
+  // are answered unavailable). `in_standing`: may this node act as holder
+  // or owner now (membership::in_standing). `pin(p)`: ask etcd to make
+  // this node the holder of partition p's streams
   // (membership::pin_streams).
-  stream_relay(asio::io_context& io, stream_relay_options options, node_bus& bus, std::function<bool()> in_standing,
-               std::function<void(std::uint32_t)> pin, std::shared_ptr<spdlog::logger> logger);
+  stream_relay(asio::io_context& io, stream_relay_options options, node_bus& bus, bool has_log,
+               std::function<bool()> in_standing, std::function<void(std::uint32_t)> pin,
+               std::shared_ptr<spdlog::logger> logger);
   ~stream_relay();
   stream_relay(const stream_relay&) = delete;
   stream_relay& operator=(const stream_relay&) = delete;
@@ -114,12 +121,21 @@ class stream_relay {
   // is `raw` (length prefix included; borrowed for the call). False: this
   // node holds the stream and may serve it: the caller runs it here now.
   // True: it was forwarded, or is held until the stream's partition has a
-  // holder, or was answered unavailable.
-  bool take(peer& from, std::uint64_t rid, std::string_view stream, protocol::bytes_view raw);
+  // holder, or was answered unavailable. `forwardable` false: a request
+  // only the holder may run (an offer with a stream): unavailable where
+  // it would be forwarded.
+  bool take(peer& from, std::uint64_t rid, std::string_view stream, protocol::bytes_view raw, bool forwardable = true);
 
   // The node_bus applied a new view: requests held for a holder go on,
   // requests waiting for a node that left are answered outcome_unknown.
+  // A partition this node held in the last view and another node holds
+  // now was taken over (`cluster takeover`, while this node was cut off):
+  // `taken_over` is called with those partitions (this node's log holds
+  // a history of their streams the cluster declared lost).
   void view_changed();
+  void on_taken_over(std::function<void(const std::vector<std::uint32_t>& partitions)> handler) {
+    taken_over_ = std::move(handler);
+  }
 
   stream_relay_counters counters() const;
 
@@ -139,9 +155,22 @@ class stream_relay {
                protocol::bytes_view raw);
   void on_message(remote_node& from, const link::LinkMessage& m);
   void on_request(remote_node& from, const link::StreamRequest& r);
-  void on_answer(const link::StreamAnswer& a);
-  // Runs a request from `origin` here and answers it once done.
-  void serve(std::string_view origin, std::uint64_t ticket, std::uint32_t caps, protocol::bytes_view frame);
+  void on_answer(remote_node& from, const link::StreamAnswer& a);
+  // Runs `frame` (a request about `stream`) here on a remote_peer with
+  // `caps` (capability_bits); `done` gets its answer frames once it is
+  // answered. Returns why it did not run (empty: it runs; a leading '!':
+  // the request is bad, else this node cannot take more).
+  std::string run_here(protocol::bytes_view frame, std::string_view stream, std::uint32_t caps,
+                       std::function<void(protocol::bytes_view frames)> done);
+  // Holds a request until `partition` has a holder (`who` for a client of
+  // this node, else `origin`'s request); false when held_ is full.
+  bool hold(std::uint32_t partition, std::weak_ptr<peer> who, std::uint64_t rid, std::uint64_t peer_ticket,
+            std::string_view origin, std::uint64_t origin_ticket, std::uint32_t caps, std::string_view stream,
+            protocol::bytes_view frame);
+  std::string held_full_message() const;
+  // Writes `frames` (length-prefixed, one after the other) to `to`, then
+  // closes its ticket `peer_ticket`.
+  void deliver_frames(peer& to, std::uint64_t peer_ticket, protocol::bytes_view frames);
   // Answers request `ticket` of `origin` with `frames` (length-prefixed).
   void answer(std::string_view origin, std::uint64_t ticket, protocol::bytes_view frames);
   // Tells `origin` request `ticket` was not run: the origin answers its
@@ -168,12 +197,16 @@ class stream_relay {
   std::map<std::uint64_t, pending> pending_;        // forwarded by this node, by ticket
   std::map<std::uint32_t, std::deque<held>> held_;  // waiting for a holder, by partition
   std::size_t held_count_ = 0;
+  std::size_t held_bytes_ = 0;
+  bool has_log_;
   std::map<std::uint64_t, std::shared_ptr<remote_peer>> running_;  // served here, by local id
   std::uint64_t next_running_ = 0;
   asio::steady_timer timer_;
   bool timer_armed_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   stream_relay_counters counters_;
+  std::vector<bool> held_before_;  // per partition: this node held its streams in the last view
+  std::function<void(const std::vector<std::uint32_t>&)> taken_over_;
 };
 
 }  // namespace switchyard::broker

@@ -100,7 +100,7 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&stream_admin_handler::set_retention>(M::SetRetention, h.stream_admin, R::sequence_log);
     bind<&stream_admin_handler::delete_stream>(M::StreamDelete, h.stream_admin, R::sequence_log);
   }
-  for (M type : {M::Drain, M::Stats, M::ConnList, M::FlagSet, M::FlagList, M::ClusterStatus})
+  for (M type : {M::Drain, M::Stats, M::ConnList, M::FlagSet, M::FlagList, M::ClusterStatus, M::ClusterTakeover})
     table_[static_cast<std::size_t>(type)] = {true, R::admin, nullptr, nullptr};
   if (h.admin) {
     bind<&server_admin_handler::drain>(M::Drain, h.admin, R::admin);
@@ -109,6 +109,7 @@ dispatcher::dispatcher(handlers h, server_counters& counters, std::shared_ptr<sp
     bind<&server_admin_handler::flag_set>(M::FlagSet, h.admin, R::admin);
     bind<&server_admin_handler::flag_list>(M::FlagList, h.admin, R::admin);
     bind<&server_admin_handler::cluster_status>(M::ClusterStatus, h.admin, R::admin);
+    bind<&server_admin_handler::cluster_takeover>(M::ClusterTakeover, h.admin, R::admin);
   }
   for (M type : {M::OfferAck, M::Withdraw, M::PendingOffers, M::ExposureQuery})
     table_[static_cast<std::size_t>(type)] = {true, R::offers, nullptr, nullptr};
@@ -206,6 +207,8 @@ bool dispatcher::authorize(peer& from, const wire::Frame& frame) {
       return admin_only("FlagList");
     case M::ClusterStatus:
       return admin_only("ClusterStatus");
+    case M::ClusterTakeover:
+      return admin_only("ClusterTakeover");
     // A user's pending offers are read like its registry entry; exposure
     // counts are asked by whoever may send to the keys. Withdraw checks
     // the offer's owner (offer_handler).
@@ -244,17 +247,27 @@ bool dispatcher::dispatch(peer& from, const wire::Frame& frame, protocol::bytes_
     return true;
   }
   if (from.principal() && !authorize(from, frame)) return true;
-  if (streams_ && !raw.empty())
-    if (const auto stream = stream_of(from, frame);
-        !stream.empty() && streams_->take(from, frame.request_id(), stream, raw))
+  if (streams_ && !raw.empty()) {
+    bool local_only = false;
+    if (const auto stream = stream_of(from, frame, &local_only);
+        !stream.empty() && streams_->take(from, frame.request_id(), stream, raw, !local_only))
       return true;
+  }
   r.fn(r.handler, from, frame);
   return true;
 }
 
-std::string_view dispatcher::stream_of(const peer& from, const wire::Frame& frame) const {
+std::string_view dispatcher::stream_of(const peer& from, const wire::Frame& frame, bool* local_only) const {
   using M = wire::Message;
   switch (frame.message_type()) {
+    case M::Send: {
+      const auto& m = *frame.message_as_Send();
+      if (!m.stream() || m.stream()->size() == 0) return {};
+      // An offer's receipts and acks live where it was sent: it is not
+      // forwarded (served only by the stream's holder, for now).
+      if (local_only && offer_handler::is_offer(m) && !offer_handler::is_expiring_durable_send(m)) *local_only = true;
+      return m.stream()->string_view();
+    }
     case M::Append:
       return frame.message_as_Append()->stream()->string_view();
     case M::Read:

@@ -16,7 +16,7 @@
 //   ExposureQuery                              offer_handler        "offers"
 //   (a Send with offer fields goes from routing_handler to offer_handler)
 //   Drain, Stats, ConnList, FlagSet, FlagList,
-//   ClusterStatus                              server_admin_handler "admin"
+//   ClusterStatus, ClusterTakeover             server_admin_handler "admin"
 //   Ping (answered in order: peer::ping), Pong, Error (a client's notice,
 //   logged), Hello (a second one: bad_request)  here                (none)
 //   anything else (server-to-client types)     closes the connection
@@ -83,6 +83,11 @@ class dispatcher {
   // `streams` first, after the capability and permission checks. Borrowed;
   // null on a single node.
   void use_cluster(stream_relay* streams) noexcept { streams_ = streams; }
+  // The durable stream `frame` from `from` names (see use_cluster), or
+  // empty. `local_only`, if given, is set for a request that only the
+  // stream's holder may serve and that is not forwarded (an offer with a
+  // stream).
+  std::string_view stream_of(const peer& from, const protocol::wire::Frame& frame, bool* local_only = nullptr) const;
 
   // Cache hints before frames[i] is handled (frames verified ahead of
   // handling, in order). Also the start of a batch: REQUIRES a call with
@@ -121,8 +126,6 @@ class dispatcher {
   // when it may go on; otherwise it was answered forbidden. Always true
   // without an auth file or for an admin principal.
   bool authorize(peer& from, const protocol::wire::Frame& frame);
-  // The durable stream `frame` names (see use_cluster), or empty.
-  std::string_view stream_of(const peer& from, const protocol::wire::Frame& frame) const;
 
   static constexpr std::size_t table_size = static_cast<std::size_t>(protocol::wire::Message::MAX) + 1;
   std::array<route, table_size> table_{};

@@ -136,4 +136,19 @@ void server_admin_handler::cluster_status(peer& from, std::uint64_t rid, const p
                                                  r->lost_in}));
 }
 
+void server_admin_handler::cluster_takeover(peer& from, std::uint64_t rid, const protocol::wire::ClusterTakeover& m) {
+  if (!from_.cluster_takeover) return from.send_error(rid, protocol::errc::not_found, not_in_cluster_message);
+  const auto ticket = from.open_ticket();
+  const std::string node = m.node_id()->str();
+  from_.cluster_takeover(node, [this, who = from.weak_peer(), rid, ticket, node](auto r) {
+    auto p = who.lock();
+    if (!p || p->closed()) return;
+    if (!r)
+      p->send_error(rid, r.error().first, r.error().second);
+    else
+      p->send(builder_.cluster_takeover_result(rid, node, r->partitions, r->holders));
+    p->close_ticket(ticket);
+  });
+}
+
 }  // namespace switchyard::broker

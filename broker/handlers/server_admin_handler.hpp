@@ -1,6 +1,7 @@
 #pragma once
 // Server administration requests (capability "admin"; docs/protocol.md
-// §14): Drain, Stats, ConnList, FlagSet, FlagList, ClusterStatus. The
+// §14): Drain, Stats, ConnList, FlagSet, FlagList, ClusterStatus,
+// ClusterTakeover. The
 // server's own state is reached through the functions it injects, so this
 // layer depends on neither the server, the connections nor the cluster.
 //
@@ -13,12 +14,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <expected>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace spdlog {
@@ -76,6 +79,15 @@ class server_admin_handler {
   // This node's view of its cluster, gathered when asked; nullopt on a
   // server that is not in cluster mode.
   using cluster_status_fn = std::function<std::optional<cluster_status_report>()>;
+  // ClusterTakeover of `node`'s streams: calls `done` on the loop thread
+  // once etcd has the new holders (or with the error and why). Not called
+  // on a server that is not in cluster mode.
+  struct takeover_result {
+    std::vector<std::uint32_t> partitions;
+    std::vector<std::string> holders;
+  };
+  using takeover_done = std::function<void(std::expected<takeover_result, std::pair<protocol::errc, std::string>>)>;
+  using cluster_takeover_fn = std::function<void(std::string_view node, takeover_done done)>;
 
   struct sources {
     drain_fn drain;
@@ -86,6 +98,8 @@ class server_admin_handler {
     feature_flags* flags = nullptr;
     // ClusterStatus; empty (a single-node server): it answers not_found.
     cluster_status_fn cluster_status;
+    // ClusterTakeover; empty (a single-node server): it answers not_found.
+    cluster_takeover_fn cluster_takeover;
   };
 
   // `default_window` is read at each request (a reload may change it).
@@ -108,6 +122,11 @@ class server_admin_handler {
   // not_found with not_in_cluster_message when the cluster_status source
   // is empty or returns nullopt.
   void cluster_status(peer& from, std::uint64_t request_id, const protocol::wire::ClusterStatus& m);
+
+  // Answers ClusterTakeoverResult once the cluster_takeover source is
+  // done (a peer ticket held meanwhile: a Ping after it waits), or its
+  // error; not_found when the source is empty.
+  void cluster_takeover(peer& from, std::uint64_t request_id, const protocol::wire::ClusterTakeover& m);
 
   // The message of ClusterStatus's not_found.
   static constexpr std::string_view not_in_cluster_message =

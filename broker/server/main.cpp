@@ -140,6 +140,12 @@ int main(int argc, char** argv) {
     srv.handle_signals();
     srv.start();
     srv.run();
+    if (srv.streams_taken_over()) {
+      spdlog::get("broker")->error(
+          "stopped: the cluster declared the streams in this node's log lost (cluster takeover); move --data-dir "
+          "aside before starting it again");
+      return 1;
+    }
     if (srv.drained_for_lost_standing()) {
       // Not 0: a supervisor that restarts on failure starts it again.
       spdlog::get("broker")->info("stopped after a drain for a long loss of etcd (exit {})", exit_cut_off);

@@ -154,6 +154,9 @@ void server::impl::wire_handlers() {
   // On a single node it reports nothing: ClusterStatus answers not_found
   // (docs/protocol.md §14.1).
   admin_sources.cluster_status = [this] { return cluster_status(); };
+  admin_sources.cluster_takeover = [this](std::string_view node, server_admin_handler::takeover_done done) {
+    cluster_takeover(node, std::move(done));
+  };
   server_admin = std::make_unique<server_admin_handler>(std::move(admin_sources), config.drain_window, builder, logger);
   offers = std::make_unique<offer_handler>(
       config, routing, fan, builder, counters, [] { return std::chrono::steady_clock::now(); }, logger);
@@ -281,6 +284,7 @@ void server::stop() {
 const server_counters& server::counters() const noexcept { return impl_->counters; }
 
 bool server::drained_for_lost_standing() const noexcept { return impl_->drained_for_lost_standing; }
+bool server::streams_taken_over() const noexcept { return impl_->streams_taken_over; }
 
 metrics_snapshot server::metrics() const { return impl_->metrics(); }
 

@@ -64,6 +64,9 @@ class server {
   // in its cluster for cluster-drain-after-s (the process exits 75 then,
   // so that a supervisor restarting on failure starts it again).
   bool drained_for_lost_standing() const noexcept;
+  // Cluster mode: it stopped because the cluster declared the streams in
+  // its log lost (cluster takeover) while it was cut off.
+  bool streams_taken_over() const noexcept;
 
   // Counters, read on the loop thread (or after run() returned).
   const server_counters& counters() const noexcept;

@@ -3,6 +3,10 @@
 
 #include "broker/server/server_impl.hpp"
 
+#include "broker/cluster/partition_map.hpp"
+
+#include <map>
+
 namespace switchyard::broker {
 
 void server::impl::join_cluster() {
@@ -28,18 +32,37 @@ void server::impl::join_cluster() {
   relay = std::make_unique<route_relay>(
       io, ro, *bus, routing, fan, [this] { return members && members->in_standing(); }, logger);
   routing_requests->use_cluster(relay.get());
-  if (log_requests) {  // a node without a sequence log holds no streams (and forwards none)
+  {
     stream_relay_options so;
     so.forward_timeout = config.cluster_forward_timeout;
     so.max_frame = config.max_frame;
     streams = std::make_unique<stream_relay>(
-        io, so, *bus, [this] { return members && members->in_standing(); },
+        io, so, *bus, log_requests != nullptr, [this] { return members && members->in_standing(); },
         [this](std::uint32_t partition) {
           if (members) members->pin_streams(partition);
         },
         logger);
-    streams->set_runner([this](peer& from, const protocol::wire::Frame& frame) { dispatch->dispatch(from, frame); });
-    dispatch->use_cluster(streams.get());
+    streams->set_runner([this](peer& from, const protocol::wire::Frame& frame, std::string_view stream) {
+      if (dispatch->stream_of(from, frame) != stream) return false;
+      // A Send reads the lease clock at the start of a batch: one frame is
+      // a batch of its own.
+      if (frame.message_type() == protocol::wire::Message::Send) {
+        const protocol::frame_view one{&frame, 0, false};
+        dispatch->look_ahead(from, {&one, 1}, 0);
+      }
+      dispatch->dispatch(from, frame);
+      return true;
+    });
+    streams->on_taken_over([this](const std::vector<std::uint32_t>& partitions) {
+      if (streams_taken_over) return;
+      logger->error(
+          "cluster: the streams of {} partition(s) this node held were declared lost (cluster takeover, while it was "
+          "cut off) and have new holders; its log holds a history the cluster no longer has: draining and stopping",
+          partitions.size());
+      streams_taken_over = true;
+      begin_drain(config.drain_window);
+    });
+    if (log_requests) dispatch->use_cluster(streams.get());
   }
 
   const bool wildcard = config.listen_host == "0.0.0.0" || config.listen_host == "::" || config.listen_host == "[::]";
@@ -54,6 +77,16 @@ void server::impl::join_cluster() {
   mo.etcd_endpoints = config.cluster_etcd;
   mo.lease_ttl = std::chrono::seconds(config.cluster_lease_ttl_s);
   members = std::make_unique<membership>(io.get_executor(), std::move(mo), logger);
+  // The partitions of the streams already in the log: this node's, or
+  // (another node holds them) taken over while it was away.
+  std::map<std::uint32_t, std::string> logged;  // partition -> one of its streams, to name it
+  if (durable && streams) {
+    auto all = durable->log().list();
+    if (!all) throw std::runtime_error("cannot list the streams of the log: " + all.error().message());
+    for (const auto& s : *all) logged.emplace(partition_map::partition_of(s.name), s.name);
+  }
+  std::vector<std::uint32_t> pin_first;
+  for (const auto& [p, name] : logged) pin_first.push_back(p);
   auto view = members->join(
       [this](std::shared_ptr<const cluster_view> v) {
         if (!bus) return;
@@ -63,7 +96,16 @@ void server::impl::join_cluster() {
       },
       // Standing is read from the membership where it is needed (the
       // clock decides it); the loop has nothing to keep.
-      [](bool) {});
+      [](bool) {}, pin_first);
+  for (const auto& [p, name] : logged)
+    if (p < view->stream_holders.size() && view->stream_holders[p] != config.cluster_node_id) {
+      members->leave();
+      throw std::runtime_error("cluster: the log in " + config.data_dir + " holds stream '" + name +
+                               "' (and maybe others) of partition " + std::to_string(p) + ", whose streams node '" +
+                               view->stream_holders[p] +
+                               "' holds now (they were declared lost: cluster takeover); move the data folder aside "
+                               "(its records are what the takeover declared lost) and start again");
+    }
   bus->apply_view(std::move(view), members->incarnation());
   relay->view_changed();
   if (streams) streams->view_changed();
@@ -80,6 +122,42 @@ void server::impl::leave_cluster() {
   streams.reset();
   relay.reset();
   if (bus) bus->stop();
+}
+
+void server::impl::cluster_takeover(std::string_view node, server_admin_handler::takeover_done done) {
+  using protocol::errc;
+  const auto refuse = [&](errc code, std::string why) { done(std::unexpected(std::make_pair(code, std::move(why)))); };
+  if (!bus || !members || !bus->view())
+    return refuse(errc::not_found, std::string(server_admin_handler::not_in_cluster_message));
+  const auto& view = *bus->view();
+  if (node.empty()) return refuse(errc::bad_request, "node_id is empty");
+  if (node == config.cluster_node_id)
+    return refuse(errc::bad_request,
+                  "node '" + std::string(node) + "' is the node asked: ask another node to take over its streams");
+  if (view.find(node))
+    return refuse(errc::bad_request, "node '" + std::string(node) +
+                                         "' is a member now: a takeover is for a node that is gone for good (stop "
+                                         "it first, and wait for its etcd lease to lapse if it died)");
+  if (!members->in_standing()) return refuse(errc::unavailable, "this node is out of standing (cut off from etcd)");
+  // Each partition to its owner now (a member), else to this node.
+  membership::moves wanted;
+  for (std::uint32_t p = 0; p < view.stream_holders.size(); ++p) {
+    if (view.stream_holders[p] != node) continue;
+    const auto& o = p < view.owners.size() ? view.owners[p] : partition_owner{};
+    const auto* owner = o.node_id.empty() ? nullptr : view.find(o.node_id);
+    wanted.emplace_back(p, owner && owner->incarnation == o.incarnation ? o.node_id : config.cluster_node_id);
+  }
+  if (wanted.empty()) return done(server_admin_handler::takeover_result{});
+  logger->warn("cluster: takeover of the streams of node '{}' ({} partition(s)) asked", node, wanted.size());
+  members->take_over(std::string(node), std::move(wanted), [done = std::move(done)](auto r) {
+    if (!r) return done(std::unexpected(std::make_pair(errc::unavailable, r.error())));
+    server_admin_handler::takeover_result out;
+    for (auto& [p, to] : *r) {
+      out.partitions.push_back(p);
+      out.holders.push_back(std::move(to));
+    }
+    done(std::move(out));
+  });
 }
 
 asio::awaitable<void> server::impl::standing_watch_loop() {

@@ -114,6 +114,7 @@ struct server::impl {
   // handled (closed, or found gone).
   std::optional<drain_schedule> drain;
   bool drained_for_lost_standing = false;  // standing_watch_loop began the drain
+  bool streams_taken_over = false;         // this node's streams were declared lost: drained, then stopped
   std::vector<std::weak_ptr<connection>> drain_order;
   std::size_t drained = 0;
   // Refusals last logged (report_refusals), and when.
@@ -137,6 +138,9 @@ struct server::impl {
   void cluster_metrics(metrics_snapshot& m) const;
   // The ClusterStatus answer; nullopt on a single node.
   std::optional<cluster_status_report> cluster_status() const;
+  // ClusterTakeover (docs/cluster.md, "Durable streams"): checks, then
+  // moves `node`'s stream partitions to their owners (or this node).
+  void cluster_takeover(std::string_view node, server_admin_handler::takeover_done done);
   // --http: starts the monitoring port on the loop (throws like start()).
   void start_http();
   // GET /readyz: listening, the log open (with a data folder), not draining

@@ -112,9 +112,24 @@ TEST_CASE("cluster status prints a header line, the members, etcd's endpoints an
         "reconnects 43");
 }
 
-TEST_CASE("cluster without a subcommand is a usage error naming status", "[admin]") {
+TEST_CASE("cluster without a subcommand is a usage error naming status and takeover", "[admin]") {
   const auto [code, err] =
       run_for_exit_code(std::string(SWITCHYARD_CLI_BINARY) + " --address 127.0.0.1:1 cluster 2>&1 >/dev/null");
   CHECK(code == 1);
-  CHECK(contains(err, "cluster {status}"));
+  CHECK(contains(err, "cluster {status, takeover}"));
+}
+
+TEST_CASE("cluster takeover without --yes sends nothing and exits 1 saying what it would declare lost", "[admin]") {
+  test_server server;
+  const auto [code, err] = cli_stderr(server.port(), "cluster takeover c");
+  CHECK(code == 1);
+  CHECK_THAT(err,
+             Catch::Contains("declares every record of the streams node 'c' holds lost") && Catch::Contains("--yes"));
+}
+
+TEST_CASE("cluster takeover on a broker not in cluster mode says so and exits 3", "[admin]") {
+  test_server server;
+  const auto [code, err] = cli_stderr(server.port(), "cluster takeover c --yes");
+  CHECK(code == 3);
+  CHECK(err == "switchyard-cli: cluster takeover c: this server is not in cluster mode (no --cluster-node-id)\n");
 }

@@ -203,6 +203,7 @@ TEST_CASE("the requests answered with request id 0 are exactly those docs/protoc
       // Needs a broker in cluster mode; that its answer is sent with id 0
       // too is checked on the handler (server_admin_handler_test.cpp).
       {Message::ClusterStatus, [](B& b) { return b.cluster_status(0); }, wire::ErrorCode::not_found},
+      {Message::ClusterTakeover, [](B& b) { return b.cluster_takeover(0, "gone"); }, wire::ErrorCode::not_found},
       {Message::OfferAck, [](B& b) { return b.offer_ack(0, 9, "user.1"); }},
       {Message::PendingOffers, [](B& b) { return b.pending_offers(0, "user.1"); }},
       {Message::ExposureQuery, [&](B& b) { return b.exposure_query(0, user_1, 1000); }},

@@ -346,6 +346,15 @@ struct cluster_status_info {
   std::uint64_t lost_in = 0;            // lost_in over every link, links ended since included
 };
 
+// What a cluster takeover did (client::cluster_takeover; docs/cluster.md,
+// "Durable streams"): the partitions whose streams moved away from the
+// node declared lost, and each one's new holder.
+struct cluster_takeover_info {
+  std::string node_id;
+  std::vector<std::uint32_t> partitions;  // ascending
+  std::vector<std::string> holders;       // per partition
+};
+
 struct send_result {
   std::vector<std::string> gateways;  // per route key: the inbox it went to, or "" (no route)
   std::size_t routed = 0;
@@ -870,6 +879,13 @@ class client {
   // not_found (the broker is not in cluster mode), and those of stats(). A
   // broker older than this request closes the connection.
   std::expected<cluster_status_info, std::error_code> cluster_status();
+  // Declares the durable streams held by node `node_id` lost: their
+  // partitions get new holders, where they start again, empty, with new
+  // epochs. For a node gone for good. Errors: not_found (not in cluster
+  // mode), bad_request (empty, the node asked, or a member now),
+  // unavailable (the node asked is cut off from etcd, or etcd did not
+  // answer: ask again), and those of stats().
+  std::expected<cluster_takeover_info, std::error_code> cluster_takeover(std::string_view node_id);
 
   // Non-blocking forms for pipelining (many requests in flight): `done`
   // runs on the loop thread; views in it are valid during the call only.

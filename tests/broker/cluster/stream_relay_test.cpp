@@ -4,6 +4,7 @@
 
 #include "broker/cluster/partition_map.hpp"
 #include "storage/sequence_log.hpp"
+#include "tests/admin/cli_runner.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/log_helpers.hpp"
@@ -238,4 +239,82 @@ TEST_CASE("a stream stays with the node that holds it when its partition moves t
   CHECK(c.f.node("a").live_metrics().cluster_stream_partitions == partitions.size());
   CHECK(c.f.node("b").live_metrics().cluster_stream_partitions == 0);
   CHECK(c.f.node("c").live_metrics().cluster_stream_partitions == 0);
+}
+
+TEST_CASE(
+    "a takeover of a gone holder's streams starts them again on the survivors with new epochs, and the old "
+    "holder's log is refused there",
+    "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b"});
+  auto ca = test::connect_to(c.f.node("a"), "svc-a");
+  auto first = ca->append("ledger", text("one"));
+  REQUIRE(first);
+  REQUIRE(ca->append("ledger", text("two")));
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  const std::string other = holder == "a" ? "b" : "a";
+  ca.reset();
+  client_options o;
+  o.port = c.f.node(other).port();
+  o.admin = true;
+  auto admin = client::connect(o);
+  REQUIRE(admin);
+  // Refused while the holder is a member, and for the node asked.
+  auto member = (*admin)->cluster_takeover(holder);
+  REQUIRE_FALSE(member);
+  CHECK(member.error() == errc::bad_request);
+  auto self = (*admin)->cluster_takeover(other);
+  REQUIRE_FALSE(self);
+  CHECK(self.error() == errc::bad_request);
+
+  c.f.node(holder).stop();
+  c.f.nodes.erase(holder);
+  c.f.converge(1);
+  auto svc = test::connect_to(c.f.node(other), "svc");
+  auto during = svc->append("ledger", text("three"));
+  REQUIRE_FALSE(during);
+  CHECK(during.error() == errc::unavailable);
+
+  // The operator's command (the real switchyard-cli).
+  const auto [code, out] = test::cli(c.f.node(other).port(), "cluster takeover " + holder + " --yes --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(out == "{\"address\":\"127.0.0.1:" + std::to_string(c.f.node(other).port()) + "\",\"node_id\":\"" + holder +
+                   "\",\"moved\":[{\"partition\":" + std::to_string(broker::partition_map::partition_of("ledger")) +
+                   ",\"holder\":\"" + other + "\"}]}\n");
+  // The stream starts again here: a new epoch, from sequence 1 (the two
+  // records on the gone holder are the declared loss).
+  std::expected<append_ack, std::error_code> again;
+  REQUIRE(wait_until([&] { return (again = svc->append("ledger", text("four"))).has_value(); }, 10s));
+  CHECK(again->seq == 1);
+  CHECK(again->epoch != first->epoch);
+  // A second takeover finds nothing left to move.
+  auto nothing = (*admin)->cluster_takeover(holder);
+  REQUIRE(nothing);
+  CHECK(nothing->partitions.empty());
+  // The old holder, started again on its log: refused (its records are a
+  // history the cluster no longer has).
+  try {
+    c.start(holder);
+    FAIL("the old holder started on a log whose streams were taken over");
+  } catch (const std::exception& e) {
+    CHECK_THAT(e.what(), Catch::Contains("declared lost") && Catch::Contains("ledger"));
+  }
+}
+
+TEST_CASE("a Ping after an append that waits for its partition's holder to be named is answered after the Appended",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a"});
+  auto cl = test::connect_to(c.f.node("a"), "svc");
+  // Fresh streams: each one's partition gets its holder (a, the owner) first.
+  for (int i = 0; i < 5; ++i) {
+    std::atomic<bool> appended{false};
+    const auto payload = text("x");
+    cl->async_append("fresh-" + std::to_string(i), payload,
+                     [&](std::expected<append_ack, std::error_code> r) { appended = r.has_value(); });
+    REQUIRE_FALSE(cl->flush());
+    CHECK(appended);
+  }
 }

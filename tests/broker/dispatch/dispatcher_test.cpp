@@ -169,7 +169,7 @@ TEST_CASE("every message type is either served to clients or refused as server-o
       M::RegistryPut,   M::RegistryGet,   M::RegistryDelete, M::RegistryList, M::InboxOpen,       M::InboxClose,
       M::Send,          M::Append,        M::Read,           M::StreamInfo,   M::StreamList,      M::SetRetention,
       M::Drain,         M::Stats,         M::ConnList,       M::StreamDelete, M::OfferAck,        M::Withdraw,
-      M::PendingOffers, M::ExposureQuery, M::FlagSet,        M::FlagList,     M::ClusterStatus};
+      M::PendingOffers, M::ExposureQuery, M::FlagSet,        M::FlagList,     M::ClusterStatus,   M::ClusterTakeover};
   for (int t = 0; t <= static_cast<int>(M::MAX); ++t) {
     const auto type = static_cast<M>(t);
     INFO(wire::EnumNameMessage(type));
@@ -187,6 +187,7 @@ TEST_CASE("every message type is either served to clients or refused as server-o
   CHECK(f.dispatch.needs(M::ConnList) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::FlagSet) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::ClusterStatus) == dispatcher::requirement::admin);
+  CHECK(f.dispatch.needs(M::ClusterTakeover) == dispatcher::requirement::admin);
   CHECK(f.dispatch.needs(M::OfferAck) == dispatcher::requirement::offers);
   CHECK(f.dispatch.needs(M::Withdraw) == dispatcher::requirement::offers);
 }
