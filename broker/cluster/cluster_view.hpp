@@ -37,6 +37,9 @@ struct cluster_view {
   // the partition's durable streams ("" before any does); see
   // partition_keeper.
   std::vector<std::string> stream_holders;
+  // Per partition: the id of the holder's log its streams are in ("" when
+  // none, or while a takeover's new holder has not recorded its log yet).
+  std::vector<std::string> stream_logs;
 
   const cluster_member* find(std::string_view node_id) const noexcept {
     const auto it = std::lower_bound(members.begin(), members.end(), node_id,

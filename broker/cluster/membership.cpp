@@ -77,8 +77,7 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   const auto streams_prefix = cluster_prefix() + "streams/";
   for (const auto p : pin_first) {
     if (p >= partitions_->stream_holders().size() || !partitions_->stream_holders()[p].empty()) continue;
-    auto made = client_->create_if_absent(streams_prefix + std::to_string(p), options_.node_id, 0);
-    if (!made)
+    if (auto made = pin_key(*client_, p); !made)
       throw std::runtime_error("etcd: cannot record this node as the holder of the streams in its log (partition " +
                                std::to_string(p) + "): " + made.error().message());
   }
@@ -298,6 +297,7 @@ std::shared_ptr<const cluster_view> membership::make_view() const {
   view->members = members_;
   view->owners = partitions_->owners();
   view->stream_holders = partitions_->stream_holders();
+  view->stream_logs = partitions_->stream_logs();
   // Partitions being given back: this node no longer acts for them.
   for (const auto p : giving_back_) view->owners[p] = {};
   return view;
@@ -380,12 +380,12 @@ void membership::pin_main() {
       for (const auto p : wanted) {
         // The keeper's watch tells the loop who holds it (this node, or
         // another that was faster).
-        auto made = pinner_->create_if_absent(prefix + std::to_string(p), options_.node_id, 0);
+        auto made = pin_key(*pinner_, p);
         if (!made) {
           logger_->warn("cluster: cannot take the streams of partition {}: {}", p, made.error().message());
           break;
         }
-        if (made->succeeded) logger_->info("cluster: holds the streams of partition {} from now on", p);
+        if (*made) logger_->info("cluster: holds the streams of partition {} from now on", p);
         done.push_back(p);
       }
     }
@@ -398,10 +398,27 @@ void membership::pin_main() {
   }
 }
 
-void membership::take_over(std::string from, moves wanted, takeover_done done) {
+std::expected<bool, std::error_code> membership::pin_key(cluster::etcd_client& etcd, std::uint32_t partition) {
+  const auto key = cluster_prefix() + "streams/" + std::to_string(partition);
+  const auto mine = partition_keeper::holder_value(options_.node_id, options_.log_id);
+  auto made = etcd.create_if_absent(key, mine, 0);
+  if (!made) return std::unexpected(made.error());
+  if (made->succeeded) return true;
+  // A takeover named this node without a log: it records its own.
+  if (made->current && made->current->value == options_.node_id && !options_.log_id.empty()) {
+    const cluster::txn_compare still[] = {cluster::txn_compare::value_is(key, options_.node_id)};
+    const cluster::txn_op put[] = {cluster::txn_op::put(key, mine)};
+    auto r = etcd.txn(still, put, {});
+    if (!r) return std::unexpected(r.error());
+    return r->succeeded;
+  }
+  return false;
+}
+
+void membership::take_over(std::string from, moves wanted, std::vector<std::string> expected, takeover_done done) {
   {
     switchyard::lock_guard lock(mu_);
-    takeovers_.push_back({std::move(from), std::move(wanted), std::move(done)});
+    takeovers_.push_back({std::move(from), std::move(wanted), std::move(expected), std::move(done)});
   }
   cv_.notify_all();
 }
@@ -411,10 +428,11 @@ void membership::run_takeover(takeover_job& job) {
   moves made;
   std::string failed;
   if (!in_standing()) failed = "this node is out of standing (cut off from etcd)";
-  for (const auto& [p, to] : job.wanted) {
+  for (std::size_t i = 0; i < job.wanted.size() && i < job.expected.size(); ++i) {
+    const auto& [p, to] = job.wanted[i];
     if (!failed.empty()) break;
     const std::string key = prefix + std::to_string(p);
-    const cluster::txn_compare still[] = {cluster::txn_compare::value_is(key, job.from)};
+    const cluster::txn_compare still[] = {cluster::txn_compare::value_is(key, job.expected[i])};
     const cluster::txn_op put[] = {cluster::txn_op::put(key, to)};
     auto r = pinner_->txn(still, put, {});
     if (!r) {

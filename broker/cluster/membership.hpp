@@ -57,6 +57,9 @@ struct membership_options {
   std::vector<std::string> etcd_endpoints;
   std::chrono::seconds lease_ttl{5};
   std::chrono::milliseconds probe_interval{2000};
+  // The id of this node's sequence log (empty without one): recorded with
+  // each stream key this node takes (partition_keeper).
+  std::string log_id;
 };
 
 class membership {
@@ -115,12 +118,13 @@ class membership {
   void pin_streams(std::uint32_t partition);
   // `cluster takeover`: moves the holder of each partition's streams in
   // `moves` (partition, new holder) away from node `from`, each only if
-  // etcd still names `from` (a transaction per partition), on the pin
-  // thread. `done` is posted to the loop with the moves made, or with why
+  // its key still holds `expected[i]` (a transaction per partition), on
+  // the pin thread. The new holder is written without a log: it records
+  // its own when it first serves the partition. `done` is posted to the loop with the moves made, or with why
   // etcd could not be asked (the moves before it were made). Any thread.
   using moves = std::vector<std::pair<std::uint32_t, std::string>>;
   using takeover_done = std::function<void(std::expected<moves, std::string>)>;
-  void take_over(std::string from, moves wanted, takeover_done done);
+  void take_over(std::string from, moves wanted, std::vector<std::string> expected, takeover_done done);
 
  private:
   using clock = std::chrono::steady_clock;
@@ -147,6 +151,10 @@ class membership {
   void post_view();
   // Pin thread: writes the stream keys pin_streams() asked for.
   void pin_main();
+  // Writes partition's stream key as this node's (and its log's): when
+  // absent, or when a takeover named this node without a log. True when
+  // written; false when another holder is there.
+  std::expected<bool, std::error_code> pin_key(cluster::etcd_client& etcd, std::uint32_t partition);
   void probe_main();
   // Waits up to `d` or until leave(); false once leaving.
   bool pause(std::chrono::milliseconds d);
@@ -189,6 +197,7 @@ class membership {
   struct takeover_job {
     std::string from;
     moves wanted;
+    std::vector<std::string> expected;
     takeover_done done;
   };
   std::vector<takeover_job> takeovers_ SWITCHYARD_GUARDED_BY(mu_);

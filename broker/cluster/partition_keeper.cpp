@@ -19,7 +19,8 @@ partition_keeper::partition_keeper(cluster::etcd_client& etcd, std::string clust
       logger_(std::move(logger)),
       owners_(partition_map::partition_count),
       streams_prefix_("/switchyard/" + cluster_name + "/streams/"),
-      stream_holders_(partition_map::partition_count) {}
+      stream_holders_(partition_map::partition_count),
+      stream_logs_(partition_map::partition_count) {}
 
 namespace {
 // The partition a key under the prefix names, or partition_count.
@@ -37,17 +38,24 @@ std::uint32_t partition_in(std::string_view key, std::string_view prefix) {
 void partition_keeper::reset(std::span<const cluster::kv> kvs) {
   owners_.assign(partition_map::partition_count, {});
   stream_holders_.assign(partition_map::partition_count, {});
+  stream_logs_.assign(partition_map::partition_count, {});
   for (const auto& kv : kvs)
     if (const auto p = partition_in(kv.key, prefix_); p < partition_map::partition_count)
       owners_[p] = {kv.value, kv.lease, kv.mod_revision};
     else if (const auto q = partition_in(kv.key, streams_prefix_); q < partition_map::partition_count)
-      stream_holders_[q] = kv.value;
+      set_holder(q, kv.value);
+}
+
+void partition_keeper::set_holder(std::uint32_t partition, std::string_view value) {
+  const auto slash = value.find('/');
+  stream_holders_[partition] = value.substr(0, slash);
+  stream_logs_[partition] = slash == std::string_view::npos ? std::string() : std::string(value.substr(slash + 1));
 }
 
 bool partition_keeper::apply(const cluster::watch_event& e) {
   if (e.kv.key.starts_with(streams_prefix_)) {
     if (const auto p = partition_in(e.kv.key, streams_prefix_); p < partition_map::partition_count)
-      stream_holders_[p] = e.type == cluster::event_type::remove ? std::string() : e.kv.value;
+      set_holder(p, e.type == cluster::event_type::remove ? std::string_view{} : std::string_view{e.kv.value});
     return true;
   }
   if (!e.kv.key.starts_with(prefix_)) return false;

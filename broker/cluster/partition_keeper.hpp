@@ -76,8 +76,15 @@ class partition_keeper {
   std::size_t release(std::span<const std::uint32_t> partitions);
   // "/switchyard/<cluster>/streams/"
   const std::string& streams_prefix() const noexcept { return streams_prefix_; }
-  // Per partition: the node holding its streams ("" before any does).
+  // Per partition: the node holding its streams ("" before any does), and
+  // the id of the log they are in ("" while a takeover's new holder has
+  // not recorded its log yet). A key's value is "<node id>/<log id>" (or
+  // "<node id>" alone, as a takeover writes it).
   const std::vector<std::string>& stream_holders() const noexcept { return stream_holders_; }
+  const std::vector<std::string>& stream_logs() const noexcept { return stream_logs_; }
+  static std::string holder_value(std::string_view node, std::string_view log) {
+    return log.empty() ? std::string(node) : std::string(node) + "/" + std::string(log);
+  }
   // How many partitions this node holds, and which.
   std::size_t held() const noexcept;
   std::vector<std::uint32_t> held_list() const;
@@ -95,6 +102,8 @@ class partition_keeper {
   std::vector<partition_owner> owners_;
   const std::string streams_prefix_;
   std::vector<std::string> stream_holders_;
+  std::vector<std::string> stream_logs_;
+  void set_holder(std::uint32_t partition, std::string_view value);
   std::int64_t lease_ = 0;  // this node's lease, as the last claim() was given
 };
 

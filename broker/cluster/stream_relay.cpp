@@ -90,6 +90,12 @@ stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32
   const std::string& self = bus_.node_id();
   const std::string& holder = view->stream_holders[partition];
   if (holder == self) {
+    const std::string& log = partition < view->stream_logs.size() ? view->stream_logs[partition] : options_.log_id;
+    if (log.empty() && in_standing_()) return {kind::take, {}};  // a takeover's: this log is recorded first
+    if (log != options_.log_id)
+      return {kind::unavailable, "stream '" + std::string(stream) + "' was held here in log " + log +
+                                     ", not this node's log now: its streams are lost (cluster takeover " + self +
+                                     " from another node while this one is stopped)"};
     if (in_standing_()) return {kind::here, {}};
     return {kind::unavailable,
             "stream '" + std::string(stream) + "' is held here, and this node is out of standing (cut off from etcd)"};

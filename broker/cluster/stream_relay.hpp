@@ -75,6 +75,7 @@ class remote_peer;
 struct stream_relay_options {
   std::chrono::milliseconds forward_timeout{2000};
   std::uint32_t max_frame = 1u << 20;  // --max-frame: the largest request frame and answer
+  std::string log_id;                  // this node's log (the stream keys name it)
 };
 
 // For /metrics and cluster status.

@@ -5,11 +5,53 @@
 
 #include "broker/cluster/partition_map.hpp"
 
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <random>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace switchyard::broker {
 
+namespace {
+// The id of the log in `log_dir` for the cluster's stream keys: read from
+// its file, or made (128 random bits, hex) and written there on first use.
+// A log made afresh (a lost or replaced data folder) gets a new one.
+std::string log_id_of(const std::filesystem::path& log_dir) {
+  const auto file = log_dir / "cluster-log-id";
+  if (std::ifstream in(file); in) {
+    std::string id;
+    if (std::getline(in, id) && id.size() == 32 && id.find_first_not_of("0123456789abcdef") == std::string::npos)
+      return id;
+    throw std::runtime_error("cluster: " + file.string() + " is damaged (32 hex digits expected)");
+  }
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", rd());
+  // Durable before etcd names it: written, fsynced, renamed, the folder
+  // fsynced.
+  const auto tmp = log_dir / "cluster-log-id.tmp";
+  const std::string line = id + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool written =
+      fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!written) throw std::runtime_error("cluster: cannot write " + tmp.string());
+  std::filesystem::rename(tmp, file);
+  if (const int dir = ::open(log_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return id;
+}
+}  // namespace
+
 void server::impl::join_cluster() {
+  const std::string log_id = durable ? log_id_of(std::filesystem::path(config.data_dir) / "log") : std::string();
   node_bus_options bo;
   bo.cluster_name = config.cluster_name;
   bo.node_id = config.cluster_node_id;
@@ -36,6 +78,7 @@ void server::impl::join_cluster() {
     stream_relay_options so;
     so.forward_timeout = config.cluster_forward_timeout;
     so.max_frame = config.max_frame;
+    so.log_id = log_id;
     streams = std::make_unique<stream_relay>(
         io, so, *bus, log_requests != nullptr, [this] { return members && members->in_standing(); },
         [this](std::uint32_t partition) {
@@ -76,6 +119,7 @@ void server::impl::join_cluster() {
       config.cluster_advertise.empty() ? config.listen_host + ":" + std::to_string(port) : config.cluster_advertise;
   mo.etcd_endpoints = config.cluster_etcd;
   mo.lease_ttl = std::chrono::seconds(config.cluster_lease_ttl_s);
+  mo.log_id = log_id;
   members = std::make_unique<membership>(io.get_executor(), std::move(mo), logger);
   // The partitions of the streams already in the log: this node's, or
   // (another node holds them) taken over while it was away.
@@ -97,6 +141,21 @@ void server::impl::join_cluster() {
       // Standing is read from the membership where it is needed (the
       // clock decides it); the loop has nothing to keep.
       [](bool) {}, pin_first);
+  // Partitions etcd says this node holds in another log: its data folder
+  // was lost or replaced, and their streams with it.
+  if (durable && view->stream_logs.size() == view->stream_holders.size())
+    for (std::size_t p = 0; p < view->stream_holders.size(); ++p)
+      if (view->stream_holders[p] == config.cluster_node_id && !view->stream_logs[p].empty() &&
+          view->stream_logs[p] != log_id) {
+        members->leave();
+        throw std::runtime_error(
+            "cluster: etcd records this node as the holder of the streams of partition " + std::to_string(p) +
+            " (and maybe others) in log " + view->stream_logs[p] + ", but the log in " + config.data_dir + " is " +
+            log_id +
+            " (a new or replaced data folder): those streams are lost. Declare it: stop this node, run "
+            "switchyard-cli cluster takeover " +
+            config.cluster_node_id + " --yes against another node, then start this one again");
+      }
   for (const auto& [p, name] : logged)
     if (p < view->stream_holders.size() && view->stream_holders[p] != config.cluster_node_id) {
       members->leave();
@@ -141,15 +200,17 @@ void server::impl::cluster_takeover(std::string_view node, server_admin_handler:
   if (!members->in_standing()) return refuse(errc::unavailable, "this node is out of standing (cut off from etcd)");
   // Each partition to its owner now (a member), else to this node.
   membership::moves wanted;
+  std::vector<std::string> expected;
   for (std::uint32_t p = 0; p < view.stream_holders.size(); ++p) {
     if (view.stream_holders[p] != node) continue;
+    expected.push_back(partition_keeper::holder_value(node, p < view.stream_logs.size() ? view.stream_logs[p] : ""));
     const auto& o = p < view.owners.size() ? view.owners[p] : partition_owner{};
     const auto* owner = o.node_id.empty() ? nullptr : view.find(o.node_id);
     wanted.emplace_back(p, owner && owner->incarnation == o.incarnation ? o.node_id : config.cluster_node_id);
   }
   if (wanted.empty()) return done(server_admin_handler::takeover_result{});
   logger->warn("cluster: takeover of the streams of node '{}' ({} partition(s)) asked", node, wanted.size());
-  members->take_over(std::string(node), std::move(wanted), [done = std::move(done)](auto r) {
+  members->take_over(std::string(node), std::move(wanted), std::move(expected), [done = std::move(done)](auto r) {
     if (!r) return done(std::unexpected(std::make_pair(errc::unavailable, r.error())));
     server_admin_handler::takeover_result out;
     for (auto& [p, to] : *r) {

@@ -318,3 +318,44 @@ TEST_CASE("a Ping after an append that waits for its partition's holder to be na
     CHECK(appended);
   }
 }
+
+TEST_CASE("a holder back with a new data folder refuses to start until its lost streams are declared lost",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b"});
+  auto ca = test::connect_to(c.f.node("a"), "svc-a");
+  auto first = ca->append("ledger", text("one"));
+  REQUIRE(first);
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  const std::string other = holder == "a" ? "b" : "a";
+  ca.reset();
+  c.f.node(holder).stop();
+  c.f.nodes.erase(holder);
+  c.dirs.erase(holder);  // its disk is gone: the next start gets an empty folder
+  c.f.converge(1);
+  try {
+    c.start(holder);
+    FAIL("a holder started on a new data folder as if it still had its streams");
+  } catch (const std::exception& e) {
+    CHECK_THAT(e.what(), Catch::Contains("new or replaced data folder") && Catch::Contains("cluster takeover"));
+  }
+  c.f.nodes.erase(holder);
+  c.f.converge(1);  // the refused start left the cluster
+  client_options o;
+  o.port = c.f.node(other).port();
+  o.admin = true;
+  auto admin = client::connect(o);
+  REQUIRE(admin);
+  auto moved = (*admin)->cluster_takeover(holder);
+  REQUIRE(moved);
+  CHECK(moved->partitions.size() == 1);
+  // Declared: it starts, and the stream goes on (again) on its new holder.
+  c.start(holder);
+  c.f.converge(2);
+  auto ch = test::connect_to(c.f.node(holder), "svc");
+  std::expected<append_ack, std::error_code> again;
+  REQUIRE(wait_until([&] { return (again = ch->append("ledger", text("two"))).has_value(); }, 10s));
+  CHECK(again->seq == 1);
+  CHECK(again->epoch != first->epoch);
+}
