@@ -16,6 +16,7 @@ struct cluster_member {
   std::string node_id;
   std::string address;           // where clients connect to it (--cluster-advertise)
   std::int64_t incarnation = 0;  // its etcd lease: a new one at each start (or re-registration)
+  bool has_log = false;          // it runs with a sequence log (--data-dir): it may hold streams
 };
 
 // Who owns a partition (partition_map), as etcd records it.

@@ -27,7 +27,7 @@ milliseconds call_timeout(std::chrono::seconds ttl) {
 }
 
 std::string member_value(const membership_options& o) {
-  return nlohmann::json{{"address", o.advertise}, {"version", SWITCHYARD_VERSION}}.dump();
+  return nlohmann::json{{"address", o.advertise}, {"version", SWITCHYARD_VERSION}, {"log", !o.log_id.empty()}}.dump();
 }
 
 // A member key's value; a value that is not ours (or damaged) gives an
@@ -38,6 +38,7 @@ cluster_member member_of(std::string_view prefix, const cluster::kv& kv) {
   m.incarnation = kv.lease;
   const auto j = nlohmann::json::parse(kv.value, nullptr, false);
   if (j.is_object() && j.contains("address") && j["address"].is_string()) m.address = j["address"].get<std::string>();
+  if (j.is_object() && j.contains("log") && j["log"].is_boolean()) m.has_log = j["log"].get<bool>();
   return m;
 }
 
@@ -52,8 +53,7 @@ std::string membership::cluster_prefix() const { return "/switchyard/" + options
 
 std::string membership::members_prefix() const { return cluster_prefix() + "members/"; }
 
-std::shared_ptr<const cluster_view> membership::join(view_handler on_view, standing_handler on_standing,
-                                                     std::span<const std::uint32_t> pin_first) {
+std::shared_ptr<const cluster_view> membership::join(view_handler on_view, standing_handler on_standing) {
   on_view_ = std::move(on_view);
   on_standing_ = std::move(on_standing);
   const auto timeout = call_timeout(options_.lease_ttl);
@@ -72,17 +72,6 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   // The partitions nobody holds that this node is preferred for: claimed
   // before the first view, so a node starts owning.
   partitions_->claim(members_, lease_);
-  // Streams already in this node's log: their partitions are this node's
-  // unless another node holds them (etcd says who, for the caller's check).
-  const auto streams_prefix = cluster_prefix() + "streams/";
-  for (const auto p : pin_first) {
-    if (p >= partitions_->stream_holders().size() || !partitions_->stream_holders()[p].empty()) continue;
-    if (auto made = pin_key(*client_, p); !made)
-      throw std::runtime_error("etcd: cannot record this node as the holder of the streams in its log (partition " +
-                               std::to_string(p) + "): " + made.error().message());
-  }
-  if (!pin_first.empty() && reload() == 0)
-    throw std::runtime_error("etcd: cannot read the cluster's keys under " + cluster_prefix());
   auto view = make_view();
   loop_seen_->store(steady_ns(clock::now()), std::memory_order_release);
   keeper_ = std::thread([this, next = revision_ + 1] { keeper_main(next); });
@@ -415,6 +404,18 @@ std::expected<bool, std::error_code> membership::pin_key(cluster::etcd_client& e
   return false;
 }
 
+std::vector<std::uint32_t> membership::pin_at_start(std::span<const std::uint32_t> partitions) {
+  std::vector<std::uint32_t> taken_by_others;
+  for (const auto p : partitions) {
+    auto made = pin_key(*pinner_, p);
+    if (!made)
+      throw std::runtime_error("etcd: cannot record this node as the holder of the streams in its log (partition " +
+                               std::to_string(p) + "): " + made.error().message());
+    if (!*made) taken_by_others.push_back(p);
+  }
+  return taken_by_others;
+}
+
 void membership::take_over(std::string from, moves wanted, std::vector<std::string> expected, takeover_done done) {
   {
     switchyard::lock_guard lock(mu_);
@@ -432,20 +433,33 @@ void membership::run_takeover(takeover_job& job) {
     const auto& [p, to] = job.wanted[i];
     if (!failed.empty()) break;
     const std::string key = prefix + std::to_string(p);
-    const cluster::txn_compare still[] = {cluster::txn_compare::value_is(key, job.expected[i])};
+    // Fenced: only while etcd lists no member of that id (a node that
+    // registered again meanwhile is a member, whatever this node's view).
+    const cluster::txn_compare still[] = {cluster::txn_compare::value_is(key, job.expected[i]),
+                                          cluster::txn_compare::absent(members_prefix() + job.from)};
     const cluster::txn_op put[] = {cluster::txn_op::put(key, to)};
     auto r = pinner_->txn(still, put, {});
     if (!r) {
       failed = "etcd: " + r.error().message();
       break;
     }
-    if (r->succeeded) made.emplace_back(p, to);  // else: moved meanwhile (another takeover)
+    if (r->succeeded) {
+      made.emplace_back(p, to);
+      continue;
+    }
+    // Moved meanwhile (another takeover), or the node is a member again.
+    if (auto m = pinner_->get(members_prefix() + job.from); m && *m) {
+      failed = "node '" + job.from + "' is a member again";
+      break;
+    }
   }
   if (!made.empty())
     logger_->warn(
         "cluster: takeover: the streams of {} partition(s) held by node '{}' declared lost; new holders "
         "start them again with new epochs",
         made.size(), job.from);
+  if (!failed.empty() && !made.empty())
+    failed += " (" + std::to_string(made.size()) + " partition(s) moved before that: ask again for the rest)";
   std::expected<moves, std::string> result =
       failed.empty() ? std::expected<moves, std::string>(std::move(made)) : std::unexpected(std::move(failed));
   asio::post(loop_, [alive = alive_, done = std::move(job.done), result = std::move(result)]() mutable {

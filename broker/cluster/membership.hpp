@@ -82,12 +82,13 @@ class membership {
   // another live node with this id. etcd not answering (not started yet,
   // or without a leader yet) is waited for up to start_wait. Throws
   // std::runtime_error: etcd not reachable after that, the node id taken.
-  // `pin_first`: partitions this node's log holds streams of; those
-  // without a holder are pinned to this node before the first view (the
-  // caller then checks the view: a partition another node holds means its
-  // local streams were taken over).
-  std::shared_ptr<const cluster_view> join(view_handler on_view, standing_handler on_standing,
-                                           std::span<const std::uint32_t> pin_first = {});
+  std::shared_ptr<const cluster_view> join(view_handler on_view, standing_handler on_standing);
+  // After join(), before the loop runs (the pin thread is idle then):
+  // records this node (and its log) as the holder of each of
+  // `partitions`' streams, which nobody held in join()'s view; returns
+  // those another node got first. Throws std::runtime_error when etcd
+  // cannot be asked. The keeper's watch then posts the new holders.
+  std::vector<std::uint32_t> pin_at_start(std::span<const std::uint32_t> partitions);
   // How long join() waits for an etcd that does not answer.
   static constexpr std::chrono::seconds start_wait{30};
 

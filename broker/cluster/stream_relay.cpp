@@ -90,15 +90,21 @@ stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32
   const std::string& self = bus_.node_id();
   const std::string& holder = view->stream_holders[partition];
   if (holder == self) {
+    // In standing, and in a view that lists this node's current
+    // incarnation (the watch is ordered: such a view holds every takeover
+    // made while this node was not a member).
+    const auto* me = view->find(self);
+    if (!in_standing_() || !me || me->incarnation != bus_.incarnation())
+      return {kind::unavailable, "stream '" + std::string(stream) +
+                                     "' is held here, and this node is out of standing (cut off from etcd) or "
+                                     "rejoining"};
     const std::string& log = partition < view->stream_logs.size() ? view->stream_logs[partition] : options_.log_id;
-    if (log.empty() && in_standing_()) return {kind::take, {}};  // a takeover's: this log is recorded first
+    if (log.empty()) return {kind::take, {}};  // a takeover's: this log is recorded first
     if (log != options_.log_id)
       return {kind::unavailable, "stream '" + std::string(stream) + "' was held here in log " + log +
                                      ", not this node's log now: its streams are lost (cluster takeover " + self +
                                      " from another node while this one is stopped)"};
-    if (in_standing_()) return {kind::here, {}};
-    return {kind::unavailable,
-            "stream '" + std::string(stream) + "' is held here, and this node is out of standing (cut off from etcd)"};
+    return {kind::here, {}};
   }
   if (!holder.empty()) {
     if (view->find(holder) && bus_.has_link(holder)) return {kind::forward, holder};
@@ -399,7 +405,9 @@ void stream_relay::view_changed() {
       const auto& h = view->stream_holders[p];
       const bool ours = h == bus_.node_id();
       mine += ours;
-      if (held_before_[p] && !ours && !h.empty()) lost.push_back(p);
+      // Another holder now, or none (the key vanished: nothing here
+      // deletes one): either way this log's streams are not the cluster's.
+      if (held_before_[p] && !ours) lost.push_back(p);
       held_before_[p] = ours;
     }
     if (mine > counters_.held_partitions) counters_.taken += mine - counters_.held_partitions;

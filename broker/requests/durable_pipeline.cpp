@@ -140,6 +140,18 @@ void durable_pipeline::drain() {
 void durable_pipeline::finish(slot& s, const std::expected<storage::append_ack, std::error_code>& result) {
   const protocol::bytes_view payload{reinterpret_cast<const std::uint8_t*>(s.payload.data()), s.payload.size()};
   auto from = s.from.lock();
+  if (result && ack_gate_) [[unlikely]] {
+    if (const auto why = ack_gate_(); !why.empty()) {
+      if (from) {
+        if (!from->closed())
+          from->send_error(s.request_id, protocol::errc::outcome_unknown,
+                           "appended as seq " + std::to_string(result->seq) + " of '" + s.stream +
+                               "', but not acknowledged: " + why);
+        from->close_ticket(s.ticket);
+      }
+      return;
+    }
+  }
   if (result && !s.route_keys.empty()) {
     // A durable send: route and deliver now, then answer with the routes
     // and the position (the record is in the log even if no key had a

@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <expected>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -93,6 +94,13 @@ class durable_pipeline {
               std::span<const std::byte> destination, std::string_view channel = {},
               std::span<const std::string_view> route_keys = {}, std::chrono::milliseconds expires_in = {});
 
+  // Cluster mode: asked as each append becomes durable; a reason (not
+  // empty) means this node may not acknowledge it now (it is out of
+  // standing: the cluster may have declared its streams lost meanwhile):
+  // the append is then answered outcome_unknown and not delivered (it is in
+  // the log). Loop thread; null (the default): always acknowledged.
+  void set_ack_gate(std::function<std::string()> gate) { ack_gate_ = std::move(gate); }
+
   // Scratch for the encoded destination of the append being queued
   // (reused: a durable publish or send allocates nothing for it).
   std::vector<std::byte>& destination_scratch() noexcept { return destination_scratch_; }
@@ -149,6 +157,7 @@ class durable_pipeline {
   switchyard::mutex mailbox_mu_;
   std::vector<storage::group_committer::token_result> mailbox_ SWITCHYARD_GUARDED_BY(mailbox_mu_);
   std::vector<storage::group_committer::token_result> draining_;  // loop thread
+  std::function<std::string()> ack_gate_;
 };
 
 }  // namespace switchyard::broker

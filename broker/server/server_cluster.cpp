@@ -106,6 +106,15 @@ void server::impl::join_cluster() {
       begin_drain(config.drain_window);
     });
     if (log_requests) dispatch->use_cluster(streams.get());
+    // An append that became durable while this node was cut off is not
+    // acknowledged: the cluster may have declared this log's streams lost
+    // meanwhile (docs/cluster.md, "Durable streams").
+    if (durable)
+      durable->set_ack_gate([this]() -> std::string {
+        if (!members || members->in_standing()) return {};
+        return "this node is out of standing in its cluster (cut off from etcd): the stream may have been declared "
+               "lost meanwhile; read it to find out";
+      });
   }
 
   const bool wildcard = config.listen_host == "0.0.0.0" || config.listen_host == "::" || config.listen_host == "[::]";
@@ -129,8 +138,6 @@ void server::impl::join_cluster() {
     if (!all) throw std::runtime_error("cannot list the streams of the log: " + all.error().message());
     for (const auto& s : *all) logged.emplace(partition_map::partition_of(s.name), s.name);
   }
-  std::vector<std::uint32_t> pin_first;
-  for (const auto& [p, name] : logged) pin_first.push_back(p);
   auto view = members->join(
       [this](std::shared_ptr<const cluster_view> v) {
         if (!bus) return;
@@ -140,7 +147,7 @@ void server::impl::join_cluster() {
       },
       // Standing is read from the membership where it is needed (the
       // clock decides it); the loop has nothing to keep.
-      [](bool) {}, pin_first);
+      [](bool) {});
   // Partitions etcd says this node holds in another log: its data folder
   // was lost or replaced, and their streams with it.
   if (durable && view->stream_logs.size() == view->stream_holders.size())
@@ -156,14 +163,36 @@ void server::impl::join_cluster() {
             "switchyard-cli cluster takeover " +
             config.cluster_node_id + " --yes against another node, then start this one again");
       }
-  for (const auto& [p, name] : logged)
-    if (p < view->stream_holders.size() && view->stream_holders[p] != config.cluster_node_id) {
+  // The streams in the log: each partition must be this node's, in this
+  // log, or nobody's yet (then recorded as this node's, before anything
+  // is served). Checked first, pinned after: a refused start writes
+  // nothing.
+  std::vector<std::uint32_t> unpinned;
+  for (const auto& [p, name] : logged) {
+    if (p >= view->stream_holders.size()) continue;
+    const auto& holder = view->stream_holders[p];
+    const auto& log = view->stream_logs[p];
+    if (holder.empty()) {
+      unpinned.push_back(p);
+      continue;
+    }
+    if (holder == config.cluster_node_id && log == log_id) continue;
+    members->leave();
+    throw std::runtime_error(
+        "cluster: the log in " + config.data_dir + " holds stream '" + name + "' (and maybe others) of partition " +
+        std::to_string(p) + ", whose streams etcd records in " +
+        (holder == config.cluster_node_id ? std::string("this node's") : "node '" + holder + "'s") +
+        (log.empty() ? std::string(" log-to-be (a takeover named it)") : " log " + log) +
+        ": this log's copy is not the cluster's (a takeover declared it lost, or another node held the partition "
+        "first); move the data folder aside, keeping it if its records matter, and start again");
+  }
+  if (!unpinned.empty())
+    if (const auto others = members->pin_at_start(unpinned); !others.empty()) {
       members->leave();
-      throw std::runtime_error("cluster: the log in " + config.data_dir + " holds stream '" + name +
-                               "' (and maybe others) of partition " + std::to_string(p) + ", whose streams node '" +
-                               view->stream_holders[p] +
-                               "' holds now (they were declared lost: cluster takeover); move the data folder aside "
-                               "(its records are what the takeover declared lost) and start again");
+      throw std::runtime_error("cluster: the log in " + config.data_dir + " holds streams of partition " +
+                               std::to_string(others.front()) +
+                               " (and maybe others), which another node came to hold while this one started: move "
+                               "the data folder aside, keeping it if its records matter, and start again");
     }
   bus->apply_view(std::move(view), members->incarnation());
   relay->view_changed();
@@ -174,6 +203,7 @@ void server::impl::join_cluster() {
 
 void server::impl::leave_cluster() {
   if (relay) relay->flush_now();  // outcomes other nodes wait for go out first
+  if (durable) durable->set_ack_gate(nullptr);
   if (members) members->leave();
   if (pubsub) pubsub->use_cluster(nullptr);
   if (routing_requests) routing_requests->use_cluster(nullptr);
@@ -198,15 +228,23 @@ void server::impl::cluster_takeover(std::string_view node, server_admin_handler:
                                          "' is a member now: a takeover is for a node that is gone for good (stop "
                                          "it first, and wait for its etcd lease to lapse if it died)");
   if (!members->in_standing()) return refuse(errc::unavailable, "this node is out of standing (cut off from etcd)");
+  if (admission.draining()) return refuse(errc::unavailable, "this node is draining: ask another node");
   // Each partition to its owner now (a member), else to this node.
   membership::moves wanted;
   std::vector<std::string> expected;
   for (std::uint32_t p = 0; p < view.stream_holders.size(); ++p) {
     if (view.stream_holders[p] != node) continue;
     expected.push_back(partition_keeper::holder_value(node, p < view.stream_logs.size() ? view.stream_logs[p] : ""));
+    // A member with a log only (one without could never serve them).
     const auto& o = p < view.owners.size() ? view.owners[p] : partition_owner{};
     const auto* owner = o.node_id.empty() ? nullptr : view.find(o.node_id);
-    wanted.emplace_back(p, owner && owner->incarnation == o.incarnation ? o.node_id : config.cluster_node_id);
+    if (owner && owner->incarnation == o.incarnation && owner->has_log)
+      wanted.emplace_back(p, o.node_id);
+    else if (durable)
+      wanted.emplace_back(p, config.cluster_node_id);
+    else
+      return refuse(errc::unavailable, "partition " + std::to_string(p) +
+                                           "'s owner has no sequence log, nor has this node: ask a node with one");
   }
   if (wanted.empty()) return done(server_admin_handler::takeover_result{});
   logger->warn("cluster: takeover of the streams of node '{}' ({} partition(s)) asked", node, wanted.size());

@@ -34,6 +34,8 @@ class test_server {
   const broker::server_counters& counters() const noexcept { return server_->counters(); }
   // broker::server::drained_for_lost_standing, valid once finished.
   bool drained_for_lost_standing() const noexcept { return server_->drained_for_lost_standing(); }
+  // broker::server::streams_taken_over, valid once finished.
+  bool streams_taken_over() const noexcept { return server_->streams_taken_over(); }
   // Every counter and gauge, valid after stop().
   broker::metrics_snapshot metrics() const { return server_->metrics(); }
   // The same while the server runs, gathered on its loop thread (waits at

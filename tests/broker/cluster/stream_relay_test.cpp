@@ -299,7 +299,7 @@ TEST_CASE(
     c.start(holder);
     FAIL("the old holder started on a log whose streams were taken over");
   } catch (const std::exception& e) {
-    CHECK_THAT(e.what(), Catch::Contains("declared lost") && Catch::Contains("ledger"));
+    CHECK_THAT(e.what(), Catch::Contains("a takeover declared it lost") && Catch::Contains("ledger"));
   }
 }
 
@@ -358,4 +358,36 @@ TEST_CASE("a holder back with a new data folder refuses to start until its lost 
   REQUIRE(wait_until([&] { return (again = ch->append("ledger", text("two"))).has_value(); }, 10s));
   CHECK(again->seq == 1);
   CHECK(again->epoch != first->epoch);
+}
+
+TEST_CASE("a holder cut off while its streams are taken over stops serving them, drains and stops", "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b"});
+  auto ca = test::connect_to(c.f.node("a"), "svc-a");
+  REQUIRE(ca->append("ledger", text("one")));
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  const std::string other = holder == "a" ? "b" : "a";
+  ca.reset();
+  auto at_holder = test::connect_to(c.f.node(holder), "svc-h");
+  client_options o;
+  o.port = c.f.node(other).port();
+  o.admin = true;
+  auto admin = client::connect(o);
+  REQUIRE(admin);
+  {
+    // The holder's loop stuck past its lease (TTL 2 s): the other node
+    // drops it, and an operator declares its streams lost meanwhile.
+    auto hold = c.f.node(holder).hold_loop();
+    REQUIRE(wait_until([&] { return c.f.node(other).live_metrics().cluster_members == 1; }, 10s));
+    auto moved = (*admin)->cluster_takeover(holder);
+    REQUIRE(moved);
+    CHECK(moved->partitions.size() == 1);
+  }
+  // Back, the holder serves nothing of those streams: it learns of the
+  // takeover, drains and stops.
+  auto late = at_holder->append("ledger", text("late"));
+  CHECK_FALSE(late.has_value());
+  REQUIRE(c.f.node(holder).wait_finished(20s));
+  CHECK(c.f.node(holder).streams_taken_over());
 }
