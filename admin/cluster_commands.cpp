@@ -107,10 +107,6 @@ int command::cluster_status() {
 }
 
 int command::cluster_takeover() {
-  if (!s_.yes)
-    return fail(exit_usage, "usage",
-                "cluster takeover " + s_.node + ": this declares every record of the streams node '" + s_.node +
-                    "' holds lost (they start again, empty, with new epochs, on other nodes); add --yes to go on");
   auto r = client_->cluster_takeover(s_.node);
   if (!r) {
     if (r.error() == errc::bad_request)
@@ -158,6 +154,12 @@ void register_cluster_commands(CLI::App& app, cli_context& cli) {
       "(exit 3)");
   takeover->add_option("node", s.node, "the node id whose streams are declared lost")->required();
   takeover->add_flag("--yes", s.yes, "confirm the loss (without it nothing is sent, exit 1)");
+  // Checked before connecting: without the confirmation nothing is sent.
+  cli.add_check([&s]() -> std::string {
+    if (s.command != "cluster takeover" || s.yes) return {};
+    return "cluster takeover " + s.node + ": this declares every record of the streams node '" + s.node +
+           "' holds lost (they start again, empty, with new epochs, on other nodes); add --yes to go on";
+  });
 }
 
 }  // namespace switchyard::admin

@@ -42,6 +42,15 @@ struct cluster_view {
   // none, or while a takeover's new holder has not recorded its log yet).
   std::vector<std::string> stream_logs;
 
+  // The owner of `partition` when it is a member in this view with the
+  // incarnation its owner key is attached to; nullptr when nobody (alive)
+  // holds it.
+  const cluster_member* owner(std::uint32_t partition) const noexcept {
+    if (partition >= owners.size() || owners[partition].node_id.empty()) return nullptr;
+    const auto* m = find(owners[partition].node_id);
+    return m && m->incarnation == owners[partition].incarnation ? m : nullptr;
+  }
+
   const cluster_member* find(std::string_view node_id) const noexcept {
     const auto it = std::lower_bound(members.begin(), members.end(), node_id,
                                      [](const cluster_member& m, std::string_view id) { return m.node_id < id; });

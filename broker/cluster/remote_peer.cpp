@@ -8,7 +8,7 @@ namespace wire = protocol::wire;
 
 remote_peer::remote_peer(std::uint64_t id, protocol::frame_builder& builder, capability_set caps, bool offer_fields,
                          std::function<void(remote_peer&)> on_done)
-    : peer(id, builder), builder_(builder), offer_fields_(offer_fields), on_done_(std::move(on_done)) {
+    : peer(id, builder), offer_fields_(offer_fields), on_done_(std::move(on_done)) {
   granted_ = caps;
 }
 
@@ -29,7 +29,7 @@ void remote_peer::send(protocol::bytes_view frame) {
 void remote_peer::close_with_error(protocol::errc code, std::string_view message) {
   // A handler found the request fatal for its connection: the origin's
   // client gets the Error (its own connection stays; the origin decides).
-  send(builder_.error(0, code, message));
+  send_error(0, code, message);
 }
 
 namespace {

@@ -60,7 +60,6 @@ class remote_peer final : public peer, public std::enable_shared_from_this<remot
   void notify(protocol::bytes_view) override {}
 
  private:
-  protocol::frame_builder& builder_;
   bool offer_fields_;
   std::function<void(remote_peer&)> on_done_;
   std::vector<std::uint8_t> answers_;

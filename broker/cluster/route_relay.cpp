@@ -168,11 +168,7 @@ route_relay::~route_relay() {
 
 const cluster_member* route_relay::owner_of(std::uint32_t partition) const {
   const auto* view = bus_.view();
-  if (!view || partition >= view->owners.size()) return nullptr;
-  const auto& o = view->owners[partition];
-  if (o.node_id.empty()) return nullptr;
-  const auto* m = view->find(o.node_id);
-  return m && m->incarnation == o.incarnation ? m : nullptr;
+  return view ? view->owner(partition) : nullptr;
 }
 
 bool route_relay::ready(std::uint32_t partition) const {

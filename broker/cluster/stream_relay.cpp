@@ -73,15 +73,6 @@ stream_relay::~stream_relay() {
       }
 }
 
-bool stream_relay::owner_is(std::uint32_t partition, std::string_view node) const {
-  const auto* view = bus_.view();
-  if (!view || partition >= view->owners.size()) return false;
-  const auto& o = view->owners[partition];
-  if (o.node_id != node) return false;
-  const auto* m = view->find(o.node_id);
-  return m && m->incarnation == o.incarnation;
-}
-
 stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32_t partition) const {
   using kind = decision::kind;
   const auto* view = bus_.view();
@@ -117,14 +108,13 @@ stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32
                                    holder + ")"};
   }
   // Nobody holds the partition's streams yet: its owner takes them.
-  const auto& o = view->owners[partition];
-  if (o.node_id == self && owner_is(partition, self)) {
+  const auto* owner = view->owner(partition);
+  if (owner && owner->node_id == self) {
     if (in_standing_()) return {kind::take, {}};
     return {kind::unavailable, "this node owns the partition of stream '" + std::string(stream) +
                                    "' and is out of standing (cut off from etcd)"};
   }
-  if (!o.node_id.empty() && owner_is(partition, o.node_id) && bus_.has_link(o.node_id))
-    return {kind::forward, o.node_id};
+  if (owner && bus_.has_link(owner->node_id)) return {kind::forward, owner->node_id};
   return {kind::unavailable,
           "stream '" + std::string(stream) + "': its partition " + std::to_string(partition) + " has no owner now"};
 }
@@ -203,13 +193,10 @@ void stream_relay::on_request(remote_node& from, const link::StreamRequest& r) {
   const auto d = decide(stream, partition);
   using kind = decision::kind;
   if (d.what == kind::here) {
-    const auto why = run_here(frame, stream, r.caps(),
-                              [this, origin = std::string(origin), ticket = r.ticket()](protocol::bytes_view frames) {
-                                answer(origin, ticket, frames);
-                              });
-    if (!why.empty())
-      answer_error(origin, r.ticket(), why.front() == '!' ? errc::bad_request : errc::unavailable,
-                   why.front() == '!' ? why.substr(1) : why);
+    const auto refused = run_here(frame, stream, r.caps(),
+                                  [this, origin = std::string(origin), ticket = r.ticket()](
+                                      protocol::bytes_view frames) { answer(origin, ticket, frames); });
+    if (refused) answer_error(origin, r.ticket(), refused->code, refused->why);
     return;
   }
   if (d.what == kind::take) {
@@ -253,11 +240,14 @@ bool stream_relay::hold(std::uint32_t partition, std::weak_ptr<peer> who, std::u
   return true;
 }
 
-std::string stream_relay::run_here(protocol::bytes_view frame, std::string_view stream, std::uint32_t caps,
-                                   std::function<void(protocol::bytes_view frames)> done) {
-  if (running_.size() >= max_pending) return fmt::format("{} requests of other nodes already run here", max_pending);
+std::optional<stream_relay::refusal> stream_relay::run_here(protocol::bytes_view frame, std::string_view stream,
+                                                            std::uint32_t caps,
+                                                            std::function<void(protocol::bytes_view frames)> done) {
+  if (running_.size() >= max_pending)
+    return refusal{errc::unavailable, fmt::format("{} requests of other nodes already run here", max_pending)};
   auto parsed = parser_.next(frame);
-  if (!parsed || !*parsed || (*parsed)->size != frame.size()) return "!a malformed request frame";
+  if (!parsed || !*parsed || (*parsed)->size != frame.size())
+    return refusal{errc::bad_request, "a malformed request frame"};
   bool offer_fields = false;
   const auto caps_set = capabilities_of(caps, offer_fields);
   const auto id = ++next_running_;
@@ -274,11 +264,11 @@ std::string stream_relay::run_here(protocol::bytes_view frame, std::string_view 
   // Only a request about `stream` runs (the runner checks the frame names it).
   if (!runner_ || !runner_(*p, *(*parsed)->frame, stream)) {
     running_.erase(id);
-    return "!not a request about stream '" + std::string(stream) + "'";
+    return refusal{errc::bad_request, "not a request about stream '" + std::string(stream) + "'"};
   }
   ++counters_.served;
   p->finish();
-  return {};
+  return std::nullopt;
 }
 
 void stream_relay::answer(std::string_view origin, std::uint64_t ticket, protocol::bytes_view frames) {
@@ -327,10 +317,7 @@ void stream_relay::deliver_frames(peer& to, std::uint64_t peer_ticket, protocol:
   // Each frame length-prefixed, as written to the client.
   std::size_t at = 0;
   while (all.size() - at >= protocol::frame_header_size) {
-    const std::uint32_t len = static_cast<std::uint32_t>(all[at]) | static_cast<std::uint32_t>(all[at + 1]) << 8 |
-                              static_cast<std::uint32_t>(all[at + 2]) << 16 |
-                              static_cast<std::uint32_t>(all[at + 3]) << 24;
-    const std::size_t total = protocol::frame_header_size + len;
+    const std::size_t total = protocol::frame_header_size + protocol::read_frame_length(all.data() + at);
     if (total > all.size() - at) break;
     to.send(all.subspan(at, total));
     at += total;
@@ -365,11 +352,11 @@ void stream_relay::release(std::uint32_t partition) {
     }
     if (!h.origin.empty()) {
       if (d.what == kind::here) {
-        const auto why = run_here(h.frame, h.stream, h.caps,
-                                  [this, origin = h.origin, ticket = h.origin_ticket](protocol::bytes_view frames) {
-                                    answer(origin, ticket, frames);
-                                  });
-        if (!why.empty()) refuse(h, why.front() == '!' ? why.substr(1) : why);
+        const auto refused = run_here(h.frame, h.stream, h.caps,
+                                      [this, origin = h.origin, ticket = h.origin_ticket](protocol::bytes_view frames) {
+                                        answer(origin, ticket, frames);
+                                      });
+        if (refused) refuse(h, refused->why);
       } else {
         refuse(h, d.what == kind::forward ? "stream '" + h.stream + "' is held by node '" + d.node +
                                                 "' (the cluster's view changed; try again)"
@@ -382,11 +369,11 @@ void stream_relay::release(std::uint32_t partition) {
     if (d.what == kind::here) {
       // Run as a forwarded request is: the client's ticket closes once the
       // request is answered (a Ping after it waits for the fsync too).
-      const auto why = run_here(h.frame, h.stream, capability_bits(who->granted(), who->wants_offer_fields()),
-                                [w = h.who, ticket = h.peer_ticket, this](protocol::bytes_view frames) {
-                                  if (auto p = w.lock(); p && !p->closed()) deliver_frames(*p, ticket, frames);
-                                });
-      if (!why.empty()) refuse(h, why.front() == '!' ? why.substr(1) : why);
+      const auto refused = run_here(h.frame, h.stream, capability_bits(who->granted(), who->wants_offer_fields()),
+                                    [w = h.who, ticket = h.peer_ticket, this](protocol::bytes_view frames) {
+                                      if (auto p = w.lock(); p && !p->closed()) deliver_frames(*p, ticket, frames);
+                                    });
+      if (refused) refuse(h, refused->why);
     } else if (d.what == kind::forward) {
       forward(*who, h.request_id, h.peer_ticket, d.node, h.stream, h.frame);
     } else {
@@ -410,7 +397,6 @@ void stream_relay::view_changed() {
       if (held_before_[p] && !ours) lost.push_back(p);
       held_before_[p] = ours;
     }
-    if (mine > counters_.held_partitions) counters_.taken += mine - counters_.held_partitions;
     counters_.held_partitions = mine;
     if (!lost.empty() && taken_over_) taken_over_(lost);
   }

@@ -56,6 +56,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -84,7 +85,6 @@ struct stream_relay_counters {
   std::uint64_t served = 0;         // requests from other nodes run here
   std::uint64_t unknown = 0;        // answered outcome_unknown (no answer in time)
   std::uint64_t unavailable = 0;    // answered unavailable (here, or for another node)
-  std::uint64_t taken = 0;          // partitions whose streams this node came to hold
   std::size_t held_partitions = 0;  // partitions whose streams this node holds
   std::size_t pending = 0;          // requests waiting for another node or for a holder
 };
@@ -150,19 +150,23 @@ class stream_relay {
     std::string node;  // forward: to whom; unavailable: why
   };
   decision decide(std::string_view stream, std::uint32_t partition) const;
-  bool owner_is(std::uint32_t partition, std::string_view node) const;
   // Sends a StreamRequest for `raw` to `node`, tracked as pending for `from`.
   void forward(peer& from, std::uint64_t rid, std::uint64_t peer_ticket, std::string_view node, std::string_view stream,
                protocol::bytes_view raw);
   void on_message(remote_node& from, const link::LinkMessage& m);
   void on_request(remote_node& from, const link::StreamRequest& r);
   void on_answer(remote_node& from, const link::StreamAnswer& a);
+  // Why a request was not run: bad_request (not a valid request about its
+  // stream) or unavailable (this node cannot take more now).
+  struct refusal {
+    protocol::errc code;
+    std::string why;
+  };
   // Runs `frame` (a request about `stream`) here on a remote_peer with
   // `caps` (capability_bits); `done` gets its answer frames once it is
-  // answered. Returns why it did not run (empty: it runs; a leading '!':
-  // the request is bad, else this node cannot take more).
-  std::string run_here(protocol::bytes_view frame, std::string_view stream, std::uint32_t caps,
-                       std::function<void(protocol::bytes_view frames)> done);
+  // answered. nullopt: it runs.
+  std::optional<refusal> run_here(protocol::bytes_view frame, std::string_view stream, std::uint32_t caps,
+                                  std::function<void(protocol::bytes_view frames)> done);
   // Holds a request until `partition` has a holder (`who` for a client of
   // this node, else `origin`'s request); false when held_ is full.
   bool hold(std::uint32_t partition, std::weak_ptr<peer> who, std::uint64_t rid, std::uint64_t peer_ticket,
@@ -186,6 +190,7 @@ class stream_relay {
 
   asio::io_context& io_;
   stream_relay_options options_;
+  const bool has_log_;
   node_bus& bus_;
   std::function<bool()> in_standing_;
   std::function<void(std::uint32_t)> pin_;
@@ -199,7 +204,6 @@ class stream_relay {
   std::map<std::uint32_t, std::deque<held>> held_;  // waiting for a holder, by partition
   std::size_t held_count_ = 0;
   std::size_t held_bytes_ = 0;
-  bool has_log_;
   std::map<std::uint64_t, std::shared_ptr<remote_peer>> running_;  // served here, by local id
   std::uint64_t next_running_ = 0;
   asio::steady_timer timer_;

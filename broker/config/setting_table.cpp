@@ -614,8 +614,9 @@ std::vector<setting> build() {
   add(duration("cluster-forward-timeout-ms", &c::cluster_forward_timeout,
                "cluster mode: how long a request forwarded to another node waits for its answer")
           .doc("how long a request this node forwards to another node (a send to a user whose gateway is "
-               "elsewhere, a route put confirmed by its partition's owner) waits for the answer; then it is "
-               "answered outcome_unknown (a send: it may or may not have been delivered) or unavailable (a put)")
+               "elsewhere, a route put confirmed by its partition's owner, a request about a durable stream "
+               "another node holds) waits for the answer; then it is answered outcome_unknown (a send or a stream "
+               "request: it may or may not have been carried out) or unavailable (a put)")
           .range({100}, {60'000}, count_of(&c::cluster_forward_timeout)));
   add(duration("cluster-drain-after-s", &c::cluster_drain_after,
                "cluster mode: out of standing (cut off from etcd) this long, drain the clients to the other nodes "

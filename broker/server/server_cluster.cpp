@@ -236,10 +236,8 @@ void server::impl::cluster_takeover(std::string_view node, server_admin_handler:
     if (view.stream_holders[p] != node) continue;
     expected.push_back(partition_keeper::holder_value(node, p < view.stream_logs.size() ? view.stream_logs[p] : ""));
     // A member with a log only (one without could never serve them).
-    const auto& o = p < view.owners.size() ? view.owners[p] : partition_owner{};
-    const auto* owner = o.node_id.empty() ? nullptr : view.find(o.node_id);
-    if (owner && owner->incarnation == o.incarnation && owner->has_log)
-      wanted.emplace_back(p, o.node_id);
+    if (const auto* owner = view.owner(p); owner && owner->has_log)
+      wanted.emplace_back(p, owner->node_id);
     else if (durable)
       wanted.emplace_back(p, config.cluster_node_id);
     else

@@ -50,6 +50,22 @@ struct log_cluster {
       if (n->running() && n->live_metrics().cluster_stream_partitions > 0) found = id;
     return found;
   }
+  // Of two nodes a and b: the holder of the one partition with streams so
+  // far, and the other.
+  std::pair<std::string, std::string> holder_and_other() {
+    const auto h = holder();
+    REQUIRE_FALSE(h.empty());
+    return {h, h == "a" ? "b" : "a"};
+  }
+  // An admin client of node `id` (cluster takeover).
+  std::unique_ptr<client> admin_of(const std::string& id) {
+    client_options o;
+    o.port = f.node(id).port();
+    o.admin = true;
+    auto admin = client::connect(o);
+    REQUIRE(admin);
+    return std::move(*admin);
+  }
   // How many records of `stream` node `id`'s log holds (the node stopped).
   std::uint64_t records_in_log(const std::string& id, const std::string& stream) {
     storage::log_options o;
@@ -155,9 +171,7 @@ TEST_CASE("a stream whose holder is gone is answered unavailable, and continues 
   auto cb = test::connect_to(c.f.node("b"), "svc-b");
   auto first = ca->append("ledger", text("one"));
   REQUIRE(first);
-  const auto holder = c.holder();
-  REQUIRE_FALSE(holder.empty());
-  const std::string other = holder == "a" ? "b" : "a";
+  const auto [holder, other] = c.holder_and_other();
   auto& survivor = other == "a" ? ca : cb;
   (holder == "a" ? ca : cb).reset();
   c.f.node(holder).stop();
@@ -194,9 +208,7 @@ TEST_CASE("a forwarded stream request whose holder does not answer in time is an
   c.f.settle();
   auto ca = test::connect_to(c.f.node("a"), "svc-a");
   REQUIRE(ca->append("audit", text("one")));
-  const auto holder = c.holder();
-  REQUIRE_FALSE(holder.empty());
-  const std::string other = holder == "a" ? "b" : "a";
+  const auto [holder, other] = c.holder_and_other();
   auto cl = test::connect_to(c.f.node(other), "svc");
   {
     auto hold = c.f.node(holder).hold_loop();
@@ -251,20 +263,14 @@ TEST_CASE(
   auto first = ca->append("ledger", text("one"));
   REQUIRE(first);
   REQUIRE(ca->append("ledger", text("two")));
-  const auto holder = c.holder();
-  REQUIRE_FALSE(holder.empty());
-  const std::string other = holder == "a" ? "b" : "a";
+  const auto [holder, other] = c.holder_and_other();
   ca.reset();
-  client_options o;
-  o.port = c.f.node(other).port();
-  o.admin = true;
-  auto admin = client::connect(o);
-  REQUIRE(admin);
+  auto admin = c.admin_of(other);
   // Refused while the holder is a member, and for the node asked.
-  auto member = (*admin)->cluster_takeover(holder);
+  auto member = admin->cluster_takeover(holder);
   REQUIRE_FALSE(member);
   CHECK(member.error() == errc::bad_request);
-  auto self = (*admin)->cluster_takeover(other);
+  auto self = admin->cluster_takeover(other);
   REQUIRE_FALSE(self);
   CHECK(self.error() == errc::bad_request);
 
@@ -290,7 +296,7 @@ TEST_CASE(
   CHECK(again->seq == 1);
   CHECK(again->epoch != first->epoch);
   // A second takeover finds nothing left to move.
-  auto nothing = (*admin)->cluster_takeover(holder);
+  auto nothing = admin->cluster_takeover(holder);
   REQUIRE(nothing);
   CHECK(nothing->partitions.empty());
   // The old holder, started again on its log: refused (its records are a
@@ -326,9 +332,7 @@ TEST_CASE("a holder back with a new data folder refuses to start until its lost 
   auto ca = test::connect_to(c.f.node("a"), "svc-a");
   auto first = ca->append("ledger", text("one"));
   REQUIRE(first);
-  const auto holder = c.holder();
-  REQUIRE_FALSE(holder.empty());
-  const std::string other = holder == "a" ? "b" : "a";
+  const auto [holder, other] = c.holder_and_other();
   ca.reset();
   c.f.node(holder).stop();
   c.f.nodes.erase(holder);
@@ -342,12 +346,8 @@ TEST_CASE("a holder back with a new data folder refuses to start until its lost 
   }
   c.f.nodes.erase(holder);
   c.f.converge(1);  // the refused start left the cluster
-  client_options o;
-  o.port = c.f.node(other).port();
-  o.admin = true;
-  auto admin = client::connect(o);
-  REQUIRE(admin);
-  auto moved = (*admin)->cluster_takeover(holder);
+  auto admin = c.admin_of(other);
+  auto moved = admin->cluster_takeover(holder);
   REQUIRE(moved);
   CHECK(moved->partitions.size() == 1);
   // Declared: it starts, and the stream goes on (again) on its new holder.
@@ -365,22 +365,16 @@ TEST_CASE("a holder cut off while its streams are taken over stops serving them,
   c.start_settled({"a", "b"});
   auto ca = test::connect_to(c.f.node("a"), "svc-a");
   REQUIRE(ca->append("ledger", text("one")));
-  const auto holder = c.holder();
-  REQUIRE_FALSE(holder.empty());
-  const std::string other = holder == "a" ? "b" : "a";
+  const auto [holder, other] = c.holder_and_other();
   ca.reset();
   auto at_holder = test::connect_to(c.f.node(holder), "svc-h");
-  client_options o;
-  o.port = c.f.node(other).port();
-  o.admin = true;
-  auto admin = client::connect(o);
-  REQUIRE(admin);
+  auto admin = c.admin_of(other);
   {
     // The holder's loop stuck past its lease (TTL 2 s): the other node
     // drops it, and an operator declares its streams lost meanwhile.
     auto hold = c.f.node(holder).hold_loop();
     REQUIRE(wait_until([&] { return c.f.node(other).live_metrics().cluster_members == 1; }, 10s));
-    auto moved = (*admin)->cluster_takeover(holder);
+    auto moved = admin->cluster_takeover(holder);
     REQUIRE(moved);
     CHECK(moved->partitions.size() == 1);
   }
