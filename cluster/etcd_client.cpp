@@ -778,7 +778,11 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
       parser->body_limit(max_response_bytes);
       parser->on_chunk_body(on_chunk);
       stream->expires_at(attempt_deadline);
-      const auto req = make_request(s.endpoints[s.current], "/v3/watch", request_body);
+      auto req = make_request(s.endpoints[s.current], "/v3/watch", request_body);
+      // gRPC metadata through etcd's gateway: etcd cancels the watch when its
+      // member loses the leader (a member cut off from the others would
+      // otherwise keep the stream open and send nothing).
+      req.set("Grpc-Metadata-Hasleader", "true");
       asio_error_code ec;
       bool done = false;
       http::async_write(*stream, req, [&](const asio_error_code& e, std::size_t) {
@@ -821,7 +825,12 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
   // The stream has no end: its total size is not limited, each message is
   // (on_chunk). A body that is not chunked is limited as a whole.
   if (parser->chunked()) parser->body_limit(boost::none);
-  stream->expires_never();
+  // The watch exists once etcd says it was created: until then the call
+  // timeout runs. (etcd's gateway may answer the header and then never
+  // create the watch, as seen from a member restarting: that stream would
+  // stay open and silent for good.) Then the stream waits without a timeout.
+  stream->expires_after(s.timeout);
+  bool created_seen = false;
 
   asio::steady_timer tick_timer(s.io);
   bool tick_pending = false;
@@ -862,6 +871,8 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
     if (s.run_until([&] { return !read_pending || tick_fired; })) return fail(errc::closed);
     if (!read_pending) {
       if (read_ec) {
+        // Not created in time: the next watch tries the next endpoint first.
+        if (!created_seen) s.current = (s.current + 1) % s.endpoints.size();
         return finish(
             fail(read_ec == http::error::body_limit ? errc::bad_response : transport_error(read_ec, false).code));
       }
@@ -891,6 +902,9 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
           const auto created = message->find("created");
           if (created == message->end() || !created->is_boolean() || !created->get<bool>()) {
             revision = std::max(revision, header_revision);
+          } else if (!created_seen) {
+            created_seen = true;
+            stream->expires_never();  // no read is pending here
           }
           continue;
         }

@@ -12,7 +12,8 @@
 # found earlier, committed in fuzz/seeds/<target>/; what a run finds is kept in
 # build/fuzz/corpus/<target> and reused by the next run. A crash fails the
 # script; its input is in build/fuzz/crashes/<target>/. FUZZ_JOBS runs
-# that many workers per target (default 1). docs/security.md, "Fuzzing".
+# that many workers per target (default 1); FUZZ_PARALLEL targets run at
+# once (default 2 on two cores or more). docs/security.md, "Fuzzing".
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,18 +28,19 @@ cmake --build "$dir" -j2 --target "${targets[@]/%/_fuzz}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-failed=()
-for t in "${targets[@]}"; do
-  bin=$dir/fuzz/${t}_fuzz
-  seeds=$dir/seeds/$t corpus=$dir/corpus/$t crashes=$dir/crashes/$t
-  found=()
+# One target: fuzz it, then print its summary; returns non-zero on a crash.
+fuzz_one() {
+  local t=$1
+  local bin=$dir/fuzz/${t}_fuzz
+  local seeds=$dir/seeds/$t corpus=$dir/corpus/$t crashes=$dir/crashes/$t
+  local found=()
   [[ -d fuzz/seeds/$t ]] && found=("fuzz/seeds/$t")
   rm -rf "$seeds"
   mkdir -p "$corpus" "$crashes"
   SWITCHYARD_FUZZ_SEEDS=$seeds "$bin" >/dev/null
-  log=$dir/fuzz-$t.log
+  local log=$dir/fuzz-$t.log
   echo "fuzz: $t for ${seconds} s" >&2
-  rc=0
+  local rc=0
   if (( jobs > 1 )); then
     "$bin" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$crashes/" \
       -fork="$jobs" "$corpus" "$seeds" "${found[@]}" >"$log" 2>&1 || rc=$?
@@ -52,8 +54,24 @@ for t in "${targets[@]}"; do
   if (( rc != 0 )); then
     echo "fuzz: $t FAILED (exit $rc); log $log, inputs in $crashes" >&2
     grep -E 'ERROR|SUMMARY|runtime error' "$log" | head -5 >&2 || true
-    failed+=("$t")
+    return 1
   fi
+}
+
+# FUZZ_PARALLEL targets at a time (default: the number of cores, at most 2):
+# each gets a core of its own for its FUZZ_SECONDS.
+parallel=${FUZZ_PARALLEL:-$(( $(nproc) < 2 ? 1 : 2 ))}
+failed=()
+for ((i = 0; i < ${#targets[@]}; i += parallel)); do
+  batch=("${targets[@]:i:parallel}")
+  pids=()
+  for t in "${batch[@]}"; do
+    fuzz_one "$t" &
+    pids+=($!)
+  done
+  for k in "${!pids[@]}"; do
+    wait "${pids[k]}" || failed+=("${batch[k]}")
+  done
 done
 if (( ${#failed[@]} )); then
   echo "fuzz: failed: ${failed[*]}" >&2

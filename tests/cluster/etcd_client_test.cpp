@@ -7,7 +7,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -30,6 +32,41 @@ struct silent_endpoint {
   switchyard::asio::io_context io;
   switchyard::asio::ip::tcp::acceptor acceptor{
       io, switchyard::asio::ip::tcp::endpoint(switchyard::asio::ip::make_address("127.0.0.1"), 0)};
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()); }
+};
+
+// An HTTP endpoint that answers every request with a 200 header of a
+// chunked body and then nothing, keeping the connection open (etcd's gateway
+// seen from a restarting member: a watch stream that is never created).
+struct header_only_endpoint {
+  switchyard::asio::io_context io;
+  switchyard::asio::ip::tcp::acceptor acceptor{
+      io, switchyard::asio::ip::tcp::endpoint(switchyard::asio::ip::make_address("127.0.0.1"), 0)};
+  std::vector<std::unique_ptr<switchyard::asio::ip::tcp::socket>> held;
+  std::array<char, 4096> scratch{};
+  std::thread thread;
+  header_only_endpoint() {
+    accept();
+    thread = std::thread([this] { io.run(); });
+  }
+  ~header_only_endpoint() {
+    io.stop();
+    thread.join();
+  }
+  void accept() {
+    acceptor.async_accept([this](switchyard::asio_error_code ec, switchyard::asio::ip::tcp::socket s) {
+      if (ec) return;
+      auto& socket = *held.emplace_back(std::make_unique<switchyard::asio::ip::tcp::socket>(std::move(s)));
+      socket.async_read_some(switchyard::asio::buffer(scratch), [&socket](switchyard::asio_error_code ec, std::size_t) {
+        if (ec) return;
+        static const std::string header =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+        switchyard::asio_error_code ignored;
+        switchyard::asio::write(socket, switchyard::asio::buffer(header), ignored);
+      });
+      accept();
+    });
+  }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()); }
 };
 
@@ -404,6 +441,44 @@ TEST_CASE("a watch whose etcd dies reports unreachable") {
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error() == errc::unreachable);
   CHECK(batches < 50);
+}
+
+TEST_CASE(
+    "a watch answered with a header but never created gives up within the call timeout and the next watch goes to the "
+    "next endpoint") {
+  etcd_cluster etcd;
+  header_only_endpoint silent;
+  etcd_client client({silent.endpoint(), etcd.endpoint(0)}, call_timeout);
+  // Bounded without the fix too: a watch waiting for good is stopped after 20 s.
+  std::atomic<bool> done{false};
+  std::thread guard([&] {
+    switchyard::test::wait_until([&] { return done.load(); }, 20s);
+    client.stop();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto first = client.watch_prefix("k", 0, [&](std::span<const watch_event>, std::int64_t) { return false; });
+  const auto waited = std::chrono::steady_clock::now() - start;
+  // The second watch is created at the real member and sees a put.
+  bool saw_put = false;
+  std::thread writer([&] {
+    etcd_client other({etcd.endpoint(0)}, call_timeout);
+    for (int i = 0; i < 50 && !saw_put && !done.load(); ++i) {  // bounded
+      (void)other.put("k1", "v");
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  const auto second = client.watch_prefix("k", 0, [&](std::span<const watch_event> events, std::int64_t) {
+    saw_put = saw_put || !events.empty();
+    return !saw_put;
+  });
+  done = true;
+  writer.join();
+  guard.join();
+  REQUIRE_FALSE(first.has_value());
+  CHECK(first.error() == errc::timeout);
+  CHECK(waited < call_timeout + 1s);
+  CHECK(second.has_value());
+  CHECK(saw_put);
 }
 
 TEST_CASE("a call to a dead endpoint moves on to the next") {

@@ -1,0 +1,62 @@
+#pragma once
+// The checker: proves from a history (history.hpp) that the cluster kept
+// its promises through the faults, and names every event that shows it did
+// not. Properties (docs/chaos.md says why each matters):
+//
+//   acked-append-present   every acknowledged append is in its stream's
+//                          final read at its (epoch, seq) with its payload
+//   sequence-gap-free      every read holds seqs 1..N, each once, in order
+//   one-payload-per-slot   no (stream, epoch, seq) carries two payloads, no
+//                          payload sits in two slots, and every payload read
+//                          was appended by the workload
+//   delivered-at-most-once no message id is delivered twice
+//   delivered-to-addressee a delivery is for the user the message was sent
+//                          to, at a gateway that registered that user
+//   no-delivery-after-expiry  nothing sent after an abandoned gateway's
+//                          lease lapsed (its TTL plus one sweep plus
+//                          `slack` after it stopped its keepalives) reaches it
+//   routable-after-faults  after the faults healed, every user of a gateway
+//                          still alive was reached by a probe at its gateway
+//
+// Pure: no clock, no I/O.
+
+#include "chaos/history.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace switchyard::chaos {
+
+struct violation {
+  std::string property;  // one of the names above
+  std::string detail;    // what was seen, naming the events
+};
+
+struct check_report {
+  std::vector<violation> violations;
+  std::size_t appends = 0;          // answered
+  std::size_t appends_acked = 0;    // of them "ok"
+  std::size_t appends_unknown = 0;  // outcome_unknown, connection_lost or timeout: may or may not be in the log
+  std::size_t streams_read = 0;
+  std::size_t records_read = 0;
+  std::size_t sends = 0;
+  std::size_t sends_ok = 0;
+  std::size_t deliveries = 0;
+  std::size_t faults = 0;
+  std::size_t abandoned_gateways = 0;
+  std::size_t users_probed = 0;    // users of live gateways
+  std::size_t users_routable = 0;  // of them reached by a probe
+  bool ok() const noexcept { return violations.empty(); }
+};
+
+struct check_options {
+  // Allowance for a keepalive written just before the gateway stopped and
+  // answered after, and for the send to reach the broker.
+  std::chrono::milliseconds expiry_slack{250};
+};
+
+check_report check(const std::vector<event>& history, const check_options& options = {});
+
+}  // namespace switchyard::chaos

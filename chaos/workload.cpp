@@ -1,0 +1,245 @@
+#include "chaos/workload.hpp"
+
+#include <switchyard/error.hpp>
+
+#include <fmt/format.h>
+
+#include <random>
+#include <stdexcept>
+
+namespace switchyard::chaos {
+namespace {
+
+std::string outcome_of(const std::error_code& ec) {
+  if (ec.category() == client_category()) return std::string(error_name(static_cast<errc>(ec.value())));
+  return ec.message();
+}
+
+std::string stream_name(int k) { return fmt::format("chaos.s{}", k); }
+
+}  // namespace
+
+struct workload::gateway_slot {
+  std::string id;
+  std::vector<std::string> users;
+  std::unique_ptr<client> conn;
+  std::unique_ptr<gateway> gw;
+  bool abandoned = false;
+};
+
+workload::workload(workload_options o, history_recorder& history) : options_(std::move(o)), history_(history) {}
+
+workload::~workload() {
+  stop();
+  for (auto& g : gateways_) g->gw.reset();
+}
+
+std::unique_ptr<client> workload::connect(const std::string& name) {
+  client_options co;
+  co.addresses = options_.addresses;
+  co.client_name = "chaos-" + name;
+  co.request_timeout = std::chrono::milliseconds(3000);
+  co.connect_timeout = std::chrono::milliseconds(3000);
+  co.reconnect.base_delay = std::chrono::milliseconds(100);
+  co.reconnect.max_delay = std::chrono::milliseconds(1000);
+  auto c = client::connect(std::move(co));
+  if (!c) throw std::runtime_error(fmt::format("chaos: {} cannot connect: {}", name, c.error().message()));
+  return std::move(*c);
+}
+
+void workload::start() {
+  for (int g = 0; g < options_.gateways; ++g) {
+    auto slot = std::make_unique<gateway_slot>();
+    slot->id = fmt::format("gw-{}", g);
+    for (int u = 0; u < options_.users_per_gateway; ++u) slot->users.push_back(fmt::format("u{}-{}", g, u));
+    users_.insert(users_.end(), slot->users.begin(), slot->users.end());
+    slot->conn = connect(slot->id);
+    gateway_options go;
+    go.inbox_id = slot->id;
+    go.lease_ttl = options_.gateway_lease_ttl;
+    go.routes = slot->users;
+    go.on_message = [this, id = slot->id](const inbox_message& m) {
+      for (const auto key : m.route_keys) {
+        event e;
+        e.type = event_type::deliver;
+        e.proc = id;
+        e.gateway = id;
+        e.user = std::string(key);
+        e.payload = std::string(m.payload_text());
+        history_.record(std::move(e));
+      }
+    };
+    // Recorded before the routes exist: a delivery is never seen before its route.
+    for (const auto& u : slot->users) {
+      event e;
+      e.type = event_type::route;
+      e.proc = slot->id;
+      e.gateway = slot->id;
+      e.user = u;
+      history_.record(std::move(e));
+    }
+    // A partition's owner may still be rebuilding its directory (unavailable): retried, bounded.
+    auto gw = gateway::start(*slot->conn, go);
+    for (int attempt = 0; !gw && gw.error() == make_error_code(errc::unavailable) && attempt < 100; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      gw = gateway::start(*slot->conn, go);
+    }
+    if (!gw)
+      throw std::runtime_error(fmt::format("chaos: gateway {} cannot start: {}", slot->id, gw.error().message()));
+    slot->gw = std::move(*gw);
+    gateways_.push_back(std::move(slot));
+  }
+  for (int k = 0; k < options_.senders; ++k) threads_.emplace_back([this, k] { run_sender(k); });
+  for (int k = 0; k < options_.appenders; ++k) threads_.emplace_back([this, k] { run_appender(k); });
+}
+
+void workload::run_sender(int k) {
+  const auto name = fmt::format("sender-{}", k);
+  auto conn = connect(name);
+  std::mt19937_64 random(options_.seed * 1000 + 100 + k);
+  std::uniform_int_distribution<std::size_t> pick(0, users_.size() - 1);
+  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+    event e;
+    e.type = event_type::send;
+    e.proc = name;
+    e.user = users_[pick(random)];
+    e.payload = fmt::format("s{}-{}", k, n);
+    e.t_us = history_.now_us();
+    auto r = conn->send(e.user, e.payload);
+    if (r) {
+      e.outcome = "ok";
+      e.gateway = *r;
+    } else {
+      e.outcome = outcome_of(r.error());
+    }
+    history_.record(std::move(e));
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(options_.pause);
+  }
+}
+
+void workload::run_appender(int k) {
+  const auto name = fmt::format("appender-{}", k);
+  auto conn = connect(name);
+  std::mt19937_64 random(options_.seed * 1000 + 200 + k);
+  std::uniform_int_distribution<int> pick(0, options_.streams - 1);
+  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+    event e;
+    e.type = event_type::append;
+    e.proc = name;
+    e.stream = stream_name(pick(random));
+    e.payload = fmt::format("a{}-{}", k, n);
+    e.t_us = history_.now_us();
+    auto r = conn->append(e.stream, std::as_bytes(std::span(e.payload.data(), e.payload.size())));
+    if (r) {
+      e.outcome = "ok";
+      e.seq = r->seq;
+      e.epoch = r->epoch;
+    } else {
+      e.outcome = outcome_of(r.error());
+    }
+    history_.record(std::move(e));
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(options_.pause);
+  }
+}
+
+void workload::abandon_one() {
+  if (gateways_.empty()) return;
+  auto& g = *gateways_.back();
+  if (g.abandoned) return;
+  event e;
+  e.type = event_type::abandon;
+  e.proc = g.id;
+  e.gateway = g.id;
+  e.ttl_ms = options_.gateway_lease_ttl.count();
+  e.sweep_ms = options_.sweep_period.count();
+  e.t_us = history_.now_us();  // before: a keepalive after this moment is not possible
+  g.gw->abandon();
+  g.abandoned = true;
+  history_.record(std::move(e));
+}
+
+void workload::stop() {
+  stopping_ = true;
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+std::size_t workload::probe(std::chrono::milliseconds deadline) {
+  auto conn = connect("prober");
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  std::size_t missed = 0;
+  std::uint64_t n = 0;
+  for (const auto& g : gateways_) {
+    if (g->abandoned) continue;
+    for (const auto& user : g->users) {
+      if (std::chrono::steady_clock::now() >= give_up) {  // not probed: the checker says so
+        ++missed;
+        unreached_.push_back(user);
+        continue;
+      }
+      for (;;) {
+        event e;
+        e.type = event_type::probe;
+        e.proc = "prober";
+        e.user = user;
+        e.payload = fmt::format("p-{}", n++);
+        e.t_us = history_.now_us();
+        auto r = conn->send(user, e.payload);
+        e.outcome = r ? "ok" : outcome_of(r.error());
+        if (r) e.gateway = *r;
+        const bool reached = r && *r == g->id;
+        history_.record(std::move(e));
+        if (reached) break;
+        if (std::chrono::steady_clock::now() >= give_up) {
+          ++missed;
+          unreached_.push_back(user);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  }
+  return missed;
+}
+
+void workload::read_streams(std::chrono::milliseconds deadline) {
+  auto conn = connect("reader");
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  for (int k = 0; k < options_.streams; ++k) {
+    event e;
+    e.type = event_type::read;
+    e.proc = "reader";
+    e.stream = stream_name(k);
+    for (;;) {
+      e.records.clear();
+      e.t_us = history_.now_us();
+      std::uint64_t from = 1;
+      std::error_code failed;
+      for (int pages = 0; pages < 100'000; ++pages) {  // bounded: a page holds at least one record
+        auto r = conn->read(e.stream, from);
+        if (!r) {
+          failed = r.error();
+          break;
+        }
+        e.epoch = r->epoch;
+        for (auto& rec : r->records)
+          e.records.emplace_back(rec.seq,
+                                 std::string(reinterpret_cast<const char*>(rec.payload.data()), rec.payload.size()));
+        if (r->records.empty() || r->records.back().seq >= r->last_seq) break;
+        from = r->records.back().seq + 1;
+      }
+      // A stream nothing was appended to is not there: nothing to check.
+      if (failed == make_error_code(errc::not_found)) break;
+      e.outcome = failed ? outcome_of(failed) : "ok";
+      if (!failed || std::chrono::steady_clock::now() >= give_up) {
+        history_.record(e);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+}  // namespace switchyard::chaos
