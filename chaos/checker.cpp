@@ -29,6 +29,7 @@ class history_checker {
     index();
     check_appends();
     check_deliveries();
+    check_receipts();
     check_routable();
     return std::move(report_);
   }
@@ -77,6 +78,17 @@ class history_checker {
         case event_type::probe:
           probes_[e.user].push_back(&e);
           sends_[e.payload] = &e;  // a probe is a send too: its delivery is checked like one
+          break;
+        case event_type::subscribe:
+          if (subscribers_.insert(e.proc).second) ++report_.subscribers;
+          break;
+        case event_type::publish:
+          ++report_.publishes;
+          publishes_[e.payload] = &e;
+          if (e.proc.starts_with("prober-")) prober_nodes_.insert(e.proc);
+          break;
+        case event_type::receive:
+          ++report_.receipts;
           break;
       }
     }
@@ -177,6 +189,40 @@ class history_checker {
     }
   }
 
+  void check_receipts() {
+    std::set<std::pair<std::string, std::string>> seen;    // subscriber, id
+    std::map<std::string, std::set<std::string>> reached;  // subscriber -> probers whose publish it received
+    for (const auto& e : history_) {
+      if (e.type != event_type::receive) continue;
+      if (!seen.emplace(e.proc, e.payload).second)
+        fail("delivered-at-most-once", fmt::format("{} received {} twice", e.proc, e.payload));
+      const auto p = publishes_.find(e.payload);
+      if (p == publishes_.end()) {
+        fail("delivered-to-addressee",
+             fmt::format("{} received {} on {}, which nothing published", e.proc, e.payload, e.channel));
+        continue;
+      }
+      if (p->second->channel != e.channel) {
+        fail("delivered-to-addressee",
+             fmt::format("{} received {} on {}, published on {}", e.proc, e.payload, e.channel, p->second->channel));
+      }
+      if (p->second->proc.starts_with("prober-")) reached[e.proc].insert(p->second->proc);
+    }
+    if (subscribers_.empty()) return;
+    if (prober_nodes_.empty()) {
+      fail("subscribed-after-faults",
+           fmt::format("no probe publish after the run: {} subscribers unchecked", subscribers_.size()));
+      return;
+    }
+    for (const auto& sub : subscribers_) {
+      for (const auto& prober : prober_nodes_) {
+        if (!reached[sub].contains(prober))
+          fail("subscribed-after-faults",
+               fmt::format("{} received nothing {} published after the faults healed", sub, prober));
+      }
+    }
+  }
+
   void check_routable() {
     bool any_probe = !probes_.empty();
     for (const auto& [user, gateways] : holders_) {
@@ -217,6 +263,9 @@ class history_checker {
   std::unordered_map<std::string, const event*> sends_;
   std::unordered_map<std::string, const event*> abandoned_;
   std::unordered_map<std::string, std::vector<const event*>> probes_;
+  std::set<std::string> subscribers_;
+  std::unordered_map<std::string, const event*> publishes_;
+  std::set<std::string> prober_nodes_;
 };
 
 }  // namespace

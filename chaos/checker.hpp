@@ -9,14 +9,18 @@
 //   one-payload-per-slot   no (stream, epoch, seq) carries two payloads, no
 //                          payload sits in two slots, and every payload read
 //                          was appended by the workload
-//   delivered-at-most-once no message id is delivered twice
+//   delivered-at-most-once no message id is delivered twice (a send to a
+//                          gateway; a publish to one subscriber)
 //   delivered-to-addressee a delivery is for the user the message was sent
-//                          to, at a gateway that registered that user
+//                          to, at a gateway that registered that user; a
+//                          message received on a channel was published there
 //   no-delivery-after-expiry  nothing sent after an abandoned gateway's
 //                          lease lapsed (its TTL plus one sweep plus
 //                          `slack` after it stopped its keepalives) reaches it
 //   routable-after-faults  after the faults healed, every user of a gateway
 //                          still alive was reached by a probe at its gateway
+//   subscribed-after-faults  after the faults healed, every subscriber
+//                          received a probe published on every node
 //
 // Pure: no clock, no I/O.
 
@@ -44,6 +48,9 @@ struct check_report {
   std::size_t sends = 0;
   std::size_t sends_ok = 0;
   std::size_t deliveries = 0;
+  std::size_t publishes = 0;
+  std::size_t receipts = 0;  // messages subscribers received
+  std::size_t subscribers = 0;
   std::size_t faults = 0;
   std::size_t abandoned_gateways = 0;
   std::size_t users_probed = 0;    // users of live gateways

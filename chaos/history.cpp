@@ -10,7 +10,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::array<std::pair<event_type, std::string_view>, 9> type_names{{
+constexpr std::array<std::pair<event_type, std::string_view>, 12> type_names{{
     {event_type::append, "append"},
     {event_type::read, "read"},
     {event_type::route, "route"},
@@ -20,6 +20,9 @@ constexpr std::array<std::pair<event_type, std::string_view>, 9> type_names{{
     {event_type::fault, "fault"},
     {event_type::heal, "heal"},
     {event_type::probe, "probe"},
+    {event_type::subscribe, "subscribe"},
+    {event_type::publish, "publish"},
+    {event_type::receive, "receive"},
 }};
 
 // Sets `j[key]` only when `v` is not empty / zero: lines stay short.
@@ -48,6 +51,7 @@ std::string to_json(const event& e) {
   put(j, "proc", e.proc);
   put(j, "node", e.node);
   put(j, "stream", e.stream);
+  put(j, "channel", e.channel);
   put(j, "payload", e.payload);
   put(j, "user", e.user);
   put(j, "gateway", e.gateway);
@@ -80,6 +84,7 @@ std::expected<event, std::string> from_json(std::string_view line) {
     get(j, "proc", e.proc);
     get(j, "node", e.node);
     get(j, "stream", e.stream);
+    get(j, "channel", e.channel);
     get(j, "payload", e.payload);
     get(j, "user", e.user);
     get(j, "gateway", e.gateway);

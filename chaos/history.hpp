@@ -19,15 +19,19 @@
 namespace switchyard::chaos {
 
 enum class event_type {
-  append,   // an append answered: outcome "ok" with stream, epoch, seq, payload; else the error's name
-  read,     // a stream read to its end after the run: stream, epoch, records (seq, payload)
-  route,    // a gateway registered user's route (gateway, user)
-  send,     // a send answered: id, user, node, outcome ("ok": gateway it went to; else the error's name)
-  deliver,  // a gateway received id for user
-  abandon,  // a gateway stopped its keepalives (gateway, ttl_ms, sweep_ms): its routes must lapse
-  fault,    // the harness injected fault on target
-  heal,     // the harness ended fault on target
-  probe,    // after the run: a user of a live gateway routable again (outcome "ok") or not
+  append,     // an append answered: outcome "ok" with stream, epoch, seq, payload; else the error's name
+  read,       // a stream read to its end after the run: stream, epoch, records (seq, payload)
+  route,      // a gateway registered user's route (gateway, user)
+  send,       // a send answered: id, user, node, outcome ("ok": gateway it went to; else the error's name)
+  deliver,    // a gateway received id for user
+  abandon,    // a gateway stopped its keepalives (gateway, ttl_ms, sweep_ms): its routes must lapse
+  fault,      // the harness injected fault on target
+  heal,       // the harness ended fault on target
+  probe,      // after the run: a user of a live gateway routable again (outcome "ok") or not
+  subscribe,  // a subscriber's subscription is in place (proc, channel: its pattern)
+  publish,  // a publish handed to the client (proc, channel, payload: the id, outcome); proc "prober-<node>" after the
+            // run
+  receive,  // a subscriber received id on channel
 };
 
 // One event. `t_us` is the workload's monotonic clock (microseconds from
@@ -39,7 +43,8 @@ struct event {
   std::string proc;     // the workload client that acted (e.g. "appender-1", "sender-0", "gw-3")
   std::string node;     // the node it was connected to when it acted (may be empty)
   std::string stream;   // append, read
-  std::string payload;  // append: the payload; send, deliver, probe: the message id
+  std::string channel;  // subscribe (the pattern), publish, receive
+  std::string payload;  // append: the payload; send, deliver, probe, publish, receive: the message id
   std::string user;     // route, send, deliver, probe
   std::string gateway;  // route, deliver, abandon; send/probe "ok": where the node said it went
   std::string outcome;  // append, send, read, probe: "ok" or an error's name

@@ -154,6 +154,9 @@ void print_report(const chaos::check_report& r, const run_options& o, const std:
     j["sends"] = r.sends;
     j["sends_ok"] = r.sends_ok;
     j["deliveries"] = r.deliveries;
+    j["publishes"] = r.publishes;
+    j["receipts"] = r.receipts;
+    j["subscribers"] = r.subscribers;
     j["abandoned_gateways"] = r.abandoned_gateways;
     j["users_probed"] = r.users_probed;
     j["users_routable"] = r.users_routable;
@@ -165,9 +168,10 @@ void print_report(const chaos::check_report& r, const run_options& o, const std:
   }
   std::cout << fmt::format(
       "faults {}  appends {} (acked {}, outcome unknown {})  records read {} in {} streams\n"
-      "sends {} (routed {})  deliveries {}  users routable after the faults {}/{}\n",
+      "sends {} (routed {})  deliveries {}  users routable after the faults {}/{}\n"
+      "publishes {}  received {} by {} subscribers\n",
       fault_count, r.appends, r.appends_acked, r.appends_unknown, r.records_read, r.streams_read, r.sends, r.sends_ok,
-      r.deliveries, r.users_routable, r.users_probed);
+      r.deliveries, r.users_routable, r.users_probed, r.publishes, r.receipts, r.subscribers);
   for (const auto& p : exited) std::cout << "process-alive: " << p << " exited by itself\n";
   for (const auto& x : r.violations) std::cout << x.property << ": " << x.detail << '\n';
   std::cout << (r.ok() && exited.empty() ? "no violations\n"
@@ -268,6 +272,8 @@ int run(const run_options& o) {
       if (w.probe(30s) > 0) diagnose(h.node_addresses(), w.unreached(), o.dir / "diagnostics.txt");
       progress("reading every stream ...");
       w.read_streams(30s);
+      progress("publishing from every node ...");
+      w.probe_channels(20s);
     }
     progress("");
   }
@@ -327,6 +333,14 @@ int main(int argc, char** argv) {
   }
   if (o.seed == 0) o.seed = std::random_device{}() | 1;
   const bool own_dir = o.dir.empty();
+  if (!own_dir) {
+    std::error_code ec;
+    fs::create_directories(o.dir, ec);
+    if (ec) {
+      std::cerr << "switchyard-chaos: cannot make " << o.dir.string() << ": " << ec.message() << '\n';
+      return 2;
+    }
+  }
   if (own_dir) {
     std::string tmpl = (fs::exists("/dev/shm") ? std::string("/dev/shm") : fs::temp_directory_path().string()) +
                        "/switchyard-chaos.XXXXXX";

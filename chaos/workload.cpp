@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 
@@ -31,6 +32,7 @@ workload::workload(workload_options o, history_recorder& history) : options_(std
 
 workload::~workload() {
   stop();
+  subscribers_.clear();
   for (auto& g : gateways_) g->gw.reset();
 }
 
@@ -89,7 +91,35 @@ void workload::start() {
     slot->gw = std::move(*gw);
     gateways_.push_back(std::move(slot));
   }
+  {
+    switchyard::lock_guard lock(probes_mu_);
+    probes_seen_.resize(options_.subscribers);
+  }
+  for (int k = 0; k < options_.subscribers; ++k) {
+    const auto name = fmt::format("subscriber-{}", k);
+    auto& conn = subscribers_.emplace_back(connect(name));
+    auto sub = conn->subscribe("chaos.news.*", [this, name, k](const message& m) {
+      event e;
+      e.type = event_type::receive;
+      e.proc = name;
+      e.channel = std::string(m.channel);
+      e.payload = std::string(m.payload_text());
+      if (e.payload.starts_with("q-")) {  // "q-<node>-<n>": a probe from prober-<node>
+        const auto node = e.payload.substr(2, e.payload.find('-', 2) - 2);
+        switchyard::lock_guard lock(probes_mu_);
+        probes_seen_[k].insert("prober-" + node);
+      }
+      history_.record(std::move(e));
+    });
+    if (!sub) throw std::runtime_error(fmt::format("chaos: {} cannot subscribe: {}", name, sub.error().message()));
+    event e;
+    e.type = event_type::subscribe;
+    e.proc = name;
+    e.channel = "chaos.news.*";
+    history_.record(std::move(e));
+  }
   for (int k = 0; k < options_.senders; ++k) threads_.emplace_back([this, k] { run_sender(k); });
+  for (int k = 0; k < options_.publishers; ++k) threads_.emplace_back([this, k] { run_publisher(k); });
   for (int k = 0; k < options_.appenders; ++k) threads_.emplace_back([this, k] { run_appender(k); });
 }
 
@@ -142,6 +172,60 @@ void workload::run_appender(int k) {
     calls_.fetch_add(1, std::memory_order_relaxed);
     std::this_thread::sleep_for(options_.pause);
   }
+}
+
+void workload::run_publisher(int k) {
+  const auto name = fmt::format("publisher-{}", k);
+  auto conn = connect(name);
+  const auto channel = fmt::format("chaos.news.p{}", k);
+  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+    event e;
+    e.type = event_type::publish;
+    e.proc = name;
+    e.channel = channel;
+    e.payload = fmt::format("b{}-{}", k, n);
+    // Recorded before: a subscriber may receive it before publish() returns.
+    // A publish refused here (buffer full while reconnecting) is never
+    // received, which at most once allows.
+    const auto channel_copy = e.channel;
+    const auto id = e.payload;
+    history_.record(std::move(e));
+    (void)conn->publish(channel_copy, id);
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(options_.pause);
+  }
+}
+
+std::size_t workload::probe_channels(std::chrono::milliseconds deadline) {
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  std::size_t missed = 0;
+  for (std::size_t i = 0; i < options_.addresses.size(); ++i) {
+    const auto node = std::string(1, static_cast<char>('a' + i));
+    const auto prober = "prober-" + node;
+    client_options co;
+    co.addresses = {options_.addresses[i]};
+    co.client_name = "chaos-" + prober;
+    co.connect_timeout = std::chrono::milliseconds(3000);
+    auto conn = client::connect(std::move(co));
+    auto reached_all = [&] {
+      switchyard::lock_guard lock(probes_mu_);
+      return std::all_of(probes_seen_.begin(), probes_seen_.end(),
+                         [&](const auto& seen) { return seen.contains(prober); });
+    };
+    for (std::uint64_t n = 0; conn && !reached_all() && std::chrono::steady_clock::now() < give_up; ++n) {
+      event e;
+      e.type = event_type::publish;
+      e.proc = prober;
+      e.channel = "chaos.news.probe";
+      e.payload = fmt::format("q-{}-{}", node, n);
+      history_.record(e);
+      (void)(*conn)->publish(e.channel, e.payload);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    switchyard::lock_guard lock(probes_mu_);
+    for (const auto& seen : probes_seen_) missed += seen.contains(prober) ? 0 : 1;
+  }
+  return missed;
 }
 
 void workload::abandon_one() {

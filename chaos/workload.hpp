@@ -9,8 +9,11 @@
 //    their client is on (send-to-user across nodes);
 //  - appenders: durable appends to a few streams through any node (the
 //    stream's holder may be another node);
+//  - subscribers and publishers of one channel family (a publish on any
+//    node reaches the subscribers of every node);
 //  - after the run: probes (every user of a live gateway reached again)
-//    and a read of every stream to its end.
+//    and a read of every stream to its end, and a publish from every node
+//    until each subscriber received one.
 //
 // Threads: start(), abandon_one(), stop(), probe() and read_streams() are
 // called by one thread (the chaos tool's main), in that order; the senders
@@ -18,6 +21,7 @@
 // their clients' loops. All record into the history (thread-safe).
 
 #include "chaos/history.hpp"
+#include "common/mutex.hpp"
 
 #include <switchyard/client.hpp>
 #include <switchyard/gateway.hpp>
@@ -26,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +44,8 @@ struct workload_options {
   int senders = 3;
   int appenders = 3;
   int streams = 6;
+  int subscribers = 3;
+  int publishers = 2;
   std::chrono::milliseconds gateway_lease_ttl{2000};
   std::chrono::milliseconds sweep_period{100};  // the nodes' (recorded with an abandon)
   std::chrono::milliseconds pause{5};           // between one client's calls
@@ -70,6 +77,11 @@ class workload {
   // `deadline` (a holder may still be coming back); records one read event
   // per stream (its outcome the last error when it never worked).
   void read_streams(std::chrono::milliseconds deadline);
+  // Publishes from each node in turn (a client connected to it alone)
+  // until every subscriber received one of that node's probes, or
+  // `deadline` passes (for all nodes together); records each publish.
+  // Returns the (subscriber, node) pairs not reached.
+  std::size_t probe_channels(std::chrono::milliseconds deadline);
 
   // The users the last probe() did not reach.
   const std::vector<std::string>& unreached() const noexcept { return unreached_; }
@@ -80,11 +92,16 @@ class workload {
   std::unique_ptr<client> connect(const std::string& name);
   void run_sender(int k);
   void run_appender(int k);
+  void run_publisher(int k);
 
   workload_options options_;
   history_recorder& history_;
   std::vector<std::string> users_;  // all of them, gateway by gateway
   std::vector<std::unique_ptr<gateway_slot>> gateways_;
+  std::vector<std::unique_ptr<client>> subscribers_;
+  // Per subscriber: the probers ("prober-a", ...) whose publish it received.
+  switchyard::mutex probes_mu_;
+  std::vector<std::set<std::string>> probes_seen_ SWITCHYARD_GUARDED_BY(probes_mu_);
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> calls_{0};
   std::vector<std::thread> threads_;

@@ -28,7 +28,8 @@ TEST_CASE("a short chaos run with every fault kind finds no violation") {
   CHECK(j["ok"] == true);
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   // Enough happened: every kind of fault (5), appends acknowledged and read
-  // back, sends delivered, a gateway abandoned, every live user probed.
+  // back, sends delivered, a gateway abandoned, every live user probed,
+  // publishes received by the subscribers.
   CHECK(j["faults"].get<int>() >= 5);
   CHECK(j["appends_acked"].get<int>() > 100);
   CHECK(j["records_read"].get<int>() >= j["appends_acked"].get<int>());
@@ -36,4 +37,6 @@ TEST_CASE("a short chaos run with every fault kind finds no violation") {
   CHECK(j["abandoned_gateways"] == 1);
   CHECK(j["users_probed"].get<int>() == 100);
   CHECK(j["users_routable"] == j["users_probed"]);
+  CHECK(j["subscribers"] == 3);
+  CHECK(j["receipts"].get<int>() > 100);
 }

@@ -76,8 +76,17 @@ event probe(const std::string& user, const std::string& gateway, const std::stri
   return e;
 }
 
+event channel_event(event_type type, const std::string& proc, const std::string& channel, const std::string& id = "") {
+  event e;
+  e.type = type;
+  e.proc = proc;
+  e.channel = channel;
+  e.payload = id;
+  return e;
+}
+
 // A run that kept every promise: two appends read back, a send delivered,
-// both users probed.
+// both users probed, a publish received, each node's probe publish received.
 std::vector<event> clean_history() {
   return {route("u1", "gw-1"),
           route("u2", "gw-2"),
@@ -88,7 +97,14 @@ std::vector<event> clean_history() {
           deliver("s-1", "u1", "gw-1", 150),
           read({{1, "a-1"}, {2, "a-2"}, {3, "a-3"}}),
           probe("u1", "gw-1", "p-1"),
-          probe("u2", "gw-2", "p-2")};
+          probe("u2", "gw-2", "p-2"),
+          channel_event(event_type::subscribe, "sub-0", "n.*"),
+          channel_event(event_type::publish, "pub-0", "n.x", "b-1"),
+          channel_event(event_type::receive, "sub-0", "n.x", "b-1"),
+          channel_event(event_type::publish, "prober-a", "n.probe", "q-a-0"),
+          channel_event(event_type::publish, "prober-b", "n.probe", "q-b-0"),
+          channel_event(event_type::receive, "sub-0", "n.probe", "q-a-0"),
+          channel_event(event_type::receive, "sub-0", "n.probe", "q-b-0")};
 }
 
 bool reports(const switchyard::chaos::check_report& r, const std::string& property) {
@@ -105,6 +121,9 @@ TEST_CASE("a history that kept every promise has no violation") {
   CHECK(r.appends_unknown == 1);
   CHECK(r.records_read == 3);
   CHECK(r.users_routable == 2);
+  CHECK(r.publishes == 3);
+  CHECK(r.receipts == 3);
+  CHECK(r.subscribers == 1);
 }
 
 TEST_CASE("an acknowledged append missing from its stream's final read is reported") {
@@ -236,12 +255,42 @@ TEST_CASE("a history written as JSON lines reads back the same, and a malformed 
   REQUIRE(back.has_value());
   REQUIRE(back->size() == clean_history().size());
   CHECK(check(*back).ok());
-  const auto& r = back->at(9 - 2);  // the read
+  const auto& r = back->at(7);  // the read
   CHECK(r.type == event_type::read);
   CHECK(r.records == std::vector<std::pair<std::uint64_t, std::string>>{{1, "a-1"}, {2, "a-2"}, {3, "a-3"}});
 
   std::ofstream(file, std::ios::app) << "{\"type\":\"nonsense\"}\n";
   const auto bad = switchyard::chaos::read_history(file);
   REQUIRE_FALSE(bad.has_value());
-  CHECK(bad.error().find(":11: unknown type") != std::string::npos);
+  CHECK(bad.error().find(":18: unknown type") != std::string::npos);
+}
+
+TEST_CASE("a publish one subscriber received twice is reported") {
+  auto h = clean_history();
+  h.push_back(channel_event(event_type::receive, "sub-0", "n.x", "b-1"));
+  const auto r = check(h);
+  REQUIRE(r.violations.size() == 1);
+  CHECK(r.violations[0].property == "delivered-at-most-once");
+}
+
+TEST_CASE("a message received on a channel it was not published on, or never published, is reported") {
+  auto other_channel = clean_history();
+  other_channel.push_back(channel_event(event_type::receive, "sub-1", "n.y", "b-1"));
+  CHECK(reports(check(other_channel), "delivered-to-addressee"));
+
+  auto invented = clean_history();
+  invented.push_back(channel_event(event_type::receive, "sub-0", "n.x", "b-9"));
+  CHECK(reports(check(invented), "delivered-to-addressee"));
+}
+
+TEST_CASE("a subscriber that received no probe from some node after the faults is reported") {
+  auto h = clean_history();
+  std::erase_if(h, [](const event& e) { return e.type == event_type::receive && e.payload == "q-b-0"; });
+  auto r = check(h);
+  REQUIRE(r.violations.size() == 1);
+  CHECK(r.violations[0].property == "subscribed-after-faults");
+  CHECK(r.violations[0].detail.find("prober-b") != std::string::npos);
+
+  std::erase_if(h, [](const event& e) { return e.proc.starts_with("prober-") || e.payload.starts_with("q-"); });
+  CHECK(reports(check(h), "subscribed-after-faults"));
 }
