@@ -42,7 +42,7 @@ class history_checker {
       switch (e.type) {
         case event_type::append:
           ++report_.appends;
-          appended_.insert(e.payload);
+          appended_.emplace(e.payload, &e);
           if (e.outcome == "ok") {
             ++report_.appends_acked;
             acked_.push_back(&e);
@@ -65,6 +65,7 @@ class history_checker {
           break;
         case event_type::deliver:
           ++report_.deliveries;
+          delivered_at_.emplace(e.payload, e.gateway);
           break;
         case event_type::abandon:
           ++report_.abandoned_gateways;
@@ -110,9 +111,13 @@ class history_checker {
       }
     };
     for (const auto* a : acked_) claim({a->stream, a->epoch, a->seq}, a->payload, "acknowledged append");
+    std::set<std::string> acked_streams;
+    for (const auto* a : acked_) acked_streams.insert(a->stream);
     for (const auto& [stream, r] : reads_) {
       if (r->outcome != "ok") {
-        fail("acked-append-present", fmt::format("the final read of {} failed: {}", stream, r->outcome));
+        // A stream nothing acknowledged may be absent (not_found).
+        if (acked_streams.contains(stream))
+          fail("acked-append-present", fmt::format("the final read of {} failed: {}", stream, r->outcome));
         continue;
       }
       std::uint64_t expect = 1;
@@ -122,9 +127,12 @@ class history_checker {
           expect = seq;
         }
         ++expect;
-        if (!appended_.contains(payload)) {
+        if (const auto a = appended_.find(payload); a == appended_.end()) {
           fail("one-payload-per-slot",
                fmt::format("{} holds \"{}\", which nothing appended", slot_text({stream, r->epoch, seq}), payload));
+        } else if (a->second->outcome != "ok" && !outcome_unknown(a->second->outcome)) {
+          fail("refused-append-absent", fmt::format("{} holds \"{}\", whose append was answered {}",
+                                                    slot_text({stream, r->epoch, seq}), payload, a->second->outcome));
         }
         claim({stream, r->epoch, seq}, payload, "final read");
       }
@@ -146,9 +154,8 @@ class history_checker {
       const bool present = a->seq >= 1 && a->seq <= read.records.size() && read.records[a->seq - 1].first == a->seq &&
                            read.records[a->seq - 1].second == a->payload;
       if (!present) {
-        fail("acked-append-present",
-             fmt::format("\"{}\" acknowledged at {} (by {} via node {}) is not there", a->payload,
-                         slot_text({a->stream, a->epoch, a->seq}), a->proc, a->node));
+        fail("acked-append-present", fmt::format("\"{}\" acknowledged at {} (by {}) is not there", a->payload,
+                                                 slot_text({a->stream, a->epoch, a->seq}), a->proc));
       }
     }
   }
@@ -236,10 +243,14 @@ class history_checker {
       }
       if (!alive) continue;
       ++report_.users_probed;
+      // Routed by the node to the user's gateway, and delivered there.
       bool reached = false;
       if (auto p = probes_.find(user); p != probes_.end()) {
-        for (const auto* probe : p->second)
-          reached = reached || (probe->outcome == "ok" && gateways.contains(probe->gateway));
+        for (const auto* probe : p->second) {
+          const auto d = delivered_at_.find(probe->payload);
+          reached = reached || (probe->outcome == "ok" && gateways.contains(probe->gateway) &&
+                                d != delivered_at_.end() && gateways.contains(d->second));
+        }
       }
       if (reached) {
         ++report_.users_routable;
@@ -257,12 +268,13 @@ class history_checker {
   const check_options options_;
   check_report report_;
   std::vector<const event*> acked_;
-  std::unordered_set<std::string> appended_;  // every payload an append carried, answered or not
+  std::unordered_map<std::string, const event*> appended_;  // every payload an append carried, by its answer
   std::map<std::string, const event*> reads_;
   std::unordered_map<std::string, std::set<std::string>> holders_;  // user -> gateways that registered it
   std::unordered_map<std::string, const event*> sends_;
   std::unordered_map<std::string, const event*> abandoned_;
   std::unordered_map<std::string, std::vector<const event*>> probes_;
+  std::unordered_map<std::string, std::string> delivered_at_;  // message id -> the gateway it first reached
   std::set<std::string> subscribers_;
   std::unordered_map<std::string, const event*> publishes_;
   std::set<std::string> prober_nodes_;

@@ -16,10 +16,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Ports free a moment ago, distinct: each bound to port 0 and held until
-// all are chosen.
-std::vector<std::uint16_t> free_ports(std::size_t n) {
-  std::vector<int> held;
+// Ports free a moment ago, distinct: each bound to port 0 and held (the
+// sockets in `held`, which the caller closes) so that nothing else takes
+// them meanwhile.
+std::vector<std::uint16_t> free_ports(std::size_t n, std::vector<int>& held) {
   std::vector<std::uint16_t> ports;
   for (std::size_t i = 0; i < n; ++i) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -30,13 +30,11 @@ std::vector<std::uint16_t> free_ports(std::size_t n) {
     if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
       if (fd >= 0) ::close(fd);
-      for (const int h : held) ::close(h);
       throw std::runtime_error("chaos harness: cannot find a free port on 127.0.0.1");
     }
     held.push_back(fd);
     ports.push_back(ntohs(addr.sin_port));
   }
-  for (const int h : held) ::close(h);
   return ports;
 }
 
@@ -60,7 +58,18 @@ std::string tail_of(const fs::path& log) {
 harness::harness(harness_options o) : options_(std::move(o)) {
   fs::create_directories(options_.dir);
   proxy_thread_ = std::thread([this] { proxy_io_.run(); });
-  const auto ports = free_ports(5 * size);
+  std::vector<int> held;  // the chosen ports, until the proxies have theirs
+  try {
+    set_up(held);
+  } catch (...) {
+    for (const int fd : held) ::close(fd);
+    shutdown();  // the proxy thread must be joined before the members go
+    throw;
+  }
+}
+
+void harness::set_up(std::vector<int>& held) {
+  const auto ports = free_ports(5 * size, held);
   auto port = ports.begin();
   std::vector<std::uint16_t> etcd_peer_ports, nats_route_ports;
   for (int i = 0; i < size; ++i) {
@@ -125,20 +134,17 @@ harness::harness(harness_options o) : options_(std::move(o)) {
     nodes_.push_back(std::make_unique<child_process>("node " + node_name(i), std::move(args),
                                                      options_.dir / ("node-" + node_name(i) + ".log")));
   }
+  for (const int fd : held) ::close(fd);  // the proxies are bound: the programs may take theirs now
+  held.clear();
   const auto start_all = [&](auto& group, const std::vector<std::uint16_t>& ports) {
     for (auto& p : group)
       if (auto r = p->start(); !r) throw std::runtime_error(r.error());
     for (int i = 0; i < size; ++i)
       if (auto r = start_and_wait(*group[i], ports[i]); !r) throw std::runtime_error(r.error());
   };
-  try {
-    start_all(etcd_, etcd_ports_);
-    start_all(nats_, nats_ports_);
-    start_all(nodes_, node_ports_);
-  } catch (...) {
-    shutdown();  // the proxy thread must be joined before the members go
-    throw;
-  }
+  start_all(etcd_, etcd_ports_);
+  start_all(nats_, nats_ports_);
+  start_all(nodes_, node_ports_);
 }
 
 harness::~harness() { shutdown(); }

@@ -74,7 +74,8 @@ class harness {
  private:
   std::expected<void, std::string> start_and_wait(child_process& p, std::uint16_t port);
   void on_proxies(const std::function<void()>& fn);
-  void shutdown();  // stops every process and the proxies' thread; idempotent
+  void shutdown();                      // stops every process and the proxies' thread; idempotent
+  void set_up(std::vector<int>& held);  // the constructor's work, after the proxy thread started
 
   harness_options options_;
   asio::io_context proxy_io_;

@@ -49,7 +49,6 @@ std::string to_json(const event& e) {
   j["t"] = e.t_us;
   j["type"] = type_name(e.type);
   put(j, "proc", e.proc);
-  put(j, "node", e.node);
   put(j, "stream", e.stream);
   put(j, "channel", e.channel);
   put(j, "payload", e.payload);
@@ -82,7 +81,6 @@ std::expected<event, std::string> from_json(std::string_view line) {
     if (!known) return std::unexpected("unknown type \"" + type + "\"");
     get(j, "t", e.t_us);
     get(j, "proc", e.proc);
-    get(j, "node", e.node);
     get(j, "stream", e.stream);
     get(j, "channel", e.channel);
     get(j, "payload", e.payload);

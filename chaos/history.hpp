@@ -41,7 +41,6 @@ struct event {
   std::int64_t t_us = 0;
   event_type type = event_type::append;
   std::string proc;     // the workload client that acted (e.g. "appender-1", "sender-0", "gw-3")
-  std::string node;     // the node it was connected to when it acted (may be empty)
   std::string stream;   // append, read
   std::string channel;  // subscribe (the pattern), publish, receive
   std::string payload;  // append: the payload; send, deliver, probe, publish, receive: the message id

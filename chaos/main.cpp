@@ -104,7 +104,9 @@ std::string settle(const std::vector<std::string>& addresses, std::chrono::secon
 
 // After users stayed unroutable: what each node says about the first of
 // them and about itself, into `file` (for whoever reads the run's folder).
-void diagnose(const std::vector<std::string>& addresses, const std::vector<std::string>& users, const fs::path& file) {
+void diagnose(const std::vector<std::string>& addresses, const std::vector<std::string>& users, const fs::path& file,
+              chaos::history_recorder& history) {
+  std::uint64_t n = 0;
   std::ofstream out(file);
   for (const auto& a : addresses) {
     client_options co;
@@ -119,7 +121,17 @@ void diagnose(const std::vector<std::string>& addresses, const std::vector<std::
       continue;
     }
     for (std::size_t i = 0; i < std::min<std::size_t>(users.size(), 3); ++i) {
-      auto r = (*c)->send(users[i], "diagnose");
+      // Recorded as probes: the gateways still record what they receive.
+      chaos::event e;
+      e.type = chaos::event_type::probe;
+      e.proc = "diagnose";
+      e.user = users[i];
+      e.payload = fmt::format("d-{}", n++);
+      e.t_us = history.now_us();
+      auto r = (*c)->send(users[i], e.payload);
+      e.outcome = r ? "ok" : chaos::outcome_of(r.error());
+      if (r) e.gateway = *r;
+      history.record(std::move(e));
       out << a << ": send to " << users[i] << ": " << (r ? "routed to " + *r : r.error().message()) << '\n';
     }
     if (auto st = (*c)->cluster_status()) {
@@ -244,6 +256,9 @@ int run(const run_options& o) {
       if (!abandoned && elapsed.count() * 3 >= o.duration_s) {
         w.abandon_one();
         abandoned = true;
+        // No fault until its lease lapsed: a keepalive in flight must not
+        // be held back (and the lease extended) by a stopped or cut node.
+        std::this_thread::sleep_for(std::chrono::seconds(lease_ttl_s) + 1100ms);
       }
       if (!o.faults.empty()) {
         // Rounds of every fault kind once, each round in a shuffled order.
@@ -269,7 +284,7 @@ int run(const run_options& o) {
       if (auto wrong = settle(h.node_addresses(), 60s); !wrong.empty())
         throw std::runtime_error("the cluster did not settle after the faults: " + wrong);
       progress("probing every live user ...");
-      if (w.probe(30s) > 0) diagnose(h.node_addresses(), w.unreached(), o.dir / "diagnostics.txt");
+      if (w.probe(30s) > 0) diagnose(h.node_addresses(), w.unreached(), o.dir / "diagnostics.txt", history);
       progress("reading every stream ...");
       w.read_streams(30s);
       progress("publishing from every node ...");
@@ -335,6 +350,11 @@ int main(int argc, char** argv) {
   const bool own_dir = o.dir.empty();
   if (!own_dir) {
     std::error_code ec;
+    if (fs::exists(o.dir, ec) && !fs::is_empty(o.dir, ec)) {
+      // Old etcd data and logs would be taken as this run's.
+      std::cerr << "switchyard-chaos: --dir " << o.dir.string() << " is not empty\n";
+      return 2;
+    }
     fs::create_directories(o.dir, ec);
     if (ec) {
       std::cerr << "switchyard-chaos: cannot make " << o.dir.string() << ": " << ec.message() << '\n';

@@ -23,7 +23,8 @@ tcp_proxy::~tcp_proxy() = default;
 void tcp_proxy::accept() {
   auto s = std::make_shared<session>(io_);
   acceptor_.async_accept(s->sides[0], [this, s](asio_error_code ec) {
-    if (ec || closing_) return;  // closed
+    if (closing_ || ec == asio::error::operation_aborted) return;  // closed
+    if (ec) return accept();  // this connection failed (e.g. no descriptor left): the next may not
     sessions_.insert(s);
     if (cut_) {
       parked_.push_back([this, s] { connect(s); });
@@ -53,6 +54,11 @@ void tcp_proxy::pump(const std::shared_ptr<session>& s, int d) {
     return;
   }
   s->sides[d].async_read_some(asio::buffer(s->buffers[d]), [this, s, d](asio_error_code ec, std::size_t n) {
+    if (ec && cut_) {
+      // The other side learns of the close only after the cut, as in a partition.
+      parked_.push_back([this, s] { end(s); });
+      return;
+    }
     if (ec) return end(s);
     if (cut_) {
       // Read before the cut, not yet passed on: held with the session.

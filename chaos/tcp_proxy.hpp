@@ -4,7 +4,9 @@
 // each etcd member and NATS server it uses, so the harness can cut that
 // node off without touching the others: cut() stops every byte in both
 // directions (connections stay open, as in a network partition; a new
-// connection is accepted and held), heal() lets them flow again.
+// connection is accepted and held; a close by one side reaches the other
+// only after the cut; a read in progress at the cut completes and its
+// bytes wait), heal() lets them flow again.
 //
 // Threads: everything runs on the io_context given (one thread); cut() and
 // heal() must be called there (post them).

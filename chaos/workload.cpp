@@ -9,12 +9,12 @@
 #include <stdexcept>
 
 namespace switchyard::chaos {
-namespace {
-
 std::string outcome_of(const std::error_code& ec) {
   if (ec.category() == client_category()) return std::string(error_name(static_cast<errc>(ec.value())));
   return ec.message();
 }
+
+namespace {
 
 std::string stream_name(int k) { return fmt::format("chaos.s{}", k); }
 
@@ -49,6 +49,18 @@ std::unique_ptr<client> workload::connect(const std::string& name) {
   return std::move(*c);
 }
 
+std::unique_ptr<client> workload::connect_until_stopped(const std::string& name) {
+  for (int attempt = 0; !stopping_.load(); ++attempt) {
+    try {
+      return connect(name);
+    } catch (const std::runtime_error&) {
+      // Every node may be down or cut off for a moment: a service retries.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 100 * (attempt + 1))));
+    }
+  }
+  return nullptr;
+}
+
 void workload::start() {
   for (int g = 0; g < options_.gateways; ++g) {
     auto slot = std::make_unique<gateway_slot>();
@@ -68,6 +80,10 @@ void workload::start() {
         e.gateway = id;
         e.user = std::string(key);
         e.payload = std::string(m.payload_text());
+        if (e.payload.starts_with("p-")) {  // a probe: probe() waits for it
+          switchyard::lock_guard lock(probes_mu_);
+          probes_delivered_.insert(e.payload);
+        }
         history_.record(std::move(e));
       }
     };
@@ -125,7 +141,8 @@ void workload::start() {
 
 void workload::run_sender(int k) {
   const auto name = fmt::format("sender-{}", k);
-  auto conn = connect(name);
+  auto conn = connect_until_stopped(name);
+  if (!conn) return;
   std::mt19937_64 random(options_.seed * 1000 + 100 + k);
   std::uniform_int_distribution<std::size_t> pick(0, users_.size() - 1);
   for (std::uint64_t n = 0; !stopping_.load(); ++n) {
@@ -150,7 +167,8 @@ void workload::run_sender(int k) {
 
 void workload::run_appender(int k) {
   const auto name = fmt::format("appender-{}", k);
-  auto conn = connect(name);
+  auto conn = connect_until_stopped(name);
+  if (!conn) return;
   std::mt19937_64 random(options_.seed * 1000 + 200 + k);
   std::uniform_int_distribution<int> pick(0, options_.streams - 1);
   for (std::uint64_t n = 0; !stopping_.load(); ++n) {
@@ -176,7 +194,8 @@ void workload::run_appender(int k) {
 
 void workload::run_publisher(int k) {
   const auto name = fmt::format("publisher-{}", k);
-  auto conn = connect(name);
+  auto conn = connect_until_stopped(name);
+  if (!conn) return;
   const auto channel = fmt::format("chaos.news.p{}", k);
   for (std::uint64_t n = 0; !stopping_.load(); ++n) {
     event e;
@@ -207,6 +226,15 @@ std::size_t workload::probe_channels(std::chrono::milliseconds deadline) {
     co.client_name = "chaos-" + prober;
     co.connect_timeout = std::chrono::milliseconds(3000);
     auto conn = client::connect(std::move(co));
+    if (!conn) {  // recorded: the checker then expects this node's probe at every subscriber
+      event e;
+      e.type = event_type::publish;
+      e.proc = prober;
+      e.channel = "chaos.news.probe";
+      e.payload = fmt::format("q-{}-unsent", node);
+      e.outcome = outcome_of(conn.error());
+      history_.record(std::move(e));
+    }
     auto reached_all = [&] {
       switchyard::lock_guard lock(probes_mu_);
       return std::all_of(probes_seen_.begin(), probes_seen_.end(),
@@ -270,11 +298,20 @@ std::size_t workload::probe(std::chrono::milliseconds deadline) {
         e.user = user;
         e.payload = fmt::format("p-{}", n++);
         e.t_us = history_.now_us();
+        const auto id = e.payload;
         auto r = conn->send(user, e.payload);
         e.outcome = r ? "ok" : outcome_of(r.error());
         if (r) e.gateway = *r;
-        const bool reached = r && *r == g->id;
         history_.record(std::move(e));
+        // Reached: routed to the user's gateway and delivered there (up to 1 s).
+        bool reached = false;
+        for (int wait = 0; r && *r == g->id && !reached && wait < 100; ++wait) {
+          {
+            switchyard::lock_guard lock(probes_mu_);
+            reached = probes_delivered_.contains(id);
+          }
+          if (!reached) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
         if (reached) break;
         if (std::chrono::steady_clock::now() >= give_up) {
           ++missed;
@@ -296,6 +333,7 @@ void workload::read_streams(std::chrono::milliseconds deadline) {
     e.type = event_type::read;
     e.proc = "reader";
     e.stream = stream_name(k);
+    const auto started = std::chrono::steady_clock::now();
     for (;;) {
       e.records.clear();
       e.t_us = history_.now_us();
@@ -314,10 +352,13 @@ void workload::read_streams(std::chrono::milliseconds deadline) {
         if (r->records.empty() || r->records.back().seq >= r->last_seq) break;
         from = r->records.back().seq + 1;
       }
-      // A stream nothing was appended to is not there: nothing to check.
-      if (failed == make_error_code(errc::not_found)) break;
+      // not_found: nothing was appended to it, or its holder does not know
+      // it yet; retried for 5 s, then recorded as such (the checker minds
+      // only when an append to it was acknowledged).
       e.outcome = failed ? outcome_of(failed) : "ok";
-      if (!failed || std::chrono::steady_clock::now() >= give_up) {
+      const bool absent = failed == make_error_code(errc::not_found) &&
+                          std::chrono::steady_clock::now() >= started + std::chrono::seconds(5);
+      if (!failed || absent || std::chrono::steady_clock::now() >= give_up) {
         history_.record(e);
         break;
       }

@@ -32,10 +32,15 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 namespace switchyard::chaos {
+
+// How the history names an error: switchyard::error_name for the client
+// library's codes ("no_route"), the message for others.
+std::string outcome_of(const std::error_code& ec);
 
 struct workload_options {
   std::vector<std::string> addresses;  // the nodes' client addresses
@@ -69,9 +74,9 @@ class workload {
   // Stops the senders and appenders (joined; each call in flight is
   // answered or times out first).
   void stop();
-  // Sends to every user of a live gateway until each was routed to its
-  // gateway, or `deadline` passes; records each probe. Returns the users
-  // not reached.
+  // Sends to every user of a live gateway until one was routed to its
+  // gateway and delivered there, or `deadline` passes; records each probe.
+  // Returns how many users were not reached (unreached() names them).
   std::size_t probe(std::chrono::milliseconds deadline);
   // Reads every stream from its first record to its end, retrying until
   // `deadline` (a holder may still be coming back); records one read event
@@ -89,7 +94,10 @@ class workload {
 
  private:
   struct gateway_slot;
+  // Throws std::runtime_error when no node takes the connection.
   std::unique_ptr<client> connect(const std::string& name);
+  // connect(), retried until it works or stop() was called (nullptr then).
+  std::unique_ptr<client> connect_until_stopped(const std::string& name);
   void run_sender(int k);
   void run_appender(int k);
   void run_publisher(int k);
@@ -102,6 +110,7 @@ class workload {
   // Per subscriber: the probers ("prober-a", ...) whose publish it received.
   switchyard::mutex probes_mu_;
   std::vector<std::set<std::string>> probes_seen_ SWITCHYARD_GUARDED_BY(probes_mu_);
+  std::set<std::string> probes_delivered_ SWITCHYARD_GUARDED_BY(probes_mu_);  // ids of probes a gateway received
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> calls_{0};
   std::vector<std::thread> threads_;

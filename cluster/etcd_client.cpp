@@ -744,6 +744,7 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
   std::optional<beast::tcp_stream> stream;
   std::optional<http::response_parser<http::string_body>> parser;
   beast::flat_buffer buffer;
+  std::size_t connected_index = 0;  // the endpoint the watch's stream went to
 
   // Connect: like a call, rotating through the endpoints within the call
   // timeout, until one answers the watch's header with 200.
@@ -819,6 +820,7 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
         continue;
       }
       connected = true;
+      connected_index = s.current;
     }
     if (!connected) return fail(timed_out ? errc::timeout : errc::unreachable);
   }
@@ -826,9 +828,10 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
   // (on_chunk). A body that is not chunked is limited as a whole.
   if (parser->chunked()) parser->body_limit(boost::none);
   // The watch exists once etcd says it was created: until then the call
-  // timeout runs. (etcd's gateway may answer the header and then never
-  // create the watch, as seen from a member restarting: that stream would
-  // stay open and silent for good.) Then the stream waits without a timeout.
+  // timeout runs again from the header. (A stream answered but never
+  // created, or held open by something between us and etcd, would
+  // otherwise stay open and silent for good: the node's view would stop
+  // changing.) Then the stream waits without a timeout.
   stream->expires_after(s.timeout);
   bool created_seen = false;
 
@@ -854,8 +857,12 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
       tick_fired = !ec;
     });
   };
-  // Every way out but stop(): no handler may outlive this frame.
+  // Every way out but stop(): no handler may outlive this frame. A watch
+  // that failed before etcd created it sends the next one to the next
+  // endpoint (unless a call moved on from this one meanwhile).
   auto finish = [&](std::expected<void, std::error_code> result) -> std::expected<void, std::error_code> {
+    if (!result && !created_seen && s.current == connected_index)
+      s.current = (connected_index + 1) % s.endpoints.size();
     tick_timer.cancel();
     asio_error_code ignored;
     stream->socket().close(ignored);
@@ -871,8 +878,6 @@ std::expected<void, std::error_code> etcd_client::watch_prefix(std::string_view 
     if (s.run_until([&] { return !read_pending || tick_fired; })) return fail(errc::closed);
     if (!read_pending) {
       if (read_ec) {
-        // Not created in time: the next watch tries the next endpoint first.
-        if (!created_seen) s.current = (s.current + 1) % s.endpoints.size();
         return finish(
             fail(read_ec == http::error::body_limit ? errc::bad_response : transport_error(read_ec, false).code));
       }

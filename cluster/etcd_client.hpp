@@ -217,8 +217,15 @@ class etcd_client {
   //                tells the oldest revision still available. Resume by
   //                reading the keys (range_prefix) and watching from its
   //                revision + 1.
-  //   unreachable, timeout  no endpoint took the watch, or its connection
+  //   unreachable, timeout  no endpoint took the watch, etcd did not say it
+  //                created the watch within the call timeout after answering
+  //                (up to twice the call timeout in all), or its connection
   //                dropped; resume with the last revision the callback saw + 1.
+  //                A watch that failed before etcd created it sends the next
+  //                one to the next endpoint first.
+  // The watch asks etcd (gRPC metadata "hasleader") to cancel it when its
+  // member loses the leader: a member cut off from the others ends it
+  // (an error) instead of keeping it open and silent.
   // A watch waits for events without a timeout; a dead member is noticed by
   // its closed connection (TCP keep-alive probes after 10 s of silence).
   std::expected<void, std::error_code> watch_prefix(std::string_view prefix, std::int64_t start_revision,

@@ -58,9 +58,12 @@ fuzz_one() {
   fi
 }
 
-# FUZZ_PARALLEL targets at a time (default: the number of cores, at most 2):
-# each gets a core of its own for its FUZZ_SECONDS.
+# FUZZ_PARALLEL targets at a time (default 2, or 1 on one core): on two
+# cores each gets one for its FUZZ_SECONDS (with FUZZ_JOBS > 1 they share).
 parallel=${FUZZ_PARALLEL:-$(( $(nproc) < 2 ? 1 : 2 ))}
+[[ $parallel =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: FUZZ_PARALLEL must be a number from 1 (got '$parallel')" >&2; exit 2; }
+# Interrupted: the targets running in the background stop too.
+trap 'kill $(jobs -p) 2>/dev/null || true' INT TERM
 failed=()
 for ((i = 0; i < ${#targets[@]}; i += parallel)); do
   batch=("${targets[@]:i:parallel}")

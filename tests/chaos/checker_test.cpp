@@ -97,7 +97,9 @@ std::vector<event> clean_history() {
           deliver("s-1", "u1", "gw-1", 150),
           read({{1, "a-1"}, {2, "a-2"}, {3, "a-3"}}),
           probe("u1", "gw-1", "p-1"),
+          deliver("p-1", "u1", "gw-1", 200),
           probe("u2", "gw-2", "p-2"),
+          deliver("p-2", "u2", "gw-2", 210),
           channel_event(event_type::subscribe, "sub-0", "n.*"),
           channel_event(event_type::publish, "pub-0", "n.x", "b-1"),
           channel_event(event_type::receive, "sub-0", "n.x", "b-1"),
@@ -116,6 +118,7 @@ bool reports(const switchyard::chaos::check_report& r, const std::string& proper
 TEST_CASE("a history that kept every promise has no violation") {
   const auto r = check(clean_history());
   CHECK(r.ok());
+  CHECK(r.deliveries == 3);
   CHECK(r.appends == 3);
   CHECK(r.appends_acked == 2);
   CHECK(r.appends_unknown == 1);
@@ -208,12 +211,12 @@ TEST_CASE(
   abandon.ttl_ms = 2000;
   abandon.sweep_ms = 100;
   h.push_back(abandon);
-  // Lapsed by 1 s + 2 s + 0.1 s + 0.25 s slack = 3.35 s.
-  h.push_back(send("s-early", "u2", 3'300'000));
-  h.push_back(deliver("s-early", "u2", "gw-2", 3'400'000));
+  // Lapsed by 1 s + 2 s + 0.1 s + 1 s slack = 4.1 s.
+  h.push_back(send("s-early", "u2", 4'000'000));
+  h.push_back(deliver("s-early", "u2", "gw-2", 4'100'000));
   CHECK(check(h).ok());
-  h.push_back(send("s-late", "u2", 3'400'000));
-  h.push_back(deliver("s-late", "u2", "gw-2", 3'500'000));
+  h.push_back(send("s-late", "u2", 4'200'000));
+  h.push_back(deliver("s-late", "u2", "gw-2", 4'300'000));
   const auto r = check(h);
   REQUIRE(r.violations.size() == 1);
   CHECK(r.violations[0].property == "no-delivery-after-expiry");
@@ -222,7 +225,7 @@ TEST_CASE(
 
 TEST_CASE("a live user no probe reached is reported, and an abandoned gateway's users are not asked for") {
   auto h = clean_history();
-  std::erase_if(h, [](const event& e) { return e.type == event_type::probe && e.user == "u2"; });
+  std::erase_if(h, [](const event& e) { return e.payload == "p-2"; });  // u2's probe and its delivery
   auto r = check(h);
   REQUIRE(r.violations.size() == 1);
   CHECK(r.violations[0].property == "routable-after-faults");
@@ -239,7 +242,7 @@ TEST_CASE("a live user no probe reached is reported, and an abandoned gateway's 
 
 TEST_CASE("a probe answered by another gateway does not count as reaching the user") {
   auto h = clean_history();
-  std::erase_if(h, [](const event& e) { return e.type == event_type::probe && e.user == "u2"; });
+  std::erase_if(h, [](const event& e) { return e.payload == "p-2"; });  // u2's probe and its delivery
   h.push_back(probe("u2", "gw-1", "p-3"));
   CHECK(reports(check(h), "routable-after-faults"));
 }
@@ -262,7 +265,7 @@ TEST_CASE("a history written as JSON lines reads back the same, and a malformed 
   std::ofstream(file, std::ios::app) << "{\"type\":\"nonsense\"}\n";
   const auto bad = switchyard::chaos::read_history(file);
   REQUIRE_FALSE(bad.has_value());
-  CHECK(bad.error().find(":18: unknown type") != std::string::npos);
+  CHECK(bad.error().find(":20: unknown type") != std::string::npos);
 }
 
 TEST_CASE("a publish one subscriber received twice is reported") {
@@ -293,4 +296,32 @@ TEST_CASE("a subscriber that received no probe from some node after the faults i
 
   std::erase_if(h, [](const event& e) { return e.proc.starts_with("prober-") || e.payload.starts_with("q-"); });
   CHECK(reports(check(h), "subscribed-after-faults"));
+}
+
+TEST_CASE("a payload whose append was refused but is in the log is reported, one with an unknown outcome is not") {
+  auto h = clean_history();
+  h.push_back(append("a-4", 0, 0, "unavailable"));
+  h.push_back(read({{1, "a-1"}, {2, "a-2"}, {3, "a-3"}, {4, "a-4"}}));
+  const auto r = check(h);
+  REQUIRE(r.violations.size() == 1);
+  CHECK(r.violations[0].property == "refused-append-absent");
+  CHECK(r.violations[0].detail.find("unavailable") != std::string::npos);
+}
+
+TEST_CASE("a probe the node routed to the right gateway but that never arrived does not count as reaching the user") {
+  auto h = clean_history();
+  std::erase_if(h, [](const event& e) { return e.payload == "p-2"; });  // u2's probe and its delivery
+  h.push_back(probe("u2", "gw-2", "p-3"));                              // routed, not delivered
+  CHECK(reports(check(h), "routable-after-faults"));
+  h.push_back(deliver("p-3", "u2", "gw-2", 500));
+  CHECK(check(h).ok());
+}
+
+TEST_CASE("a failed read of a stream no append was acknowledged to is not a violation") {
+  auto h = clean_history();
+  auto absent = read({});
+  absent.stream = "empty";
+  absent.outcome = "not_found";
+  h.push_back(absent);
+  CHECK(check(h).ok());
 }

@@ -459,7 +459,7 @@ TEST_CASE(
   const auto first = client.watch_prefix("k", 0, [&](std::span<const watch_event>, std::int64_t) { return false; });
   const auto waited = std::chrono::steady_clock::now() - start;
   // The second watch is created at the real member and sees a put.
-  bool saw_put = false;
+  std::atomic<bool> saw_put{false};
   std::thread writer([&] {
     etcd_client other({etcd.endpoint(0)}, call_timeout);
     for (int i = 0; i < 50 && !saw_put && !done.load(); ++i) {  // bounded
@@ -468,8 +468,8 @@ TEST_CASE(
     }
   });
   const auto second = client.watch_prefix("k", 0, [&](std::span<const watch_event> events, std::int64_t) {
-    saw_put = saw_put || !events.empty();
-    return !saw_put;
+    if (!events.empty()) saw_put = true;
+    return !saw_put.load();
   });
   done = true;
   writer.join();
@@ -478,7 +478,7 @@ TEST_CASE(
   CHECK(first.error() == errc::timeout);
   CHECK(waited < call_timeout + 1s);
   CHECK(second.has_value());
-  CHECK(saw_put);
+  CHECK(saw_put.load());
 }
 
 TEST_CASE("a call to a dead endpoint moves on to the next") {
