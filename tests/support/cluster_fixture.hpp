@@ -3,6 +3,8 @@
 // (max_payload large enough for the default --max-frame) and the
 // switchyard nodes a test starts, in this process, on 127.0.0.1 port 0.
 
+#include "cluster/etcd_client.hpp"
+#include "cluster/nats_link.hpp"
 #include "tests/support/etcd_process.hpp"
 #include "tests/support/nats_process.hpp"
 #include "tests/support/test_server.hpp"
@@ -15,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 
 namespace switchyard::test {
@@ -44,6 +47,24 @@ struct cluster_fixture {
     return *n;
   }
   test::test_server& node(const std::string& id) { return *nodes.at(id); }
+  // Node `id`'s incarnation (its etcd lease), as its member key says.
+  std::int64_t incarnation_of(const std::string& id) const {
+    cluster::etcd_client client(etcd.endpoints(), std::chrono::seconds(2));
+    auto kv = client.get("/switchyard/" + name + "/members/" + id);
+    REQUIRE(kv);
+    REQUIRE(kv->has_value());
+    return (*kv)->lease;
+  }
+  // Publishes raw bytes on NATS to node `id`'s subject, as another node would.
+  void nats_publish(const std::string& id, std::span<const std::byte> bytes) const {
+    asio::io_context io;
+    cluster::nats_link_options o;
+    o.servers = {nats->url()};
+    cluster::nats_link link(io.get_executor(), o);
+    REQUIRE(link.start());
+    REQUIRE(link.publish(name + ".node." + id, bytes));
+    link.stop();  // hands what is queued to cnats first
+  }
   // Starts nodes `ids` with the default config, then converge() and settle().
   void start_settled(std::initializer_list<const char*> ids) {
     for (const auto* id : ids) start(id);

@@ -36,25 +36,6 @@ std::unique_ptr<client> subscriber(test::test_server& s, std::string_view patter
 }
 
 // The etcd lease (incarnation) node `id` joined with.
-std::int64_t incarnation_of(cluster_fixture& f, const std::string& id) {
-  cluster::etcd_client etcd(f.etcd.endpoints(), 2s);
-  auto kv = etcd.get("/switchyard/" + f.name + "/members/" + id);
-  REQUIRE(kv);
-  REQUIRE(kv->has_value());
-  return (*kv)->lease;
-}
-
-// Publishes raw bytes on NATS to node `id`'s subject, as another node would.
-void nats_publish(cluster_fixture& f, const std::string& id, std::span<const std::byte> bytes) {
-  asio::io_context io;
-  cluster::nats_link_options o;
-  o.servers = {f.nats->url()};
-  cluster::nats_link link(io.get_executor(), o);
-  REQUIRE(link.start());
-  REQUIRE(link.publish(f.name + ".node." + id, bytes));
-  link.stop();  // hands what is queued to cnats first
-}
-
 // A node started on a thread of its own (its start blocks while it waits
 // for etcd): wait() joins it and REQUIREs that it started.
 class background_start {
@@ -261,10 +242,10 @@ TEST_CASE("a gap in a link's numbering reaches the node's subscribers as a Dropp
   // b's link to a, as NATS would carry it, with 500 messages missing.
   flatbuffers::FlatBufferBuilder b;
   const auto body = broker::link::CreateInterestAck(b, 0, false);
-  b.Finish(broker::link::CreateLinkMessage(b, b.CreateString("b"), incarnation_of(f, "b"), 1000,
-                                           broker::link::Body::InterestAck, body.Union(), incarnation_of(f, "a")),
+  b.Finish(broker::link::CreateLinkMessage(b, b.CreateString("b"), f.incarnation_of("b"), 1000,
+                                           broker::link::Body::InterestAck, body.Union(), f.incarnation_of("a")),
            broker::link::LinkMessageIdentifier());
-  nats_publish(f, "a", std::as_bytes(std::span(b.GetBufferPointer(), b.GetSize())));
+  f.nats_publish("a", std::as_bytes(std::span(b.GetBufferPointer(), b.GetSize())));
   REQUIRE(wait_until([&] { return dropped.load() > 0; }));
   const auto m = f.node("a").live_metrics();
   CHECK(m.cluster_lost == dropped.load());
@@ -276,8 +257,8 @@ TEST_CASE("a malformed message from NATS is dropped and counted, and the node se
   f.start("a");
   f.start("b");
   f.converge(2);
-  const auto a_incarnation = incarnation_of(f, "a");
-  const auto b_incarnation = incarnation_of(f, "b");
+  const auto a_incarnation = f.incarnation_of("a");
+  const auto b_incarnation = f.incarnation_of("b");
   const auto link_message = [&](std::string_view from, std::int64_t incarnation, std::uint64_t seq, bool with_body) {
     auto b = std::make_shared<flatbuffers::FlatBufferBuilder>();
     const auto body = broker::link::CreateInterestAck(*b, 0, false);
@@ -287,7 +268,7 @@ TEST_CASE("a malformed message from NATS is dropped and counted, and the node se
         broker::link::LinkMessageIdentifier());
     return b;
   };
-  const auto publish = [&](std::span<const std::uint8_t> bytes) { nats_publish(f, "a", std::as_bytes(bytes)); };
+  const auto publish = [&](std::span<const std::uint8_t> bytes) { f.nats_publish("a", std::as_bytes(bytes)); };
   // Messages a sent before it knew b may have been dropped already: count from here.
   const auto before = f.node("a").live_metrics().cluster_dropped;
   const std::string junk = "this is no LinkMessage at all";
@@ -405,7 +386,7 @@ TEST_CASE("a node whose loop was stuck past its lease registers again as a new i
   auto& a = f.start("a");
   f.start("b");
   f.converge(2);
-  const auto before = incarnation_of(f, "a");
+  const auto before = f.incarnation_of("a");
   {
     auto hold = a.hold_loop();  // no probe answered: no renewal
     std::this_thread::sleep_for(std::chrono::milliseconds(3500));
@@ -526,7 +507,7 @@ TEST_CASE("cluster status shows the members, the links, etcd and NATS as a node 
   }));
   CHECK(s->cluster_name == f.name);
   CHECK(s->node_id == "a");
-  CHECK(s->incarnation == incarnation_of(f, "a"));
+  CHECK(s->incarnation == f.incarnation_of("a"));
   CHECK(s->in_standing);
   CHECK(s->synced);
   REQUIRE(s->members.size() == 2);
@@ -534,7 +515,7 @@ TEST_CASE("cluster status shows the members, the links, etcd and NATS as a node 
   const auto& b = s->members[1];
   CHECK((self.node_id == "a" && self.self && self.address == "127.0.0.1:" + std::to_string(f.node("a").port())));
   CHECK((b.node_id == "b" && !b.self && b.synced_in && b.patterns == 1));
-  CHECK(b.incarnation == incarnation_of(f, "b"));
+  CHECK(b.incarnation == f.incarnation_of("b"));
   CHECK(b.records_out == 1);
   CHECK(b.lost_in == 0);
   REQUIRE(s->etcd.size() == 1);

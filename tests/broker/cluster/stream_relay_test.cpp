@@ -2,7 +2,9 @@
 // etcd and nats-server processes, switchyard nodes with real LMDB logs in
 // temporary folders, real clients.
 
+#include "broker/cluster/node_link_generated.h"
 #include "broker/cluster/partition_map.hpp"
+#include "protocol/errc.hpp"
 #include "storage/sequence_log.hpp"
 #include "tests/admin/cli_runner.hpp"
 #include "tests/support/clients.hpp"
@@ -12,9 +14,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 
 using namespace switchyard;
 using namespace std::chrono_literals;
@@ -384,4 +389,70 @@ TEST_CASE("a holder cut off while its streams are taken over stops serving them,
   CHECK_FALSE(late.has_value());
   REQUIRE(c.f.node(holder).wait_finished(20s));
   CHECK(c.f.node(holder).streams_taken_over());
+}
+
+TEST_CASE("a stream request from another node with a malformed frame is answered bad_request, and the holder serves on",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b"});
+  auto svc = test::connect_to(c.f.node("a"), "svc");
+  REQUIRE(svc->append("orders", text("o1")));
+  const auto [holder, other] = c.holder_and_other();
+
+  // What the holder answers `other`, read on NATS beside `other` itself.
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  cluster::nats_link_options o;
+  o.servers = {c.f.nats->url()};
+  cluster::nats_link watcher(io.get_executor(), o);
+  REQUIRE(watcher.start());
+  constexpr std::uint64_t ticket = 777'000'777;
+  std::mutex mu;
+  std::optional<std::pair<std::uint16_t, std::string>> answer;  // code, error
+  std::atomic<bool> subscribed{false};
+  REQUIRE(watcher.subscribe(
+      c.f.name + ".node." + other,
+      [&](const cluster::inbound_message& m) {
+        flatbuffers::Verifier verifier(reinterpret_cast<const std::uint8_t*>(m.payload.data()), m.payload.size());
+        if (!broker::link::VerifyLinkMessageBuffer(verifier)) return;
+        const auto* msg = broker::link::GetLinkMessage(m.payload.data());
+        const auto* a = msg->body_as_StreamAnswer();
+        if (a == nullptr || a->ticket() != ticket) return;
+        std::lock_guard lock(mu);
+        answer.emplace(a->code(), a->error() ? a->error()->str() : "");
+      },
+      [&](std::error_code ec) { subscribed = !ec; }));
+  std::thread loop([&] { io.run(); });
+  const bool ready = wait_until([&] { return subscribed.load(); });
+
+  // From `other`, with its incarnation, a request for the holder's stream
+  // whose frame is no frame at all.
+  flatbuffers::FlatBufferBuilder b;
+  const std::string junk = "no frame here";
+  const auto request = broker::link::CreateStreamRequest(
+      b, b.CreateString(other), ticket, b.CreateString("orders"),
+      b.CreateVector(reinterpret_cast<const std::uint8_t*>(junk.data()), junk.size()), 0);
+  b.Finish(
+      broker::link::CreateLinkMessage(b, b.CreateString(other), c.f.incarnation_of(other), 1000,
+                                      broker::link::Body::StreamRequest, request.Union(), c.f.incarnation_of(holder)),
+      broker::link::LinkMessageIdentifier());
+  if (ready) c.f.nats_publish(holder, std::as_bytes(std::span(b.GetBufferPointer(), b.GetSize())));
+  const bool answered = ready && wait_until([&] {
+                          std::lock_guard lock(mu);
+                          return answer.has_value();
+                        });
+  watcher.stop();
+  work.reset();
+  io.stop();
+  loop.join();
+  REQUIRE(ready);
+  REQUIRE(answered);
+  CHECK(answer->first == static_cast<std::uint16_t>(protocol::errc::bad_request));
+  CHECK_THAT(answer->second, Catch::Contains("malformed"));
+
+  // The holder serves its stream on.
+  auto at_holder = test::connect_to(c.f.node(holder), "svc-holder");
+  const auto next = at_holder->append("orders", text("o2"));
+  REQUIRE(next);
+  CHECK(next->seq == 2);
 }
