@@ -53,6 +53,18 @@ void progress(const std::string& line) {
   if (tty) std::cerr << "\r\033[K" << line << std::flush;
 }
 
+// An admin connection to node `address` alone, without reconnect: a
+// question to that node, answered by it or failing.
+std::expected<std::unique_ptr<client>, std::error_code> connect_admin(const std::string& address) {
+  client_options co;
+  co.addresses = {address};
+  co.admin = true;
+  co.reconnect.enabled = false;
+  co.connect_timeout = 2s;
+  co.request_timeout = 3s;
+  return client::connect(co);
+}
+
 // Waits until every node answers cluster status with all members, in
 // standing, and every partition owned. Returns what is still wrong at the
 // deadline ("" when settled).
@@ -63,13 +75,7 @@ std::string settle(const std::vector<std::string>& addresses, std::chrono::secon
     wrong.clear();
     std::string first_view;  // every node must see the same members, each with its current incarnation
     for (const auto& a : addresses) {
-      client_options co;
-      co.addresses = {a};
-      co.admin = true;
-      co.reconnect.enabled = false;
-      co.connect_timeout = 2s;
-      co.request_timeout = 2s;
-      auto c = client::connect(co);
+      auto c = connect_admin(a);
       if (!c) {
         wrong = a + ": " + c.error().message();
         break;
@@ -109,13 +115,7 @@ void diagnose(const std::vector<std::string>& addresses, const std::vector<std::
   std::uint64_t n = 0;
   std::ofstream out(file);
   for (const auto& a : addresses) {
-    client_options co;
-    co.addresses = {a};
-    co.admin = true;
-    co.reconnect.enabled = false;
-    co.connect_timeout = 2s;
-    co.request_timeout = 3s;
-    auto c = client::connect(co);
+    auto c = connect_admin(a);
     if (!c) {
       out << a << ": cannot connect: " << c.error().message() << '\n';
       continue;
@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
   app.add_option("--fault-every", o.fault_every_s, "seconds of quiet after each fault")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600));
-  app.add_option("--faults", o.faults, "faults to choose from (comma-separated; none: a run without faults)")
+  app.add_option("--faults", o.faults, "faults to choose from (comma-separated; --no-faults for none)")
       ->delimiter(',')
       ->check(CLI::IsMember(std::vector<std::string>(all_faults.begin(), all_faults.end())))
       ->capture_default_str();
@@ -332,9 +332,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
+    app.exit(e);  // prints the help, the version, or what was wrong
     return e.get_exit_code() == 0 ? 0 : 2;
-    (void)code;
   }
   if (!o.check_file.empty()) {
     auto h = chaos::read_history(o.check_file);

@@ -36,15 +36,19 @@ workload::~workload() {
   for (auto& g : gateways_) g->gw.reset();
 }
 
-std::unique_ptr<client> workload::connect(const std::string& name) {
+client_options workload::options_for(const std::string& name, std::vector<std::string> addresses) const {
   client_options co;
-  co.addresses = options_.addresses;
+  co.addresses = std::move(addresses);
   co.client_name = "chaos-" + name;
   co.request_timeout = std::chrono::milliseconds(3000);
   co.connect_timeout = std::chrono::milliseconds(3000);
   co.reconnect.base_delay = std::chrono::milliseconds(100);
   co.reconnect.max_delay = std::chrono::milliseconds(1000);
-  auto c = client::connect(std::move(co));
+  return co;
+}
+
+std::unique_ptr<client> workload::connect(const std::string& name) {
+  auto c = client::connect(options_for(name, options_.addresses));
   if (!c) throw std::runtime_error(fmt::format("chaos: {} cannot connect: {}", name, c.error().message()));
   return std::move(*c);
 }
@@ -139,65 +143,59 @@ void workload::start() {
   for (int k = 0; k < options_.appenders; ++k) threads_.emplace_back([this, k] { run_appender(k); });
 }
 
-void workload::run_sender(int k) {
-  const auto name = fmt::format("sender-{}", k);
+void workload::run_worker(const std::string& name, const std::function<void(client&, std::uint64_t)>& step) {
   auto conn = connect_until_stopped(name);
   if (!conn) return;
+  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+    step(*conn, n);
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(options_.pause);
+  }
+}
+
+void workload::run_sender(int k) {
+  const auto name = fmt::format("sender-{}", k);
   std::mt19937_64 random(options_.seed * 1000 + 100 + k);
   std::uniform_int_distribution<std::size_t> pick(0, users_.size() - 1);
-  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+  run_worker(name, [&](client& conn, std::uint64_t n) {
     event e;
     e.type = event_type::send;
     e.proc = name;
     e.user = users_[pick(random)];
     e.payload = fmt::format("s{}-{}", k, n);
     e.t_us = history_.now_us();
-    auto r = conn->send(e.user, e.payload);
-    if (r) {
-      e.outcome = "ok";
-      e.gateway = *r;
-    } else {
-      e.outcome = outcome_of(r.error());
-    }
+    auto r = conn.send(e.user, e.payload);
+    e.outcome = r ? "ok" : outcome_of(r.error());
+    if (r) e.gateway = *r;
     history_.record(std::move(e));
-    calls_.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(options_.pause);
-  }
+  });
 }
 
 void workload::run_appender(int k) {
   const auto name = fmt::format("appender-{}", k);
-  auto conn = connect_until_stopped(name);
-  if (!conn) return;
   std::mt19937_64 random(options_.seed * 1000 + 200 + k);
   std::uniform_int_distribution<int> pick(0, options_.streams - 1);
-  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+  run_worker(name, [&](client& conn, std::uint64_t n) {
     event e;
     e.type = event_type::append;
     e.proc = name;
     e.stream = stream_name(pick(random));
     e.payload = fmt::format("a{}-{}", k, n);
     e.t_us = history_.now_us();
-    auto r = conn->append(e.stream, std::as_bytes(std::span(e.payload.data(), e.payload.size())));
+    auto r = conn.append(e.stream, std::as_bytes(std::span(e.payload.data(), e.payload.size())));
+    e.outcome = r ? "ok" : outcome_of(r.error());
     if (r) {
-      e.outcome = "ok";
       e.seq = r->seq;
       e.epoch = r->epoch;
-    } else {
-      e.outcome = outcome_of(r.error());
     }
     history_.record(std::move(e));
-    calls_.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(options_.pause);
-  }
+  });
 }
 
 void workload::run_publisher(int k) {
   const auto name = fmt::format("publisher-{}", k);
-  auto conn = connect_until_stopped(name);
-  if (!conn) return;
   const auto channel = fmt::format("chaos.news.p{}", k);
-  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+  run_worker(name, [&](client& conn, std::uint64_t n) {
     event e;
     e.type = event_type::publish;
     e.proc = name;
@@ -206,13 +204,9 @@ void workload::run_publisher(int k) {
     // Recorded before: a subscriber may receive it before publish() returns.
     // A publish refused here (buffer full while reconnecting) is never
     // received, which at most once allows.
-    const auto channel_copy = e.channel;
-    const auto id = e.payload;
-    history_.record(std::move(e));
-    (void)conn->publish(channel_copy, id);
-    calls_.fetch_add(1, std::memory_order_relaxed);
-    std::this_thread::sleep_for(options_.pause);
-  }
+    history_.record(e);
+    (void)conn.publish(e.channel, e.payload);
+  });
 }
 
 std::size_t workload::probe_channels(std::chrono::milliseconds deadline) {
@@ -221,11 +215,7 @@ std::size_t workload::probe_channels(std::chrono::milliseconds deadline) {
   for (std::size_t i = 0; i < options_.addresses.size(); ++i) {
     const auto node = std::string(1, static_cast<char>('a' + i));
     const auto prober = "prober-" + node;
-    client_options co;
-    co.addresses = {options_.addresses[i]};
-    co.client_name = "chaos-" + prober;
-    co.connect_timeout = std::chrono::milliseconds(3000);
-    auto conn = client::connect(std::move(co));
+    auto conn = client::connect(options_for(prober, {options_.addresses[i]}));
     if (!conn) {  // recorded: the checker then expects this node's probe at every subscriber
       event e;
       e.type = event_type::publish;

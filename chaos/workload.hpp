@@ -29,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -94,10 +95,16 @@ class workload {
 
  private:
   struct gateway_slot;
+  // A workload client's options: its name, these nodes, short timeouts and
+  // reconnect delays (the cluster comes back within seconds).
+  client_options options_for(const std::string& name, std::vector<std::string> addresses) const;
   // Throws std::runtime_error when no node takes the connection.
   std::unique_ptr<client> connect(const std::string& name);
   // connect(), retried until it works or stop() was called (nullptr then).
   std::unique_ptr<client> connect_until_stopped(const std::string& name);
+  // Connects as `name` (retrying) and calls step(conn, n) for n = 0, 1, ...
+  // until stop(), pausing options_.pause between calls. On its own thread.
+  void run_worker(const std::string& name, const std::function<void(client&, std::uint64_t)>& step);
   void run_sender(int k);
   void run_appender(int k);
   void run_publisher(int k);

@@ -6,18 +6,15 @@
 // it printed before its logger started). Also small HTTP helpers to talk to
 // etcd directly, past the client under test.
 
+#include "chaos/child_process.hpp"
 #include "common/asio.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -30,8 +27,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-extern char** environ;
 
 namespace switchyard::test {
 
@@ -114,61 +109,35 @@ inline etcd_http_answer etcd_post(std::uint16_t port, const std::string& path, c
 // One etcd child process. Not copyable; kill() or the destructor ends it.
 class etcd_member {
  public:
+  // Starts it; throws std::runtime_error when etcd cannot be run.
   etcd_member(std::vector<std::string> args, std::string out_file)
-      : args_(std::move(args)), out_file_(std::move(out_file)) {
-    spawn();
+      : process_("etcd", with_binary(std::move(args)), std::move(out_file)) {
+    start();
   }
-  ~etcd_member() { kill(); }
   etcd_member(const etcd_member&) = delete;
   etcd_member& operator=(const etcd_member&) = delete;
 
   // Still running (not exited, not killed)?
-  bool running() {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return false;
-    }
-    return true;
-  }
-  // SIGKILL and reap (SIGKILL cannot be ignored: the wait is short).
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
+  bool running() { return process_.running(); }
+  // SIGKILL and reap (the destructor does too).
+  void kill() { process_.kill(); }
   // Kills it if running, and starts it again with the same arguments (and
   // so the same ports and data folder).
   void restart() {
     kill();
-    spawn();
+    start();
   }
 
  private:
-  void spawn() {
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(SWITCHYARD_ETCD_BINARY));
-    for (auto& a : args_) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    ::posix_spawn_file_actions_init(&actions);
-    ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    ::posix_spawn_file_actions_addopen(&actions, 1, out_file_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ::posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    const int rc = ::posix_spawnp(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    ::posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-      pid_ = -1;
-      throw std::runtime_error(std::string("cannot start ") + SWITCHYARD_ETCD_BINARY + " (etcd-server)");
-    }
+  static std::vector<std::string> with_binary(std::vector<std::string> args) {
+    args.insert(args.begin(), SWITCHYARD_ETCD_BINARY);
+    return args;
+  }
+  void start() {
+    if (auto started = process_.start(); !started) throw std::runtime_error(started.error() + " (etcd-server)");
   }
 
-  std::vector<std::string> args_;
-  std::string out_file_;
-  pid_t pid_ = -1;
+  chaos::child_process process_;
 };
 
 // `members` etcd processes forming one cluster (1: a single member).
