@@ -9,6 +9,8 @@
 #include "chaos/checker.hpp"
 #include "chaos/harness.hpp"
 #include "chaos/history.hpp"
+#include "chaos/run_folder.hpp"
+#include "chaos/settle.hpp"
 #include "chaos/workload.hpp"
 
 #include <switchyard/client.hpp>
@@ -16,8 +18,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -31,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace switchyard;
 using namespace std::chrono_literals;
+using chaos::progress;
 
 constexpr std::array<std::string_view, 5> all_faults{"kill-node", "kill-etcd", "kill-nats", "stop-node", "cut-node"};
 
@@ -47,67 +48,6 @@ struct run_options {
   std::string check_file;
 };
 
-// Progress on a terminal only (stderr).
-void progress(const std::string& line) {
-  static const bool tty = ::isatty(STDERR_FILENO);
-  if (tty) std::cerr << "\r\033[K" << line << std::flush;
-}
-
-// An admin connection to node `address` alone, without reconnect: a
-// question to that node, answered by it or failing.
-std::expected<std::unique_ptr<client>, std::error_code> connect_admin(const std::string& address) {
-  client_options co;
-  co.addresses = {address};
-  co.admin = true;
-  co.reconnect.enabled = false;
-  co.connect_timeout = 2s;
-  co.request_timeout = 3s;
-  return client::connect(co);
-}
-
-// Waits until every node answers cluster status with all members, in
-// standing, and every partition owned. Returns what is still wrong at the
-// deadline ("" when settled).
-std::string settle(const std::vector<std::string>& addresses, std::chrono::seconds deadline) {
-  const auto give_up = std::chrono::steady_clock::now() + deadline;
-  std::string wrong;
-  while (std::chrono::steady_clock::now() < give_up) {
-    wrong.clear();
-    std::string first_view;  // every node must see the same members, each with its current incarnation
-    for (const auto& a : addresses) {
-      auto c = connect_admin(a);
-      if (!c) {
-        wrong = a + ": " + c.error().message();
-        break;
-      }
-      auto st = (*c)->cluster_status();
-      if (!st) {
-        wrong = a + ": " + st.error().message();
-        break;
-      }
-      std::uint32_t owned = 0;
-      std::string view;
-      for (const auto& m : st->members) {
-        owned += m.partitions;
-        view += fmt::format("{}/{} ", m.node_id, m.incarnation);
-      }
-      if (first_view.empty()) first_view = view;
-      if (view != first_view) {
-        wrong = fmt::format("{} sees members {}, another node {}", a, view, first_view);
-        break;
-      }
-      if (!st->in_standing || st->members.size() != static_cast<std::size_t>(chaos::harness::size) || owned != 1024) {
-        wrong = fmt::format("{}: {} members, {} partitions owned, {}", a, st->members.size(), owned,
-                            st->in_standing ? "in standing" : "out of standing");
-        break;
-      }
-    }
-    if (wrong.empty()) return {};
-    std::this_thread::sleep_for(200ms);
-  }
-  return wrong;
-}
-
 // After users stayed unroutable: what each node says about the first of
 // them and about itself, into `file` (for whoever reads the run's folder).
 void diagnose(const std::vector<std::string>& addresses, const std::vector<std::string>& users, const fs::path& file,
@@ -115,7 +55,7 @@ void diagnose(const std::vector<std::string>& addresses, const std::vector<std::
   std::uint64_t n = 0;
   std::ofstream out(file);
   for (const auto& a : addresses) {
-    auto c = connect_admin(a);
+    auto c = chaos::connect_admin(a);
     if (!c) {
       out << a << ": cannot connect: " << c.error().message() << '\n';
       continue;
@@ -241,7 +181,7 @@ int run(const run_options& o) {
   {
     progress("starting 3 etcd members, 3 nats-servers and 3 nodes ...");
     chaos::harness h({.server_binary = o.server, .dir = o.dir, .cluster_lease_ttl_s = lease_ttl_s});
-    if (auto wrong = settle(h.node_addresses(), 60s); !wrong.empty())
+    if (auto wrong = chaos::settle(h.node_addresses(), 60s); !wrong.empty())
       throw std::runtime_error("the cluster did not settle: " + wrong);
     chaos::workload w({.addresses = h.node_addresses(), .gateways = o.gateways, .seed = o.seed}, history);
     w.start();
@@ -281,7 +221,7 @@ int run(const run_options& o) {
     w.stop();
     progress("faults over: waiting for the cluster to settle ...");
     if (exited.empty()) {
-      if (auto wrong = settle(h.node_addresses(), 60s); !wrong.empty())
+      if (auto wrong = chaos::settle(h.node_addresses(), 60s); !wrong.empty())
         throw std::runtime_error("the cluster did not settle after the faults: " + wrong);
       progress("probing every live user ...");
       if (w.probe(30s) > 0) diagnose(h.node_addresses(), w.unreached(), o.dir / "diagnostics.txt", history);
@@ -346,29 +286,12 @@ int main(int argc, char** argv) {
     return report.ok() ? 0 : 1;
   }
   if (o.seed == 0) o.seed = std::random_device{}() | 1;
-  const bool own_dir = o.dir.empty();
-  if (!own_dir) {
-    std::error_code ec;
-    if (fs::exists(o.dir, ec) && !fs::is_empty(o.dir, ec)) {
-      // Old etcd data and logs would be taken as this run's.
-      std::cerr << "switchyard-chaos: --dir " << o.dir.string() << " is not empty\n";
-      return 2;
-    }
-    fs::create_directories(o.dir, ec);
-    if (ec) {
-      std::cerr << "switchyard-chaos: cannot make " << o.dir.string() << ": " << ec.message() << '\n';
-      return 2;
-    }
+  auto folder = chaos::run_folder::make(o.dir, "switchyard-chaos", o.keep);
+  if (!folder) {
+    std::cerr << "switchyard-chaos: " << folder.error() << '\n';
+    return 2;
   }
-  if (own_dir) {
-    std::string tmpl = (fs::exists("/dev/shm") ? std::string("/dev/shm") : fs::temp_directory_path().string()) +
-                       "/switchyard-chaos.XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      std::cerr << "switchyard-chaos: cannot make a folder in " << tmpl << '\n';
-      return 2;
-    }
-    o.dir = tmpl;
-  }
+  o.dir = folder->path();
   int rc = 2;
   try {
     rc = run(o);
@@ -379,9 +302,8 @@ int main(int argc, char** argv) {
   }
   if (rc != 0 || o.keep) {
     std::cerr << "switchyard-chaos: seed " << o.seed << "; history and logs in " << o.dir.string() << '\n';
-  } else if (own_dir) {
-    std::error_code ec;
-    fs::remove_all(o.dir, ec);
+  } else {
+    folder->remove_unless_kept();
   }
   return rc;
 }

@@ -416,6 +416,16 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
                     std::function<void()> answered);
   static constexpr int max_inbox_retries = 30;
   static constexpr std::chrono::milliseconds inbox_retry_delay{500};
+  // Puts registry entry `key` again (under `put`'s lease) and calls
+  // `answered` (if set) with the first answer. In cluster mode a put the
+  // broker answers `unavailable` (its partition's owner is out of reach
+  // for now: a node just died, or this one is cut off from etcd) is retried
+  // in the background, put_retry_delay doubling up to put_retry_max_delay
+  // apart (with jitter), while this session lasts and the entry is still
+  // this client's, under that lease. `tries` 0: part of restore().
+  void reput(std::uint64_t gen, std::string key, detail::owned_put put, int tries, std::function<void()> answered);
+  static constexpr std::chrono::milliseconds put_retry_delay{200};
+  static constexpr std::chrono::milliseconds put_retry_max_delay{2000};
   // Any thread: `box` is still in the inbox list (not closed or replaced).
   bool inbox_installed(const inbox_entry* box);
   // The last phase of restore(): the session is up for everyone.

@@ -145,16 +145,9 @@ void client::impl::restore(std::uint64_t gen, reconnect_info info) {
       barrier->add();
       p.reopen_inbox(gen, box, 0, [barrier] { barrier->done(); });
     }
-    for (const auto& [key, put] : puts) {
+    for (auto& [key, put] : puts) {
       barrier->add();
-      p.request([&](std::uint64_t r) { return local_builder().registry_put(r, key, put.value, put.lease, 0); },
-                [key, barrier](std::error_code ec, const wire::Frame*) {
-                  if (ec)
-                    log(log_level::warn, "switchyard: restoring registry entry {} after a reconnect failed: {}", key,
-                        ec.message());
-                  barrier->done();
-                },
-                true);
+      p.reput(gen, std::move(key), std::move(put), 0, [barrier] { barrier->done(); });
     }
     barrier->done();
   };
@@ -234,6 +227,42 @@ void client::impl::reopen_inbox(std::uint64_t gen, std::shared_ptr<const inbox_e
             } else {
               log(log_level::warn, "switchyard: reopening inbox {} after a reconnect failed: {}", box->id,
                   ec.message());
+            }
+            if (answered) answered();
+          },
+          tries == 0);
+}
+
+void client::impl::reput(std::uint64_t gen, std::string key, detail::owned_put put, int tries,
+                         std::function<void()> answered) {
+  request([&](std::uint64_t r) { return local_builder().registry_put(r, key, put.value, put.lease, 0); },
+          [self = shared_from_this(), gen, key, put, tries, answered](std::error_code ec, const wire::Frame*) {
+            if (ec == errc::unavailable && gen == self->generation) {
+              if (tries == 0)
+                log(log_level::info,
+                    "switchyard: registry entry {} not restored yet (its owner in the cluster is out of reach): "
+                    "retrying",
+                    key);
+              // uniform(delay / 2, delay), the delay doubling up to the cap.
+              const auto wait = self->backoff.half_jitter(
+                  std::min(put_retry_max_delay, put_retry_delay * (std::int64_t{1} << std::min(tries, 10))));
+              auto timer = std::make_shared<asio::steady_timer>(self->io, wait);
+              timer->async_wait([self, gen, key, put, tries, timer](asio_error_code wait_ec) {
+                if (wait_ec || gen != self->generation) return;
+                {
+                  // Still ours, under the same lease (not removed or put again meanwhile)?
+                  switchyard::lock_guard lock(self->mu);
+                  const auto it = self->owned_puts.find(key);
+                  if (it == self->owned_puts.end() || it->second.lease != put.lease || it->second.value != put.value)
+                    return;
+                }
+                self->reput(gen, key, put, tries + 1, nullptr);
+              });
+            } else if (ec) {
+              log(log_level::warn, "switchyard: restoring registry entry {} after a reconnect failed: {}", key,
+                  ec.message());
+            } else if (tries > 0) {
+              log(log_level::info, "switchyard: registry entry {} restored after {} retries", key, tries);
             }
             if (answered) answered();
           },

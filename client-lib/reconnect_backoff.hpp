@@ -59,6 +59,11 @@ class reconnect_backoff {
   std::chrono::milliseconds downtime() const;
   // The exponent n of the next attempt (for tests and logs).
   std::uint32_t exponent() const noexcept { return n_; }
+  // A uniform wait in [limit / 2, limit] from the injected random source
+  // (the client's other jittered retries).
+  std::chrono::milliseconds half_jitter(std::chrono::milliseconds limit) {
+    return limit / 2 + jitter(limit - limit / 2);
+  }
 
  private:
   std::chrono::milliseconds jitter(std::chrono::milliseconds limit);

@@ -81,6 +81,10 @@ struct route_relay::pending_send {
   std::vector<std::string> gateways;  // per key of the Send, in order ("" = no route)
   std::vector<std::string> asked;     // the nodes asked (an outcome_unknown names them)
   clock::time_point deadline;
+  // A durable send: answered with its record's place, never outcome_unknown.
+  bool durable = false;
+  std::uint64_t seq = 0;
+  std::uint64_t epoch = 0;
 };
 
 // Puts and removals for one owner, and (once sent) the puts waiting for
@@ -142,13 +146,18 @@ route_relay::route_relay(asio::io_context& io, route_relay_options options, node
 route_relay::~route_relay() {
   // What still waits for another node is answered: the node leaves the
   // cluster (it stops), and a Ping after these must not hang.
-  for (auto& [ticket, snd] : sends_)
+  for (auto& [ticket, snd] : sends_) {
+    if (snd.durable) {
+      answer(snd);
+      continue;
+    }
     if (auto p = snd.who.lock(); p && !p->closed()) {
       p->send_error(snd.request_id, errc::outcome_unknown,
                     "this node left the cluster before the other nodes answered: the message may or may not have "
                     "been delivered");
       p->close_ticket(snd.peer_ticket);
     }
+  }
   const auto unconfirmed = [](put_batch& batch) {
     for (auto& w : batch.waiters)
       if (auto p = w.who.lock(); p && !p->closed()) {
@@ -513,6 +522,27 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
 
 void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::string_view> keys,
                        protocol::bytes_view payload) {
+  route(&from, rid, keys, payload, nullptr);
+}
+
+void route_relay::send_durable(peer* from, std::uint64_t rid, std::uint64_t ticket,
+                               std::span<const std::string_view> keys, protocol::bytes_view payload,
+                               const log_position& position, clock::time_point deadline) {
+  const durable_part durable{position, deadline, ticket};
+  route(from, rid, keys, payload, &durable);
+}
+
+std::uint32_t route_relay::deliver_here(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                                        const durable_part* durable, std::vector<std::string_view>& gateways) {
+  if (!durable) return fanout_.send_to_users(keys, payload, nullptr, gateways);
+  if (durable->deadline == clock::time_point{})
+    return fanout_.send_to_users(keys, payload, &durable->position, gateways);
+  return fanout_.send_offer(keys, payload, delivery_meta{durable->deadline, 0, false}, clock::now(), gateways,
+                            &durable->position);
+}
+
+void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::string_view> keys,
+                        protocol::bytes_view payload, const durable_part* durable) {
   // Group the keys (with their places in the Send): delivered here, by
   // home node (this node owns their partition), by owner node; or
   // unavailable.
@@ -549,37 +579,59 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
   std::uint32_t routed = 0;
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  if (!here.keys.empty()) routed = fanout_.send_to_users(here.keys, payload, nullptr, gateways);
+  if (!here.keys.empty()) routed = deliver_here(here.keys, payload, durable, gateways);
+  // A durable send past the limit: the keys other nodes would have to
+  // deliver count as not routed (its record is durable; a durable inbox
+  // finds it by reading).
+  const bool full = sends_.size() >= max_pending_sends;
+  if (durable && full) {
+    owners.clear();
+    homes.clear();
+  }
   if (homes.empty() && owners.empty()) {
     // Everything decided here: answered as on one node (a gateway per key,
     // in order).
+    if (durable) {
+      if (from && rid != 0) {
+        answer_scratch_.assign(keys.size(), std::string_view());
+        for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
+          answer_scratch_[here.indices[j]] = gateways[j];
+        from->send(answers_.send_result(rid, answer_scratch_, routed, durable->position.seq, durable->position.epoch));
+      }
+      if (from) from->close_ticket(durable->ticket);
+      return;
+    }
     if (keys.size() == 1 && routed == 0) {
       if (unavailable != 0) {
         ++counters_.unavailable;
-        return from.send_error(rid, errc::unavailable,
-                               unavailable_for(keys[0]).value_or("route key's partition is not in reach now"));
+        return from->send_error(rid, errc::unavailable,
+                                unavailable_for(keys[0]).value_or("route key's partition is not in reach now"));
       }
-      return from.send_error(rid, errc::no_route, "no route for " + std::string(keys[0]));
+      return from->send_error(rid, errc::no_route, "no route for " + std::string(keys[0]));
     }
     if (rid != 0) {
       answer_scratch_.assign(keys.size(), std::string_view());
       for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
         answer_scratch_[here.indices[j]] = gateways[j];
-      from.send(answers_.send_result(rid, answer_scratch_, routed));
+      from->send(answers_.send_result(rid, answer_scratch_, routed));
     }
     return;
   }
-  if (sends_.size() >= max_pending_sends) {
+  if (full) {
     ++counters_.unavailable;
-    return from.send_error(
+    return from->send_error(
         rid, errc::unavailable,
         fmt::format("this node has {} sends waiting for other nodes (its limit): retry", max_pending_sends));
   }
   const auto ticket = ++next_ticket_;
   pending_send s;
-  s.who = from.weak_peer();
+  if (from) {
+    // A durable send keeps its append's ticket (opened before any Ping
+    // that must wait for this answer).
+    s.who = from->weak_peer();
+    s.peer_ticket = durable ? durable->ticket : from->open_ticket();
+  }
   s.request_id = rid;
-  s.peer_ticket = from.open_ticket();
   if (keys.size() == 1) s.single_key = keys[0];
   s.keys = keys.size();
   s.routed = routed;
@@ -587,10 +639,15 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
   s.gateways.assign(keys.size(), std::string());
   for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
     s.gateways[here.indices[j]] = gateways[j];
-  s.deadline = clock::now() + options_.forward_timeout;
+  s.deadline = clock::now() + (durable ? options_.forward_timeout / 2 : options_.forward_timeout);
+  if (durable) {
+    s.durable = true;
+    s.seq = durable->position.seq;
+    s.epoch = durable->position.epoch;
+  }
   const auto origin = bus_.node_id();
   for (const auto& [node, g] : owners.in_use()) {
-    if (forward(node, origin, ticket, g.keys, g.indices, payload, false)) {
+    if (forward(node, origin, ticket, g.keys, g.indices, payload, false, durable)) {
       ++s.owners_waited;
       s.asked.emplace_back(node);
     } else {
@@ -598,7 +655,7 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
     }
   }
   for (const auto& [node, g] : homes.in_use()) {
-    if (forward(node, origin, ticket, g.keys, g.indices, payload, true)) {
+    if (forward(node, origin, ticket, g.keys, g.indices, payload, true, durable)) {
       ++s.homes_expected;
       s.asked.emplace_back(node);
     } else {
@@ -612,9 +669,10 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
 
 bool route_relay::forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
                           std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
-                          protocol::bytes_view payload, bool to_home) {
+                          protocol::bytes_view payload, bool to_home, const durable_part* durable) {
   std::size_t size = payload.size() + origin.size() + 64;
   for (const auto key : keys) size += key.size() + 16;
+  if (durable) size += durable->position.stream.size() + 32;
   auto* box = outbox_for(node, size);
   if (!box) return false;
   auto& b = box->b;
@@ -622,7 +680,24 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
   const auto k = b.CreateVectorOfStrings(keys.begin(), keys.end());
   const auto bytes = b.CreateVector(payload.data(), payload.size());
   const auto idx = b.CreateVector(indices.data(), indices.size());
-  box->forwards.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx));
+  flatbuffers::Offset<flatbuffers::String> stream;
+  std::uint64_t seq = 0, epoch = 0;
+  bool expiring = false;
+  std::uint32_t expires_in_ms = 0;
+  if (durable) {
+    stream = b.CreateString(durable->position.stream.data(), durable->position.stream.size());
+    seq = durable->position.seq;
+    epoch = durable->position.epoch;
+    if (durable->deadline != clock::time_point{}) {
+      // The time left, rounded down: the receiver never writes it later
+      // than this node would have.
+      expiring = true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(durable->deadline - clock::now());
+      expires_in_ms = static_cast<std::uint32_t>(std::clamp<std::int64_t>(left.count(), 0, UINT32_MAX));
+    }
+  }
+  box->forwards.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx, stream, seq,
+                                                  epoch, expiring, expires_in_ms));
   if (origin == bus_.node_id()) box->own.push_back({ticket, static_cast<std::uint32_t>(keys.size()), to_home});
   ++counters_.sends_forwarded;
   return true;
@@ -826,13 +901,22 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
   const auto* idx = f.indices();
   if (!idx || idx->size() != f.keys()->size()) return;  // not as this version sends it
+  // A durable send's part, rebuilt from the forward (its deadline from the
+  // time it had left when sent).
+  durable_part durable_here;
+  const durable_part* durable = nullptr;
+  if (f.stream() && f.stream()->size() > 0) {
+    durable_here.position = log_position{f.stream()->string_view(), f.seq(), f.epoch()};
+    if (f.expiring()) durable_here.deadline = clock::now() + std::chrono::milliseconds(f.expires_in_ms());
+    durable = &durable_here;
+  }
   auto& all = *all_;
   all.clear();
   for (std::uint32_t i = 0; i < f.keys()->size(); ++i) {
     const auto* s = f.keys()->Get(i);
     if (s->size() > 0 && s->size() <= max_key_bytes) all.add(s->string_view(), idx->Get(i));
   }
-  if (f.to_home()) return deliver_home(origin, f.ticket(), all.keys, all.indices, payload);
+  if (f.to_home()) return deliver_home(origin, f.ticket(), all.keys, all.indices, payload, durable);
   // As the keys' owner: look them up, deliver what lives here, pass the
   // rest on to their homes (a home that is the origin itself delivers on
   // its SendForward too).
@@ -857,7 +941,7 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   }
   std::uint32_t forwarded = 0;
   for (const auto& [node, g] : homes.in_use()) {
-    if (forward(node, origin, f.ticket(), g.keys, g.indices, payload, true))
+    if (forward(node, origin, f.ticket(), g.keys, g.indices, payload, true, durable))
       ++forwarded;
     else
       unavailable += static_cast<std::uint32_t>(g.keys.size());
@@ -865,15 +949,16 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   std::uint32_t routed = 0;
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  if (!here.keys.empty()) routed = fanout_.send_to_users(here.keys, payload, nullptr, gateways);
+  if (!here.keys.empty()) routed = deliver_here(here.keys, payload, durable, gateways);
   send_outcome(origin, f.ticket(), routed, gateways, here.indices, forwarded, unavailable, true);
 }
 
 void route_relay::deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
-                               std::span<const std::uint32_t> indices, protocol::bytes_view payload) {
+                               std::span<const std::uint32_t> indices, protocol::bytes_view payload,
+                               const durable_part* durable) {
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  const auto routed = keys.empty() ? 0 : fanout_.send_to_users(keys, payload, nullptr, gateways);
+  const auto routed = keys.empty() ? 0 : deliver_here(keys, payload, durable, gateways);
   if (origin == bus_.node_id())
     apply_outcome(ticket, routed, gateways, indices, 0, 0, false);
   else
@@ -915,22 +1000,37 @@ void route_relay::finish(std::uint64_t ticket) {
   if (it == sends_.end()) return;
   auto& s = it->second;
   if (s.owners_waited > 0 || s.homes_answered < s.homes_expected) return;
-  if (auto p = s.who.lock(); p && !p->closed()) {
-    if (s.keys == 1 && s.routed == 0) {
-      if (s.unavailable != 0) {
-        ++counters_.unavailable;
-        p->send_error(s.request_id, errc::unavailable,
-                      "route key '" + s.single_key + "': its partition's owner is not in reach now; retry");
-      } else {
-        p->send_error(s.request_id, errc::no_route, "no route for " + s.single_key);
-      }
-    } else if (s.request_id != 0) {
-      std::vector<std::string_view> views(s.gateways.begin(), s.gateways.end());
-      p->send(answers_.send_result(s.request_id, views, s.routed));
-    }
-    p->close_ticket(s.peer_ticket);
-  }
+  answer(s);
   sends_.erase(it);
+}
+
+void route_relay::answer(pending_send& s) {
+  auto p = s.who.lock();
+  if (!p) return;
+  if (p->closed()) {
+    p->close_ticket(s.peer_ticket);
+    return;
+  }
+  if (s.durable) {
+    // Its record is durable: the answer says where, and which keys were
+    // routed (so far).
+    if (s.request_id != 0) {
+      std::vector<std::string_view> views(s.gateways.begin(), s.gateways.end());
+      p->send(answers_.send_result(s.request_id, views, s.routed, s.seq, s.epoch));
+    }
+  } else if (s.keys == 1 && s.routed == 0) {
+    if (s.unavailable != 0) {
+      ++counters_.unavailable;
+      p->send_error(s.request_id, errc::unavailable,
+                    "route key '" + s.single_key + "': its partition's owner is not in reach now; retry");
+    } else {
+      p->send_error(s.request_id, errc::no_route, "no route for " + s.single_key);
+    }
+  } else if (s.request_id != 0) {
+    std::vector<std::string_view> views(s.gateways.begin(), s.gateways.end());
+    p->send(answers_.send_result(s.request_id, views, s.routed));
+  }
+  p->close_ticket(s.peer_ticket);
 }
 
 void route_relay::arm_timer() {
@@ -952,6 +1052,12 @@ void route_relay::on_timer() {
     auto& s = it->second;
     if (now < s.deadline) {
       ++it;
+      continue;
+    }
+    if (s.durable) {
+      // Durable either way: answered with the keys routed so far.
+      answer(s);
+      it = sends_.erase(it);
       continue;
     }
     if (auto p = s.who.lock(); p && !p->closed()) {

@@ -20,6 +20,11 @@
 //          answers S (SendOutcome). S answers the client once every part
 //          is in, holding a peer ticket meanwhile (a Ping after it waits).
 //          No answer within the forward timeout: outcome_unknown.
+//   durable A durable send takes the same path from the stream's holder
+//          once its record is durable there (S is then the holder), each
+//          forward carrying the record's place and any expiry as time
+//          left; it is answered with the place and the keys routed, never
+//          outcome_unknown (its record is in the log).
 //
 // Out of standing in etcd, this node acts as an owner for nothing.
 // Batching: puts and removals to one owner go out once per loop turn, in
@@ -128,6 +133,21 @@ class route_relay {
   // as on one node (SendResult, or no_route for one key without a route)
   // once every node involved answered.
   void send(peer& from, std::uint64_t request_id, std::span<const std::string_view> keys, protocol::bytes_view payload);
+  // A durable send whose record this node's log holds at `position`
+  // (durable_pipeline, once the record is durable; everything borrowed for
+  // the call), `ticket` the ticket its append holds on `from` (closed here
+  // once answered: a Ping after the send still waits for its answer):
+  // delivered as send() does, each delivery carrying the
+  // position, never written at or after `deadline` when one is set (an
+  // expiring send); answered on `from` (null: the sender has gone, only
+  // delivered) with a SendResult carrying the position, even for one key
+  // without a route, as on one node. Keys whose nodes do not answer within
+  // half the forward timeout count as not routed: the record is durable
+  // either way, and the answer reaches a node that forwarded the send here
+  // within that node's own timeout.
+  void send_durable(peer* from, std::uint64_t request_id, std::uint64_t ticket, std::span<const std::string_view> keys,
+                    protocol::bytes_view payload, const log_position& position,
+                    std::chrono::steady_clock::time_point deadline);
 
   route_relay_counters counters() const;
 
@@ -151,6 +171,20 @@ class route_relay {
   struct put_batch;
   struct rebuild;
   using clock = std::chrono::steady_clock;
+  // What a durable send adds to a send: its record's place, its expiry.
+  struct durable_part {
+    log_position position;
+    clock::time_point deadline{};  // {} = none
+    std::uint64_t ticket = 0;      // the append's ticket on the sender (origin only)
+  };
+
+  // send() and send_durable(): `durable` null for a plain send.
+  void route(peer* from, std::uint64_t request_id, std::span<const std::string_view> keys, protocol::bytes_view payload,
+             const durable_part* durable);
+  // Delivers `keys` here (fanout) with the durable part, if any; the
+  // gateways into `gateways`. Returns the keys routed.
+  std::uint32_t deliver_here(std::span<const std::string_view> keys, protocol::bytes_view payload,
+                             const durable_part* durable, std::vector<std::string_view>& gateways);
 
   // Owner side: a put of `key` by `principal` from `home` would take over
   // a route another principal holds on another live node.
@@ -175,15 +209,18 @@ class route_relay {
   void on_outcome(const link::SendOutcome& o);
   // Delivers `keys` here (this node is their home) and tells the origin.
   void deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
-                    std::span<const std::uint32_t> indices, protocol::bytes_view payload);
+                    std::span<const std::uint32_t> indices, protocol::bytes_view payload, const durable_part* durable);
   void apply_outcome(std::uint64_t ticket, std::uint32_t routed, std::span<const std::string_view> gateways,
                      std::span<const std::uint32_t> indices, std::uint32_t forwarded, std::uint32_t unavailable,
                      bool from_owner);
+  // Answers send `ticket` once every node asked answered.
   void finish(std::uint64_t ticket);
+  // Answers `s` with what it has (closing its peer ticket).
+  void answer(pending_send& s);
   // Puts a SendForward to `node` in its outbox; false when it has no link.
   bool forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
                std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
-               protocol::bytes_view payload, bool to_home);
+               protocol::bytes_view payload, bool to_home, const durable_part* durable);
   // Puts a SendOutcome to `to` in its outbox (dropped when it has no link:
   // the origin answers outcome_unknown at its deadline).
   void send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,

@@ -159,6 +159,13 @@ void durable_pipeline::finish(slot& s, const std::expected<storage::append_ack, 
     const log_position position{s.stream, result->seq, result->epoch};
     auto& keys = fanout_.key_scratch();
     keys.assign(s.route_keys.begin(), s.route_keys.end());
+    if (send_router_) {
+      // Across the cluster: the router answers and closes the ticket.
+      if (from && from->closed()) from->close_ticket(s.ticket);
+      send_router_(from && !from->closed() ? from.get() : nullptr, s.request_id, s.ticket, keys, payload, position,
+                   s.deadline);
+      return;
+    }
     auto& gateways = fanout_.gateway_scratch();
     const auto routed = s.deadline == std::chrono::steady_clock::time_point{}
                             ? fanout_.send_to_users(keys, payload, &position, gateways)

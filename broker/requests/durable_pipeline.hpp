@@ -101,6 +101,19 @@ class durable_pipeline {
   // the log). Loop thread; null (the default): always acknowledged.
   void set_ack_gate(std::function<std::string()> gate) { ack_gate_ = std::move(gate); }
 
+  // Cluster mode: a durable send, once durable, is handed to `router`
+  // (route_relay::send_durable) instead of being delivered here: it
+  // delivers wherever the keys' gateways are, answers the sender (null:
+  // gone) with the SendResult and closes `ticket`, the one the append held
+  // on it (so a Ping after the send still waits for that answer). Called
+  // on the loop thread with the record's position and expiry ({} = none);
+  // everything else borrowed for the call. Null (the default): delivered
+  // by this node's fanout.
+  using send_router = std::function<void(peer* from, std::uint64_t request_id, std::uint64_t ticket,
+                                         std::span<const std::string_view> keys, protocol::bytes_view payload,
+                                         const log_position& position, std::chrono::steady_clock::time_point deadline)>;
+  void set_send_router(send_router router) { send_router_ = std::move(router); }
+
   // Scratch for the encoded destination of the append being queued
   // (reused: a durable publish or send allocates nothing for it).
   std::vector<std::byte>& destination_scratch() noexcept { return destination_scratch_; }
@@ -158,6 +171,7 @@ class durable_pipeline {
   std::vector<storage::group_committer::token_result> mailbox_ SWITCHYARD_GUARDED_BY(mailbox_mu_);
   std::vector<storage::group_committer::token_result> draining_;  // loop thread
   std::function<std::string()> ack_gate_;
+  send_router send_router_;
 };
 
 }  // namespace switchyard::broker

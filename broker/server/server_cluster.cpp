@@ -110,6 +110,12 @@ void server::impl::join_cluster() {
     // acknowledged: the cluster may have declared this log's streams lost
     // meanwhile (docs/cluster.md, "Durable streams").
     if (durable)
+      durable->set_send_router([this](peer* from, std::uint64_t rid, std::uint64_t ticket,
+                                      std::span<const std::string_view> keys, protocol::bytes_view payload,
+                                      const log_position& position, std::chrono::steady_clock::time_point deadline) {
+        relay->send_durable(from, rid, ticket, keys, payload, position, deadline);
+      });
+    if (durable)
       durable->set_ack_gate([this]() -> std::string {
         if (!members || members->in_standing()) return {};
         return "this node is out of standing in its cluster (cut off from etcd): the stream may have been declared "
@@ -203,7 +209,10 @@ void server::impl::join_cluster() {
 
 void server::impl::leave_cluster() {
   if (relay) relay->flush_now();  // outcomes other nodes wait for go out first
-  if (durable) durable->set_ack_gate(nullptr);
+  if (durable) {
+    durable->set_ack_gate(nullptr);
+    durable->set_send_router(nullptr);
+  }
   if (members) members->leave();
   if (pubsub) pubsub->use_cluster(nullptr);
   if (routing_requests) routing_requests->use_cluster(nullptr);

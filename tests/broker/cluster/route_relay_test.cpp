@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <set>
 
@@ -353,4 +354,51 @@ TEST_CASE("a principal on one node cannot take over a route another principal ho
   }
   REQUIRE(wait_until([&] { return got1.count == 20; }));
   CHECK(got2.count == 0);
+}
+
+TEST_CASE("a gateway's routes refused unavailable while it reconnects are restored once their owners are back",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  f.start("a");
+  f.start("b");
+  f.converge(2);
+  f.settle();
+  constexpr int users = 30;
+  client_options o;
+  o.client_name = "gateway";
+  o.addresses = {"127.0.0.1:" + std::to_string(f.node("a").port()), "127.0.0.1:" + std::to_string(f.node("b").port())};
+  o.reconnect.base_delay = 50ms;
+  std::atomic<bool> restored{false};  // after the restore's first answers
+  o.on_reconnect = [&](const reconnect_info&) { restored = true; };
+  auto conn = client::connect(o);
+  REQUIRE(conn);
+  auto& gw = **conn;
+  test::collector<std::string> got;
+  auto lease = gw.lease_grant(30s);
+  REQUIRE(lease);
+  REQUIRE_FALSE(gw.open_inbox("gw-1", lease->id, [&](const inbox_message& m) { got.add(text(m)); }));
+  for (int i = 0; i < users; ++i) REQUIRE(gw.registry_put("user:" + std::to_string(i), "gw-1", lease->id));
+  // The client picked its first node at random: `home` is the one it is on.
+  const std::string home = test::connect_to(f.node("a"))->server_instance() == gw.server_instance() ? "a" : "b";
+  const std::string other = home == "a" ? "b" : "a";
+  // etcd goes: no node may act as an owner. Then the gateway's node goes,
+  // and its client restores the gateway on the other: a new lease, the
+  // routes put again, and the other must refuse those of its own
+  // partitions (unavailable).
+  f.etcd.kill(0);
+  REQUIRE(wait_until([&] { return !f.node(other).live_metrics().cluster_in_standing; }, 10s));
+  f.node(home).stop();
+  REQUIRE(wait_until([&] { return restored.load(); }, 10s));
+  // etcd back: the other node takes every partition once the stopped
+  // one's etcd lease lapsed; the client's retries put every route again.
+  f.etcd.restart(0);
+  REQUIRE(wait_until([&] { return f.node(other).live_metrics().cluster_in_standing; }, 15s));
+  auto svc = test::connect_to(f.node(other), "service");
+  for (int i = 0; i < users; ++i) {
+    const auto key = "user:" + std::to_string(i);
+    std::expected<std::string, std::error_code> sent;
+    REQUIRE(wait_until([&] { return (sent = svc->send(key, "back")).has_value(); }, 15s));
+    CHECK(*sent == "gw-1");
+  }
+  REQUIRE(wait_until([&] { return got.count >= users; }));
 }

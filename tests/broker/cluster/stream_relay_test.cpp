@@ -168,6 +168,124 @@ TEST_CASE("a durable publish on one node reaches subscribers on every node once 
   }
 }
 
+namespace {
+
+// What a gateway's durable inbox received, in order.
+struct inbox_log {
+  struct entry {
+    std::string payload;
+    std::uint64_t seq = 0;
+    std::uint64_t epoch = 0;
+    bool replayed = false;
+  };
+  std::mutex mu;
+  std::vector<entry> got;
+  void add(const inbox_message& m) {
+    std::lock_guard lock(mu);
+    got.push_back({std::string(m.payload_text()), m.seq, m.epoch, m.replayed});
+  }
+  std::vector<entry> snapshot() {
+    std::lock_guard lock(mu);
+    return got;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a durable send reaches a gateway on another node with its place in the holder's log, and a gateway "
+    "back on another connection reads what it missed",
+    "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b", "c"});
+  const std::string stream = "conv:1";
+  const std::vector<std::string_view> alice{"user:alice"};
+  std::uint64_t epoch = 0;
+  {
+    // The first record names the stream's holder (nobody has a route yet).
+    auto first = test::connect_to(c.f.node("a"), "svc")->send_durable(alice, stream, text("zero"));
+    if (!first) FAIL(first.error().message());
+    CHECK(first->routed == 0);
+    CHECK(first->seq == 1);
+    epoch = first->epoch;
+  }
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  // The gateway on one of the other nodes, the service on the third.
+  std::vector<std::string> others;
+  for (const auto* id : {"a", "b", "c"})
+    if (id != holder) others.emplace_back(id);
+  const auto& home = others[0];
+  const auto& via = others[1];
+  auto svc = test::connect_to(c.f.node(via), "svc");
+
+  inbox_log live;
+  auto gw = test::connect_to(c.f.node(home), "gateway");
+  auto lease = gw->lease_grant(30s);
+  REQUIRE(lease);
+  REQUIRE_FALSE(gw->open_inbox_durable("gw-1", lease->id, [&](const inbox_message& m) { live.add(m); }));
+  REQUIRE(gw->registry_put("user:alice", "gw-1", lease->id));
+  constexpr std::uint64_t sends = 5;
+  for (std::uint64_t i = 1; i <= sends; ++i) {
+    auto r = svc->send_durable(alice, stream, text("m" + std::to_string(i)));
+    REQUIRE(r);
+    CHECK(r->seq == i + 1);
+    CHECK(r->epoch == epoch);
+    CHECK(r->routed == 1);
+    REQUIRE(r->gateways.size() == 1);
+    CHECK(r->gateways[0] == "gw-1");
+  }
+  REQUIRE(wait_until([&] { return live.snapshot().size() >= sends; }));
+  REQUIRE_FALSE(svc->flush());
+  {
+    const auto got = live.snapshot();
+    REQUIRE(got.size() == sends);  // once each
+    for (std::uint64_t i = 1; i <= sends; ++i) {
+      const auto& e = got[i - 1];
+      CHECK(e.payload == "m" + std::to_string(i));
+      CHECK(e.seq == i + 1);
+      CHECK(e.epoch == epoch);
+      CHECK_FALSE(e.replayed);
+    }
+  }
+  CHECK(c.f.node(holder).live_metrics().cluster_sends_forwarded > 0);
+
+  // The gateway goes; three records are sent meanwhile (delivered to
+  // nobody: its inbox is closed).
+  const auto positions = gw->inbox_stream_positions("gw-1");
+  REQUIRE(positions.at(stream).seq == sends + 1);
+  gw.reset();
+  for (std::uint64_t i = sends + 1; i <= sends + 3; ++i)
+    REQUIRE(svc->send_durable(alice, stream, text("m" + std::to_string(i))));
+
+  // Back on a new connection (and lease) of the same node: it reads what
+  // it missed from the holder, through its node, then gets live sends.
+  inbox_log back;
+  auto gw2 = test::connect_to(c.f.node(home), "gateway");
+  auto lease2 = gw2->lease_grant(30s);
+  REQUIRE(lease2);
+  durable_options resume;
+  resume.resume_from = positions;
+  REQUIRE_FALSE(gw2->open_inbox_durable(
+      "gw-1", lease2->id, [&](const inbox_message& m) { back.add(m); }, resume));
+  REQUIRE(gw2->registry_put("user:alice", "gw-1", lease2->id));
+  REQUIRE(wait_until([&] { return back.snapshot().size() >= 3; }));
+  auto last = svc->send_durable(alice, stream, text("m9"));
+  REQUIRE(last);
+  CHECK(last->routed == 1);
+  REQUIRE(wait_until([&] { return back.snapshot().size() >= 4; }));
+  REQUIRE_FALSE(svc->flush());
+  const auto got = back.snapshot();
+  REQUIRE(got.size() == 4);
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    CHECK(got[i].payload == "m" + std::to_string(sends + 1 + i));
+    CHECK(got[i].seq == sends + 2 + i);
+    CHECK(got[i].epoch == epoch);
+  }
+  CHECK(got[0].replayed);
+  CHECK_FALSE(got[3].replayed);
+}
+
 TEST_CASE("a stream whose holder is gone is answered unavailable, and continues where it was when the holder is back",
           "[cluster][e2e]") {
   log_cluster c;
