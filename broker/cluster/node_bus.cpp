@@ -503,6 +503,7 @@ void node_bus::on_message(const cluster::inbound_message& m) {
       break;
     case link::Body::StreamRequest:
     case link::Body::StreamAnswer:
+    case link::Body::StreamBatch:
       if (stream_handler_) stream_handler_(from, *msg);
       break;
     default:

@@ -38,6 +38,17 @@ struct stream_relay::held {
   clock::time_point deadline;
 };
 
+// StreamRequests and StreamAnswers for one peer, built as they come; sent
+// as one StreamBatch at the end of the loop turn, or before one more would
+// take it past the link's batch bytes.
+struct stream_relay::outbox {
+  flatbuffers::FlatBufferBuilder b{16u << 10};
+  std::vector<flatbuffers::Offset<link::StreamRequest>> requests;
+  std::vector<flatbuffers::Offset<link::StreamAnswer>> answers;
+  std::vector<std::uint64_t> own;  // tickets of this node's requests in it
+  bool empty() const { return requests.empty() && answers.empty(); }
+};
+
 stream_relay::stream_relay(asio::io_context& io, stream_relay_options options, node_bus& bus, bool has_log,
                            std::function<bool()> in_standing, std::function<void(std::uint32_t)> pin,
                            std::shared_ptr<spdlog::logger> logger)
@@ -154,19 +165,20 @@ bool stream_relay::take(peer& from, std::uint64_t rid, std::string_view stream, 
 
 void stream_relay::forward(peer& from, std::uint64_t rid, std::uint64_t peer_ticket, std::string_view node,
                            std::string_view stream, protocol::bytes_view raw) {
-  auto& b = bus_.link_builder();
-  b.Clear();
-  const auto ticket = ++next_ticket_;
-  const auto body = link::CreateStreamRequest(b, b.CreateString(bus_.node_id()), ticket, b.CreateString(stream),
-                                              b.CreateVector(raw.data(), raw.size()),
-                                              capability_bits(from.granted(), from.wants_offer_fields()));
-  if (!bus_.send_body(node, link::Body::StreamRequest, body.Union())) {
+  auto* box = outbox_for(node, raw.size() + stream.size() + bus_.node_id().size() + 64);
+  if (!box) {
     ++counters_.unavailable;
     from.send_error(rid, errc::unavailable,
                     "cannot reach node '" + std::string(node) + "', which holds stream '" + std::string(stream) + "'");
     from.close_ticket(peer_ticket);
     return;
   }
+  auto& b = box->b;
+  const auto ticket = ++next_ticket_;
+  box->requests.push_back(link::CreateStreamRequest(b, b.CreateString(bus_.node_id()), ticket, b.CreateString(stream),
+                                                    b.CreateVector(raw.data(), raw.size()),
+                                                    capability_bits(from.granted(), from.wants_offer_fields())));
+  box->own.push_back(ticket);
   ++counters_.forwarded;
   pending_.emplace(ticket, pending{from.weak_peer(), rid, peer_ticket, std::string(node), std::string(stream),
                                    clock::now() + options_.forward_timeout});
@@ -174,8 +186,70 @@ void stream_relay::forward(peer& from, std::uint64_t rid, std::uint64_t peer_tic
 }
 
 void stream_relay::on_message(remote_node& from, const link::LinkMessage& m) {
+  if (const auto* batch = m.body_as_StreamBatch()) return on_batch(from, *batch);
   if (const auto* r = m.body_as_StreamRequest()) return on_request(from, *r);
   if (const auto* a = m.body_as_StreamAnswer()) return on_answer(from, *a);
+}
+
+void stream_relay::on_batch(remote_node& from, const link::StreamBatch& batch) {
+  if (const auto* requests = batch.requests())
+    for (const auto* r : *requests) on_request(from, *r);
+  if (const auto* answers = batch.answers())
+    for (const auto* a : *answers) on_answer(from, *a);
+}
+
+stream_relay::outbox* stream_relay::outbox_for(std::string_view node, std::size_t bytes) {
+  if (!bus_.has_link(node)) return nullptr;
+  auto it = outboxes_.find(node);
+  if (it == outboxes_.end()) it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
+  auto& box = *it->second;
+  if (!box.empty() && box.b.GetSize() + bytes > bus_.options().batch_bytes) send_outbox(node, box);
+  schedule_flush();
+  return &box;
+}
+
+void stream_relay::send_outbox(std::string_view node, outbox& box) {
+  if (box.empty()) return;
+  auto& b = box.b;
+  const auto requests = b.CreateVector(box.requests);
+  const auto answers = b.CreateVector(box.answers);
+  if (!bus_.send_body(node, link::Body::StreamBatch, link::CreateStreamBatch(b, requests, answers).Union(), b))
+    refused_.insert(refused_.end(), box.own.begin(), box.own.end());
+  b.Clear();
+  box.requests.clear();
+  box.answers.clear();
+  box.own.clear();
+}
+
+void stream_relay::settle_refused() {
+  for (const auto ticket : refused_) {
+    const auto it = pending_.find(ticket);
+    if (it == pending_.end()) continue;
+    auto p = std::move(it->second);
+    pending_.erase(it);
+    auto who = p.who.lock();
+    if (!who || who->closed()) continue;
+    ++counters_.unavailable;
+    who->send_error(p.request_id, errc::unavailable,
+                    "cannot reach node '" + p.node + "', which holds stream '" + p.stream + "'");
+    who->close_ticket(p.peer_ticket);
+  }
+  refused_.clear();
+}
+
+void stream_relay::schedule_flush() {
+  if (flush_posted_) return;
+  flush_posted_ = true;
+  asio::post(io_, [this, alive = alive_] {
+    if (!*alive) return;
+    flush_posted_ = false;
+    flush();
+  });
+}
+
+void stream_relay::flush() {
+  for (auto& [node, box] : outboxes_) send_outbox(node, *box);
+  settle_refused();
 }
 
 void stream_relay::on_request(remote_node& from, const link::StreamRequest& r) {
@@ -277,19 +351,20 @@ void stream_relay::answer(std::string_view origin, std::uint64_t ticket, protoco
   if (frames.size() > options_.max_frame)
     return answer_error(origin, ticket, errc::limit_exceeded,
                         "the answer is larger than --max-frame can carry between nodes; ask for less");
-  auto& b = bus_.link_builder();
-  b.Clear();
-  const auto body = link::CreateStreamAnswer(b, ticket, b.CreateVector(frames.data(), frames.size()));
-  // Refused (the origin gone, NATS full): the origin answers
+  // No link (the origin gone) or refused by NATS: the origin answers
   // outcome_unknown at its deadline.
-  bus_.send_body(origin, link::Body::StreamAnswer, body.Union());
+  auto* box = outbox_for(origin, frames.size() + 64);
+  if (!box) return;
+  auto& b = box->b;
+  box->answers.push_back(link::CreateStreamAnswer(b, ticket, b.CreateVector(frames.data(), frames.size())));
 }
 
 void stream_relay::answer_error(std::string_view origin, std::uint64_t ticket, errc code, std::string_view why) {
-  auto& b = bus_.link_builder();
-  b.Clear();
-  const auto body = link::CreateStreamAnswer(b, ticket, 0, static_cast<std::uint16_t>(code), b.CreateString(why));
-  bus_.send_body(origin, link::Body::StreamAnswer, body.Union());
+  auto* box = outbox_for(origin, why.size() + 64);
+  if (!box) return;
+  auto& b = box->b;
+  box->answers.push_back(
+      link::CreateStreamAnswer(b, ticket, 0, static_cast<std::uint16_t>(code), b.CreateString(why.data(), why.size())));
 }
 
 void stream_relay::on_answer(remote_node& from, const link::StreamAnswer& a) {

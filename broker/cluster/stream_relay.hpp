@@ -35,11 +35,15 @@
 // standing (a holder out of standing serves nothing: another may be
 // declared holder meanwhile).
 //
+// Batching: the requests and answers for one node go out once per loop
+// turn (or at the link's batch bytes) in one StreamBatch message.
+//
 // Memory another node or a client can make this node hold: at most
 // max_pending forwarded requests waiting for answers; requests held for a
 // holder, at most max_pending and max_held_bytes of frames; at most
 // max_pending requests of other nodes running here, each with its answers
-// (about one frame) until sent.
+// (about one frame) until sent; one outbox per peer (the link's batch
+// bytes, or one answer of at most --max-frame).
 //
 // Loop thread only.
 
@@ -67,6 +71,7 @@ class logger;
 namespace switchyard::broker::link {
 struct StreamRequest;
 struct StreamAnswer;
+struct StreamBatch;
 }  // namespace switchyard::broker::link
 
 namespace switchyard::broker {
@@ -140,9 +145,15 @@ class stream_relay {
 
   stream_relay_counters counters() const;
 
+  // Sends now what waits for the end of the loop turn (the outboxes:
+  // answers other nodes wait for): the node is about to leave the
+  // cluster. Loop thread, or after the loop stopped.
+  void flush_now() { flush(); }
+
  private:
   struct pending;
   struct held;
+  struct outbox;
   using clock = std::chrono::steady_clock;
   // Where a request about a stream of `partition` goes now.
   struct decision {
@@ -150,12 +161,25 @@ class stream_relay {
     std::string node;  // forward: to whom; unavailable: why
   };
   decision decide(std::string_view stream, std::uint32_t partition) const;
-  // Sends a StreamRequest for `raw` to `node`, tracked as pending for `from`.
+  // Puts a StreamRequest for `raw` in `node`'s outbox, tracked as pending
+  // for `from`.
   void forward(peer& from, std::uint64_t rid, std::uint64_t peer_ticket, std::string_view node, std::string_view stream,
                protocol::bytes_view raw);
   void on_message(remote_node& from, const link::LinkMessage& m);
   void on_request(remote_node& from, const link::StreamRequest& r);
   void on_answer(remote_node& from, const link::StreamAnswer& a);
+  void on_batch(remote_node& from, const link::StreamBatch& b);
+  // The outbox for `node` (made on first use) with room for about `bytes`
+  // more (what it held is sent first when it would pass the link's batch
+  // bytes), its flush scheduled; nullptr when `node` has no link.
+  outbox* outbox_for(std::string_view node, std::size_t bytes);
+  // Sends `box` to `node` (one StreamBatch) and empties it; when NATS
+  // refuses it, this node's requests in it are answered unavailable (at
+  // the end of the flush: settle_refused).
+  void send_outbox(std::string_view node, outbox& box);
+  void settle_refused();
+  void schedule_flush();
+  void flush();
   // Why a request was not run: bad_request (not a valid request about its
   // stream) or unavailable (this node cannot take more now).
   struct refusal {
@@ -176,7 +200,9 @@ class stream_relay {
   // Writes `frames` (length-prefixed, one after the other) to `to`, then
   // closes its ticket `peer_ticket`.
   void deliver_frames(peer& to, std::uint64_t peer_ticket, protocol::bytes_view frames);
-  // Answers request `ticket` of `origin` with `frames` (length-prefixed).
+  // Answers request `ticket` of `origin` with `frames` (length-prefixed),
+  // in its outbox (dropped when it has no link: the origin answers
+  // outcome_unknown at its deadline).
   void answer(std::string_view origin, std::uint64_t ticket, protocol::bytes_view frames);
   // Tells `origin` request `ticket` was not run: the origin answers its
   // client `code` with `why`.
@@ -205,6 +231,11 @@ class stream_relay {
   std::size_t held_count_ = 0;
   std::size_t held_bytes_ = 0;
   std::map<std::uint64_t, std::shared_ptr<remote_peer>> running_;  // served here, by local id
+  // Per peer: requests and answers not sent yet (kept across loop turns,
+  // so that their builders' memory is reused).
+  std::map<std::string, std::unique_ptr<outbox>, std::less<>> outboxes_;
+  std::vector<std::uint64_t> refused_;  // tickets of requests in a batch NATS refused
+  bool flush_posted_ = false;
   std::uint64_t next_running_ = 0;
   asio::steady_timer timer_;
   bool timer_armed_ = false;

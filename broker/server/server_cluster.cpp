@@ -208,7 +208,9 @@ void server::impl::join_cluster() {
 }
 
 void server::impl::leave_cluster() {
-  if (relay) relay->flush_now();  // outcomes other nodes wait for go out first
+  // Outcomes and answers other nodes wait for go out first.
+  if (relay) relay->flush_now();
+  if (streams) streams->flush_now();
   if (durable) {
     durable->set_ack_gate(nullptr);
     durable->set_send_router(nullptr);

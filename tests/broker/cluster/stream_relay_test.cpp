@@ -168,6 +168,44 @@ TEST_CASE("a durable publish on one node reaches subscribers on every node once 
   }
 }
 
+TEST_CASE("many appends through a node that does not hold the stream travel many to a NATS message, each way",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b"});
+  REQUIRE(test::connect_to(c.f.node("a"), "first")->append("metrics", text("m0")));
+  const auto [holder, other] = c.holder_and_other();
+  auto cl = test::connect_to(c.f.node(other), "svc");
+  constexpr int appends = 2000;
+  const auto out_before = c.f.node(other).live_metrics().cluster_messages_out;
+  const auto back_before = c.f.node(holder).live_metrics().cluster_messages_out;
+  std::mutex mu;
+  std::vector<std::uint64_t> seqs;
+  int failed = 0;
+  for (int i = 1; i <= appends; ++i) {
+    const auto payload = "m" + std::to_string(i);
+    cl->async_append("metrics", std::as_bytes(std::span(payload.data(), payload.size())),
+                     [&](std::expected<append_ack, std::error_code> r) {
+                       std::lock_guard lock(mu);
+                       if (r)
+                         seqs.push_back(r->seq);
+                       else
+                         ++failed;
+                     });
+  }
+  REQUIRE_FALSE(cl->flush());  // answered once every forwarded append was
+  {
+    std::lock_guard lock(mu);
+    CHECK(failed == 0);
+    REQUIRE(seqs.size() == appends);
+    for (int i = 0; i < appends; ++i) CHECK(seqs[static_cast<std::size_t>(i)] == static_cast<std::uint64_t>(i + 2));
+  }
+  // One message per request (and per answer) would be 2,000 each way;
+  // batched per loop turn, several to a message.
+  CHECK(c.f.node(other).live_metrics().cluster_messages_out - out_before <= appends / 4);
+  CHECK(c.f.node(holder).live_metrics().cluster_messages_out - back_before <= appends / 4);
+  CHECK(c.f.node(other).live_metrics().cluster_stream_forwarded >= appends);
+}
+
 namespace {
 
 // What a gateway's durable inbox received, in order.
@@ -534,10 +572,14 @@ TEST_CASE("a stream request from another node with a malformed frame is answered
         flatbuffers::Verifier verifier(reinterpret_cast<const std::uint8_t*>(m.payload.data()), m.payload.size());
         if (!broker::link::VerifyLinkMessageBuffer(verifier)) return;
         const auto* msg = broker::link::GetLinkMessage(m.payload.data());
-        const auto* a = msg->body_as_StreamAnswer();
-        if (a == nullptr || a->ticket() != ticket) return;
-        std::lock_guard lock(mu);
-        answer.emplace(a->code(), a->error() ? a->error()->str() : "");
+        // Answers travel batched (StreamBatch).
+        const auto* batch = msg->body_as_StreamBatch();
+        if (batch == nullptr || batch->answers() == nullptr) return;
+        for (const auto* a : *batch->answers()) {
+          if (a->ticket() != ticket) continue;
+          std::lock_guard lock(mu);
+          answer.emplace(a->code(), a->error() ? a->error()->str() : "");
+        }
       },
       [&](std::error_code ec) { subscribed = !ec; }));
   std::thread loop([&] { io.run(); });
