@@ -453,6 +453,13 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   void track_put(std::string_view key, std::string_view value, lease_id lease);
   // Deleted, or put again with a TTL of its own: not restored.
   void forget_put(std::string_view key);
+  // Any thread, before a put or delete of `key` by the user goes out: a
+  // background retry of a restored put of it (reput) is dropped, so it
+  // cannot overwrite what the user writes now.
+  void cancel_put_retry(std::string_view key);
+  // Restored puts being retried: key -> the retry's token (reput).
+  std::map<std::string, std::uint64_t, std::less<>> put_retries SWITCHYARD_GUARDED_BY(mu);
+  std::uint64_t next_put_retry SWITCHYARD_GUARDED_BY(mu) = 0;
 };
 
 namespace detail {

@@ -246,12 +246,22 @@ void client::impl::reput(std::uint64_t gen, std::string key, detail::owned_put p
               // uniform(delay / 2, delay), the delay doubling up to the cap.
               const auto wait = self->backoff.half_jitter(
                   std::min(put_retry_max_delay, put_retry_delay * (std::int64_t{1} << std::min(tries, 10))));
+              std::uint64_t token = 0;
+              {
+                switchyard::lock_guard lock(self->mu);
+                token = ++self->next_put_retry;
+                self->put_retries[key] = token;
+              }
               auto timer = std::make_shared<asio::steady_timer>(self->io, wait);
-              timer->async_wait([self, gen, key, put, tries, timer](asio_error_code wait_ec) {
-                if (wait_ec || gen != self->generation) return;
+              timer->async_wait([self, gen, key, put, tries, token, timer](asio_error_code wait_ec) {
                 {
-                  // Still ours, under the same lease (not removed or put again meanwhile)?
+                  // Still ours, under the same lease, and not written by the
+                  // user since (cancel_put_retry)?
                   switchyard::lock_guard lock(self->mu);
+                  const auto retry = self->put_retries.find(key);
+                  if (retry == self->put_retries.end() || retry->second != token) return;
+                  self->put_retries.erase(retry);
+                  if (wait_ec || gen != self->generation || self->closed_by_user) return;
                   const auto it = self->owned_puts.find(key);
                   if (it == self->owned_puts.end() || it->second.lease != put.lease || it->second.value != put.value)
                     return;
@@ -267,6 +277,11 @@ void client::impl::reput(std::uint64_t gen, std::string key, detail::owned_put p
             if (answered) answered();
           },
           tries == 0);
+}
+
+void client::impl::cancel_put_retry(std::string_view key) {
+  switchyard::lock_guard lock(mu);
+  if (const auto it = put_retries.find(key); it != put_retries.end()) put_retries.erase(it);
 }
 
 void client::impl::restored(std::uint64_t gen, reconnect_info info) {

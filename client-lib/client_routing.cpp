@@ -127,6 +127,7 @@ result<std::uint64_t> client::registry_put(std::string_view key, std::string_vie
   SWITCHYARD_NEED_ROUTING();
   if (lease == 0) return std::unexpected(make_error_code(errc::not_found));
   lease = impl_->resolve_lease(lease);
+  impl_->cancel_put_retry(key);
   auto e = impl_->call<registry_entry>(
       [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); }, parse_entry);
   if (!e) return std::unexpected(e.error());
@@ -136,6 +137,7 @@ result<std::uint64_t> client::registry_put(std::string_view key, std::string_vie
 
 result<std::uint64_t> client::registry_put_ttl(std::string_view key, std::string_view value, milliseconds ttl) {
   SWITCHYARD_NEED_ROUTING();
+  impl_->cancel_put_retry(key);
   auto e = impl_->call<registry_entry>(
       [&](std::uint64_t r) {
         return local_builder().registry_put(r, key, value, 0, std::max<std::uint32_t>(1, ms32(ttl)));
@@ -154,6 +156,7 @@ result<registry_entry> client::registry_get(std::string_view key) {
 
 std::error_code client::registry_delete(std::string_view key) {
   if (!impl_->routing) return errc::not_supported;
+  impl_->cancel_put_retry(key);
   const auto ec = impl_->request_sync([&](std::uint64_t r) { return local_builder().registry_delete(r, key); });
   if (!ec || ec == errc::not_found) impl_->forget_put(key);
   return ec;
@@ -348,6 +351,7 @@ void client::async_registry_put(std::string_view key, std::string_view value, le
                                 std::function<void(result<std::uint64_t>)> done) {
   if (!impl_->routing) return done(std::unexpected(make_error_code(errc::not_supported)));
   lease = impl_->resolve_lease(lease);
+  impl_->cancel_put_retry(key);
   impl_->call_async<std::uint64_t>(
       [&](std::uint64_t r) { return local_builder().registry_put(r, key, value, lease, 0); }, detail::parse_put_version,
       [weak = impl_->weak_from_this(), key = std::string(key), value = std::string(value), lease,

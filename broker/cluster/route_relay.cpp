@@ -639,7 +639,10 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
   s.gateways.assign(keys.size(), std::string());
   for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
     s.gateways[here.indices[j]] = gateways[j];
-  s.deadline = clock::now() + (durable ? options_.forward_timeout / 2 : options_.forward_timeout);
+  // A durable send's answer must reach a forwarding origin within its own
+  // timeout: the timer's granularity (forward_timeout / 4) added, it is
+  // answered within half of it.
+  s.deadline = clock::now() + (durable ? options_.forward_timeout / 4 : options_.forward_timeout);
   if (durable) {
     s.durable = true;
     s.seq = durable->position.seq;

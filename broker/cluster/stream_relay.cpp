@@ -46,6 +46,7 @@ struct stream_relay::outbox {
   std::vector<flatbuffers::Offset<link::StreamRequest>> requests;
   std::vector<flatbuffers::Offset<link::StreamAnswer>> answers;
   std::vector<std::uint64_t> own;  // tickets of this node's requests in it
+  std::int64_t incarnation = 0;    // the peer's, when the outbox was made
   bool empty() const { return requests.empty() && answers.empty(); }
 };
 
@@ -199,9 +200,21 @@ void stream_relay::on_batch(remote_node& from, const link::StreamBatch& batch) {
 }
 
 stream_relay::outbox* stream_relay::outbox_for(std::string_view node, std::size_t bytes) {
-  if (!bus_.has_link(node)) return nullptr;
+  const auto* view = bus_.view();
+  const auto* member = view ? view->find(node) : nullptr;
+  if (!member || !bus_.has_link(node)) return nullptr;
   auto it = outboxes_.find(node);
-  if (it == outboxes_.end()) it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
+  if (it != outboxes_.end() && it->second->incarnation != member->incarnation) {
+    // Made for an earlier incarnation of the node: its answers carry that
+    // one's tickets (dropped), its requests are answered unavailable.
+    refused_.insert(refused_.end(), it->second->own.begin(), it->second->own.end());
+    outboxes_.erase(it);
+    it = outboxes_.end();
+  }
+  if (it == outboxes_.end()) {
+    it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
+    it->second->incarnation = member->incarnation;
+  }
   auto& box = *it->second;
   if (!box.empty() && box.b.GetSize() + bytes > bus_.options().batch_bytes) send_outbox(node, box);
   schedule_flush();
@@ -215,7 +228,12 @@ void stream_relay::send_outbox(std::string_view node, outbox& box) {
   const auto answers = b.CreateVector(box.answers);
   if (!bus_.send_body(node, link::Body::StreamBatch, link::CreateStreamBatch(b, requests, answers).Union(), b))
     refused_.insert(refused_.end(), box.own.begin(), box.own.end());
-  b.Clear();
+  // Kept for the next batch, unless one large answer grew it far past the
+  // link's batch bytes.
+  if (b.GetSize() > 2 * bus_.options().batch_bytes)
+    b = flatbuffers::FlatBufferBuilder(16u << 10);
+  else
+    b.Clear();
   box.requests.clear();
   box.answers.clear();
   box.own.clear();
@@ -475,6 +493,18 @@ void stream_relay::view_changed() {
     counters_.held_partitions = mine;
     if (!lost.empty() && taken_over_) taken_over_(lost);
   }
+  // An outbox made for a node that left, or for an earlier incarnation of
+  // it, is not sent (outbox_for): its requests are answered unavailable.
+  for (auto it = outboxes_.begin(); it != outboxes_.end();) {
+    const auto* m = view ? view->find(it->first) : nullptr;
+    if (m && m->incarnation == it->second->incarnation) {
+      ++it;
+      continue;
+    }
+    refused_.insert(refused_.end(), it->second->own.begin(), it->second->own.end());
+    it = outboxes_.erase(it);
+  }
+  settle_refused();
   std::vector<std::uint32_t> partitions;
   for (const auto& [p, queue] : held_) partitions.push_back(p);
   for (const auto p : partitions) release(p);

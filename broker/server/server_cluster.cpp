@@ -219,8 +219,11 @@ void server::impl::leave_cluster() {
   if (pubsub) pubsub->use_cluster(nullptr);
   if (routing_requests) routing_requests->use_cluster(nullptr);
   if (dispatch) dispatch->use_cluster(nullptr);
-  streams.reset();
+  // The relay first: it answers the durable sends still waiting, some on
+  // remote_peers of the stream relay, whose answers then go out with it.
   relay.reset();
+  if (streams) streams->flush_now();
+  streams.reset();
   if (bus) bus->stop();
 }
 

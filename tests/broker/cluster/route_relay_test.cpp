@@ -8,6 +8,8 @@
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/temp_dir.hpp"
 
+#include <switchyard/log.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -385,10 +387,17 @@ TEST_CASE("a gateway's routes refused unavailable while it reconnects are restor
   // and its client restores the gateway on the other: a new lease, the
   // routes put again, and the other must refuse those of its own
   // partitions (unavailable).
+  // The client's log says when a restored put was refused and is retried.
+  // (Shared: the sink outlives the test if a REQUIRE ends it early.)
+  auto retried = std::make_shared<std::atomic<int>>(0);
+  set_log_sink([retried](log_level, std::string_view m) {
+    if (m.find("not restored yet") != std::string_view::npos) ++*retried;
+  });
   f.etcd.kill(0);
   REQUIRE(wait_until([&] { return !f.node(other).live_metrics().cluster_in_standing; }, 10s));
   f.node(home).stop();
   REQUIRE(wait_until([&] { return restored.load(); }, 10s));
+  CHECK(retried->load() > 0);  // the path under test ran
   // etcd back: the other node takes every partition once the stopped
   // one's etcd lease lapsed; the client's retries put every route again.
   f.etcd.restart(0);
@@ -401,4 +410,5 @@ TEST_CASE("a gateway's routes refused unavailable while it reconnects are restor
     CHECK(*sent == "gw-1");
   }
   REQUIRE(wait_until([&] { return got.count >= users; }));
+  set_log_sink(nullptr);
 }
