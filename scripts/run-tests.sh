@@ -30,6 +30,8 @@ fi
 # Sanitizer reports fail the test that triggers them.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# Leaks inside libraries we link, each explained in the file.
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan-suppressions.txt:print_suppressions=0}
 ctest --test-dir "$dir" -j2 --output-on-failure --timeout 300 "$@"
 if [[ ${FUZZ:-1} == 1 && $# -eq 0 ]]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-30} scripts/run-fuzz.sh
