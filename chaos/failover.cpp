@@ -385,7 +385,12 @@ int main(int argc, char** argv) {
   app.add_option("--dir", o.dir, "folder for data and logs (default: a new one in /dev/shm, removed unless --keep)");
   app.add_flag("--keep", o.keep, "keep the folder after the run");
   app.add_flag("--json", o.json, "print the result as one JSON object");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the help, the version, or what was wrong
+    return e.get_exit_code() == 0 ? 0 : 2;
+  }
   if (o.users < o.gateways) {
     std::cerr << "switchyard-failover: --users must be at least --gateways\n";
     return 2;
