@@ -506,6 +506,11 @@ void node_bus::on_message(const cluster::inbound_message& m) {
     case link::Body::StreamBatch:
       if (stream_handler_) stream_handler_(from, *msg);
       break;
+    case link::Body::OfferAsk:
+    case link::Body::OfferReply:
+    case link::Body::OfferWithdrawn:
+      if (offer_handler_) offer_handler_(from, *msg);
+      break;
     default:
       return count_malformed("an unknown body");
   }

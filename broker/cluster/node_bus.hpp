@@ -135,6 +135,8 @@ class node_bus {
   // Durable streams across nodes (stream_relay): messages with a Stream*
   // body, the same way.
   void on_stream_message(route_handler handler) { stream_handler_ = std::move(handler); }
+  // Offers across nodes (offer_relay): messages with an Offer* body.
+  void on_offer_message(route_handler handler) { offer_handler_ = std::move(handler); }
   // The builder a body for send_body is built in (Clear() it first; the
   // interest and the batches use it too, each call on its own).
   flatbuffers::FlatBufferBuilder& link_builder() noexcept { return *builder_; }
@@ -219,6 +221,7 @@ class node_bus {
   std::function<void(std::uint64_t)> link_loss_;
   route_handler route_handler_;
   route_handler stream_handler_;
+  route_handler offer_handler_;
   std::vector<std::uint64_t> record_scratch_;  // an aligned copy of one record (decode_frame)
   std::vector<std::string> add_scratch_, remove_scratch_;
   std::vector<channel_interest::waiter> done_scratch_;

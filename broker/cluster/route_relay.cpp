@@ -85,6 +85,8 @@ struct route_relay::pending_send {
   bool durable = false;
   std::uint64_t seq = 0;
   std::uint64_t epoch = 0;
+  // An offer: called instead of answering (send_offer).
+  offer_done done;
 };
 
 // Puts and removals for one owner, and (once sent) the puts waiting for
@@ -528,21 +530,29 @@ void route_relay::send(peer& from, std::uint64_t rid, std::span<const std::strin
 void route_relay::send_durable(peer* from, std::uint64_t rid, std::uint64_t ticket,
                                std::span<const std::string_view> keys, protocol::bytes_view payload,
                                const log_position& position, clock::time_point deadline) {
-  const durable_part durable{position, deadline, ticket};
+  const delivery_part durable{position, deadline, ticket, 0};
   route(from, rid, keys, payload, &durable);
 }
 
+void route_relay::send_offer(peer& from, std::span<const std::string_view> keys, protocol::bytes_view payload,
+                             std::uint64_t offer_id, clock::time_point deadline, offer_done done) {
+  const delivery_part offer{log_position{}, deadline, 0, offer_id};
+  route(&from, 0, keys, payload, &offer, &done);
+}
+
 std::uint32_t route_relay::deliver_here(std::span<const std::string_view> keys, protocol::bytes_view payload,
-                                        const durable_part* durable, std::vector<std::string_view>& gateways) {
-  if (!durable) return fanout_.send_to_users(keys, payload, nullptr, gateways);
-  if (durable->deadline == clock::time_point{})
-    return fanout_.send_to_users(keys, payload, &durable->position, gateways);
-  return fanout_.send_offer(keys, payload, delivery_meta{durable->deadline, 0, false}, clock::now(), gateways,
-                            &durable->position);
+                                        const delivery_part* part, std::vector<std::string_view>& gateways) {
+  if (!part) return fanout_.send_to_users(keys, payload, nullptr, gateways);
+  const log_position* position = part->durable() ? &part->position : nullptr;
+  if (part->deadline == clock::time_point{} && part->offer_id == 0)
+    return fanout_.send_to_users(keys, payload, position, gateways);
+  return fanout_.send_offer(keys, payload, delivery_meta{part->deadline, part->offer_id, false}, clock::now(), gateways,
+                            position);
 }
 
 void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::string_view> keys,
-                        protocol::bytes_view payload, const durable_part* durable) {
+                        protocol::bytes_view payload, const delivery_part* part, offer_done* done) {
+  const delivery_part* durable = part && part->durable() ? part : nullptr;
   // Group the keys (with their places in the Send): delivered here, by
   // home node (this node owns their partition), by owner node; or
   // unavailable.
@@ -579,16 +589,27 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
   std::uint32_t routed = 0;
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  if (!here.keys.empty()) routed = deliver_here(here.keys, payload, durable, gateways);
+  if (!here.keys.empty()) routed = deliver_here(here.keys, payload, part, gateways);
   // A durable send past the limit: the keys other nodes would have to
   // deliver count as not routed (its record is durable; a durable inbox
   // finds it by reading).
   const bool full = sends_.size() >= max_pending_sends;
-  if (durable && full) {
+  if ((durable || done) && full) {
+    // An offer past it: those keys count unavailable.
+    for (const auto& [node, g] : owners.in_use()) unavailable += static_cast<std::uint32_t>(g.keys.size());
+    for (const auto& [node, g] : homes.in_use()) unavailable += static_cast<std::uint32_t>(g.keys.size());
     owners.clear();
     homes.clear();
   }
   if (homes.empty() && owners.empty()) {
+    if (done) {
+      // An offer decided here: its handler answers.
+      offer_gateways_.assign(keys.size(), std::string());
+      for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
+        offer_gateways_[here.indices[j]] = gateways[j];
+      (*done)(offer_outcome{offer_gateways_, routed, unavailable, false, {}});
+      return;
+    }
     // Everything decided here: answered as on one node (a gateway per key,
     // in order).
     if (durable) {
@@ -648,9 +669,10 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
     s.seq = durable->position.seq;
     s.epoch = durable->position.epoch;
   }
+  if (done) s.done = std::move(*done);
   const auto origin = bus_.node_id();
   for (const auto& [node, g] : owners.in_use()) {
-    if (forward(node, origin, ticket, g.keys, g.indices, payload, false, durable)) {
+    if (forward(node, origin, ticket, g.keys, g.indices, payload, false, part)) {
       ++s.owners_waited;
       s.asked.emplace_back(node);
     } else {
@@ -658,7 +680,7 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
     }
   }
   for (const auto& [node, g] : homes.in_use()) {
-    if (forward(node, origin, ticket, g.keys, g.indices, payload, true, durable)) {
+    if (forward(node, origin, ticket, g.keys, g.indices, payload, true, part)) {
       ++s.homes_expected;
       s.asked.emplace_back(node);
     } else {
@@ -672,10 +694,10 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
 
 bool route_relay::forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
                           std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
-                          protocol::bytes_view payload, bool to_home, const durable_part* durable) {
+                          protocol::bytes_view payload, bool to_home, const delivery_part* part) {
   std::size_t size = payload.size() + origin.size() + 64;
   for (const auto key : keys) size += key.size() + 16;
-  if (durable) size += durable->position.stream.size() + 32;
+  if (part) size += part->position.stream.size() + 40;
   auto* box = outbox_for(node, size);
   if (!box) return false;
   auto& b = box->b;
@@ -687,20 +709,24 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
   std::uint64_t seq = 0, epoch = 0;
   bool expiring = false;
   std::uint32_t expires_in_ms = 0;
-  if (durable) {
-    stream = b.CreateString(durable->position.stream.data(), durable->position.stream.size());
-    seq = durable->position.seq;
-    epoch = durable->position.epoch;
-    if (durable->deadline != clock::time_point{}) {
+  std::uint64_t offer_id = 0;
+  if (part) {
+    if (part->durable()) {
+      stream = b.CreateString(part->position.stream.data(), part->position.stream.size());
+      seq = part->position.seq;
+      epoch = part->position.epoch;
+    }
+    if (part->deadline != clock::time_point{}) {
       // The time left, rounded down: the receiver never writes it later
       // than this node would have.
       expiring = true;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(durable->deadline - clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(part->deadline - clock::now());
       expires_in_ms = static_cast<std::uint32_t>(std::clamp<std::int64_t>(left.count(), 0, UINT32_MAX));
     }
+    offer_id = part->offer_id;
   }
   box->forwards.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx, stream, seq,
-                                                  epoch, expiring, expires_in_ms));
+                                                  epoch, expiring, expires_in_ms, offer_id));
   if (origin == bus_.node_id()) box->own.push_back({ticket, static_cast<std::uint32_t>(keys.size()), to_home});
   ++counters_.sends_forwarded;
   return true;
@@ -904,22 +930,22 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   const protocol::bytes_view payload = p ? protocol::bytes_view{p->data(), p->size()} : protocol::bytes_view{};
   const auto* idx = f.indices();
   if (!idx || idx->size() != f.keys()->size()) return;  // not as this version sends it
-  // A durable send's part, rebuilt from the forward (its deadline from the
-  // time it had left when sent).
-  durable_part durable_here;
-  const durable_part* durable = nullptr;
-  if (f.stream() && f.stream()->size() > 0) {
-    durable_here.position = log_position{f.stream()->string_view(), f.seq(), f.epoch()};
-    if (f.expiring()) durable_here.deadline = clock::now() + std::chrono::milliseconds(f.expires_in_ms());
-    durable = &durable_here;
-  }
+  // A durable send's or an offer's part, rebuilt from the forward (its
+  // deadline from the time it had left when sent).
+  delivery_part part_here;
+  const delivery_part* part = nullptr;
+  if (f.stream() && f.stream()->size() > 0)
+    part_here.position = log_position{f.stream()->string_view(), f.seq(), f.epoch()};
+  if (f.expiring()) part_here.deadline = clock::now() + std::chrono::milliseconds(f.expires_in_ms());
+  part_here.offer_id = f.offer_id();
+  if (part_here.durable() || f.expiring() || part_here.offer_id != 0) part = &part_here;
   auto& all = *all_;
   all.clear();
   for (std::uint32_t i = 0; i < f.keys()->size(); ++i) {
     const auto* s = f.keys()->Get(i);
     if (s->size() > 0 && s->size() <= max_key_bytes) all.add(s->string_view(), idx->Get(i));
   }
-  if (f.to_home()) return deliver_home(origin, f.ticket(), all.keys, all.indices, payload, durable);
+  if (f.to_home()) return deliver_home(origin, f.ticket(), all.keys, all.indices, payload, part);
   // As the keys' owner: look them up, deliver what lives here, pass the
   // rest on to their homes (a home that is the origin itself delivers on
   // its SendForward too).
@@ -944,7 +970,7 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   }
   std::uint32_t forwarded = 0;
   for (const auto& [node, g] : homes.in_use()) {
-    if (forward(node, origin, f.ticket(), g.keys, g.indices, payload, true, durable))
+    if (forward(node, origin, f.ticket(), g.keys, g.indices, payload, true, part))
       ++forwarded;
     else
       unavailable += static_cast<std::uint32_t>(g.keys.size());
@@ -952,16 +978,16 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   std::uint32_t routed = 0;
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  if (!here.keys.empty()) routed = deliver_here(here.keys, payload, durable, gateways);
+  if (!here.keys.empty()) routed = deliver_here(here.keys, payload, part, gateways);
   send_outcome(origin, f.ticket(), routed, gateways, here.indices, forwarded, unavailable, true);
 }
 
 void route_relay::deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
                                std::span<const std::uint32_t> indices, protocol::bytes_view payload,
-                               const durable_part* durable) {
+                               const delivery_part* part) {
   auto& gateways = gateway_scratch_;
   gateways.clear();
-  const auto routed = keys.empty() ? 0 : deliver_here(keys, payload, durable, gateways);
+  const auto routed = keys.empty() ? 0 : deliver_here(keys, payload, part, gateways);
   if (origin == bus_.node_id())
     apply_outcome(ticket, routed, gateways, indices, 0, 0, false);
   else
@@ -1008,6 +1034,13 @@ void route_relay::finish(std::uint64_t ticket) {
 }
 
 void route_relay::answer(pending_send& s) {
+  if (s.done) {
+    // An offer: its handler answers (and keeps the offer even when the
+    // sender has gone: receipts may go to an inbox).
+    s.done(offer_outcome{s.gateways, s.routed, s.unavailable, false, {}});
+    if (auto p = s.who.lock()) p->close_ticket(s.peer_ticket);
+    return;
+  }
   auto p = s.who.lock();
   if (!p) return;
   if (p->closed()) {
@@ -1060,6 +1093,15 @@ void route_relay::on_timer() {
     if (s.durable) {
       // Durable either way: answered with the keys routed so far.
       answer(s);
+      it = sends_.erase(it);
+      continue;
+    }
+    if (s.done) {
+      std::string nodes;
+      for (const auto& n : s.asked) nodes += (nodes.empty() ? "'" : ", '") + n + "'";
+      ++counters_.sends_unknown;
+      s.done(offer_outcome{s.gateways, s.routed, s.unavailable, true, nodes});
+      if (auto p = s.who.lock()) p->close_ticket(s.peer_ticket);
       it = sends_.erase(it);
       continue;
     }

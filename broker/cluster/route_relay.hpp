@@ -149,6 +149,31 @@ class route_relay {
                     protocol::bytes_view payload, const log_position& position,
                     std::chrono::steady_clock::time_point deadline);
 
+  // What became of an offer sent with send_offer: per key of the send,
+  // the inbox it was delivered into ("" = not routed); how many keys were
+  // routed; how many had an owner out of reach; whether a node asked did
+  // not answer within the forward timeout (`silent` names them: those
+  // keys may or may not have been delivered). Borrowed for the call.
+  struct offer_outcome {
+    std::span<const std::string> gateways;
+    std::uint32_t routed = 0;
+    std::uint32_t unavailable = 0;
+    bool timed_out = false;
+    std::string_view silent;
+  };
+  using offer_done = std::function<void(const offer_outcome&)>;
+  // An offer (a Send with an offer id or an expiry, no stream: the
+  // offer_handler checked it) to `keys` (borrowed for the call):
+  // delivered as send() does, each delivery carrying `offer_id` (0 = an
+  // expiry alone) and never written at or after `deadline`. Instead of
+  // answering, calls `done` once: at once when no other node is needed,
+  // else when every node asked answered or the forward timeout passed
+  // (not after this relay is destroyed: a send still waiting then is
+  // answered outcome_unknown on `from`). `done` answers `from`; a peer
+  // ticket on `from` is held until it returns (a Ping waits).
+  void send_offer(peer& from, std::span<const std::string_view> keys, protocol::bytes_view payload,
+                  std::uint64_t offer_id, std::chrono::steady_clock::time_point deadline, offer_done done);
+
   route_relay_counters counters() const;
 
   // Sends now what waits for the end of the loop turn (route updates, the
@@ -171,20 +196,23 @@ class route_relay {
   struct put_batch;
   struct rebuild;
   using clock = std::chrono::steady_clock;
-  // What a durable send adds to a send: its record's place, its expiry.
-  struct durable_part {
-    log_position position;
+  // What a durable send or an offer adds to a send: the record's place,
+  // the expiry, the offer id.
+  struct delivery_part {
+    log_position position;         // stream "" = not durable
     clock::time_point deadline{};  // {} = none
-    std::uint64_t ticket = 0;      // the append's ticket on the sender (origin only)
+    std::uint64_t ticket = 0;      // the append's ticket on the sender (origin only, durable)
+    std::uint64_t offer_id = 0;
+    bool durable() const noexcept { return !position.stream.empty(); }
   };
 
-  // send() and send_durable(): `durable` null for a plain send.
+  // send(), send_durable() and send_offer(): `part` null for a plain send.
   void route(peer* from, std::uint64_t request_id, std::span<const std::string_view> keys, protocol::bytes_view payload,
-             const durable_part* durable);
+             const delivery_part* part, offer_done* done = nullptr);
   // Delivers `keys` here (fanout) with the durable part, if any; the
   // gateways into `gateways`. Returns the keys routed.
   std::uint32_t deliver_here(std::span<const std::string_view> keys, protocol::bytes_view payload,
-                             const durable_part* durable, std::vector<std::string_view>& gateways);
+                             const delivery_part* part, std::vector<std::string_view>& gateways);
 
   // Owner side: a put of `key` by `principal` from `home` would take over
   // a route another principal holds on another live node.
@@ -209,7 +237,7 @@ class route_relay {
   void on_outcome(const link::SendOutcome& o);
   // Delivers `keys` here (this node is their home) and tells the origin.
   void deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
-                    std::span<const std::uint32_t> indices, protocol::bytes_view payload, const durable_part* durable);
+                    std::span<const std::uint32_t> indices, protocol::bytes_view payload, const delivery_part* part);
   void apply_outcome(std::uint64_t ticket, std::uint32_t routed, std::span<const std::string_view> gateways,
                      std::span<const std::uint32_t> indices, std::uint32_t forwarded, std::uint32_t unavailable,
                      bool from_owner);
@@ -220,7 +248,7 @@ class route_relay {
   // Puts a SendForward to `node` in its outbox; false when it has no link.
   bool forward(std::string_view node, std::string_view origin, std::uint64_t ticket,
                std::span<const std::string_view> keys, std::span<const std::uint32_t> indices,
-               protocol::bytes_view payload, bool to_home, const durable_part* durable);
+               protocol::bytes_view payload, bool to_home, const delivery_part* part);
   // Puts a SendOutcome to `to` in its outbox (dropped when it has no link:
   // the origin answers outcome_unknown at its deadline).
   void send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
@@ -300,6 +328,7 @@ class route_relay {
   std::vector<std::uint32_t> index_scratch_;
   std::vector<std::string_view> gateway_scratch_;
   std::vector<std::string_view> answer_scratch_;
+  std::vector<std::string> offer_gateways_;  // an offer decided at once (route)
   route_relay_counters counters_;
 };
 

@@ -84,7 +84,7 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
   if (cap_window > exposure_.window())
     return refuse(fmt::format("cap_window_ms is at most exposure-window-ms ({})",
                               std::chrono::duration_cast<milliseconds>(exposure_.window()).count()));
-  if (offer_id != 0 && offers_.contains(offer_id))
+  if (offer_id != 0 && (offers_.contains(offer_id) || sending_.contains(offer_id)))
     return refuse(fmt::format("offer {} is live: offer ids must be unique among live offers", offer_id));
 
   const auto now = now_();
@@ -107,42 +107,99 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
   }
   counters_.offers_capped += capped;
 
-  const delivery_meta meta{expires_in.count() != 0 ? now + expires_in : clock::time_point{}, offer_id, false};
+  send_args a;
+  a.request_id = rid;
+  a.offer_id = offer_id;
+  a.now = now;
+  a.expires = expires_in.count() != 0 ? now + expires_in : clock::time_point{};
+  a.receipt_timeout = receipt_timeout;
+  a.receipt_inbox = receipt_inbox;
+  a.tracked = tracked;
+  a.counted = counted;
+  a.capped = capped;
+  sender_info sender{from.id(), from.owner(), {}, from.weak_peer()};
+  if (const auto* who = from.principal(); who && !who->admin) sender.principal = who->name;
+
+  if (relay_ && !deliver_keys_.empty()) {
+    // Cluster mode: delivered on every node; the offer is kept here once
+    // their answers are in. What take() needs is copied (the frame goes).
+    struct state {
+      std::vector<std::string> keys;
+      std::vector<std::uint8_t> payload;
+      std::string receipt_inbox;
+      std::vector<std::size_t> deliver_index;
+      std::vector<std::uint8_t> outcomes;
+    };
+    auto st = std::make_shared<state>();
+    st->keys.assign(keys.begin(), keys.end());
+    st->payload.assign(payload.begin(), payload.end());
+    st->receipt_inbox = receipt_inbox;
+    st->deliver_index = deliver_index_;
+    st->outcomes = outcomes_;
+    if (tracked) sending_.insert(offer_id);
+    relay_->send_offer(from, deliver_keys_, payload, offer_id, a.expires,
+                       [this, st, a, sender](const route_relay::offer_outcome& r) mutable {
+                         if (a.tracked) sending_.erase(a.offer_id);
+                         std::vector<std::string_view> key_views(st->keys.begin(), st->keys.end());
+                         std::vector<std::string_view> routed_to(r.gateways.begin(), r.gateways.end());
+                         a.keys = key_views;
+                         a.payload = protocol::bytes_view{st->payload.data(), st->payload.size()};
+                         a.receipt_inbox = st->receipt_inbox;
+                         a.deliver_index = st->deliver_index;
+                         a.outcomes = st->outcomes;
+                         const auto p = sender.who.lock();
+                         take(p && !p->closed() ? p.get() : nullptr, sender, a, routed_to, r.routed, r.unavailable,
+                              r.timed_out, r.silent);
+                       });
+    return;
+  }
+
   auto& routed_to = fanout_.gateway_scratch();
   std::uint32_t routed = 0;
   if (!deliver_keys_.empty())
-    routed = fanout_.send_offer(deliver_keys_, payload, meta, now, routed_to);
+    routed = fanout_.send_offer(deliver_keys_, payload, delivery_meta{a.expires, offer_id, false}, now, routed_to);
   else
     routed_to.clear();
+  a.keys = keys;
+  a.payload = payload;
+  a.deliver_index = deliver_index_;
+  a.outcomes = outcomes_;
+  take(&from, sender, a, routed_to, routed, 0, false, {});
+}
 
+void offer_handler::take(peer* from, const sender_info& sender, const send_args& a,
+                         std::span<const std::string_view> routed_to, std::uint32_t routed, std::uint32_t unavailable,
+                         bool timed_out, std::string_view silent) {
+  const auto keys = a.keys;
+  auto& outcomes = a.outcomes;
   // Per key of the send: the inbox (or "") and the outcome.
-  std::vector<std::string_view>& gateways = deliver_keys_;  // reused: deliver_keys_ is done
   auto& inbox_of = inbox_of_;
   inbox_of.assign(keys.size(), {});
-  for (std::size_t j = 0; j < deliver_index_.size(); ++j) {
-    const std::size_t i = deliver_index_[j];
+  for (std::size_t j = 0; j < a.deliver_index.size() && j < routed_to.size(); ++j) {
+    const std::size_t i = a.deliver_index[j];
     inbox_of[i] = routed_to[j];
-    if (!routed_to[j].empty()) outcomes_[i] = static_cast<std::uint8_t>(wire::KeyOutcome::routed);
+    if (!routed_to[j].empty()) outcomes[i] = static_cast<std::uint8_t>(wire::KeyOutcome::routed);
   }
 
-  if (counted)
+  if (a.counted)
     for (std::size_t i = 0; i < keys.size(); ++i)
-      if (outcomes_[i] == static_cast<std::uint8_t>(wire::KeyOutcome::routed) && !exposure_.record(keys[i], now))
+      if (outcomes[i] == static_cast<std::uint8_t>(wire::KeyOutcome::routed) && !exposure_.record(keys[i], a.now))
         ++counters_.exposure_untracked;
 
-  if (tracked && !deliver_index_.empty()) {
+  if (a.tracked && !a.deliver_index.empty()) {
     offer_table::offer o;
-    o.id = offer_id;
-    o.sender = from.id();
-    o.owner = from.owner();
-    o.receipt_inbox = receipt_inbox;
-    o.sent = now;
-    o.expires = meta.deadline;
-    if (receipt_timeout.count() != 0) o.receipt_due = now + receipt_timeout;
-    o.payload.assign(reinterpret_cast<const std::byte*>(payload.data()),
-                     reinterpret_cast<const std::byte*>(payload.data()) + payload.size());
-    o.keys.reserve(deliver_index_.size());
-    for (const std::size_t i : deliver_index_) {
+    o.id = a.offer_id;
+    o.sender = sender.id;
+    o.owner = sender.owner;
+    o.principal = sender.principal;
+    o.receipt_inbox = a.receipt_inbox;
+    o.sent = a.now;
+    o.expires = a.expires;
+    if (a.receipt_timeout.count() != 0) o.receipt_due = a.now + a.receipt_timeout;
+    o.payload.assign(reinterpret_cast<const std::byte*>(a.payload.data()),
+                     reinterpret_cast<const std::byte*>(a.payload.data()) + a.payload.size());
+    o.keys.reserve(a.deliver_index.size());
+    for (const std::size_t i : a.deliver_index) {
       offer_table::key_state k;
       k.key = keys[i];
       k.inbox = inbox_of[i];
@@ -152,20 +209,32 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
       k.receipt_sent = inbox_of[i].empty();
       o.keys.push_back(std::move(k));
     }
-    if (o.wants_receipts() && receipt_inbox.empty()) senders_.try_emplace(from.id(), from.weak_peer());
+    if (o.wants_receipts() && a.receipt_inbox.empty()) senders_.try_emplace(sender.id, sender.who);
     const auto first = o.wants_receipts() ? std::min(o.receipt_due, o.expires) : o.expires;
     offers_.add(std::move(o));
     ++counters_.offers;
     if (offer_added_) offer_added_(first);
   }
 
-  if (rid == 0) return;
+  if (!from || a.request_id == 0) return;
+  const auto rid = a.request_id;
+  if (timed_out)
+    return from->send_error(
+        rid, errc::outcome_unknown,
+        fmt::format("no answer from node {} within the forward timeout: the offer may or may not have been delivered "
+                    "to their keys (receipts, if asked, say which were)",
+                    silent));
+  if (keys.size() == 1 && routed == 0 && unavailable != 0)
+    return from->send_error(
+        rid, errc::unavailable,
+        "route key '" + std::string(keys[0]) + "': its partition's owner is not in reach now; retry");
+  std::vector<std::string_view>& gateways = deliver_keys_;  // reused: the keys were delivered
   gateways.assign(inbox_of.begin(), inbox_of.end());
-  if (counted) return from.send(builder_.send_result(rid, gateways, routed, 0, 0, outcomes_, capped));
+  if (a.counted) return from->send(builder_.send_result(rid, gateways, routed, 0, 0, outcomes, a.capped));
   // An expiry alone: answered as a plain send.
   if (keys.size() == 1 && routed == 0)
-    return from.send_error(rid, errc::no_route, "no route for " + std::string(keys[0]));
-  from.send(builder_.send_result(rid, gateways, routed));
+    return from->send_error(rid, errc::no_route, "no route for " + std::string(keys[0]));
+  from->send(builder_.send_result(rid, gateways, routed));
 }
 
 void offer_handler::send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome,
@@ -184,76 +253,213 @@ void offer_handler::send_receipt(offer_table::offer& o, const offer_table::key_s
 void offer_handler::ack(peer& from, std::uint64_t rid, const wire::OfferAck& m) {
   if (!from.granted().offers) return from.send_error(rid, errc::unsupported_message, no_offers_message);
   const std::string_view key = m.route_key() ? m.route_key()->string_view() : std::string_view{};
-  const auto now = now_();
-  const auto n = offers_.ack(m.offer_id(), key, from.inboxes(), [&](offer_table::offer& o, offer_table::key_state& k) {
-    ++counters_.receipts_acked;
-    if (o.wants_receipts()) {
-      k.receipt_sent = true;
-      send_receipt(o, k, static_cast<std::uint8_t>(wire::ReceiptOutcome::acked), now);
-    }
-  });
-  if (n == 0)
-    return from.send_error(
-        rid, errc::not_found,
-        fmt::format("offer {} has no unacknowledged {} (unknown, expired or withdrawn)", m.offer_id(),
-                    key.empty() ? std::string("key in this connection's inboxes") : fmt::format("key '{}'", key)));
+  const auto n = ack_here(m.offer_id(), key, from.inboxes());
+  const auto not_found = [offer_id = m.offer_id()](std::string_view key) {
+    return fmt::format("offer {} has no unacknowledged {} (unknown, expired or withdrawn)", offer_id,
+                       key.empty() ? std::string("key in this connection's inboxes") : fmt::format("key '{}'", key));
+  };
+  if (n == 0 && cluster_offers_) {
+    // Not this node's offer: the node that holds it acks it (and sends the
+    // receipts).
+    return cluster_offers_->ask_ack(
+        from, rid, m.offer_id(), key, from.inboxes(),
+        [this, rid, offer_id = m.offer_id(), key = std::string(key), not_found](peer& who,
+                                                                                const offer_relay::gathered& g) {
+          if (g.found > 0) {
+            if (rid != 0) who.send(builder_.ok(rid));
+            return;
+          }
+          if (!g.silent.empty())
+            return who.send_error(rid, errc::unavailable,
+                                  fmt::format("offer {}: not found on the nodes that answered; node {} did not answer "
+                                              "in time (it may hold it): retry",
+                                              offer_id, g.silent));
+          who.send_error(rid, errc::not_found, not_found(key));
+        });
+  }
+  if (n == 0) return from.send_error(rid, errc::not_found, not_found(key));
   if (rid != 0) from.send(builder_.ok(rid));
 }
 
-void offer_handler::withdraw(peer& from, std::uint64_t rid, const wire::Withdraw& m) {
-  if (!from.granted().offers) return from.send_error(rid, errc::unsupported_message, no_offers_message);
-  offer_table::offer* o = offers_.find(m.offer_id());
-  if (!o)
-    return from.send_error(rid, errc::not_found,
-                           fmt::format("offer {} is not live (unknown, expired or withdrawn)", m.offer_id()));
-  if (!from.may_touch(o->owner))
-    return from.send_forbidden(rid, "Withdraw", fmt::format("offer {}", m.offer_id()),
-                               "it belongs to another principal");
-  std::uint32_t dropped = 0, notified = 0, pending = 0;
-  for (const auto& k : o->keys) pending += k.pending ? 1 : 0;
-  // One delivery per inbox: dropped if still queued, else told.
-  std::vector<std::string_view> seen, inbox_keys;
-  for (const auto& k : o->keys) {
-    if (k.inbox.empty() || std::find(seen.begin(), seen.end(), k.inbox) != seen.end()) continue;
-    seen.push_back(k.inbox);
-    delivery_target* t = routing_.inbox_owner(k.inbox);
+std::uint32_t offer_handler::ack_here(std::uint64_t id, std::string_view key, std::span<const std::string> inboxes) {
+  const auto now = now_();
+  return static_cast<std::uint32_t>(
+      offers_.ack(id, key, inboxes, [&](offer_table::offer& o, offer_table::key_state& k) {
+        ++counters_.receipts_acked;
+        if (o.wants_receipts()) {
+          k.receipt_sent = true;
+          send_receipt(o, k, static_cast<std::uint8_t>(wire::ReceiptOutcome::acked), now);
+        }
+      }));
+}
+
+void offer_handler::retract(std::uint64_t id, std::span<const std::string_view> inboxes,
+                            std::span<const std::string_view> keys, std::span<const std::uint32_t> key_inbox,
+                            std::uint32_t& dropped, std::uint32_t& notified) {
+  std::vector<std::string_view> inbox_keys;
+  for (std::uint32_t i = 0; i < inboxes.size(); ++i) {
+    delivery_target* t = routing_.inbox_owner(inboxes[i]);
     if (!t) continue;
-    if (const auto n = t->withdraw(o->id); n > 0) {
+    // One delivery per inbox: dropped if still queued, else told.
+    if (const auto n = t->withdraw(id); n > 0) {
       dropped += static_cast<std::uint32_t>(n);
       continue;
     }
     if (!t->wants_offer_fields()) continue;
     inbox_keys.clear();
-    for (const auto& other : o->keys)
-      if (other.inbox == k.inbox) inbox_keys.push_back(other.key);
-    t->notify(builder_.withdrawn(o->id, k.inbox, inbox_keys));
+    for (std::size_t k = 0; k < keys.size(); ++k)
+      if (key_inbox[k] == i) inbox_keys.push_back(keys[k]);
+    t->notify(builder_.withdrawn(id, inboxes[i], inbox_keys));
     ++notified;
   }
-  const std::uint64_t id = o->id;
+}
+
+offer_relay::withdraw_answer offer_handler::withdraw_here(offer_table::offer& o) {
+  offer_relay::withdraw_answer w;
+  w.found = true;
+  for (const auto& k : o.keys) w.pending += k.pending ? 1 : 0;
+  // The inboxes it went into, once each, and each key's inbox.
+  std::vector<std::string_view> inboxes, keys, remote;
+  std::vector<std::uint32_t> key_inbox;
+  for (const auto& k : o.keys) {
+    if (k.inbox.empty()) continue;
+    auto it = std::find(inboxes.begin(), inboxes.end(), std::string_view(k.inbox));
+    if (it == inboxes.end()) it = inboxes.insert(inboxes.end(), k.inbox);
+    keys.push_back(k.key);
+    key_inbox.push_back(static_cast<std::uint32_t>(it - inboxes.begin()));
+  }
+  retract(o.id, inboxes, keys, key_inbox, w.dropped, w.notified);
+  if (cluster_offers_) {
+    // Inboxes held elsewhere: their nodes drop or retract them (counted
+    // as told).
+    std::uint32_t elsewhere = 0;
+    for (const auto in : inboxes)
+      if (!routing_.inbox_owner(in)) ++elsewhere;
+    if (elsewhere > 0) cluster_offers_->tell_withdrawn(o.id, inboxes, keys, key_inbox);
+    w.notified += elsewhere;
+  }
+  const std::uint64_t id = o.id;
   offers_.remove(id);
   ++counters_.offers_withdrawn;
+  return w;
+}
+
+void offer_handler::withdraw(peer& from, std::uint64_t rid, const wire::Withdraw& m) {
+  if (!from.granted().offers) return from.send_error(rid, errc::unsupported_message, no_offers_message);
+  const auto not_live = [id = m.offer_id()] {
+    return fmt::format("offer {} is not live (unknown, expired or withdrawn)", id);
+  };
+  offer_table::offer* o = offers_.find(m.offer_id());
+  if (!o && cluster_offers_) {
+    // Another node's offer (its sender reconnected here): that node
+    // withdraws it, if this principal may.
+    std::string principal;
+    if (const auto* who = from.principal(); who && !who->admin) principal = who->name;
+    return cluster_offers_->ask_withdraw(
+        from, rid, m.offer_id(), principal,
+        [this, rid, id = m.offer_id(), not_live](peer& who, const offer_relay::gathered& g) {
+          if (g.found > 0 && g.forbidden)
+            return who.send_forbidden(rid, "Withdraw", fmt::format("offer {}", id), "it belongs to another principal");
+          if (g.found > 0) return who.send(builder_.withdraw_result(rid, id, g.dropped, g.notified, g.pending));
+          if (!g.silent.empty())
+            return who.send_error(rid, errc::unavailable,
+                                  fmt::format("offer {}: not found on the nodes that answered; node {} did not answer "
+                                              "in time (it may hold it): retry",
+                                              id, g.silent));
+          who.send_error(rid, errc::not_found, not_live());
+        });
+  }
+  if (!o) return from.send_error(rid, errc::not_found, not_live());
+  if (!from.may_touch(o->owner))
+    return from.send_forbidden(rid, "Withdraw", fmt::format("offer {}", m.offer_id()),
+                               "it belongs to another principal");
+  const auto w = withdraw_here(*o);
   logger_->debug("conn={} offer={} withdrawn: {} queued copies dropped, {} gateways told, {} pending removed",
-                 from.id(), id, dropped, notified, pending);
-  from.send(builder_.withdraw_result(rid, id, dropped, notified, pending));
+                 from.id(), m.offer_id(), w.dropped, w.notified, w.pending);
+  from.send(builder_.withdraw_result(rid, m.offer_id(), w.dropped, w.notified, w.pending));
+}
+
+void offer_handler::pending_here(std::string_view key, std::uint32_t limit, clock::time_point now,
+                                 std::vector<offer_relay::pending_entry>& out) {
+  // At most one frame's worth: the oldest first, as many as fit.
+  auto budget = protocol::answer_budget::for_records(config_.max_frame);
+  for (const auto* o : offers_.pending(key, now, limit)) {
+    if (!budget.take(o->payload.size() + protocol::record_overhead)) break;
+    offer_relay::pending_entry e;
+    e.offer_id = o->id;
+    e.payload.assign(reinterpret_cast<const std::uint8_t*>(o->payload.data()),
+                     reinterpret_cast<const std::uint8_t*>(o->payload.data()) + o->payload.size());
+    e.expires_in_ms = ms32(o->expires - now);
+    e.age_ms = ms32(now - o->sent);
+    out.push_back(std::move(e));
+  }
 }
 
 void offer_handler::pending(peer& from, std::uint64_t rid, const wire::PendingOffers& m) {
   if (!from.granted().offers) return from.send_error(rid, errc::unsupported_message, no_offers_message);
   const std::string_view key = m.route_key()->string_view();
   const auto now = now_();
-  const auto list = offers_.pending(key, now, m.limit());
-  std::vector<protocol::pending_offer_fields> out;
-  out.reserve(list.size());
-  // Keep the answer inside one frame: the oldest first, as many as fit.
-  auto budget = protocol::answer_budget::for_records(config_.max_frame);
-  for (const auto* o : list) {
-    if (!budget.take(o->payload.size() + protocol::record_overhead)) break;
-    out.push_back({o->id,
-                   {reinterpret_cast<const std::uint8_t*>(o->payload.data()), o->payload.size()},
-                   ms32(o->expires - now),
-                   ms32(now - o->sent)});
-  }
-  from.send(builder_.pending_offers_result(rid, key, out));
+  const std::uint32_t limit = m.limit();
+  auto answer = [this, rid, key = std::string(key), limit](peer& who, std::vector<offer_relay::pending_entry>& list) {
+    // Oldest first (across nodes), at most `limit`, one frame's worth.
+    std::stable_sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.age_ms > y.age_ms; });
+    if (limit != 0 && list.size() > limit) list.resize(limit);
+    std::vector<protocol::pending_offer_fields> out;
+    out.reserve(list.size());
+    auto budget = protocol::answer_budget::for_records(config_.max_frame);
+    for (const auto& e : list) {
+      if (!budget.take(e.payload.size() + protocol::record_overhead)) break;
+      out.push_back({e.offer_id, {e.payload.data(), e.payload.size()}, e.expires_in_ms, e.age_ms});
+    }
+    who.send(builder_.pending_offers_result(rid, key, out));
+  };
+  std::vector<offer_relay::pending_entry> here;
+  pending_here(key, limit, now, here);
+  if (!cluster_offers_) return answer(from, here);
+  // Cluster mode: every node's offers pending for the key.
+  cluster_offers_->ask_pending(
+      from, rid, key, limit,
+      [rid, here = std::move(here), answer, key = std::string(key)](peer& who, const offer_relay::gathered& g) mutable {
+        // A node silent may hold offers for the key: a partial list would
+        // look complete.
+        if (!g.silent.empty())
+          return who.send_error(
+              rid, errc::unavailable,
+              fmt::format("the offers pending for '{}': node {} did not answer in time; retry", key, g.silent));
+        here.insert(here.end(), g.offers.begin(), g.offers.end());
+        answer(who, here);
+      });
+}
+
+void offer_handler::use_cluster(route_relay* relay, offer_relay* offers) {
+  if (cluster_offers_ && cluster_offers_ != offers) cluster_offers_->set_local({});
+  relay_ = relay;
+  cluster_offers_ = offers;
+  if (!offers) return;
+  offer_relay::local_offers local;
+  local.ack = [this](std::uint64_t id, std::string_view key, std::span<const std::string> inboxes) {
+    return ack_here(id, key, inboxes);
+  };
+  local.withdraw = [this](std::uint64_t id, std::string_view principal) {
+    offer_relay::withdraw_answer w;
+    offer_table::offer* o = offers_.find(id);
+    if (!o) return w;
+    if (!principal.empty() && principal != o->principal) {
+      w.found = true;
+      w.forbidden = true;
+      return w;
+    }
+    return withdraw_here(*o);
+  };
+  local.pending = [this](std::string_view key, std::uint32_t limit, std::vector<offer_relay::pending_entry>& out) {
+    pending_here(key, limit, now_(), out);
+  };
+  local.withdrawn = [this](std::uint64_t id, std::span<const std::string_view> inboxes,
+                           std::span<const std::string_view> keys, std::span<const std::uint32_t> key_inbox) {
+    std::uint32_t dropped = 0, notified = 0;
+    retract(id, inboxes, keys, key_inbox, dropped, notified);
+  };
+  offers->set_local(std::move(local));
 }
 
 void offer_handler::exposure(peer& from, std::uint64_t rid, const wire::ExposureQuery& m) {

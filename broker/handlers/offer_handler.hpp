@@ -10,9 +10,17 @@
 // at the time of the receipt), else the sending connection while it is
 // open.
 //
+// In cluster mode (use_cluster) an offer is delivered on every node
+// through the route relay and stays on this node (its origin); an ack, a
+// withdraw or a pull this node cannot answer from its own offers is asked
+// of the other members (offer_relay), and it answers theirs
+// (docs/cluster.md, "Offers"). Exposure counts and caps stay per node.
+//
 // Loop thread only. Time comes from `now` (the server's clock; tests pass
 // their own).
 
+#include "broker/cluster/offer_relay.hpp"
+#include "broker/cluster/route_relay.hpp"
 #include "broker/tables/exposure_table.hpp"
 #include "broker/delivery/fanout.hpp"
 #include "broker/tables/offer_table.hpp"
@@ -29,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace spdlog {
@@ -90,12 +99,63 @@ class offer_handler {
   // `p` closed: receipts for its offers now go to their receipt inbox only.
   void disconnected(peer& p);
 
+  // Cluster mode (both borrowed until the next call; null, null: one
+  // node): offers are delivered through `relay`, and what this node does
+  // not hold is asked of the others through `offers` (whose questions this
+  // handler answers from now on).
+  void use_cluster(route_relay* relay, offer_relay* offers);
+
   const offer_table& offers() const noexcept { return offers_; }
   const exposure_table& exposure_counts() const noexcept { return exposure_; }
 
  private:
   void send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome,
                     clock::time_point now);
+
+  // Who sent an offer (kept even when the connection has gone).
+  struct sender_info {
+    std::uint64_t id = 0;
+    owner_id owner = 0;
+    std::string principal;  // the principal's name ("" = none, or an admin)
+    std::weak_ptr<peer> who;
+  };
+  // An offer send checked and capped, its deliverable keys chosen: what
+  // take() needs once their delivery is known. Views borrowed for the call.
+  struct send_args {
+    std::uint64_t request_id = 0;
+    std::uint64_t offer_id = 0;
+    clock::time_point now{};
+    clock::time_point expires{};  // {} = none
+    std::chrono::milliseconds receipt_timeout{0};
+    std::string_view receipt_inbox;
+    bool tracked = false;  // has an offer id: kept in offers_
+    bool counted = false;  // answered with outcomes, counted for exposure
+    std::uint32_t capped = 0;
+    std::span<const std::string_view> keys;
+    protocol::bytes_view payload;
+    std::span<const std::size_t> deliver_index;  // the keys delivered, by place in `keys`
+    std::span<std::uint8_t> outcomes;            // per key (capped ones set)
+  };
+  // The second half of send(): deliver key j went into `routed_to[j]` ("" =
+  // not routed); `unavailable` keys had an owner out of reach;
+  // `timed_out`: nodes `silent` did not answer. Keeps a tracked offer,
+  // counts exposure, answers on `from` (null: gone).
+  void take(peer* from, const sender_info& sender, const send_args& a, std::span<const std::string_view> routed_to,
+            std::uint32_t routed, std::uint32_t unavailable, bool timed_out, std::string_view silent);
+  // Acks key `key` of this node's offer `id` (every key delivered into
+  // `inboxes` when empty), sending receipts; returns the keys acked.
+  std::uint32_t ack_here(std::uint64_t id, std::string_view key, std::span<const std::string> inboxes);
+  // Withdraws live offer `o` (this node's): drops its queued copies here,
+  // retracts delivered ones, tells the other nodes. Returns the counts.
+  offer_relay::withdraw_answer withdraw_here(offer_table::offer& o);
+  // Drops or retracts offer `id`'s copies in the inboxes this node holds
+  // among `inboxes` (`keys[i]` went into `inboxes[key_inbox[i]]`).
+  void retract(std::uint64_t id, std::span<const std::string_view> inboxes, std::span<const std::string_view> keys,
+               std::span<const std::uint32_t> key_inbox, std::uint32_t& dropped, std::uint32_t& notified);
+  // This node's offers pending for `key`, oldest first, at most `limit`
+  // (0 = all) and one frame's worth.
+  void pending_here(std::string_view key, std::uint32_t limit, clock::time_point now,
+                    std::vector<offer_relay::pending_entry>& out);
 
   const server_config& config_;
   routing_table& routing_;
@@ -109,6 +169,11 @@ class offer_handler {
   // Senders of live offers that asked for receipts, by connection id.
   std::unordered_map<std::uint64_t, std::weak_ptr<peer>> senders_;
   std::function<void(clock::time_point)> offer_added_;
+  route_relay* relay_ = nullptr;
+  // Tracked offers sent across nodes, waiting for their delivery (not in
+  // offers_ yet): their ids are taken.
+  std::unordered_set<std::uint64_t> sending_;
+  offer_relay* cluster_offers_ = nullptr;
   clock::time_point last_exposure_sweep_{};
   // Reused per send: what became of each key.
   std::vector<std::uint8_t> outcomes_;

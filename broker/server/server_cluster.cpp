@@ -74,6 +74,8 @@ void server::impl::join_cluster() {
   relay = std::make_unique<route_relay>(
       io, ro, *bus, routing, fan, [this] { return members && members->in_standing(); }, logger);
   routing_requests->use_cluster(relay.get());
+  offer_asks = std::make_unique<offer_relay>(io, *bus, config.cluster_forward_timeout, logger);
+  if (offers) offers->use_cluster(relay.get(), offer_asks.get());
   {
     stream_relay_options so;
     so.forward_timeout = config.cluster_forward_timeout;
@@ -218,10 +220,12 @@ void server::impl::leave_cluster() {
   if (members) members->leave();
   if (pubsub) pubsub->use_cluster(nullptr);
   if (routing_requests) routing_requests->use_cluster(nullptr);
+  if (offers) offers->use_cluster(nullptr, nullptr);
   if (dispatch) dispatch->use_cluster(nullptr);
   // The relay first: it answers the durable sends still waiting, some on
   // remote_peers of the stream relay, whose answers then go out with it.
   relay.reset();
+  offer_asks.reset();
   if (streams) streams->flush_now();
   streams.reset();
   if (bus) bus->stop();

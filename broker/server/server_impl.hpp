@@ -19,6 +19,7 @@
 #include "broker/admission/authenticator.hpp"
 #include "broker/cluster/membership.hpp"
 #include "broker/cluster/node_bus.hpp"
+#include "broker/cluster/offer_relay.hpp"
 #include "broker/cluster/route_relay.hpp"
 #include "broker/cluster/stream_relay.hpp"
 #include "broker/delivery/fanout.hpp"
@@ -105,8 +106,9 @@ struct server::impl {
   // the other nodes and the membership, made by join_cluster(); declared
   // after the io_context, so destroyed before it.
   std::unique_ptr<node_bus> bus;
-  std::unique_ptr<route_relay> relay;     // routes and send-to-user across nodes (uses bus)
-  std::unique_ptr<stream_relay> streams;  // durable streams across nodes (uses bus and members)
+  std::unique_ptr<route_relay> relay;       // routes and send-to-user across nodes (uses bus)
+  std::unique_ptr<offer_relay> offer_asks;  // offers across nodes (uses bus)
+  std::unique_ptr<stream_relay> streams;    // durable streams across nodes (uses bus and members)
   std::unique_ptr<membership> members;
 
   // A drain under way (begin_drain): its schedule, the connections open

@@ -5,7 +5,7 @@
 namespace switchyard::broker {
 
 std::size_t offer_table::offer::bytes() const noexcept {
-  std::size_t n = offer_overhead + payload.size() + receipt_inbox.size();
+  std::size_t n = offer_overhead + payload.size() + receipt_inbox.size() + principal.size();
   for (const auto& k : keys) n += key_overhead + k.key.size() + k.inbox.size();
   return n;
 }

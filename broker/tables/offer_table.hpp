@@ -52,6 +52,7 @@ class offer_table {
     std::uint64_t id = 0;
     std::uint64_t sender = 0;   // the sending connection's id
     std::uint64_t owner = 0;    // the sender's principal number (0 = none)
+    std::string principal;      // its name ("" = none, or an admin): a withdraw from another node
     std::string receipt_inbox;  // receipts go to its holder (empty: the sender)
     clock::time_point sent{};
     clock::time_point expires{};
