@@ -44,44 +44,63 @@ offer_relay::~offer_relay() {
 
 void offer_relay::ask_ack(peer& who, std::uint64_t rid, std::uint64_t offer_id, std::string_view key,
                           std::span<const std::string> inboxes, gathered_done done) {
-  start(who, rid, static_cast<std::uint8_t>(link::OfferAskKind::ack), offer_id, key, inboxes, {}, 0, std::move(done));
+  question q;
+  q.kind = static_cast<std::uint8_t>(link::OfferAskKind::ack);
+  q.offer_id = offer_id;
+  q.key = key;
+  q.inboxes = inboxes;
+  start(who, rid, q, std::move(done));
 }
 
 void offer_relay::ask_withdraw(peer& who, std::uint64_t rid, std::uint64_t offer_id, std::string_view principal,
                                gathered_done done) {
-  start(who, rid, static_cast<std::uint8_t>(link::OfferAskKind::withdraw), offer_id, {}, {}, principal, 0,
-        std::move(done));
+  question q;
+  q.kind = static_cast<std::uint8_t>(link::OfferAskKind::withdraw);
+  q.offer_id = offer_id;
+  q.principal = principal;
+  start(who, rid, q, std::move(done));
 }
 
 void offer_relay::ask_pending(peer& who, std::uint64_t rid, std::string_view key, std::uint32_t limit,
                               gathered_done done) {
-  start(who, rid, static_cast<std::uint8_t>(link::OfferAskKind::pending), 0, key, {}, {}, limit, std::move(done));
+  question q;
+  q.kind = static_cast<std::uint8_t>(link::OfferAskKind::pending);
+  q.key = key;
+  q.limit = limit;
+  start(who, rid, q, std::move(done));
 }
 
-void offer_relay::start(peer& who, std::uint64_t rid, std::uint8_t kind, std::uint64_t offer_id, std::string_view key,
-                        std::span<const std::string> inboxes, std::string_view principal, std::uint32_t limit,
-                        gathered_done done) {
+void offer_relay::ask_exposure(peer& who, std::uint64_t rid, std::span<const std::string_view> keys,
+                               std::chrono::milliseconds window, gathered_done done) {
+  question q;
+  q.kind = static_cast<std::uint8_t>(link::OfferAskKind::exposure);
+  q.keys = keys;
+  q.window_ms = static_cast<std::uint32_t>(std::clamp<std::int64_t>(window.count(), 0, UINT32_MAX));
+  start(who, rid, q, std::move(done));
+}
+
+void offer_relay::start(peer& who, std::uint64_t rid, const question& q, gathered_done done) {
   if (asks_.size() >= max_asks)
     return who.send_error(
         rid, errc::unavailable,
         fmt::format("this node has {} offer requests waiting for other nodes (its limit): retry", max_asks));
+  const auto kind = static_cast<link::OfferAskKind>(q.kind);
+  gathered got;
+  if (kind == link::OfferAskKind::exposure) got.counts.assign(q.keys.size(), 0);
   std::vector<std::string> members;
   if (const auto* view = bus_.view())
     for (const auto& m : view->members)
       if (m.node_id != bus_.node_id() && bus_.has_link(m.node_id)) members.push_back(m.node_id);
-  if (members.empty()) {
-    const gathered none;
-    return done(who, none);
-  }
+  if (members.empty()) return done(who, got);
   const auto ticket = ++next_ticket_;
   auto& b = builder_;
   for (const auto& member : members) {
     b.Clear();
-    const auto k = b.CreateString(key.data(), key.size());
-    const auto in = b.CreateVectorOfStrings(inboxes.begin(), inboxes.end());
-    const auto pr = b.CreateString(principal.data(), principal.size());
-    const auto body =
-        link::CreateOfferAsk(b, ticket, static_cast<link::OfferAskKind>(kind), offer_id, k, in, pr, limit);
+    const auto k = b.CreateString(q.key.data(), q.key.size());
+    const auto in = b.CreateVectorOfStrings(q.inboxes.begin(), q.inboxes.end());
+    const auto pr = b.CreateString(q.principal.data(), q.principal.size());
+    const auto ks = b.CreateVectorOfStrings(q.keys.begin(), q.keys.end());
+    const auto body = link::CreateOfferAsk(b, ticket, kind, q.offer_id, k, in, pr, q.limit, ks, q.window_ms);
     // A member NATS refuses this to stays waited for: the timeout names it.
     bus_.send_body(member, link::Body::OfferAsk, body.Union(), b);
   }
@@ -89,8 +108,9 @@ void offer_relay::start(peer& who, std::uint64_t rid, std::uint8_t kind, std::ui
   a.who = who.weak_peer();
   a.request_id = rid;
   a.peer_ticket = who.open_ticket();
-  a.kind = static_cast<link::OfferAskKind>(kind);
+  a.kind = kind;
   a.waiting = std::move(members);
+  a.got = std::move(got);
   a.done = std::move(done);
   a.deadline = clock::now() + forward_timeout_;
   asks_.emplace(ticket, std::move(a));
@@ -135,6 +155,7 @@ void offer_relay::on_ask(remote_node& from, const link::OfferAsk& a) {
   withdraw_answer w;
   auto& offers = pending_scratch_;
   offers.clear();
+  std::vector<std::uint32_t> counts;
   switch (a.kind()) {
     case link::OfferAskKind::ack: {
       auto& inboxes = inbox_scratch_;
@@ -153,6 +174,15 @@ void offer_relay::on_ask(remote_node& from, const link::OfferAsk& a) {
       if (local_.pending && !key.empty()) local_.pending(key, a.limit(), offers);
       found = static_cast<std::uint32_t>(offers.size());
       break;
+    case link::OfferAskKind::exposure: {
+      auto& keys = view_scratch_;
+      keys.clear();
+      if (a.keys())
+        for (const auto* s : *a.keys()) keys.push_back(s->string_view());
+      counts.assign(keys.size(), 0);
+      if (local_.exposure) local_.exposure(keys, std::chrono::milliseconds(a.window_ms()), counts);
+      break;
+    }
     default:
       return;  // a kind this version does not know: the asker times out
   }
@@ -164,7 +194,9 @@ void offer_relay::on_ask(remote_node& from, const link::OfferAsk& a) {
     entries.push_back(
         link::CreatePendingOfferEntry(b, o.offer_id, b.CreateVector(o.payload), o.expires_in_ms, o.age_ms));
   const auto list = b.CreateVector(entries);
-  const auto body = link::CreateOfferReply(b, a.ticket(), found, w.forbidden, w.dropped, w.notified, w.pending, list);
+  const auto c = b.CreateVector(counts);
+  const auto body =
+      link::CreateOfferReply(b, a.ticket(), found, w.forbidden, w.dropped, w.notified, w.pending, list, c, w.busy);
   bus_.send_body(from.member().node_id, link::Body::OfferReply, body.Union(), b);
 }
 
@@ -176,7 +208,10 @@ void offer_relay::on_reply(remote_node& from, const link::OfferReply& r) {
   if (w == a.waiting.end()) return;  // not asked, or answered already
   a.waiting.erase(w);
   auto& g = a.got;
-  if (a.kind == link::OfferAskKind::pending) {
+  if (a.kind == link::OfferAskKind::exposure) {
+    if (const auto* c = r.counts())
+      for (std::uint32_t i = 0; i < c->size() && i < g.counts.size(); ++i) g.counts[i] += c->Get(i);
+  } else if (a.kind == link::OfferAskKind::pending) {
     if (const auto* list = r.offers())
       for (const auto* e : *list) {
         pending_entry p;
@@ -189,6 +224,7 @@ void offer_relay::on_reply(remote_node& from, const link::OfferReply& r) {
   } else if (r.found() > 0) {
     g.found += r.found();
     g.forbidden = g.forbidden || r.forbidden();
+    g.busy = g.busy || r.busy();
     g.dropped += r.dropped();
     g.notified += r.notified();
     g.pending += r.pending();

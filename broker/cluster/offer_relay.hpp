@@ -64,8 +64,10 @@ class offer_relay {
   struct gathered {
     std::uint32_t found = 0;  // ack: keys acked; withdraw: members that held the offer
     bool forbidden = false;   // withdraw: the offer belongs to another principal
+    bool busy = false;        // withdraw: its delivery is under way on its node (retry)
     std::uint32_t dropped = 0, notified = 0, pending = 0;
     std::vector<pending_entry> offers;  // pending: every member's, unsorted
+    std::vector<std::uint32_t> counts;  // exposure: per key asked, summed over the members
     std::string silent;                 // the members that did not answer in time ('a', 'b'), or ""
   };
   // Called once with what was gathered, when `who` is still open; the
@@ -76,6 +78,7 @@ class offer_relay {
   struct withdraw_answer {
     bool found = false;
     bool forbidden = false;
+    bool busy = false;
     std::uint32_t dropped = 0, notified = 0, pending = 0;
   };
   struct local_offers {
@@ -87,6 +90,11 @@ class offer_relay {
     // Appends the offers pending for `key` (oldest first, at most `limit`,
     // 0 = all; at most one frame's worth).
     std::function<void(std::string_view key, std::uint32_t limit, std::vector<pending_entry>& out)> pending;
+    // Per key, the offers counted here in the last `window` (as a key's
+    // owner; counts kept from before an ownership move included).
+    std::function<void(std::span<const std::string_view> keys, std::chrono::milliseconds window,
+                       std::vector<std::uint32_t>& out)>
+        exposure;
     // Another node withdrew offer `id`: drop or retract its copies in the
     // inboxes this node holds among `inboxes`; `keys[i]` went into
     // `inboxes[key_inbox[i]]`.
@@ -113,6 +121,8 @@ class offer_relay {
   void ask_withdraw(peer& who, std::uint64_t request_id, std::uint64_t offer_id, std::string_view principal,
                     gathered_done done);
   void ask_pending(peer& who, std::uint64_t request_id, std::string_view key, std::uint32_t limit, gathered_done done);
+  void ask_exposure(peer& who, std::uint64_t request_id, std::span<const std::string_view> keys,
+                    std::chrono::milliseconds window, gathered_done done);
   // Offer `offer_id`, held here, was withdrawn: every other member drops
   // or retracts its copies in `inboxes` (`keys[i]` went into
   // `inboxes[key_inbox[i]]`). Fire and forget.
@@ -126,8 +136,17 @@ class offer_relay {
   using clock = std::chrono::steady_clock;
 
   // Sends the OfferAsk built by `fill` to every other member and waits.
-  void start(peer& who, std::uint64_t request_id, std::uint8_t kind, std::uint64_t offer_id, std::string_view key,
-             std::span<const std::string> inboxes, std::string_view principal, std::uint32_t limit, gathered_done done);
+  struct question {
+    std::uint8_t kind = 0;
+    std::uint64_t offer_id = 0;
+    std::string_view key;
+    std::span<const std::string> inboxes;
+    std::string_view principal;
+    std::uint32_t limit = 0;
+    std::span<const std::string_view> keys;
+    std::uint32_t window_ms = 0;
+  };
+  void start(peer& who, std::uint64_t request_id, const question& q, gathered_done done);
   void on_message(remote_node& from, const link::LinkMessage& m);
   void on_ask(remote_node& from, const link::OfferAsk& a);
   void on_reply(remote_node& from, const link::OfferReply& r);

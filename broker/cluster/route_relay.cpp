@@ -85,8 +85,11 @@ struct route_relay::pending_send {
   bool durable = false;
   std::uint64_t seq = 0;
   std::uint64_t epoch = 0;
-  // An offer: called instead of answering (send_offer).
+  // An offer: called instead of answering (send_offer); per key, 1 when
+  // an owner left it out over its cap.
   offer_done done;
+  std::vector<std::uint8_t> capped;
+  std::uint32_t capped_keys = 0;
 };
 
 // Puts and removals for one owner, and (once sent) the puts waiting for
@@ -151,6 +154,15 @@ route_relay::~route_relay() {
   for (auto& [ticket, snd] : sends_) {
     if (snd.durable) {
       answer(snd);
+      continue;
+    }
+    if (snd.done) {
+      // An offer: its handler answers outcome_unknown and keeps what is
+      // known delivered.
+      std::string nodes;
+      for (const auto& n : snd.asked) nodes += (nodes.empty() ? "'" : ", '") + n + "'";
+      snd.done(offer_outcome{snd.gateways, snd.capped, snd.routed, snd.unavailable, snd.capped_keys, true, nodes});
+      if (auto p = snd.who.lock()) p->close_ticket(snd.peer_ticket);
       continue;
     }
     if (auto p = snd.who.lock(); p && !p->closed()) {
@@ -535,9 +547,24 @@ void route_relay::send_durable(peer* from, std::uint64_t rid, std::uint64_t tick
 }
 
 void route_relay::send_offer(peer& from, std::span<const std::string_view> keys, protocol::bytes_view payload,
-                             std::uint64_t offer_id, clock::time_point deadline, offer_done done) {
-  const delivery_part offer{log_position{}, deadline, 0, offer_id};
-  route(&from, 0, keys, payload, &offer, &done);
+                             const offer_fields& offer, offer_done done) {
+  const delivery_part part{log_position{}, offer.deadline,  0, offer.offer_id, offer.counted,
+                           offer.cap_max,  offer.cap_window};
+  route(&from, 0, keys, payload, &part, &done);
+}
+
+bool route_relay::over_cap(std::string_view key, const delivery_part* part, clock::time_point now) const {
+  return part && part->cap_max != 0 && exposure_ && exposure_->count(key, part->cap_window, now) >= part->cap_max;
+}
+
+void route_relay::count_exposure(std::string_view key, const delivery_part* part, clock::time_point now) {
+  if (!part || !part->counted || !exposure_) return;
+  const bool was_empty = exposure_->size() == 0;
+  if (!exposure_->record(key, now)) {
+    if (exposure_untracked_) ++*exposure_untracked_;
+  } else if (was_empty && exposure_first_) {
+    exposure_first_();
+  }
 }
 
 std::uint32_t route_relay::deliver_here(std::span<const std::string_view> keys, protocol::bytes_view payload,
@@ -563,6 +590,10 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
   owners.clear();
   here.clear();
   std::uint32_t unavailable = 0;
+  auto& capped = capped_scratch_;
+  capped.clear();
+  const bool counted = part && part->counted;
+  const auto now = counted ? clock::now() : clock::time_point{};
   for (std::uint32_t i = 0; i < keys.size(); ++i) {
     const auto key = keys[i];
     const auto p = partition_map::partition_of(key);
@@ -579,8 +610,13 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
       ++unavailable;
       continue;
     }
+    if (counted && over_cap(key, part, now)) {
+      capped.push_back(i);
+      continue;
+    }
     const auto home = directory_.find(key, p);
     if (home == 0) continue;  // no route
+    if (counted) count_exposure(key, part, now);
     if (home == incarnation_)
       here.add(key, i);
     else if (const auto& id = node_id_of(home); !id.empty())
@@ -607,7 +643,10 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
       offer_gateways_.assign(keys.size(), std::string());
       for (std::size_t j = 0; j < here.indices.size() && j < gateways.size(); ++j)
         offer_gateways_[here.indices[j]] = gateways[j];
-      (*done)(offer_outcome{offer_gateways_, routed, unavailable, false, {}});
+      offer_capped_.assign(keys.size(), 0);
+      for (const auto i : capped) offer_capped_[i] = 1;
+      (*done)(offer_outcome{
+          offer_gateways_, offer_capped_, routed, unavailable, static_cast<std::uint32_t>(capped.size()), false, {}});
       return;
     }
     // Everything decided here: answered as on one node (a gateway per key,
@@ -669,7 +708,12 @@ void route_relay::route(peer* from, std::uint64_t rid, std::span<const std::stri
     s.seq = durable->position.seq;
     s.epoch = durable->position.epoch;
   }
-  if (done) s.done = std::move(*done);
+  if (done) {
+    s.done = std::move(*done);
+    s.capped.assign(keys.size(), 0);
+    for (const auto i : capped) s.capped[i] = 1;
+    s.capped_keys = static_cast<std::uint32_t>(capped.size());
+  }
   const auto origin = bus_.node_id();
   for (const auto& [node, g] : owners.in_use()) {
     if (forward(node, origin, ticket, g.keys, g.indices, payload, false, part)) {
@@ -710,6 +754,8 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
   bool expiring = false;
   std::uint32_t expires_in_ms = 0;
   std::uint64_t offer_id = 0;
+  bool counted = false;
+  std::uint32_t cap_max = 0, cap_window_ms = 0;
   if (part) {
     if (part->durable()) {
       stream = b.CreateString(part->position.stream.data(), part->position.stream.size());
@@ -724,9 +770,13 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
       expires_in_ms = static_cast<std::uint32_t>(std::clamp<std::int64_t>(left.count(), 0, UINT32_MAX));
     }
     offer_id = part->offer_id;
+    counted = part->counted && !to_home;  // the owner counts; a home only delivers
+    cap_max = part->cap_max;
+    cap_window_ms = static_cast<std::uint32_t>(part->cap_window.count());
   }
   box->forwards.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx, stream, seq,
-                                                  epoch, expiring, expires_in_ms, offer_id));
+                                                  epoch, expiring, expires_in_ms, offer_id, counted, cap_max,
+                                                  cap_window_ms));
   if (origin == bus_.node_id()) box->own.push_back({ticket, static_cast<std::uint32_t>(keys.size()), to_home});
   ++counters_.sends_forwarded;
   return true;
@@ -734,15 +784,18 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
 
 void route_relay::send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
                                std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
-                               std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner) {
-  std::size_t size = 64 + indices.size() * 4;
+                               std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner,
+                               std::span<const std::uint32_t> capped) {
+  std::size_t size = 64 + indices.size() * 4 + capped.size() * 4;
   for (const auto g : gateways) size += g.size() + 16;
   auto* box = outbox_for(to, size);
   if (!box) return;
   auto& b = box->b;
   const auto g = b.CreateVectorOfStrings(gateways.begin(), gateways.end());
   const auto idx = b.CreateVector(indices.data(), indices.size());
-  box->outcomes.push_back(link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx));
+  const auto cap = capped.empty() ? flatbuffers::Offset<flatbuffers::Vector<std::uint32_t>>()
+                                  : b.CreateVector(capped.data(), capped.size());
+  box->outcomes.push_back(link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx, cap));
 }
 
 void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {
@@ -938,7 +991,10 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
     part_here.position = log_position{f.stream()->string_view(), f.seq(), f.epoch()};
   if (f.expiring()) part_here.deadline = clock::now() + std::chrono::milliseconds(f.expires_in_ms());
   part_here.offer_id = f.offer_id();
-  if (part_here.durable() || f.expiring() || part_here.offer_id != 0) part = &part_here;
+  part_here.counted = f.counted() && !f.to_home();
+  part_here.cap_max = f.cap_max();
+  part_here.cap_window = std::chrono::milliseconds(f.cap_window_ms());
+  if (part_here.durable() || f.expiring() || part_here.offer_id != 0 || part_here.counted) part = &part_here;
   auto& all = *all_;
   all.clear();
   for (std::uint32_t i = 0; i < f.keys()->size(); ++i) {
@@ -954,15 +1010,24 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   homes.clear();
   here.clear();
   std::uint32_t unavailable = 0;
+  auto& capped = capped_scratch_;
+  capped.clear();
+  const bool counted = part && part->counted;
+  const auto now = counted ? clock::now() : clock::time_point{};
   for (std::size_t i = 0; i < all.keys.size(); ++i) {
     const auto key = all.keys[i];
-    const auto part = partition_map::partition_of(key);
-    if (!ready(part)) {
+    const auto partition = partition_map::partition_of(key);
+    if (!ready(partition)) {
       ++unavailable;
       continue;
     }
-    const auto home = directory_.find(key, part);
+    if (counted && over_cap(key, part, now)) {
+      capped.push_back(all.indices[i]);
+      continue;
+    }
+    const auto home = directory_.find(key, partition);
     if (home == 0) continue;
+    if (counted) count_exposure(key, part, now);
     if (home == incarnation_)
       here.add(key, all.indices[i]);
     else if (const auto& id = node_id_of(home); !id.empty())
@@ -979,7 +1044,7 @@ void route_relay::on_forward(remote_node&, const link::SendForward& f) {
   auto& gateways = gateway_scratch_;
   gateways.clear();
   if (!here.keys.empty()) routed = deliver_here(here.keys, payload, part, gateways);
-  send_outcome(origin, f.ticket(), routed, gateways, here.indices, forwarded, unavailable, true);
+  send_outcome(origin, f.ticket(), routed, gateways, here.indices, forwarded, unavailable, true, capped);
 }
 
 void route_relay::deliver_home(std::string_view origin, std::uint64_t ticket, std::span<const std::string_view> keys,
@@ -1002,15 +1067,23 @@ void route_relay::on_outcome(const link::SendOutcome& o) {
   if (const auto* g = o.gateways())
     for (const auto* s : *g) gateways.push_back(s->string_view());
   if (const auto* i = o.indices()) indices.assign(i->begin(), i->end());
-  apply_outcome(o.ticket(), o.routed(), gateways, indices, o.forwarded(), o.unavailable(), o.from_owner());
+  auto& capped = capped_scratch_;
+  capped.clear();
+  if (const auto* c = o.capped()) capped.assign(c->begin(), c->end());
+  apply_outcome(o.ticket(), o.routed(), gateways, indices, o.forwarded(), o.unavailable(), o.from_owner(), capped);
 }
 
 void route_relay::apply_outcome(std::uint64_t ticket, std::uint32_t routed, std::span<const std::string_view> gateways,
                                 std::span<const std::uint32_t> indices, std::uint32_t forwarded,
-                                std::uint32_t unavailable, bool from_owner) {
+                                std::uint32_t unavailable, bool from_owner, std::span<const std::uint32_t> capped) {
   const auto it = sends_.find(ticket);
   if (it == sends_.end()) return;  // answered already (timed out)
   auto& s = it->second;
+  for (const auto i : capped)
+    if (i < s.capped.size() && s.capped[i] == 0) {
+      s.capped[i] = 1;
+      ++s.capped_keys;
+    }
   s.routed += routed;
   s.unavailable += unavailable;
   for (std::size_t j = 0; j < gateways.size() && j < indices.size(); ++j)
@@ -1037,7 +1110,7 @@ void route_relay::answer(pending_send& s) {
   if (s.done) {
     // An offer: its handler answers (and keeps the offer even when the
     // sender has gone: receipts may go to an inbox).
-    s.done(offer_outcome{s.gateways, s.routed, s.unavailable, false, {}});
+    s.done(offer_outcome{s.gateways, s.capped, s.routed, s.unavailable, s.capped_keys, false, {}});
     if (auto p = s.who.lock()) p->close_ticket(s.peer_ticket);
     return;
   }
@@ -1100,7 +1173,7 @@ void route_relay::on_timer() {
       std::string nodes;
       for (const auto& n : s.asked) nodes += (nodes.empty() ? "'" : ", '") + n + "'";
       ++counters_.sends_unknown;
-      s.done(offer_outcome{s.gateways, s.routed, s.unavailable, true, nodes});
+      s.done(offer_outcome{s.gateways, s.capped, s.routed, s.unavailable, s.capped_keys, true, nodes});
       if (auto p = s.who.lock()) p->close_ticket(s.peer_ticket);
       it = sends_.erase(it);
       continue;

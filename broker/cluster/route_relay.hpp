@@ -45,6 +45,7 @@
 #include "broker/cluster/route_directory.hpp"
 #include "broker/delivery/fanout.hpp"
 #include "broker/requests/peer.hpp"
+#include "broker/tables/exposure_table.hpp"
 #include "broker/tables/routing_table.hpp"
 #include "broker/tables/string_hash.hpp"
 #include "common/asio.hpp"
@@ -156,23 +157,44 @@ class route_relay {
   // keys may or may not have been delivered). Borrowed for the call.
   struct offer_outcome {
     std::span<const std::string> gateways;
+    std::span<const std::uint8_t> capped;  // per key of the send: 1 = left out over its exposure cap
     std::uint32_t routed = 0;
     std::uint32_t unavailable = 0;
+    std::uint32_t capped_keys = 0;
     bool timed_out = false;
     std::string_view silent;
+  };
+  // What an offer carries besides its payload (send_offer).
+  struct offer_fields {
+    std::uint64_t offer_id = 0;                        // 0 = an expiry alone
+    std::chrono::steady_clock::time_point deadline{};  // {} = none
+    bool counted = false;                              // counted for exposure (an id or a cap)
+    std::uint32_t cap_max = 0;                         // 0 = no cap
+    std::chrono::milliseconds cap_window{0};
   };
   using offer_done = std::function<void(const offer_outcome&)>;
   // An offer (a Send with an offer id or an expiry, no stream: the
   // offer_handler checked it) to `keys` (borrowed for the call):
-  // delivered as send() does, each delivery carrying `offer_id` (0 = an
-  // expiry alone) and never written at or after `deadline`. Instead of
+  // delivered as send() does, each delivery carrying the offer id and
+  // never written at or after the deadline. A counted offer is counted
+  // for exposure by each key's owner (use_exposure), which leaves out a
+  // key over the offer's cap (`capped` in the outcome). Instead of
   // answering, calls `done` once: at once when no other node is needed,
-  // else when every node asked answered or the forward timeout passed
-  // (not after this relay is destroyed: a send still waiting then is
-  // answered outcome_unknown on `from`). `done` answers `from`; a peer
-  // ticket on `from` is held until it returns (a Ping waits).
+  // else when every node asked answered, or as timed out when the forward
+  // timeout passed or this relay is destroyed first. `done` answers
+  // `from`; a peer ticket on `from` is held until it returns (a Ping
+  // waits).
   void send_offer(peer& from, std::span<const std::string_view> keys, protocol::bytes_view payload,
-                  std::uint64_t offer_id, std::chrono::steady_clock::time_point deadline, offer_done done);
+                  const offer_fields& offer, offer_done done);
+  // The exposure counts of the keys this node owns (borrowed until the
+  // next call; null: none kept, no cap checked here), the counter of keys
+  // the table had no room for, and `first`, called when a count goes into
+  // the empty table (its owner then sweeps it).
+  void use_exposure(exposure_table* table, std::uint64_t* untracked, std::function<void()> first) {
+    exposure_ = table;
+    exposure_untracked_ = untracked;
+    exposure_first_ = std::move(first);
+  }
 
   route_relay_counters counters() const;
 
@@ -203,8 +225,16 @@ class route_relay {
     clock::time_point deadline{};  // {} = none
     std::uint64_t ticket = 0;      // the append's ticket on the sender (origin only, durable)
     std::uint64_t offer_id = 0;
+    bool counted = false;  // an offer counted for exposure
+    std::uint32_t cap_max = 0;
+    std::chrono::milliseconds cap_window{0};
     bool durable() const noexcept { return !position.stream.empty(); }
   };
+  // Owner side of a counted offer: `key` (whose partition this node
+  // holds) is over the offer's cap.
+  bool over_cap(std::string_view key, const delivery_part* part, clock::time_point now) const;
+  // Owner side: a counted offer found a route for `key`.
+  void count_exposure(std::string_view key, const delivery_part* part, clock::time_point now);
 
   // send(), send_durable() and send_offer(): `part` null for a plain send.
   void route(peer* from, std::uint64_t request_id, std::span<const std::string_view> keys, protocol::bytes_view payload,
@@ -240,7 +270,7 @@ class route_relay {
                     std::span<const std::uint32_t> indices, protocol::bytes_view payload, const delivery_part* part);
   void apply_outcome(std::uint64_t ticket, std::uint32_t routed, std::span<const std::string_view> gateways,
                      std::span<const std::uint32_t> indices, std::uint32_t forwarded, std::uint32_t unavailable,
-                     bool from_owner);
+                     bool from_owner, std::span<const std::uint32_t> capped = {});
   // Answers send `ticket` once every node asked answered.
   void finish(std::uint64_t ticket);
   // Answers `s` with what it has (closing its peer ticket).
@@ -253,7 +283,8 @@ class route_relay {
   // the origin answers outcome_unknown at its deadline).
   void send_outcome(std::string_view to, std::uint64_t ticket, std::uint32_t routed,
                     std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
-                    std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner);
+                    std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner,
+                    std::span<const std::uint32_t> capped = {});
   // The keys this node is home of in `partitions` (one flag per
   // partition) to `to`, in numbered parts: the answer to rebuild
   // `rebuild_ticket`.
@@ -329,6 +360,11 @@ class route_relay {
   std::vector<std::string_view> gateway_scratch_;
   std::vector<std::string_view> answer_scratch_;
   std::vector<std::string> offer_gateways_;  // an offer decided at once (route)
+  std::vector<std::uint8_t> offer_capped_;
+  std::vector<std::uint32_t> capped_scratch_;  // places of keys capped here (route, on_forward)
+  exposure_table* exposure_ = nullptr;
+  std::uint64_t* exposure_untracked_ = nullptr;
+  std::function<void()> exposure_first_;
   route_relay_counters counters_;
 };
 

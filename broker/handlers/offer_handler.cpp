@@ -97,7 +97,8 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
   deliver_keys_.clear();
   deliver_index_.clear();
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (cap_max != 0 && exposure_.count(keys[i], cap_window, now) >= cap_max) {
+    // In cluster mode each key's owner counts and caps it (route_relay).
+    if (!relay_ && cap_max != 0 && exposure_.count(keys[i], cap_window, now) >= cap_max) {
       outcomes_[i] = static_cast<std::uint8_t>(wire::KeyOutcome::capped);
       ++capped;
       continue;
@@ -122,7 +123,16 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
 
   if (relay_ && !deliver_keys_.empty()) {
     // Cluster mode: delivered on every node; the offer is kept here once
-    // their answers are in. What take() needs is copied (the frame goes).
+    // their answers are in. What take() needs is copied (the frame goes),
+    // within max-offer-bytes with the offers kept.
+    std::size_t held = payload.size() + receipt_inbox.size() + 256;
+    for (const auto k : keys) held += k.size() + 32;
+    if (offers_.bytes() + sending_bytes_ + held > config_.max_offer_bytes)
+      return from.send_error(rid, errc::unavailable,
+                             fmt::format("offers kept and being delivered to other nodes hold {} bytes, near "
+                                         "max-offer-bytes ({}): retry",
+                                         offers_.bytes() + sending_bytes_, config_.max_offer_bytes));
+    sending_bytes_ += held;
     struct state {
       std::vector<std::string> keys;
       std::vector<std::uint8_t> payload;
@@ -136,10 +146,17 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
     st->receipt_inbox = receipt_inbox;
     st->deliver_index = deliver_index_;
     st->outcomes = outcomes_;
-    if (tracked) sending_.insert(offer_id);
-    relay_->send_offer(from, deliver_keys_, payload, offer_id, a.expires,
-                       [this, st, a, sender](const route_relay::offer_outcome& r) mutable {
-                         if (a.tracked) sending_.erase(a.offer_id);
+    if (tracked) sending_.try_emplace(offer_id);
+    const route_relay::offer_fields fields{offer_id, a.expires, counted, cap_max, cap_window};
+    relay_->send_offer(from, deliver_keys_, payload, fields,
+                       [this, st, a, sender, held](const route_relay::offer_outcome& r) mutable {
+                         sending_bytes_ -= held;
+                         in_flight early;
+                         if (a.tracked)
+                           if (const auto it = sending_.find(a.offer_id); it != sending_.end()) {
+                             early = std::move(it->second);
+                             sending_.erase(it);
+                           }
                          std::vector<std::string_view> key_views(st->keys.begin(), st->keys.end());
                          std::vector<std::string_view> routed_to(r.gateways.begin(), r.gateways.end());
                          a.keys = key_views;
@@ -148,8 +165,11 @@ void offer_handler::send(peer& from, std::uint64_t rid, const wire::Send& m) {
                          a.deliver_index = st->deliver_index;
                          a.outcomes = st->outcomes;
                          const auto p = sender.who.lock();
+                         a.counted_by_owners = true;
+                         a.capped_by_owners = r.capped;
                          take(p && !p->closed() ? p.get() : nullptr, sender, a, routed_to, r.routed, r.unavailable,
                               r.timed_out, r.silent);
+                         if (a.tracked) settle_early(a.offer_id, std::move(early));
                        });
     return;
   }
@@ -172,6 +192,18 @@ void offer_handler::take(peer* from, const sender_info& sender, const send_args&
                          bool timed_out, std::string_view silent) {
   const auto keys = a.keys;
   auto& outcomes = a.outcomes;
+  // Keys their owners left out over the cap (cluster mode).
+  std::uint32_t capped = a.capped;
+  bool any_taken = false;
+  for (std::size_t j = 0; j < a.deliver_index.size(); ++j) {
+    if (j < a.capped_by_owners.size() && a.capped_by_owners[j] != 0) {
+      outcomes[a.deliver_index[j]] = static_cast<std::uint8_t>(wire::KeyOutcome::capped);
+      ++capped;
+      ++counters_.offers_capped;
+    } else {
+      any_taken = true;
+    }
+  }
   // Per key of the send: the inbox (or "") and the outcome.
   auto& inbox_of = inbox_of_;
   inbox_of.assign(keys.size(), {});
@@ -181,12 +213,12 @@ void offer_handler::take(peer* from, const sender_info& sender, const send_args&
     if (!routed_to[j].empty()) outcomes[i] = static_cast<std::uint8_t>(wire::KeyOutcome::routed);
   }
 
-  if (a.counted)
+  if (a.counted && !a.counted_by_owners)
     for (std::size_t i = 0; i < keys.size(); ++i)
       if (outcomes[i] == static_cast<std::uint8_t>(wire::KeyOutcome::routed) && !exposure_.record(keys[i], a.now))
         ++counters_.exposure_untracked;
 
-  if (a.tracked && !a.deliver_index.empty()) {
+  if (a.tracked && any_taken) {
     offer_table::offer o;
     o.id = a.offer_id;
     o.sender = sender.id;
@@ -199,7 +231,9 @@ void offer_handler::take(peer* from, const sender_info& sender, const send_args&
     o.payload.assign(reinterpret_cast<const std::byte*>(a.payload.data()),
                      reinterpret_cast<const std::byte*>(a.payload.data()) + a.payload.size());
     o.keys.reserve(a.deliver_index.size());
-    for (const std::size_t i : a.deliver_index) {
+    for (std::size_t j = 0; j < a.deliver_index.size(); ++j) {
+      const std::size_t i = a.deliver_index[j];
+      if (outcomes[i] == static_cast<std::uint8_t>(wire::KeyOutcome::capped)) continue;
       offer_table::key_state k;
       k.key = keys[i];
       k.inbox = inbox_of[i];
@@ -209,7 +243,8 @@ void offer_handler::take(peer* from, const sender_info& sender, const send_args&
       k.receipt_sent = inbox_of[i].empty();
       o.keys.push_back(std::move(k));
     }
-    if (o.wants_receipts() && a.receipt_inbox.empty()) senders_.try_emplace(sender.id, sender.who);
+    // (A sender gone meanwhile is not listed: disconnected() ran already.)
+    if (o.wants_receipts() && a.receipt_inbox.empty() && from) senders_.try_emplace(sender.id, sender.who);
     const auto first = o.wants_receipts() ? std::min(o.receipt_due, o.expires) : o.expires;
     offers_.add(std::move(o));
     ++counters_.offers;
@@ -228,9 +263,9 @@ void offer_handler::take(peer* from, const sender_info& sender, const send_args&
     return from->send_error(
         rid, errc::unavailable,
         "route key '" + std::string(keys[0]) + "': its partition's owner is not in reach now; retry");
-  std::vector<std::string_view>& gateways = deliver_keys_;  // reused: the keys were delivered
+  auto& gateways = answer_gateways_;
   gateways.assign(inbox_of.begin(), inbox_of.end());
-  if (a.counted) return from->send(builder_.send_result(rid, gateways, routed, 0, 0, outcomes, a.capped));
+  if (a.counted) return from->send(builder_.send_result(rid, gateways, routed, 0, 0, outcomes, capped));
   // An expiry alone: answered as a plain send.
   if (keys.size() == 1 && routed == 0)
     return from->send_error(rid, errc::no_route, "no route for " + std::string(keys[0]));
@@ -258,7 +293,7 @@ void offer_handler::ack(peer& from, std::uint64_t rid, const wire::OfferAck& m) 
     return fmt::format("offer {} has no unacknowledged {} (unknown, expired or withdrawn)", offer_id,
                        key.empty() ? std::string("key in this connection's inboxes") : fmt::format("key '{}'", key));
   };
-  if (n == 0 && cluster_offers_) {
+  if (n == 0 && cluster_offers_ && !offers_.contains(m.offer_id())) {
     // Not this node's offer: the node that holds it acks it (and sends the
     // receipts).
     return cluster_offers_->ask_ack(
@@ -281,7 +316,35 @@ void offer_handler::ack(peer& from, std::uint64_t rid, const wire::OfferAck& m) 
   if (rid != 0) from.send(builder_.ok(rid));
 }
 
+void offer_handler::settle_early(std::uint64_t id, in_flight early) {
+  for (const auto& a : early.acks) ack_here(id, a.key, a.inboxes);
+  for (const auto& w : early.withdraws) {
+    const auto p = w.who.lock();
+    if (!p) continue;
+    offer_table::offer* o = offers_.find(id);
+    if (p->closed()) {
+      // Gone: nothing to answer.
+    } else if (!o) {
+      p->send_error(w.request_id, errc::not_found,
+                    fmt::format("offer {} is not live (unknown, expired or withdrawn)", id));
+    } else if (!p->may_touch(o->owner)) {
+      p->send_forbidden(w.request_id, "Withdraw", fmt::format("offer {}", id), "it belongs to another principal");
+    } else {
+      const auto r = withdraw_here(*o);
+      p->send(builder_.withdraw_result(w.request_id, id, r.dropped, r.notified, r.pending));
+    }
+    p->close_ticket(w.ticket);
+  }
+}
+
 std::uint32_t offer_handler::ack_here(std::uint64_t id, std::string_view key, std::span<const std::string> inboxes) {
+  if (!offers_.contains(id))
+    if (const auto it = sending_.find(id); it != sending_.end()) {
+      // Its delivery is under way: acked once the offer is kept.
+      if (it->second.acks.size() >= max_early_acks) return 0;
+      it->second.acks.push_back({std::string(key), {inboxes.begin(), inboxes.end()}});
+      return 1;
+    }
   const auto now = now_();
   return static_cast<std::uint32_t>(
       offers_.ack(id, key, inboxes, [&](offer_table::offer& o, offer_table::key_state& k) {
@@ -350,6 +413,12 @@ void offer_handler::withdraw(peer& from, std::uint64_t rid, const wire::Withdraw
     return fmt::format("offer {} is not live (unknown, expired or withdrawn)", id);
   };
   offer_table::offer* o = offers_.find(m.offer_id());
+  if (!o)
+    if (const auto it = sending_.find(m.offer_id()); it != sending_.end()) {
+      // Its delivery is under way: withdrawn once the offer is kept.
+      it->second.withdraws.push_back({from.weak_peer(), rid, from.open_ticket()});
+      return;
+    }
   if (!o && cluster_offers_) {
     // Another node's offer (its sender reconnected here): that node
     // withdraws it, if this principal may.
@@ -358,6 +427,9 @@ void offer_handler::withdraw(peer& from, std::uint64_t rid, const wire::Withdraw
     return cluster_offers_->ask_withdraw(
         from, rid, m.offer_id(), principal,
         [this, rid, id = m.offer_id(), not_live](peer& who, const offer_relay::gathered& g) {
+          if (g.found > 0 && g.busy)
+            return who.send_error(rid, errc::unavailable,
+                                  fmt::format("offer {} is still being delivered on its node: retry", id));
           if (g.found > 0 && g.forbidden)
             return who.send_forbidden(rid, "Withdraw", fmt::format("offer {}", id), "it belongs to another principal");
           if (g.found > 0) return who.send(builder_.withdraw_result(rid, id, g.dropped, g.notified, g.pending));
@@ -433,6 +505,12 @@ void offer_handler::pending(peer& from, std::uint64_t rid, const wire::PendingOf
 
 void offer_handler::use_cluster(route_relay* relay, offer_relay* offers) {
   if (cluster_offers_ && cluster_offers_ != offers) cluster_offers_->set_local({});
+  if (relay_ && relay_ != relay) relay_->use_exposure(nullptr, nullptr, nullptr);
+  if (relay)
+    relay->use_exposure(&exposure_, &counters_.exposure_untracked, [this] {
+      // Counts kept for other nodes' offers: swept as this node's are.
+      if (offer_added_) offer_added_(now_() + std::chrono::seconds(1));
+    });
   relay_ = relay;
   cluster_offers_ = offers;
   if (!offers) return;
@@ -443,6 +521,10 @@ void offer_handler::use_cluster(route_relay* relay, offer_relay* offers) {
   local.withdraw = [this](std::uint64_t id, std::string_view principal) {
     offer_relay::withdraw_answer w;
     offer_table::offer* o = offers_.find(id);
+    if (!o && sending_.contains(id)) {
+      w.found = true;
+      w.busy = true;
+    }
     if (!o) return w;
     if (!principal.empty() && principal != o->principal) {
       w.found = true;
@@ -453,6 +535,11 @@ void offer_handler::use_cluster(route_relay* relay, offer_relay* offers) {
   };
   local.pending = [this](std::string_view key, std::uint32_t limit, std::vector<offer_relay::pending_entry>& out) {
     pending_here(key, limit, now_(), out);
+  };
+  local.exposure = [this](std::span<const std::string_view> keys, milliseconds window,
+                          std::vector<std::uint32_t>& out) {
+    const auto now = now_();
+    for (std::size_t i = 0; i < keys.size() && i < out.size(); ++i) out[i] = exposure_.count(keys[i], window, now);
   };
   local.withdrawn = [this](std::uint64_t id, std::span<const std::string_view> inboxes,
                            std::span<const std::string_view> keys, std::span<const std::uint32_t> key_inbox) {
@@ -473,7 +560,21 @@ void offer_handler::exposure(peer& from, std::uint64_t rid, const wire::Exposure
   std::vector<std::uint32_t> counts;
   counts.reserve(m.route_keys()->size());
   for (const auto* k : *m.route_keys()) counts.push_back(exposure_.count(k->string_view(), window, now));
-  from.send(builder_.exposure_result(rid, counts));
+  if (!cluster_offers_) return from.send(builder_.exposure_result(rid, counts));
+  // Cluster mode: each key is counted by its owner (and by earlier owners,
+  // for the time they owned it): the counts of every node, summed.
+  std::vector<std::string_view> keys;
+  keys.reserve(m.route_keys()->size());
+  for (const auto* k : *m.route_keys()) keys.push_back(k->string_view());
+  cluster_offers_->ask_exposure(
+      from, rid, keys, window,
+      [this, rid, counts = std::move(counts)](peer& who, const offer_relay::gathered& g) mutable {
+        if (!g.silent.empty())
+          return who.send_error(rid, errc::unavailable,
+                                fmt::format("exposure counts: node {} did not answer in time; retry", g.silent));
+        for (std::size_t i = 0; i < counts.size() && i < g.counts.size(); ++i) counts[i] += g.counts[i];
+        who.send(builder_.exposure_result(rid, counts));
+      });
 }
 
 std::optional<offer_handler::clock::time_point> offer_handler::sweep() {

@@ -14,7 +14,8 @@
 // through the route relay and stays on this node (its origin); an ack, a
 // withdraw or a pull this node cannot answer from its own offers is asked
 // of the other members (offer_relay), and it answers theirs
-// (docs/cluster.md, "Offers"). Exposure counts and caps stay per node.
+// (docs/cluster.md, "Offers"). Exposure is counted and capped by each
+// key's owner (route_relay, on this handler's exposure_table).
 //
 // Loop thread only. Time comes from `now` (the server's clock; tests pass
 // their own).
@@ -37,7 +38,6 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace spdlog {
@@ -109,6 +109,7 @@ class offer_handler {
   const exposure_table& exposure_counts() const noexcept { return exposure_; }
 
  private:
+  struct in_flight;
   void send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome,
                     clock::time_point now);
 
@@ -135,6 +136,10 @@ class offer_handler {
     protocol::bytes_view payload;
     std::span<const std::size_t> deliver_index;  // the keys delivered, by place in `keys`
     std::span<std::uint8_t> outcomes;            // per key (capped ones set)
+    // Cluster mode: the keys' owners counted the keys routed, and left out
+    // those whose flag is set (per deliver key) over the cap.
+    bool counted_by_owners = false;
+    std::span<const std::uint8_t> capped_by_owners;
   };
   // The second half of send(): deliver key j went into `routed_to[j]` ("" =
   // not routed); `unavailable` keys had an owner out of reach;
@@ -145,6 +150,9 @@ class offer_handler {
   // Acks key `key` of this node's offer `id` (every key delivered into
   // `inboxes` when empty), sending receipts; returns the keys acked.
   std::uint32_t ack_here(std::uint64_t id, std::string_view key, std::span<const std::string> inboxes);
+  // The tracked offer `id` was kept (or not) once its delivery was known:
+  // the acks and withdraws that came meanwhile, applied now.
+  void settle_early(std::uint64_t id, in_flight early);
   // Withdraws live offer `o` (this node's): drops its queued copies here,
   // retracts delivered ones, tells the other nodes. Returns the counts.
   offer_relay::withdraw_answer withdraw_here(offer_table::offer& o);
@@ -171,8 +179,28 @@ class offer_handler {
   std::function<void(clock::time_point)> offer_added_;
   route_relay* relay_ = nullptr;
   // Tracked offers sent across nodes, waiting for their delivery (not in
-  // offers_ yet): their ids are taken.
-  std::unordered_set<std::uint64_t> sending_;
+  // offers_ yet): their ids are taken; acks and withdraws that come
+  // meanwhile wait for the offer (at most max_early_acks acks each).
+  struct in_flight {
+    struct early_ack {
+      std::string key;
+      std::vector<std::string> inboxes;
+    };
+    struct withdrawer {
+      std::weak_ptr<peer> who;
+      std::uint64_t request_id = 0;
+      std::uint64_t ticket = 0;
+    };
+    std::vector<early_ack> acks;
+    std::vector<withdrawer> withdraws;
+  };
+  static constexpr std::size_t max_early_acks = 4096;
+  std::unordered_map<std::uint64_t, in_flight> sending_;
+  // What the offers waiting for other nodes hold (payload and keys):
+  // counted with offers_.bytes() against max-offer-bytes.
+  std::size_t sending_bytes_ = 0;
+  // Reused per answer: each key's inbox.
+  std::vector<std::string_view> answer_gateways_;
   offer_relay* cluster_offers_ = nullptr;
   clock::time_point last_exposure_sweep_{};
   // Reused per send: what became of each key.

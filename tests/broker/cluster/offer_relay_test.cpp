@@ -3,6 +3,7 @@
 // dispatcher clients. The offer stays on the node it was sent to; it is
 // delivered, acked, withdrawn and pulled from any node.
 
+#include "broker/cluster/partition_map.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/cluster_fixture.hpp"
 
@@ -87,6 +88,24 @@ std::vector<std::string> keys_of(gateway& gw, std::uint64_t id) {
     if (m.offer_id == id) keys.insert(keys.end(), m.keys.begin(), m.keys.end());
   std::sort(keys.begin(), keys.end());
   return keys;
+}
+
+// The first user:<i> whose partition's preferred owner among `members` is
+// `owner`.
+std::string user_owned_by(const std::string& owner, const std::vector<std::string>& members) {
+  broker::cluster_view v;
+  for (const auto& id : members) {
+    broker::cluster_member m;
+    m.node_id = id;
+    v.members.push_back(m);
+  }
+  for (int i = 0; i < 10000; ++i) {
+    const auto key = "user:" + std::to_string(i);
+    if (broker::partition_map::preferred_owner(v, broker::partition_map::partition_of(key))->node_id == owner)
+      return key;
+  }
+  FAIL("no key owned by " << owner);
+  return {};
 }
 
 std::vector<std::string> users(int n) {
@@ -252,4 +271,123 @@ TEST_CASE("an offer id live on a node is refused there while its delivery to oth
   REQUIRE(wait_until([&] { return ok + refused == 2; }));
   CHECK(ok == 1);
   CHECK(refused == 1);
+}
+
+TEST_CASE("an exposure cap holds across nodes: each key's owner counts the offers sent through every node",
+          "[cluster][e2e][offers]") {
+  cluster_fixture f;
+  f.start_settled({"a", "b", "c"});
+  gateway gw(f.node("a"), "gw-a", {"user:0", "user:1"});
+  dispatcher on_b(f.node("b")), on_c(f.node("c")), on_a(f.node("a"));
+  const std::array<std::string_view, 1> one{"user:0"};
+  const offer_options capped_at_2{.expires_in = 30s, .cap_max = 2, .cap_window = 60s};
+  // Two offers to user:0 through two nodes: both routed.
+  const auto r1 = on_b.c->send_offer(one, "ride 6", capped_at_2);
+  REQUIRE(r1);
+  CHECK(r1->outcomes == std::vector<key_outcome>{key_outcome::routed});
+  const auto r2 = on_c.c->send_offer(one, "ride 7", capped_at_2);
+  REQUIRE(r2);
+  CHECK(r2->outcomes == std::vector<key_outcome>{key_outcome::routed});
+  // A third through a node that sent none: user:0 is at its cap, user:1 not.
+  const std::array<std::string_view, 2> both{"user:0", "user:1"};
+  const auto r3 = on_a.c->send_offer(both, "ride 8", capped_at_2);
+  REQUIRE(r3);
+  CHECK(r3->outcomes == std::vector<key_outcome>{key_outcome::capped, key_outcome::routed});
+  CHECK(r3->capped == 1);
+  CHECK(r3->routed == 1);
+  CHECK(r3->gateways == std::vector<std::string>{"", "gw-a"});
+  // The counts, asked on any node, are the cluster's.
+  for (auto* d : {&on_a, &on_b, &on_c}) {
+    const auto counts = d->c->exposure(both, 60s);
+    REQUIRE(counts);
+    CHECK(*counts == std::vector<std::uint32_t>{2, 1});
+  }
+  // Nothing of ride 8 reached user:0.
+  REQUIRE(wait_until([&] { return gw.got.count >= 3; }));
+  REQUIRE_FALSE(gw.c->flush());
+  for (const auto& m : gw.got.snapshot())
+    if (m.payload == "ride 8") CHECK(m.keys == std::vector<std::string>{"user:1"});
+}
+
+TEST_CASE("an offer capped for every key on other nodes is not live: its id is free again", "[cluster][e2e][offers]") {
+  cluster_fixture f;
+  f.start_settled({"a", "b"});
+  gateway gw(f.node("a"), "gw-a", users(6));
+  dispatcher d(f.node("b"));
+  std::vector<std::string_view> keys;
+  const auto all = users(6);
+  for (const auto& u : all) keys.push_back(u);
+  const offer_options capped_at_1{.offer_id = 510, .expires_in = 30s, .cap_max = 1, .cap_window = 60s};
+  REQUIRE(d.c->send_offer(keys, "first", capped_at_1));
+  auto again = capped_at_1;
+  again.offer_id = 511;
+  const auto r = d.c->send_offer(keys, "second", again);
+  REQUIRE(r);
+  CHECK(r->capped == 6);
+  CHECK(r->routed == 0);
+  CHECK(d.c->withdraw(511).error() == errc::not_found);
+  CHECK(d.c->pending_offers("user:0")->size() == 1);
+}
+
+TEST_CASE("while an offer waits for a silent node, acks and a withdraw that come meanwhile take effect once it is kept",
+          "[cluster][e2e][offers]") {
+  cluster_fixture f;
+  for (const auto* id : {"a", "b", "c"}) {
+    auto c = f.config(id);
+    c.cluster_lease_ttl_s = 10;  // the hold below must not cost c its membership
+    c.cluster_forward_timeout = 1500ms;
+    f.start(c);
+  }
+  f.converge(3);
+  f.settle();
+  const std::vector<std::string> members{"a", "b", "c"};
+  const auto on_a = user_owned_by("a", members), on_c = user_owned_by("c", members);
+  offers_on(f.node("a"));
+  gateway gw(f.node("a"), "gw-a", {on_a, on_c});
+  dispatcher d(f.node("b"));
+  const std::vector<std::string_view> keys{on_a, on_c};
+  std::atomic<int> answered{0};
+  std::error_code first_error, second_error;
+  {
+    auto hold = f.node("c").hold_loop();
+    // on_c's owner is silent: both offers wait for it on b.
+    d.c->async_send_offer(keys, std::as_bytes(std::span(std::string_view("ride 9"))),
+                          {.offer_id = 520, .expires_in = 30s, .receipt_timeout = 20s},
+                          [&](const std::expected<offer_result, std::error_code>& r) {
+                            first_error = r ? std::error_code() : r.error();
+                            ++answered;
+                          });
+    d.c->async_send_offer(keys, std::as_bytes(std::span(std::string_view("ride 10"))),
+                          {.offer_id = 521, .expires_in = 30s},
+                          [&](const std::expected<offer_result, std::error_code>& r) {
+                            second_error = r ? std::error_code() : r.error();
+                            ++answered;
+                          });
+    // on_a reaches the gateway meanwhile, which acks it (asked of b, which
+    // holds the offer's delivery).
+    REQUIRE(wait_until([&] { return keys_of(gw, 520) == std::vector<std::string>{on_a}; }));
+    CHECK(answered == 0);
+    CHECK_FALSE(gw.c->ack(520, on_a));
+    // A pull cannot be complete while c is silent.
+    auto app = connect_with(f.node("a"), "app");
+    CHECK(app->pending_offers(on_a).error() == errc::unavailable);
+    // The sender withdraws the other one: answered once it is kept.
+    const auto w = d.c->withdraw(521);
+    REQUIRE(w);
+    CHECK(w->notified == 1);
+    CHECK(answered == 2);
+  }
+  // c never answered in time: outcome unknown, the offers kept with the
+  // keys known routed.
+  CHECK(first_error == errc::outcome_unknown);
+  CHECK(second_error == errc::outcome_unknown);
+  REQUIRE(wait_until([&] { return d.receipts.count == 1; }));
+  const auto r = d.receipts.snapshot().front();
+  CHECK(r.offer_id == 520);
+  CHECK(r.route_key == on_a);
+  CHECK(r.outcome == receipt_outcome::acked);
+  CHECK(r.inbox_id == "gw-a");
+  REQUIRE(wait_until([&] { return gw.withdrawn.count == 1; }));
+  CHECK(gw.withdrawn.snapshot().front().offer_id == 521);
+  CHECK(d.c->withdraw(521).error() == errc::not_found);
 }
