@@ -3,6 +3,7 @@
 // (max_payload large enough for the default --max-frame) and the
 // switchyard nodes a test starts, in this process, on 127.0.0.1 port 0.
 
+#include "broker/cluster/partition_map.hpp"
 #include "cluster/etcd_client.hpp"
 #include "cluster/nats_link.hpp"
 #include "tests/support/etcd_process.hpp"
@@ -19,8 +20,28 @@
 #include <random>
 #include <span>
 #include <string>
+#include <vector>
+#include <string>
 
 namespace switchyard::test {
+
+// The first user:<i> whose partition's preferred owner among `members` is
+// `owner` (the owner it gets once the cluster settled with those members).
+inline std::string user_owned_by(const std::string& owner, const std::vector<std::string>& members) {
+  broker::cluster_view v;
+  for (const auto& id : members) {
+    broker::cluster_member m;
+    m.node_id = id;
+    v.members.push_back(m);
+  }
+  for (int i = 0; i < 100000; ++i) {
+    const auto key = "user:" + std::to_string(i);
+    if (broker::partition_map::preferred_owner(v, broker::partition_map::partition_of(key))->node_id == owner)
+      return key;
+  }
+  FAIL("no key is owned by " << owner);
+  return {};
+}
 
 // One etcd member, one nats-server (max_payload large enough for the
 // default --max-frame) and the nodes a test starts.

@@ -3,7 +3,6 @@
 // dispatcher clients. The offer stays on the node it was sent to; it is
 // delivered, acked, withdrawn and pulled from any node.
 
-#include "broker/cluster/partition_map.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/cluster_fixture.hpp"
 
@@ -22,6 +21,7 @@ using namespace switchyard;
 using namespace std::chrono_literals;
 using test::cluster_fixture;
 using test::collector;
+using test::user_owned_by;
 using test::wait_until;
 
 namespace {
@@ -88,24 +88,6 @@ std::vector<std::string> keys_of(gateway& gw, std::uint64_t id) {
     if (m.offer_id == id) keys.insert(keys.end(), m.keys.begin(), m.keys.end());
   std::sort(keys.begin(), keys.end());
   return keys;
-}
-
-// The first user:<i> whose partition's preferred owner among `members` is
-// `owner`.
-std::string user_owned_by(const std::string& owner, const std::vector<std::string>& members) {
-  broker::cluster_view v;
-  for (const auto& id : members) {
-    broker::cluster_member m;
-    m.node_id = id;
-    v.members.push_back(m);
-  }
-  for (int i = 0; i < 10000; ++i) {
-    const auto key = "user:" + std::to_string(i);
-    if (broker::partition_map::preferred_owner(v, broker::partition_map::partition_of(key))->node_id == owner)
-      return key;
-  }
-  FAIL("no key owned by " << owner);
-  return {};
 }
 
 std::vector<std::string> users(int n) {

@@ -324,6 +324,98 @@ TEST_CASE(
   CHECK_FALSE(got[3].replayed);
 }
 
+TEST_CASE("a durable send with an expiry reaches a gateway on another node with its place and the time it has left",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b", "c"});
+  const std::string stream = "conv:2";
+  const std::vector<std::string_view> alice{"user:alice"};
+  auto first = test::connect_to(c.f.node("a"), "svc")->send_durable(alice, stream, text("zero"));
+  REQUIRE(first);
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  std::vector<std::string> others;
+  for (const auto* id : {"a", "b", "c"})
+    if (id != holder) others.emplace_back(id);
+  const auto& home = others[0];
+  {
+    // The offer fields (the time left) go to gateways with the flag on.
+    client_options o;
+    o.port = c.f.node(home).port();
+    o.admin = true;
+    auto admin = client::connect(o);
+    REQUIRE(admin);
+    REQUIRE((*admin)->set_flag("offers", 100));
+  }
+  struct seen {
+    std::uint64_t seq = 0;
+    std::chrono::milliseconds time_left{0};
+  };
+  test::collector<seen> got;
+  auto gw = test::connect_to(c.f.node(home), "gateway");
+  auto lease = gw->lease_grant(30s);
+  REQUIRE(lease);
+  REQUIRE_FALSE(gw->open_inbox_durable("gw-2", lease->id, [&](const inbox_message& m) {
+    got.add({m.seq, m.time_left});
+  }));
+  REQUIRE(gw->registry_put("user:alice", "gw-2", lease->id));
+  auto svc = test::connect_to(c.f.node(others[1]), "svc");
+  const auto r = svc->send_durable(alice, stream, text("soon"), 30s);
+  REQUIRE(r);
+  CHECK(r->routed == 1);
+  CHECK(r->seq == 2);
+  REQUIRE(wait_until([&] { return got.count == 1; }));
+  const auto m = got.snapshot().front();
+  CHECK(m.seq == 2);
+  CHECK(m.time_left > 0ms);
+  CHECK(m.time_left <= 30s);
+}
+
+TEST_CASE("a durable send whose key's owner is silent is answered in time with its place, the key not routed",
+          "[cluster][e2e]") {
+  log_cluster c;
+  for (const auto* id : {"a", "b", "c"}) {
+    auto cfg = c.config(id);
+    cfg.cluster_lease_ttl_s = 10;  // the hold below must not cost the owner its membership
+    cfg.cluster_forward_timeout = 1000ms;
+    c.f.start(cfg);
+  }
+  c.f.converge(3);
+  c.f.settle();
+  const std::string stream = "conv:3";
+  auto first = test::connect_to(c.f.node("a"), "svc")
+                   ->send_durable(std::vector<std::string_view>{"user:x"}, stream, text("zero"));
+  REQUIRE(first);
+  const auto holder = c.holder();
+  REQUIRE_FALSE(holder.empty());
+  // A user owned by another node than the holder; its gateway and the
+  // service on the holder: only the owner is elsewhere.
+  const std::string owner = holder == "a" ? "b" : "a";
+  const auto user = test::user_owned_by(owner, {"a", "b", "c"});
+  auto gw = test::connect_to(c.f.node(holder), "gateway");
+  auto lease = gw->lease_grant(30s);
+  REQUIRE(lease);
+  test::collector<std::string> got;
+  REQUIRE_FALSE(
+      gw->open_inbox("gw-3", lease->id, [&](const inbox_message& m) { got.add(std::string(m.payload_text())); }));
+  REQUIRE(gw->registry_put(user, "gw-3", lease->id));
+  auto svc = test::connect_to(c.f.node(holder), "svc");
+  const std::vector<std::string_view> keys{user};
+  {
+    auto hold = c.f.node(owner).hold_loop();
+    const auto r = svc->send_durable(keys, stream, text("late"));
+    // Never outcome_unknown: the record is durable; the key counts as not
+    // routed (the gateway finds it by reading).
+    REQUIRE(r);
+    CHECK(r->seq == 2);
+    CHECK(r->routed == 0);
+  }
+  // Once the owner is back, the send is delivered late, once.
+  REQUIRE(wait_until([&] { return got.count >= 1; }));
+  REQUIRE_FALSE(svc->flush());
+  CHECK(got.count == 1);
+}
+
 TEST_CASE("a stream whose holder is gone is answered unavailable, and continues where it was when the holder is back",
           "[cluster][e2e]") {
   log_cluster c;
