@@ -24,6 +24,18 @@ struct stream_relay::pending {
   clock::time_point deadline;
 };
 
+// A StreamList asked of every member: the answers so far, and who has not
+// answered.
+struct stream_relay::gather {
+  std::weak_ptr<peer> who;
+  std::uint64_t request_id = 0;
+  std::uint64_t peer_ticket = 0;
+  std::vector<std::string> waiting;  // members not answered yet ("" = this node)
+  std::vector<std::vector<std::uint8_t>> answers;
+  list_merge merge;
+  clock::time_point deadline;
+};
+
 // A request waiting for its stream's partition to get a holder (this node
 // asked etcd for it): from a client here (`who`), or from node `origin`.
 struct stream_relay::held {
@@ -83,6 +95,11 @@ stream_relay::~stream_relay() {
         who->send_error(h.request_id, errc::unavailable, "this node left the cluster");
         who->close_ticket(h.peer_ticket);
       }
+  for (auto& [ticket, g] : gathers_)
+    if (auto who = g.who.lock(); who && !who->closed()) {
+      who->send_error(g.request_id, errc::unavailable, "this node left the cluster before the others listed theirs");
+      who->close_ticket(g.peer_ticket);
+    }
 }
 
 stream_relay::decision stream_relay::decide(std::string_view stream, std::uint32_t partition) const {
@@ -162,6 +179,78 @@ bool stream_relay::take(peer& from, std::uint64_t rid, std::string_view stream, 
       return true;
   }
   return false;
+}
+
+void stream_relay::list_everywhere(peer& from, std::uint64_t rid, protocol::bytes_view raw, list_merge merge) {
+  if (pending_.size() + gathers_.size() >= max_pending) {
+    ++counters_.unavailable;
+    return from.send_error(rid, errc::unavailable,
+                           fmt::format("{} requests already wait for other nodes", max_pending));
+  }
+  const auto ticket = ++next_ticket_;
+  gather g;
+  g.who = from.weak_peer();
+  g.request_id = rid;
+  g.peer_ticket = from.open_ticket();
+  g.merge = std::move(merge);
+  g.deadline = clock::now() + options_.forward_timeout;
+  g.waiting.emplace_back();  // this node
+  const auto caps = capability_bits(from.granted(), from.wants_offer_fields());
+  if (const auto* view = bus_.view())
+    for (const auto& m : view->members) {
+      if (m.node_id == bus_.node_id() || !m.has_log) continue;
+      auto* box = outbox_for(m.node_id, raw.size() + bus_.node_id().size() + 64);
+      if (!box) {
+        g.waiting.push_back(m.node_id);  // no link: the timeout names it
+        continue;
+      }
+      auto& b = box->b;
+      box->requests.push_back(link::CreateStreamRequest(b, b.CreateString(bus_.node_id()), ticket, b.CreateString(""),
+                                                        b.CreateVector(raw.data(), raw.size()), caps));
+      ++counters_.forwarded;
+      g.waiting.push_back(m.node_id);
+    }
+  gathers_.emplace(ticket, std::move(g));
+  arm_timer();
+  // This node's own list (its answer may come at once).
+  const auto refused =
+      has_log_ ? run_here(raw, {}, caps,
+                          [this, ticket](protocol::bytes_view frames) { gathered(ticket, {}, frames, nullptr); })
+               : std::optional<refusal>{};
+  if (!has_log_)
+    gathered(ticket, {}, {}, nullptr);
+  else if (refused)
+    gathered(ticket, {}, {}, &*refused);
+}
+
+void stream_relay::gathered(std::uint64_t ticket, std::string_view node, protocol::bytes_view frames,
+                            const refusal* error) {
+  const auto it = gathers_.find(ticket);
+  if (it == gathers_.end()) return;  // answered already
+  auto& g = it->second;
+  const auto w = std::find(g.waiting.begin(), g.waiting.end(), node);
+  if (w == g.waiting.end()) return;
+  g.waiting.erase(w);
+  auto who = g.who.lock();
+  if (error) {
+    if (who && !who->closed()) {
+      who->send_error(g.request_id, error->code, error->why);
+      who->close_ticket(g.peer_ticket);
+    }
+    gathers_.erase(it);
+    return;
+  }
+  if (!frames.empty()) g.answers.emplace_back(frames.begin(), frames.end());
+  if (!g.waiting.empty()) return;
+  auto done = std::move(g);
+  gathers_.erase(it);
+  if (!who) return;
+  if (!who->closed()) {
+    std::vector<protocol::bytes_view> views;
+    for (const auto& a : done.answers) views.emplace_back(a.data(), a.size());
+    done.merge(*who, views);
+  }
+  who->close_ticket(done.peer_ticket);
 }
 
 void stream_relay::forward(peer& from, std::uint64_t rid, std::uint64_t peer_ticket, std::string_view node,
@@ -272,6 +361,17 @@ void stream_relay::flush() {
 
 void stream_relay::on_request(remote_node& from, const link::StreamRequest& r) {
   const std::string_view origin = from.member().node_id;
+  if (r.stream() && r.frame() && r.stream()->size() == 0 && has_log_) {
+    // A request about no stream (a StreamList asked of every member): runs
+    // here, listing what this node holds (the runner takes no other).
+    const protocol::bytes_view frame{r.frame()->data(), r.frame()->size()};
+    const auto refused = run_here(
+        frame, {}, r.caps(), [this, origin = std::string(origin), ticket = r.ticket()](protocol::bytes_view frames) {
+          answer(origin, ticket, frames);
+        });
+    if (refused) answer_error(origin, r.ticket(), refused->code, refused->why);
+    return;
+  }
   if (!r.stream() || !r.frame() || r.stream()->size() == 0) {
     logger_->warn("cluster: a StreamRequest without its stream or frame from node '{}'", origin);
     return answer_error(origin, r.ticket(), errc::bad_request, "a malformed request between nodes");
@@ -386,6 +486,19 @@ void stream_relay::answer_error(std::string_view origin, std::uint64_t ticket, e
 }
 
 void stream_relay::on_answer(remote_node& from, const link::StreamAnswer& a) {
+  if (gathers_.contains(a.ticket())) {
+    const auto* frames = a.frames();
+    const protocol::bytes_view bytes =
+        frames ? protocol::bytes_view{frames->data(), frames->size()} : protocol::bytes_view{};
+    if (const auto* error = a.error()) {
+      const auto code = a.code() != 0 && a.code() <= static_cast<std::uint16_t>(protocol::wire::ErrorCode::MAX)
+                            ? static_cast<errc>(a.code())
+                            : errc::internal;
+      const refusal r{code, "node '" + from.member().node_id + "': " + std::string(error->string_view())};
+      return gathered(a.ticket(), from.member().node_id, {}, &r);
+    }
+    return gathered(a.ticket(), from.member().node_id, bytes, nullptr);
+  }
   const auto it = pending_.find(a.ticket());
   if (it == pending_.end() || it->second.node != from.member().node_id) return;  // answered at its deadline already
   auto p = std::move(it->second);
@@ -527,12 +640,12 @@ void stream_relay::view_changed() {
 
 stream_relay_counters stream_relay::counters() const {
   auto c = counters_;
-  c.pending = pending_.size() + held_count_;
+  c.pending = pending_.size() + gathers_.size() + held_count_;
   return c;
 }
 
 void stream_relay::arm_timer() {
-  if (timer_armed_ || (pending_.empty() && held_count_ == 0)) return;
+  if (timer_armed_ || (pending_.empty() && gathers_.empty() && held_count_ == 0)) return;
   timer_armed_ = true;
   timer_.expires_after(std::max(options_.forward_timeout / 4, std::chrono::milliseconds(25)));
   timer_.async_wait([this, alive = alive_](const asio_error_code& ec) {
@@ -546,6 +659,23 @@ void stream_relay::arm_timer() {
 
 void stream_relay::on_timer() {
   const auto now = clock::now();
+  for (auto it = gathers_.begin(); it != gathers_.end();) {
+    auto& g = it->second;
+    if (now < g.deadline) {
+      ++it;
+      continue;
+    }
+    if (auto who = g.who.lock(); who && !who->closed()) {
+      std::string nodes;
+      for (const auto& n : g.waiting) nodes += (nodes.empty() ? "'" : ", '") + (n.empty() ? bus_.node_id() : n) + "'";
+      ++counters_.unavailable;
+      who->send_error(g.request_id, errc::unavailable,
+                      fmt::format("the stream list: node {} did not answer within {} ms; retry", nodes,
+                                  options_.forward_timeout.count()));
+      who->close_ticket(g.peer_ticket);
+    }
+    it = gathers_.erase(it);
+  }
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto& p = it->second;
     if (now < p.deadline) {

@@ -132,6 +132,17 @@ class stream_relay {
   // it would be forwarded.
   bool take(peer& from, std::uint64_t rid, std::string_view stream, protocol::bytes_view raw, bool forwardable = true);
 
+  // A StreamList `request_id` from a client of this node, whose frame is
+  // `raw` (length prefix included; borrowed for the call): run here and on
+  // every other member with a log, each listing the streams it holds.
+  // `merge` gets every member's answer frames (this node's included) and
+  // answers `from`; a member that answers an error, or none within the
+  // forward timeout, makes the answer that error, or `unavailable` (a
+  // partial list would look complete). `from` holds a peer ticket until
+  // answered.
+  using list_merge = std::function<void(peer& from, std::span<const protocol::bytes_view> answers)>;
+  void list_everywhere(peer& from, std::uint64_t request_id, protocol::bytes_view raw, list_merge merge);
+
   // The node_bus applied a new view: requests held for a holder go on,
   // requests waiting for a node that left are answered outcome_unknown.
   // A partition this node held in the last view and another node holds
@@ -152,6 +163,7 @@ class stream_relay {
 
  private:
   struct pending;
+  struct gather;
   struct held;
   struct outbox;
   using clock = std::chrono::steady_clock;
@@ -213,6 +225,9 @@ class stream_relay {
   void release(std::uint32_t partition);
   void arm_timer();
   void on_timer();
+  // A member's answer to gather `ticket` (this node's: `node` empty), or
+  // its error; the gather is answered once complete.
+  void gathered(std::uint64_t ticket, std::string_view node, protocol::bytes_view frames, const refusal* error);
 
   asio::io_context& io_;
   stream_relay_options options_;
@@ -227,6 +242,7 @@ class stream_relay {
 
   std::uint64_t next_ticket_ = 0;
   std::map<std::uint64_t, pending> pending_;        // forwarded by this node, by ticket
+  std::map<std::uint64_t, gather> gathers_;         // StreamLists asked of every member, by ticket
   std::map<std::uint32_t, std::deque<held>> held_;  // waiting for a holder, by partition
   std::size_t held_count_ = 0;
   std::size_t held_bytes_ = 0;

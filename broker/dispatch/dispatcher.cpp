@@ -247,6 +247,15 @@ bool dispatcher::dispatch(peer& from, const wire::Frame& frame, protocol::bytes_
     return true;
   }
   if (from.principal() && !authorize(from, frame)) return true;
+  if (streams_ && !raw.empty() && type == wire::Message::StreamList && handlers_.stream_admin) {
+    // Cluster mode: every member lists the streams it holds.
+    const auto limit = frame.message_as_StreamList()->limit();
+    streams_->list_everywhere(
+        from, frame.request_id(), raw,
+        [h = handlers_.stream_admin, rid = frame.request_id(), limit](
+            peer& who, std::span<const protocol::bytes_view> answers) { h->merge_lists(who, rid, limit, answers); });
+    return true;
+  }
   if (streams_ && !raw.empty()) {
     bool local_only = false;
     if (const auto stream = stream_of(from, frame, &local_only);

@@ -3,6 +3,7 @@
 #include "broker/requests/wire_error.hpp"
 #include "protocol/answer_budget.hpp"
 #include "protocol/channel_name.hpp"
+#include "protocol/frame_parser.hpp"
 #include "protocol/limits.hpp"
 
 #include <spdlog/spdlog.h>
@@ -85,6 +86,7 @@ void stream_admin_handler::stream_list(peer& from, std::uint64_t rid, const prot
   out.reserve(list->size());
   auto budget = protocol::answer_budget::for_list(config_.max_frame);
   for (const auto& info : *list) {
+    if (held_ && !held_(info.name)) continue;  // cluster mode: another node holds it now
     if (!budget.take(info.name.size() + protocol::stream_item_overhead)) {
       more = true;
       break;
@@ -92,6 +94,62 @@ void stream_admin_handler::stream_list(peer& from, std::uint64_t rid, const prot
     out.push_back(fields(info, defaults));
   }
   from.send(builder_.stream_list_result(rid, out, more));
+}
+
+void stream_admin_handler::merge_lists(peer& from, std::uint64_t rid, std::uint32_t limit,
+                                       std::span<const protocol::bytes_view> answers) {
+  limit = limit == 0 ? protocol::default_list_limit : std::min(limit, protocol::max_list_limit);
+  protocol::frame_parser parser(std::max<std::uint32_t>(config_.max_frame, 1u << 20));
+  std::vector<protocol::stream_info_fields> all;
+  std::vector<std::string> names;  // the fields' names point here
+  bool more = false;
+  // Each answer's first frame: its StreamListResult, or its Error.
+  for (const auto answer : answers) {
+    auto parsed = parser.next(answer);
+    if (!parsed || !*parsed) {
+      logger_->warn("conn={} a member's stream list did not parse", from.id());
+      return from.send_error(rid, errc::internal, "a node's stream list did not parse");
+    }
+    const auto* f = (*parsed)->frame;
+    if (const auto* e = f->message_as_Error())
+      return from.send_error(rid, static_cast<errc>(e->code()), e->message() ? e->message()->string_view() : "");
+    const auto* r = f->message_as_StreamListResult();
+    if (!r) return from.send_error(rid, errc::internal, "a node answered its stream list with another message");
+    more = more || r->more();
+    if (!r->streams()) continue;
+    for (const auto* s : *r->streams()) {
+      names.emplace_back(s->stream() ? s->stream()->string_view() : std::string_view{});
+      protocol::stream_info_fields x;
+      x.epoch = s->epoch();
+      x.first_seq = s->first_seq();
+      x.last_seq = s->last_seq();
+      x.records = s->records();
+      x.bytes = s->bytes();
+      x.created_ms = s->created_ms();
+      x.retention = {s->max_records(), s->max_age_ms(), s->max_bytes()};
+      x.own_retention = s->own_retention();
+      all.push_back(x);
+    }
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) all[i].stream = names[i];
+  std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.stream < y.stream; });
+  // One holder per stream: a name twice (a view changing under the list)
+  // is listed once.
+  all.erase(std::unique(all.begin(), all.end(), [](const auto& x, const auto& y) { return x.stream == y.stream; }),
+            all.end());
+  if (all.size() > limit) {
+    all.resize(limit);
+    more = true;
+  }
+  auto budget = protocol::answer_budget::for_list(config_.max_frame);
+  std::size_t n = 0;
+  for (; n < all.size(); ++n)
+    if (!budget.take(all[n].stream.size() + protocol::stream_item_overhead)) break;
+  if (n < all.size()) {
+    all.resize(n);
+    more = true;
+  }
+  from.send(builder_.stream_list_result(rid, all, more));
 }
 
 void stream_admin_handler::set_retention(peer& from, std::uint64_t rid, const protocol::wire::SetRetention& m) {

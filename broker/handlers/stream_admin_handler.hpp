@@ -14,7 +14,10 @@
 #include "protocol/frame_builder.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
+#include <string_view>
 
 namespace spdlog {
 class logger;
@@ -31,6 +34,16 @@ class stream_admin_handler {
 
   void stream_info(peer& from, std::uint64_t request_id, const protocol::wire::StreamInfo& m);
   void stream_list(peer& from, std::uint64_t request_id, const protocol::wire::StreamList& m);
+  // Cluster mode: StreamList lists only the streams `held` says this node
+  // holds (null: every stream of the log; borrowed until the next call).
+  void set_list_filter(std::function<bool(std::string_view stream)> held) { held_ = std::move(held); }
+  // Cluster mode: answers StreamList `request_id` on `from` with the lists
+  // every member answered (`answers`: each the frames a member's
+  // StreamList was answered with, borrowed for the call): merged in name
+  // order, at most the list's limit (`limit` as the request asked) and
+  // one frame; an Error among them is the answer.
+  void merge_lists(peer& from, std::uint64_t request_id, std::uint32_t limit,
+                   std::span<const protocol::bytes_view> answers);
   // Answered once the change is on disk (a ticket of `from` is held until
   // then, so a Ping after it waits).
   // Limits need a printable stream name (protocol::is_printable_stream_name);
@@ -56,6 +69,7 @@ class stream_admin_handler {
   asio::any_io_executor loop_;
   protocol::frame_builder& builder_;
   std::shared_ptr<spdlog::logger> logger_;
+  std::function<bool(std::string_view)> held_;
 };
 
 }  // namespace switchyard::broker

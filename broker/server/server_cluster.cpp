@@ -89,6 +89,8 @@ void server::impl::join_cluster() {
         logger);
     streams->set_runner([this](peer& from, const protocol::wire::Frame& frame, std::string_view stream) {
       if (dispatch->stream_of(from, frame) != stream) return false;
+      // A request about no stream: only a StreamList (asked of every member).
+      if (stream.empty() && frame.message_type() != protocol::wire::Message::StreamList) return false;
       // A Send reads the lease clock at the start of a batch: one frame is
       // a batch of its own.
       if (frame.message_type() == protocol::wire::Message::Send) {
@@ -108,6 +110,14 @@ void server::impl::join_cluster() {
       begin_drain(config.drain_window);
     });
     if (log_requests) dispatch->use_cluster(streams.get());
+    // StreamList lists the streams whose partition this node's log holds
+    // now (after a takeover, another log holds what this one kept).
+    if (stream_admin)
+      stream_admin->set_list_filter([this](std::string_view stream) {
+        const auto* view = bus ? bus->view() : nullptr;
+        if (!view || view->stream_holders.empty()) return true;
+        return view->stream_holders[partition_map::partition_of(stream)] == config.cluster_node_id;
+      });
     // An append that became durable while this node was cut off is not
     // acknowledged: the cluster may have declared this log's streams lost
     // meanwhile (docs/cluster.md, "Durable streams").
@@ -222,6 +232,7 @@ void server::impl::leave_cluster() {
   if (routing_requests) routing_requests->use_cluster(nullptr);
   if (offers) offers->use_cluster(nullptr, nullptr);
   if (dispatch) dispatch->use_cluster(nullptr);
+  if (stream_admin) stream_admin->set_list_filter(nullptr);
   // The relay first: it answers the durable sends still waiting, some on
   // remote_peers of the stream relay, whose answers then go out with it.
   relay.reset();

@@ -13,6 +13,7 @@
 #include "tests/support/temp_dir.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <atomic>
 #include <map>
@@ -414,6 +415,40 @@ TEST_CASE("a durable send whose key's owner is silent is answered in time with i
   REQUIRE(wait_until([&] { return got.count >= 1; }));
   REQUIRE_FALSE(svc->flush());
   CHECK(got.count == 1);
+}
+
+TEST_CASE("a stream list on any node lists the streams of every node's log in name order, each once",
+          "[cluster][e2e]") {
+  log_cluster c;
+  c.start_settled({"a", "b", "c"});
+  // Thirty streams: their partitions' holders are spread over the nodes.
+  std::vector<std::string> names;
+  for (int i = 0; i < 30; ++i) names.push_back(fmt::format("list:{:02}", i));
+  auto svc = test::connect_to(c.f.node("a"), "svc");
+  for (std::size_t i = 0; i < names.size(); ++i) REQUIRE(svc->append(names[i], text("r" + std::to_string(i))));
+  std::size_t holders = 0;
+  for (const auto* id : {"a", "b", "c"}) holders += c.f.node(id).live_metrics().cluster_stream_partitions > 0;
+  REQUIRE(holders >= 2);
+  for (const auto* id : {"a", "b", "c"}) {
+    auto admin = c.admin_of(id);
+    bool more = true;
+    const auto all = admin->stream_list("list:", 0, &more);
+    REQUIRE(all);
+    CHECK_FALSE(more);
+    std::vector<std::string> got;
+    for (const auto& s : *all) {
+      got.push_back(s.name);
+      CHECK(s.records == 1);
+    }
+    CHECK(got == names);
+    // A limit cuts the merged list, and says so.
+    const auto first = admin->stream_list("list:", 10, &more);
+    REQUIRE(first);
+    CHECK(more);
+    REQUIRE(first->size() == 10);
+    CHECK(first->front().name == "list:00");
+    CHECK(first->back().name == "list:09");
+  }
 }
 
 TEST_CASE("a stream whose holder is gone is answered unavailable, and continues where it was when the holder is back",
