@@ -53,18 +53,6 @@ struct route_relay::node_groups {
   void clear() { used = 0; }
 };
 
-// SendForwards and SendOutcomes for one peer, built as they come; sent as
-// one Sends message at the end of the loop turn, or before one more would
-// take it past the link's batch bytes.
-struct route_relay::outbox {
-  flatbuffers::FlatBufferBuilder b{16u << 10};
-  std::vector<flatbuffers::Offset<link::SendForward>> forwards;
-  std::vector<flatbuffers::Offset<link::SendOutcome>> outcomes;
-  std::vector<refused_forward> own;  // this node's sends in it
-  std::int64_t incarnation = 0;      // the peer's, when the outbox was made
-  bool empty() const { return forwards.empty() && outcomes.empty(); }
-};
-
 // A send waiting for other nodes: answered once the owners it asked have
 // answered and every home they named has.
 struct route_relay::pending_send {
@@ -139,6 +127,15 @@ route_relay::route_relay(asio::io_context& io, route_relay_options options, node
       logger_(std::move(logger)),
       held_(partition_map::partition_count, 0),
       rebuilding_(partition_map::partition_count, 0),
+      outboxes_(
+          bus,
+          [this](std::string_view node, outbox& box) {
+            auto& b = box.b;
+            const auto forwards = b.CreateVector(box.requests);
+            const auto outcomes = b.CreateVector(box.answers);
+            return bus_.send_body(node, link::Body::Sends, link::CreateSends(b, forwards, outcomes).Union(), b);
+          },
+          [this] { schedule_flush(); }),
       timer_(io),
       here_(std::make_unique<key_group>()),
       all_(std::make_unique<key_group>()),
@@ -219,15 +216,7 @@ void route_relay::view_changed() {
   // it (the bus already links to the new one), is not sent: this node's
   // own sends in it count those keys unavailable (settled below); what it
   // owed others (their tickets were the earlier incarnation's) goes.
-  for (auto it = outboxes_.begin(); it != outboxes_.end();) {
-    const auto* m = view->find(it->first);
-    if (m && m->incarnation == it->second->incarnation) {
-      ++it;
-      continue;
-    }
-    refused_.insert(refused_.end(), it->second->own.begin(), it->second->own.end());
-    it = outboxes_.erase(it);
-  }
+  outboxes_.drop_stale(view);
   std::vector<cluster_member> previous = std::move(members_);
   members_ = view->members;
   // Ownership: what this node holds now, at which revision.
@@ -446,41 +435,16 @@ void route_relay::schedule_flush() {
 void route_relay::flush() {
   for (auto& [owner, batch] : outgoing_) flush_owner(owner, batch);
   outgoing_.clear();
-  for (auto& [node, box] : outboxes_) send_outbox(node, *box);
+  outboxes_.flush();
   settle_refused();
   arm_timer();
 }
 
-route_relay::outbox* route_relay::outbox_for(std::string_view node, std::size_t bytes) {
-  const auto* view = bus_.view();
-  const auto* member = view ? view->find(node) : nullptr;
-  if (!member || !bus_.has_link(node)) return nullptr;
-  auto it = outboxes_.find(node);
-  if (it == outboxes_.end()) {
-    it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
-    it->second->incarnation = member->incarnation;
-  }
-  auto& box = *it->second;
-  if (!box.empty() && box.b.GetSize() + bytes > bus_.options().batch_bytes) send_outbox(node, box);
-  schedule_flush();
-  return &box;
-}
-
-void route_relay::send_outbox(std::string_view node, outbox& box) {
-  if (box.empty()) return;
-  auto& b = box.b;
-  const auto forwards = b.CreateVector(box.forwards);
-  const auto outcomes = b.CreateVector(box.outcomes);
-  if (!bus_.send_body(node, link::Body::Sends, link::CreateSends(b, forwards, outcomes).Union(), b))
-    refused_.insert(refused_.end(), box.own.begin(), box.own.end());
-  b.Clear();
-  box.forwards.clear();
-  box.outcomes.clear();
-  box.own.clear();
-}
-
 void route_relay::settle_refused() {
-  for (const auto& r : refused_) {
+  // Taken first: answering a send may forward another.
+  auto refused = std::move(outboxes_.refused());
+  outboxes_.refused().clear();
+  for (const auto& r : refused) {
     const auto it = sends_.find(r.ticket);
     if (it == sends_.end()) continue;
     auto& s = it->second;
@@ -492,7 +456,6 @@ void route_relay::settle_refused() {
     }
     finish(r.ticket);
   }
-  refused_.clear();
 }
 
 void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
@@ -742,7 +705,7 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
   std::size_t size = payload.size() + origin.size() + 64;
   for (const auto key : keys) size += key.size() + 16;
   if (part) size += part->position.stream.size() + 40;
-  auto* box = outbox_for(node, size);
+  auto* box = outboxes_.get(node, size);
   if (!box) return false;
   auto& b = box->b;
   const auto o = b.CreateString(origin.data(), origin.size());
@@ -774,7 +737,7 @@ bool route_relay::forward(std::string_view node, std::string_view origin, std::u
     cap_max = part->cap_max;
     cap_window_ms = static_cast<std::uint32_t>(part->cap_window.count());
   }
-  box->forwards.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx, stream, seq,
+  box->requests.push_back(link::CreateSendForward(b, o, incarnation_, ticket, k, bytes, to_home, idx, stream, seq,
                                                   epoch, expiring, expires_in_ms, offer_id, counted, cap_max,
                                                   cap_window_ms));
   if (origin == bus_.node_id()) box->own.push_back({ticket, static_cast<std::uint32_t>(keys.size()), to_home});
@@ -788,14 +751,14 @@ void route_relay::send_outcome(std::string_view to, std::uint64_t ticket, std::u
                                std::span<const std::uint32_t> capped) {
   std::size_t size = 64 + indices.size() * 4 + capped.size() * 4;
   for (const auto g : gateways) size += g.size() + 16;
-  auto* box = outbox_for(to, size);
+  auto* box = outboxes_.get(to, size);
   if (!box) return;
   auto& b = box->b;
   const auto g = b.CreateVectorOfStrings(gateways.begin(), gateways.end());
   const auto idx = b.CreateVector(indices.data(), indices.size());
   const auto cap = capped.empty() ? flatbuffers::Offset<flatbuffers::Vector<std::uint32_t>>()
                                   : b.CreateVector(capped.data(), capped.size());
-  box->outcomes.push_back(link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx, cap));
+  box->answers.push_back(link::CreateSendOutcome(b, ticket, routed, g, forwarded, unavailable, from_owner, idx, cap));
 }
 
 void route_relay::on_message(remote_node& from, const link::LinkMessage& m) {

@@ -41,6 +41,7 @@
 // Loop thread only.
 
 #include "broker/cluster/cluster_view.hpp"
+#include "broker/cluster/link_outboxes.hpp"
 #include "broker/cluster/node_bus.hpp"
 #include "broker/cluster/route_directory.hpp"
 #include "broker/delivery/fanout.hpp"
@@ -206,7 +207,6 @@ class route_relay {
  private:
   struct key_group;
   struct node_groups;
-  struct outbox;
   struct pending_send;
   // A SendForward of this node's send `ticket` (to an owner, or to a home)
   // for `keys` keys.
@@ -215,6 +215,10 @@ class route_relay {
     std::uint32_t keys = 0;
     bool to_home = false;
   };
+  // Per peer: SendForwards (requests) and SendOutcomes (answers), one Sends
+  // message per loop turn.
+  using outboxes = link_outboxes<link::SendForward, link::SendOutcome, refused_forward>;
+  using outbox = outboxes::outbox;
   struct put_batch;
   struct rebuild;
   using clock = std::chrono::steady_clock;
@@ -296,15 +300,7 @@ class route_relay {
   void ask_rebuild(const std::string& member, std::uint64_t ticket, const std::vector<std::uint32_t>& partitions);
   // A part of `member`'s answer to rebuild `ticket`.
   void rebuild_part(const std::string& member, std::uint64_t ticket, std::uint32_t part, bool last);
-  // The outbox for `node` (made on first use) with room for about
-  // `bytes` more (what it held is sent first when it would pass the
-  // link's batch bytes), its flush scheduled; nullptr when `node` has no
-  // link.
-  outbox* outbox_for(std::string_view node, std::size_t bytes);
-  // Sends `box` to `node` (one Sends message) and empties it; when NATS
-  // refuses it, this node's own sends in it count those keys unavailable.
-  void send_outbox(std::string_view node, outbox& box);
-  // The forwards NATS refused (send_outbox): their keys count unavailable
+  // The forwards NATS refused or that were never sent (outboxes_.refused()): their keys count unavailable
   // in their sends, which are answered once complete. Not called while a
   // send is being forwarded (it would see the send half made).
   void settle_refused();
@@ -340,10 +336,8 @@ class route_relay {
   // waiting for their RouteAck (by ticket).
   std::map<std::string, put_batch, std::less<>> outgoing_;
   std::map<std::uint64_t, put_batch> unacked_;
-  // Per peer: SendForwards and SendOutcomes not sent yet (kept across loop
-  // turns, so that their builders' memory is reused).
-  std::map<std::string, std::unique_ptr<outbox>, std::less<>> outboxes_;
-  std::vector<refused_forward> refused_;
+  // Per peer: SendForwards and SendOutcomes not sent yet.
+  outboxes outboxes_;
   // Home side, with an auth file: who put each local route (for a
   // rebuild's answer); only non-empty principals.
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> put_by_;

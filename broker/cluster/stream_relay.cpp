@@ -50,18 +50,6 @@ struct stream_relay::held {
   clock::time_point deadline;
 };
 
-// StreamRequests and StreamAnswers for one peer, built as they come; sent
-// as one StreamBatch at the end of the loop turn, or before one more would
-// take it past the link's batch bytes.
-struct stream_relay::outbox {
-  flatbuffers::FlatBufferBuilder b{16u << 10};
-  std::vector<flatbuffers::Offset<link::StreamRequest>> requests;
-  std::vector<flatbuffers::Offset<link::StreamAnswer>> answers;
-  std::vector<std::uint64_t> own;  // tickets of this node's requests in it
-  std::int64_t incarnation = 0;    // the peer's, when the outbox was made
-  bool empty() const { return requests.empty() && answers.empty(); }
-};
-
 stream_relay::stream_relay(asio::io_context& io, stream_relay_options options, node_bus& bus, bool has_log,
                            std::function<bool()> in_standing, std::function<void(std::uint32_t)> pin,
                            std::shared_ptr<spdlog::logger> logger)
@@ -73,6 +61,16 @@ stream_relay::stream_relay(asio::io_context& io, stream_relay_options options, n
       pin_(std::move(pin)),
       logger_(std::move(logger)),
       parser_(options.max_frame),
+      outboxes_(
+          bus,
+          [this](std::string_view node, outbox& box) {
+            auto& b = box.b;
+            const auto requests = b.CreateVector(box.requests);
+            const auto answers = b.CreateVector(box.answers);
+            return bus_.send_body(node, link::Body::StreamBatch, link::CreateStreamBatch(b, requests, answers).Union(),
+                                  b);
+          },
+          [this] { schedule_flush(); }),
       timer_(io) {
   bus_.on_stream_message([this](remote_node& from, const link::LinkMessage& m) { on_message(from, m); });
 }
@@ -199,7 +197,7 @@ void stream_relay::list_everywhere(peer& from, std::uint64_t rid, protocol::byte
   if (const auto* view = bus_.view())
     for (const auto& m : view->members) {
       if (m.node_id == bus_.node_id() || !m.has_log) continue;
-      auto* box = outbox_for(m.node_id, raw.size() + bus_.node_id().size() + 64);
+      auto* box = outboxes_.get(m.node_id, raw.size() + bus_.node_id().size() + 64);
       if (!box) {
         g.waiting.push_back(m.node_id);  // no link: the timeout names it
         continue;
@@ -255,7 +253,7 @@ void stream_relay::gathered(std::uint64_t ticket, std::string_view node, protoco
 
 void stream_relay::forward(peer& from, std::uint64_t rid, std::uint64_t peer_ticket, std::string_view node,
                            std::string_view stream, protocol::bytes_view raw) {
-  auto* box = outbox_for(node, raw.size() + stream.size() + bus_.node_id().size() + 64);
+  auto* box = outboxes_.get(node, raw.size() + stream.size() + bus_.node_id().size() + 64);
   if (!box) {
     ++counters_.unavailable;
     from.send_error(rid, errc::unavailable,
@@ -288,48 +286,11 @@ void stream_relay::on_batch(remote_node& from, const link::StreamBatch& batch) {
     for (const auto* a : *answers) on_answer(from, *a);
 }
 
-stream_relay::outbox* stream_relay::outbox_for(std::string_view node, std::size_t bytes) {
-  const auto* view = bus_.view();
-  const auto* member = view ? view->find(node) : nullptr;
-  if (!member || !bus_.has_link(node)) return nullptr;
-  auto it = outboxes_.find(node);
-  if (it != outboxes_.end() && it->second->incarnation != member->incarnation) {
-    // Made for an earlier incarnation of the node: its answers carry that
-    // one's tickets (dropped), its requests are answered unavailable.
-    refused_.insert(refused_.end(), it->second->own.begin(), it->second->own.end());
-    outboxes_.erase(it);
-    it = outboxes_.end();
-  }
-  if (it == outboxes_.end()) {
-    it = outboxes_.emplace(std::string(node), std::make_unique<outbox>()).first;
-    it->second->incarnation = member->incarnation;
-  }
-  auto& box = *it->second;
-  if (!box.empty() && box.b.GetSize() + bytes > bus_.options().batch_bytes) send_outbox(node, box);
-  schedule_flush();
-  return &box;
-}
-
-void stream_relay::send_outbox(std::string_view node, outbox& box) {
-  if (box.empty()) return;
-  auto& b = box.b;
-  const auto requests = b.CreateVector(box.requests);
-  const auto answers = b.CreateVector(box.answers);
-  if (!bus_.send_body(node, link::Body::StreamBatch, link::CreateStreamBatch(b, requests, answers).Union(), b))
-    refused_.insert(refused_.end(), box.own.begin(), box.own.end());
-  // Kept for the next batch, unless one large answer grew it far past the
-  // link's batch bytes.
-  if (b.GetSize() > 2 * bus_.options().batch_bytes)
-    b = flatbuffers::FlatBufferBuilder(16u << 10);
-  else
-    b.Clear();
-  box.requests.clear();
-  box.answers.clear();
-  box.own.clear();
-}
-
 void stream_relay::settle_refused() {
-  for (const auto ticket : refused_) {
+  // Taken first: answering may send another request.
+  auto refused = std::move(outboxes_.refused());
+  outboxes_.refused().clear();
+  for (const auto ticket : refused) {
     const auto it = pending_.find(ticket);
     if (it == pending_.end()) continue;
     auto p = std::move(it->second);
@@ -341,7 +302,6 @@ void stream_relay::settle_refused() {
                     "cannot reach node '" + p.node + "', which holds stream '" + p.stream + "'");
     who->close_ticket(p.peer_ticket);
   }
-  refused_.clear();
 }
 
 void stream_relay::schedule_flush() {
@@ -355,7 +315,7 @@ void stream_relay::schedule_flush() {
 }
 
 void stream_relay::flush() {
-  for (auto& [node, box] : outboxes_) send_outbox(node, *box);
+  outboxes_.flush();
   settle_refused();
 }
 
@@ -471,14 +431,14 @@ void stream_relay::answer(std::string_view origin, std::uint64_t ticket, protoco
                         "the answer is larger than --max-frame can carry between nodes; ask for less");
   // No link (the origin gone) or refused by NATS: the origin answers
   // outcome_unknown at its deadline.
-  auto* box = outbox_for(origin, frames.size() + 64);
+  auto* box = outboxes_.get(origin, frames.size() + 64);
   if (!box) return;
   auto& b = box->b;
   box->answers.push_back(link::CreateStreamAnswer(b, ticket, b.CreateVector(frames.data(), frames.size())));
 }
 
 void stream_relay::answer_error(std::string_view origin, std::uint64_t ticket, errc code, std::string_view why) {
-  auto* box = outbox_for(origin, why.size() + 64);
+  auto* box = outboxes_.get(origin, why.size() + 64);
   if (!box) return;
   auto& b = box->b;
   box->answers.push_back(
@@ -607,16 +567,8 @@ void stream_relay::view_changed() {
     if (!lost.empty() && taken_over_) taken_over_(lost);
   }
   // An outbox made for a node that left, or for an earlier incarnation of
-  // it, is not sent (outbox_for): its requests are answered unavailable.
-  for (auto it = outboxes_.begin(); it != outboxes_.end();) {
-    const auto* m = view ? view->find(it->first) : nullptr;
-    if (m && m->incarnation == it->second->incarnation) {
-      ++it;
-      continue;
-    }
-    refused_.insert(refused_.end(), it->second->own.begin(), it->second->own.end());
-    it = outboxes_.erase(it);
-  }
+  // it, is not sent (link_outboxes::get): its requests are answered unavailable.
+  outboxes_.drop_stale(view);
   settle_refused();
   std::vector<std::uint32_t> partitions;
   for (const auto& [p, queue] : held_) partitions.push_back(p);

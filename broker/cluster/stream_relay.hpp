@@ -47,6 +47,7 @@
 //
 // Loop thread only.
 
+#include "broker/cluster/link_outboxes.hpp"
 #include "broker/cluster/node_bus.hpp"
 #include "broker/requests/peer.hpp"
 #include "common/asio.hpp"
@@ -165,7 +166,10 @@ class stream_relay {
   struct pending;
   struct gather;
   struct held;
-  struct outbox;
+  // Per peer: StreamRequests and StreamAnswers, one StreamBatch per loop
+  // turn; `own`: the tickets of this node's requests.
+  using outboxes = link_outboxes<link::StreamRequest, link::StreamAnswer, std::uint64_t>;
+  using outbox = outboxes::outbox;
   using clock = std::chrono::steady_clock;
   // Where a request about a stream of `partition` goes now.
   struct decision {
@@ -181,14 +185,8 @@ class stream_relay {
   void on_request(remote_node& from, const link::StreamRequest& r);
   void on_answer(remote_node& from, const link::StreamAnswer& a);
   void on_batch(remote_node& from, const link::StreamBatch& b);
-  // The outbox for `node` (made on first use) with room for about `bytes`
-  // more (what it held is sent first when it would pass the link's batch
-  // bytes), its flush scheduled; nullptr when `node` has no link.
-  outbox* outbox_for(std::string_view node, std::size_t bytes);
-  // Sends `box` to `node` (one StreamBatch) and empties it; when NATS
-  // refuses it, this node's requests in it are answered unavailable (at
-  // the end of the flush: settle_refused).
-  void send_outbox(std::string_view node, outbox& box);
+  // This node's requests in a batch NATS refused, or never sent
+  // (outboxes_.refused()): answered unavailable.
   void settle_refused();
   void schedule_flush();
   void flush();
@@ -247,10 +245,8 @@ class stream_relay {
   std::size_t held_count_ = 0;
   std::size_t held_bytes_ = 0;
   std::map<std::uint64_t, std::shared_ptr<remote_peer>> running_;  // served here, by local id
-  // Per peer: requests and answers not sent yet (kept across loop turns,
-  // so that their builders' memory is reused).
-  std::map<std::string, std::unique_ptr<outbox>, std::less<>> outboxes_;
-  std::vector<std::uint64_t> refused_;  // tickets of requests in a batch NATS refused
+  // Per peer: requests and answers not sent yet.
+  outboxes outboxes_;
   bool flush_posted_ = false;
   std::uint64_t next_running_ = 0;
   asio::steady_timer timer_;
