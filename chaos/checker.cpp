@@ -30,6 +30,7 @@ class history_checker {
     check_appends();
     check_deliveries();
     check_receipts();
+    check_offer_receipts();
     check_routable();
     return std::move(report_);
   }
@@ -62,6 +63,7 @@ class history_checker {
           ++report_.sends;
           if (e.outcome == "ok") ++report_.sends_ok;
           sends_[e.payload] = &e;
+          if (e.proc.starts_with("offerer-")) ++report_.offers;
           break;
         case event_type::deliver:
           ++report_.deliveries;
@@ -90,6 +92,13 @@ class history_checker {
           break;
         case event_type::receive:
           ++report_.receipts;
+          break;
+        case event_type::offer_ack:
+          ++report_.offer_acks;
+          acks_.emplace(e.payload, e.user);
+          break;
+        case event_type::offer_receipt:
+          ++report_.offer_receipts;
           break;
       }
     }
@@ -230,6 +239,27 @@ class history_checker {
     }
   }
 
+  void check_offer_receipts() {
+    std::set<std::tuple<std::string, std::string, std::string>> seen;  // offer id, user, outcome
+    for (const auto& e : history_) {
+      if (e.type != event_type::offer_receipt) continue;
+      if (!seen.emplace(e.payload, e.user, e.outcome).second)
+        fail("receipt-once", fmt::format("{} got a second {} receipt for {}", e.payload, e.outcome, e.user));
+      if (e.outcome == "timeout" && seen.contains({e.payload, e.user, "acked"}))
+        fail("receipt-once", fmt::format("{} got a timeout receipt for {} after its acked one", e.payload, e.user));
+      if (e.outcome != "acked") continue;
+      if (!acks_.contains({e.payload, e.user})) {
+        fail("acked-receipt-was-acked",
+             fmt::format("{} has an acked receipt for {}, which no gateway acked", e.payload, e.user));
+        continue;
+      }
+      const auto d = delivered_at_.find(e.payload);
+      if (d == delivered_at_.end() || d->second != e.gateway)
+        fail("acked-receipt-was-acked", fmt::format("{}'s acked receipt for {} names {}, where it was not delivered",
+                                                    e.payload, e.user, e.gateway));
+    }
+  }
+
   void check_routable() {
     bool any_probe = !probes_.empty();
     for (const auto& [user, gateways] : holders_) {
@@ -278,6 +308,7 @@ class history_checker {
   std::set<std::string> subscribers_;
   std::unordered_map<std::string, const event*> publishes_;
   std::set<std::string> prober_nodes_;
+  std::set<std::pair<std::string, std::string>> acks_;  // offer id, user a gateway acked
 };
 
 }  // namespace

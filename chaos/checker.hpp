@@ -24,6 +24,12 @@
 //                          gateway and delivered there
 //   subscribed-after-faults  after the faults healed, every subscriber
 //                          received a probe published on every node
+//   receipt-once           an offer's key gets at most one acked and one
+//                          timeout receipt, never the timeout after the
+//                          acked (a late ack after a timeout still sends
+//                          acked: docs/protocol.md §15.3)
+//   acked-receipt-was-acked  an "acked" receipt names a key a gateway
+//                          acked (and the gateway the offer reached)
 //
 // Pure: no clock, no I/O.
 
@@ -52,7 +58,10 @@ struct check_report {
   std::size_t sends_ok = 0;
   std::size_t deliveries = 0;
   std::size_t publishes = 0;
-  std::size_t receipts = 0;  // messages subscribers received
+  std::size_t receipts = 0;        // messages subscribers received
+  std::size_t offers = 0;          // offers answered (a kind of send: counted in sends too)
+  std::size_t offer_acks = 0;      // keys gateways acked
+  std::size_t offer_receipts = 0;  // receipts offerers got (acked or timeout)
   std::size_t subscribers = 0;
   std::size_t faults = 0;
   std::size_t abandoned_gateways = 0;

@@ -10,7 +10,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr std::array<std::pair<event_type, std::string_view>, 12> type_names{{
+constexpr std::array<std::pair<event_type, std::string_view>, 14> type_names{{
     {event_type::append, "append"},
     {event_type::read, "read"},
     {event_type::route, "route"},
@@ -23,6 +23,8 @@ constexpr std::array<std::pair<event_type, std::string_view>, 12> type_names{{
     {event_type::subscribe, "subscribe"},
     {event_type::publish, "publish"},
     {event_type::receive, "receive"},
+    {event_type::offer_ack, "offer_ack"},
+    {event_type::offer_receipt, "offer_receipt"},
 }};
 
 // Sets `j[key]` only when `v` is not empty / zero: lines stay short.

@@ -32,6 +32,8 @@ enum class event_type {
   publish,  // a publish handed to the client (proc, channel, payload: the id, outcome); proc "prober-<node>" after the
             // run
   receive,  // a subscriber received id on channel
+  offer_ack,      // a gateway acked offer id (payload) for user, before telling the broker
+  offer_receipt,  // an offerer got offer id's receipt for user: outcome "acked" or "timeout", gateway its inbox
 };
 
 // One event. `t_us` is the workload's monotonic clock (microseconds from

@@ -108,6 +108,9 @@ void print_report(const chaos::check_report& r, const run_options& o, const std:
     j["deliveries"] = r.deliveries;
     j["publishes"] = r.publishes;
     j["receipts"] = r.receipts;
+    j["offers"] = r.offers;
+    j["offer_acks"] = r.offer_acks;
+    j["offer_receipts"] = r.offer_receipts;
     j["subscribers"] = r.subscribers;
     j["abandoned_gateways"] = r.abandoned_gateways;
     j["users_probed"] = r.users_probed;
@@ -121,9 +124,11 @@ void print_report(const chaos::check_report& r, const run_options& o, const std:
   std::cout << fmt::format(
       "faults {}  appends {} (acked {}, outcome unknown {})  records read {} in {} streams\n"
       "sends {} (routed {})  deliveries {}  users routable after the faults {}/{}\n"
-      "publishes {}  received {} by {} subscribers\n",
+      "publishes {}  received {} by {} subscribers\n"
+      "offers {}  acked by gateways {}  receipts {}\n",
       fault_count, r.appends, r.appends_acked, r.appends_unknown, r.records_read, r.streams_read, r.sends, r.sends_ok,
-      r.deliveries, r.users_routable, r.users_probed, r.publishes, r.receipts, r.subscribers);
+      r.deliveries, r.users_routable, r.users_probed, r.publishes, r.receipts, r.subscribers, r.offers, r.offer_acks,
+      r.offer_receipts);
   for (const auto& p : exited) std::cout << "process-alive: " << p << " exited by itself\n";
   for (const auto& x : r.violations) std::cout << x.property << ": " << x.detail << '\n';
   std::cout << (r.ok() && exited.empty() ? "no violations\n"

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <random>
 #include <stdexcept>
 
@@ -76,7 +77,20 @@ void workload::start() {
     go.inbox_id = slot->id;
     go.lease_ttl = options_.gateway_lease_ttl;
     go.routes = slot->users;
-    go.on_message = [this, id = slot->id](const inbox_message& m) {
+    go.on_message = [this, id = slot->id, s = slot.get()](const inbox_message& m) {
+      if (m.offer_id != 0) {
+        // The device takes every offer: recorded before the broker hears of it.
+        for (const auto key : m.route_keys) {
+          event e;
+          e.type = event_type::offer_ack;
+          e.proc = id;
+          e.gateway = id;
+          e.user = std::string(key);
+          e.payload = std::string(m.payload_text());
+          history_.record(std::move(e));
+        }
+        s->conn->ack(m);
+      }
       for (const auto key : m.route_keys) {
         event e;
         e.type = event_type::deliver;
@@ -139,6 +153,7 @@ void workload::start() {
     history_.record(std::move(e));
   }
   for (int k = 0; k < options_.senders; ++k) threads_.emplace_back([this, k] { run_sender(k); });
+  for (int k = 0; k < options_.offerers; ++k) threads_.emplace_back([this, k] { run_offerer(k); });
   for (int k = 0; k < options_.publishers; ++k) threads_.emplace_back([this, k] { run_publisher(k); });
   for (int k = 0; k < options_.appenders; ++k) threads_.emplace_back([this, k] { run_appender(k); });
 }
@@ -169,6 +184,59 @@ void workload::run_sender(int k) {
     if (r) e.gateway = *r;
     history_.record(std::move(e));
   });
+}
+
+void workload::run_offerer(int k) {
+  const auto name = fmt::format("offerer-{}", k);
+  std::mt19937_64 random(options_.seed * 1000 + 300 + k);
+  std::uniform_int_distribution<std::size_t> pick(0, users_.size() - 1);
+  // Offer ids unique in the cluster: the offerer in the high bits. Its
+  // receipts name the offer by id: the payload is found from it.
+  const auto offer_id = [k](std::uint64_t n) { return (std::uint64_t(k + 1) << 40) | (n + 1); };
+  const auto payload_of = [k](std::uint64_t id) { return fmt::format("o{}-{}", k, (id & ((1ull << 40) - 1)) - 1); };
+  auto co = options_for(name, options_.addresses);
+  co.on_receipt = [this, name, payload_of](const receipt& r) {
+    event e;
+    e.type = event_type::offer_receipt;
+    e.proc = name;
+    e.payload = payload_of(r.offer_id);
+    e.user = r.route_key;
+    e.gateway = r.inbox_id;
+    e.outcome = r.outcome == receipt_outcome::acked ? "acked" : "timeout";
+    history_.record(std::move(e));
+  };
+  std::unique_ptr<client> conn;
+  for (int attempt = 0; !conn && !stopping_.load(); ++attempt) {
+    auto c = client::connect(co);
+    if (c)
+      conn = std::move(*c);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 100 * (attempt + 1))));
+  }
+  if (!conn) return;
+  for (std::uint64_t n = 0; !stopping_.load(); ++n) {
+    event e;
+    e.type = event_type::send;
+    e.proc = name;
+    e.user = users_[pick(random)];
+    e.payload = payload_of(offer_id(n));
+    e.t_us = history_.now_us();
+    const std::array<std::string_view, 1> keys{e.user};
+    auto r = conn->send_offer(
+        keys, e.payload,
+        {.offer_id = offer_id(n), .expires_in = std::chrono::seconds(10), .receipt_timeout = options_.receipt_timeout});
+    if (!r) {
+      e.outcome = outcome_of(r.error());
+    } else if (r->routed == 1) {
+      e.outcome = "ok";
+      e.gateway = r->gateways.at(0);
+    } else {
+      e.outcome = "no_route";
+    }
+    history_.record(std::move(e));
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(options_.pause);
+  }
 }
 
 void workload::run_appender(int k) {

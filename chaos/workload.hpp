@@ -7,6 +7,9 @@
 //    each registers its users' routes and records every delivery;
 //  - senders: services sending to a random user through whichever node
 //    their client is on (send-to-user across nodes);
+//  - offerers: offers to a random user with receipts (the offer stays on
+//    the node it was sent to, the gateway acks it on its own node), each
+//    recorded as a send, the gateway's ack and the receipt as events;
 //  - appenders: durable appends to a few streams through any node (the
 //    stream's holder may be another node);
 //  - subscribers and publishers of one channel family (a publish on any
@@ -48,6 +51,8 @@ struct workload_options {
   int gateways = 6;
   int users_per_gateway = 20;
   int senders = 3;
+  int offerers = 2;
+  std::chrono::milliseconds receipt_timeout{1500};  // an offer's (its expiry: 10 s)
   int appenders = 3;
   int streams = 6;
   int subscribers = 3;
@@ -106,6 +111,7 @@ class workload {
   // until stop(), pausing options_.pause between calls. On its own thread.
   void run_worker(const std::string& name, const std::function<void(client&, std::uint64_t)>& step);
   void run_sender(int k);
+  void run_offerer(int k);
   void run_appender(int k);
   void run_publisher(int k);
 

@@ -325,3 +325,71 @@ TEST_CASE("a failed read of a stream no append was acknowledged to is not a viol
   h.push_back(absent);
   CHECK(check(h).ok());
 }
+
+namespace {
+
+event offer_event(event_type type, const std::string& id, const std::string& user, const std::string& gateway,
+                  const std::string& outcome = "") {
+  event e;
+  e.type = type;
+  e.proc = type == event_type::offer_ack ? gateway : "offerer-0";
+  e.payload = id;
+  e.user = user;
+  e.gateway = gateway;
+  e.outcome = outcome;
+  return e;
+}
+
+// The clean history with an offer to u1 delivered at gw-1, acked there,
+// and its acked receipt; and one to u2, never acked, timed out.
+std::vector<event> offers_history() {
+  auto h = clean_history();
+  auto o1 = send("o0-0", "u1", 300, "gw-1");
+  o1.proc = "offerer-0";
+  auto o2 = send("o0-1", "u2", 310, "gw-2");
+  o2.proc = "offerer-0";
+  h.push_back(o1);
+  h.push_back(deliver("o0-0", "u1", "gw-1", 320));
+  h.push_back(offer_event(event_type::offer_ack, "o0-0", "u1", "gw-1"));
+  h.push_back(offer_event(event_type::offer_receipt, "o0-0", "u1", "gw-1", "acked"));
+  h.push_back(o2);
+  h.push_back(deliver("o0-1", "u2", "gw-2", 330));
+  h.push_back(offer_event(event_type::offer_receipt, "o0-1", "u2", "gw-2", "timeout"));
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("offers acked by their gateway with one receipt per key have no violation") {
+  const auto r = check(offers_history());
+  CHECK(r.ok());
+  CHECK(r.offers == 2);
+  CHECK(r.offer_acks == 1);
+  CHECK(r.offer_receipts == 2);
+}
+
+TEST_CASE("a second receipt of one outcome for an offer's key, or a timeout after its acked one, is reported") {
+  auto twice = offers_history();
+  twice.push_back(offer_event(event_type::offer_receipt, "o0-1", "u2", "gw-2", "timeout"));
+  CHECK(reports(check(twice), "receipt-once"));
+  auto timeout_after_ack = offers_history();
+  timeout_after_ack.push_back(offer_event(event_type::offer_receipt, "o0-0", "u1", "gw-1", "timeout"));
+  CHECK(reports(check(timeout_after_ack), "receipt-once"));
+}
+
+TEST_CASE("an ack that comes after its key's timeout receipt gives an acked one too, which is no violation") {
+  auto h = offers_history();
+  h.push_back(offer_event(event_type::offer_ack, "o0-1", "u2", "gw-2"));
+  h.push_back(offer_event(event_type::offer_receipt, "o0-1", "u2", "gw-2", "acked"));
+  CHECK(check(h).ok());
+}
+
+TEST_CASE("an acked receipt for a key no gateway acked, or naming another gateway, is reported") {
+  auto unacked = offers_history();
+  std::erase_if(unacked, [](const event& e) { return e.type == event_type::offer_ack; });
+  CHECK(reports(check(unacked), "acked-receipt-was-acked"));
+  auto elsewhere = offers_history();
+  for (auto& e : elsewhere)
+    if (e.type == event_type::offer_receipt && e.outcome == "acked") e.gateway = "gw-2";
+  CHECK(reports(check(elsewhere), "acked-receipt-was-acked"));
+}
