@@ -273,10 +273,10 @@ void offer_handler::take(peer* from, const sender_info& sender, const send_args&
 }
 
 void offer_handler::send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome,
-                                 clock::time_point now) {
+                                 clock::time_point now, std::string_view inbox) {
   const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(now - o.sent).count();
-  const auto frame =
-      builder_.receipt(o.id, k.key, k.inbox, outcome, static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed, 0)));
+  const auto frame = builder_.receipt(o.id, k.key, inbox.empty() ? std::string_view(k.inbox) : inbox, outcome,
+                                      static_cast<std::uint64_t>(std::max<std::int64_t>(elapsed, 0)));
   if (!o.receipt_inbox.empty()) {
     if (delivery_target* t = routing_.inbox_owner(o.receipt_inbox)) return t->notify(frame);
   } else if (const auto it = senders_.find(o.sender); it != senders_.end()) {
@@ -351,7 +351,12 @@ std::uint32_t offer_handler::ack_here(std::uint64_t id, std::string_view key, st
         ++counters_.receipts_acked;
         if (o.wants_receipts()) {
           k.receipt_sent = true;
-          send_receipt(o, k, static_cast<std::uint8_t>(wire::ReceiptOutcome::acked), now);
+          // A key whose delivery this node never learned (a node silent
+          // past the forward timeout) was acked by a gateway: the receipt
+          // names the acking connection's inbox when it holds one.
+          const std::string_view via =
+              k.inbox.empty() && inboxes.size() == 1 ? std::string_view(inboxes.front()) : std::string_view();
+          send_receipt(o, k, static_cast<std::uint8_t>(wire::ReceiptOutcome::acked), now, via);
         }
       }));
 }

@@ -110,8 +110,9 @@ class offer_handler {
 
  private:
   struct in_flight;
-  void send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome,
-                    clock::time_point now);
+  // `inbox`: the inbox the receipt names (k.inbox when empty).
+  void send_receipt(offer_table::offer& o, const offer_table::key_state& k, std::uint8_t outcome, clock::time_point now,
+                    std::string_view inbox = {});
 
   // Who sent an offer (kept even when the connection has gone).
   struct sender_info {

@@ -372,4 +372,16 @@ TEST_CASE("while an offer waits for a silent node, acks and a withdraw that come
   REQUIRE(wait_until([&] { return gw.withdrawn.count == 1; }));
   CHECK(gw.withdrawn.snapshot().front().offer_id == 521);
   CHECK(d.c->withdraw(521).error() == errc::not_found);
+  // c delivers on_c late (b never learned it went to gw-a): the gateway's
+  // ack of it still gives a receipt, naming the acking gateway's inbox.
+  REQUIRE(wait_until([&] {
+    const auto k = keys_of(gw, 520);
+    return std::find(k.begin(), k.end(), on_c) != k.end();
+  }));
+  CHECK_FALSE(gw.c->ack(520, on_c));
+  REQUIRE(wait_until([&] { return d.receipts.count == 2; }));
+  const auto late = d.receipts.snapshot().back();
+  CHECK(late.route_key == on_c);
+  CHECK(late.outcome == receipt_outcome::acked);
+  CHECK(late.inbox_id == "gw-a");
 }
