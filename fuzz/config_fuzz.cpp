@@ -1,6 +1,6 @@
 // Fuzz target: switchyard-server's configuration parsers, as main() runs
 // them: parse_server_args (CLI11 with the TOML reader of
-// broker/config/toml_config.hpp) on a command line naming a config file, then
+// settings/toml_config.hpp) on a command line naming a config file, then
 // validate. Their contract: a config is returned, or cli_exit or
 // std::invalid_argument is thrown; anything else (another exception, a
 // crash, a sanitizer report) is a bug.

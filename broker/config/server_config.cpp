@@ -1,9 +1,9 @@
 #include "broker/config/server_config.hpp"
 
 #include "broker/config/setting_table.hpp"
-#include "broker/config/toml_config.hpp"
 
 #include "protocol/channel_name.hpp"
+#include "settings/parse_args.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -50,8 +50,7 @@ bool is_loopback_host(std::string_view host) {
 void validate(const server_config& cfg) {
   // Each setting's own range (setting_table.cpp), then the rules that tie
   // settings together.
-  for (const auto& s : settings())
-    if (s.check) s.check(cfg);
+  settings::check(settings(), cfg);
   auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
   if (cfg.hello_burst > 0 && cfg.max_hellos_per_s == 0) bad("hello-burst needs max-hellos-per-s");
   if (cfg.lease_max_ttl / cfg.sweep_period > 50'000'000) bad("lease-max-ttl-ms / sweep-ms is too large");
@@ -91,40 +90,17 @@ void validate(const server_config& cfg) {
 }
 
 server_config parse_server_args(int argc, const char* const* argv) {
-  server_config cfg;
-  const server_config defaults;
   CLI::App app{"switchyard-server: message broker for real-time gateway fleets", "switchyard-server"};
   app.set_version_flag("--version", std::string(SWITCHYARD_VERSION));
-  app.set_config("--config", "", "TOML file with any of the options below (long names as keys)");
-  app.allow_config_extras(false);
-  auto toml = std::make_shared<toml_config>();
-  app.config_formatter(toml);
-
-  std::vector<std::pair<const setting*, CLI::Option*>> options;
-  std::vector<std::string> keys;
-  for (const auto& s : settings()) {
-    CLI::Option* o = s.add(app, cfg);
-    if (!s.default_doc.empty()) {
-      std::string rule(s.default_doc);  // Markdown for the docs; plain on a terminal
-      std::erase(rule, '`');
-      o->default_str(rule);
-    } else if (const auto shown = s.show(defaults); !shown.empty() && shown != "false")
-      o->default_str(shown);
-    options.emplace_back(&s, o);
-    keys.emplace_back(s.name);
-  }
-  toml->known_keys(std::move(keys));
+  server_config cfg;
   try {
-    app.parse(argc, argv);
+    cfg = settings::parse_args(app, settings(), argc, argv);
   } catch (const CLI::ParseError& e) {
     std::ostringstream out, err;
     const int code = app.exit(e, out, err);
     throw cli_exit{code, out.str() + err.str()};
   }
-  // A default that follows other settings follows them unless given.
-  for (const auto& [s, o] : options)
-    if (s->derive && o->count() == 0) s->derive(cfg);
-  if (const auto* file = app.get_config_ptr(); file && file->count() > 0) cfg.config_file = file->as<std::string>();
+  cfg.config_file = settings::config_file(app);
   cfg.command_line.assign(argv, argv + argc);
   validate(cfg);
   return cfg;

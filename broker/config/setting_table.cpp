@@ -3,262 +3,42 @@
 #include "broker/tables/feature_flags.hpp"
 
 #include "protocol/limits.hpp"
+#include "settings/setting_rows.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <array>
-#include <charconv>
 #include <chrono>
-#include <limits>
 #include <stdexcept>
-#include <tuple>
-#include <type_traits>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace switchyard::broker {
 
 namespace {
 
-using std::chrono::hours;
-using std::chrono::microseconds;
+// The machinery is settings/'s (setting_rows.hpp); the rows below are
+// the broker's.
 using std::chrono::milliseconds;
-constexpr std::int64_t unbounded = std::numeric_limits<std::int64_t>::max();
-
-// The byte offset of `m` in a server_config (no offsetof: the type is not
-// standard-layout).
-template <class T>
-std::size_t offset_of(T server_config::*m) {
-  static const server_config probe{};
-  return static_cast<std::size_t>(reinterpret_cast<const char*>(&(probe.*m)) - reinterpret_cast<const char*>(&probe));
-}
-
-// A number as a signed 64-bit value, saturating (an unsigned value past
-// INT64_MAX compares as INT64_MAX).
-template <class T>
-std::int64_t as_int64(T v) {
-  if constexpr (std::is_unsigned_v<T>)
-    return v > static_cast<std::make_unsigned_t<std::int64_t>>(unbounded) ? unbounded : static_cast<std::int64_t>(v);
-  else
-    return static_cast<std::int64_t>(v);
-}
-
-// One end of a range: a constant, or the value of another setting.
-struct bound {
-  std::int64_t value = 0;
-  std::string_view follows;                            // the other setting's name
-  std::int64_t (*of)(const server_config&) = nullptr;  // its value
-
-  std::int64_t at(const server_config& c) const { return of ? of(c) : value; }
-  std::string text(const server_config& c) const {
-    return follows.empty() ? std::to_string(value) : std::string(follows) + " (" + std::to_string(of(c)) + ")";
-  }
-  std::string doc() const { return follows.empty() ? std::to_string(value) : "`--" + std::string(follows) + "`"; }
-};
-bound follows(std::string_view name, std::int64_t (*of)(const server_config&)) { return {0, name, of}; }
-
-// "host:port" of --listen or --http. Throws std::invalid_argument naming
-// the option.
-std::pair<std::string, std::uint16_t> split_host_port(std::string_view option, const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("--" + std::string(option) + " must be host:port");
-  const std::string_view port_text = std::string_view(text).substr(colon + 1);
-  unsigned port = 0;
-  const auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (ec != std::errc{} || end != port_text.data() + port_text.size() || port_text.empty() || port > 65535)
-    throw std::invalid_argument("--" + std::string(option) + " port must be a number 0..65535");
-  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
-}
-
-// A row under construction: the kind-specific makers below fill in how it
-// parses and shows; the chained calls add what every kind may have.
-struct row {
-  setting s;
-
-  row& doc(std::string_view text) {
-    s.doc = text;
-    return *this;
-  }
-  row& reloadable() {
-    s.effect = takes_effect::at_reload;
-    return *this;
-  }
-  row& stats() {
-    s.in_stats = true;
-    return *this;
-  }
-  // A default that is a rule; `apply` (optional) sets it when the user
-  // gave no value.
-  row& default_rule(std::string_view text, std::function<void(server_config&)> apply = {}) {
-    s.default_doc = text;
-    s.derive = std::move(apply);
-    return *this;
-  }
-  // Values outside lo..hi (in the row's unit) are refused by validate().
-  template <class Get>
-  row& range(bound lo, bound hi, Get get) {
-    const bool open_ended = hi.value == unbounded && hi.follows.empty();
-    const std::string unit = s.unit.empty() ? std::string() : " " + std::string(s.unit);
-    s.range_doc = (open_ended ? "at least " + lo.doc() : lo.doc() + " .. " + hi.doc()) + unit;
-    s.check = [name = s.name, unit, open_ended, lo, hi, get](const server_config& c) {
-      const std::int64_t v = get(c);
-      if (v >= lo.at(c) && v <= hi.at(c)) return;
-      throw std::invalid_argument(
-          std::string(name) + " must be " +
-          (open_ended ? "at least " + lo.text(c) : "between " + lo.text(c) + " and " + hi.text(c)) + unit);
-    };
-    return *this;
-  }
-  // A check of its own (a range with a reason).
-  row& check(std::string range_text, std::function<void(const server_config&)> f) {
-    s.range_doc = std::move(range_text);
-    s.check = std::move(f);
-    return *this;
-  }
-};
-
-row make(std::string_view name, std::string_view help, std::string_view unit, std::vector<std::size_t> fields) {
-  row r;
-  r.s.name = name;
-  r.s.help = help;
-  r.s.unit = unit;
-  r.s.fields = std::move(fields);
-  return r;
-}
-
-std::string flag_of(std::string_view name) { return "--" + std::string(name); }
-
-// An integer, parsed by CLI11 (a non-number is CLI11's error).
-template <class T>
-row integer(std::string_view name, T server_config::*m, std::string_view help, std::string_view unit = {}) {
-  row r = make(name, help, unit, {offset_of(m)});
-  r.s.add = [name, help, m](CLI::App& app, server_config& into) {
-    return app.add_option(flag_of(name), into.*m, std::string(help));
-  };
-  r.s.show = [m](const server_config& c) { return std::to_string(c.*m); };
-  r.s.assign = [m](server_config& to, const server_config& from) { to.*m = from.*m; };
-  return r;
-}
-template <class T>
-auto value_of(T server_config::*m) {
-  return [m](const server_config& c) { return as_int64(c.*m); };
-}
-
-// A duration, given as an integer count of its unit (s, ms or us).
-template <class Rep, class Period>
-row duration(std::string_view name, std::chrono::duration<Rep, Period> server_config::*m, std::string_view help) {
-  using D = std::chrono::duration<Rep, Period>;
-  row r = make(name, help,
-               std::is_same_v<D, microseconds>           ? "us"
-               : std::is_same_v<D, std::chrono::seconds> ? "s"
-                                                         : "ms",
-               {offset_of(m)});
-  r.s.add = [name, help, m](CLI::App& app, server_config& into) {
-    return app.add_option_function<std::int64_t>(
-        flag_of(name), [&into, m](std::int64_t v) { into.*m = D(v); }, std::string(help));
-  };
-  r.s.show = [m](const server_config& c) { return std::to_string((c.*m).count()); };
-  r.s.assign = [m](server_config& to, const server_config& from) { to.*m = from.*m; };
-  return r;
-}
-template <class Rep, class Period>
-auto count_of(std::chrono::duration<Rep, Period> server_config::*m) {
-  return [m](const server_config& c) { return static_cast<std::int64_t>((c.*m).count()); };
-}
-
-// Text; `choices` (if any) are the only values accepted.
-row text(std::string_view name, std::string server_config::*m, std::string_view help,
-         std::vector<std::string> choices = {}) {
-  row r = make(name, help, {}, {offset_of(m)});
-  r.s.add = [name, help, m, choices](CLI::App& app, server_config& into) {
-    auto* o = app.add_option(flag_of(name), into.*m, std::string(help));
-    if (!choices.empty()) o->check(CLI::IsMember(choices));
-    return o;
-  };
-  r.s.show = [m](const server_config& c) { return c.*m; };
-  r.s.assign = [m](server_config& to, const server_config& from) { to.*m = from.*m; };
-  if (!choices.empty()) {
-    std::string one_of;
-    for (const auto& c : choices) one_of += (one_of.empty() ? "" : ", ") + ("`" + c + "`");
-    r.s.range_doc = one_of;
-  }
-  return r;
-}
-
-// An enumeration, given by the names in `names` (index = value).
-template <class E, std::size_t N>
-row choice(std::string_view name, E server_config::*m, std::array<std::string_view, N> names, std::string_view help) {
-  row r = make(name, help, {}, {offset_of(m)});
-  const std::vector<std::string> accepted(names.begin(), names.end());
-  r.s.add = [name, help, m, names, accepted](CLI::App& app, server_config& into) {
-    return app
-        .add_option_function<std::string>(
-            flag_of(name),
-            [&into, m, names](const std::string& v) {
-              for (std::size_t i = 0; i < N; ++i)
-                if (names[i] == v) into.*m = static_cast<E>(i);
-            },
-            std::string(help))
-        ->check(CLI::IsMember(accepted));
-  };
-  r.s.show = [m, names](const server_config& c) { return std::string(names[static_cast<std::size_t>(c.*m)]); };
-  r.s.assign = [m](server_config& to, const server_config& from) { to.*m = from.*m; };
-  std::string one_of;
-  for (const auto& n : names) one_of += (one_of.empty() ? "" : ", ") + ("`" + std::string(n) + "`");
-  r.s.range_doc = one_of;
-  return r;
-}
-
-// A switch: given means true (a config file says true or false).
-row toggle(std::string_view name, bool server_config::*m, std::string_view help) {
-  row r = make(name, help, {}, {offset_of(m)});
-  r.s.add = [name, help, m](CLI::App& app, server_config& into) {
-    return app.add_flag(flag_of(name), into.*m, std::string(help));
-  };
-  r.s.show = [m](const server_config& c) { return std::string(c.*m ? "true" : "false"); };
-  r.s.assign = [m](server_config& to, const server_config& from) { to.*m = from.*m; };
-  return r;
-}
-
-// A repeatable text (a TOML list in a config file).
-row repeated(std::string_view name, std::vector<std::string> server_config::*m, std::string_view help) {
-  row r = make(name, help, {}, {offset_of(m)});
-  r.s.add = [name, help, m](CLI::App& app, server_config& into) {
-    return app.add_option(flag_of(name), into.*m, std::string(help));
-  };
-  r.s.show = [m](const server_config& c) {
-    std::string out;
-    for (const auto& v : c.*m) out += (out.empty() ? "" : ",") + v;
-    return out;
-  };
-  r.s.assign = [m](server_config& to, const server_config& from) { to.*m = from.*m; };
-  return r;
-}
-
-// host:port into two fields; an empty host shows as "" (off).
-row address(std::string_view name, std::string server_config::*host, std::uint16_t server_config::*port,
-            std::string_view help) {
-  row r = make(name, help, {}, {offset_of(host), offset_of(port)});
-  r.s.add = [name, help, host, port](CLI::App& app, server_config& into) {
-    return app.add_option_function<std::string>(
-        flag_of(name),
-        [&into, name, host, port](const std::string& v) {
-          std::tie(into.*host, into.*port) = split_host_port(name, v);
-        },
-        std::string(help));
-  };
-  r.s.show = [host, port](const server_config& c) {
-    return (c.*host).empty() ? std::string() : c.*host + ":" + std::to_string(c.*port);
-  };
-  r.s.assign = [host, port](server_config& to, const server_config& from) {
-    to.*host = from.*host;
-    to.*port = from.*port;
-  };
-  return r;
-}
+using row = settings::row<server_config>;
+using settings::address;
+using settings::as_int64;
+using settings::choice;
+using settings::count_of;
+using settings::duration;
+using settings::follows;
+using settings::integer;
+using settings::offset_of;
+using settings::repeated;
+using settings::text;
+using settings::toggle;
+using settings::unbounded;
+using settings::value_of;
 
 // --flag NAME=PERCENT, repeatable.
 row server_flags(std::string_view help) {
-  row r = make("flag", help, {}, {offset_of(&server_config::flags)});
+  row r = settings::make<server_config>("flag", help, {}, {offset_of(&server_config::flags)});
   r.s.add = [help](CLI::App& app, server_config& into) {
     return app.add_option_function<std::vector<std::string>>(
         "--flag",
@@ -361,7 +141,7 @@ std::vector<setting> build() {
   add(integer("max-pending-bytes", &c::max_pending_bytes,
               "per-connection outbound queue limit; past it the connection is a slow consumer", "bytes")
           .doc("per-connection outbound queue; past it the connection is a slow consumer")
-          .range(follows("max-frame", [](const c& x) { return as_int64(x.max_frame); }), {unbounded},
+          .range(follows<c>("max-frame", [](const c& x) { return as_int64(x.max_frame); }), {unbounded},
                  value_of(&c::max_pending_bytes))
           .stats());
   add(integer("write-coalesce-turns", &c::write_coalesce_turns,
@@ -381,7 +161,7 @@ std::vector<setting> build() {
               "a connection with this much queued writes at once, under load or not", "bytes")
           .default_rule("65536, at most `--max-pending-bytes`",
                         [](c& x) { x.write_coalesce_bytes = std::min<std::size_t>(64 * 1024, x.max_pending_bytes); })
-          .range({1}, follows("max-pending-bytes", [](const c& x) { return as_int64(x.max_pending_bytes); }),
+          .range({1}, follows<c>("max-pending-bytes", [](const c& x) { return as_int64(x.max_pending_bytes); }),
                  value_of(&c::write_coalesce_bytes))
           .reloadable());
   add(duration("frame-timeout-ms", &c::frame_timeout,
@@ -396,7 +176,7 @@ std::vector<setting> build() {
               "bytes")
           .doc("memory the incomplete frames of all connections may hold together; past it the connection whose "
                "frame would grow is closed")
-          .range(follows("max-frame", [](const c& x) { return as_int64(x.max_frame); }), {unbounded},
+          .range(follows<c>("max-frame", [](const c& x) { return as_int64(x.max_frame); }), {unbounded},
                  value_of(&c::max_incomplete_bytes)));
 
   // What clients may make the broker hold.
@@ -454,13 +234,13 @@ std::vector<setting> build() {
   add(duration("lease-min-ttl-ms", &c::lease_min_ttl, "shortest lease TTL granted (shorter asks are raised)")
           .range({1}, {unbounded}, count_of(&c::lease_min_ttl)));
   add(duration("lease-max-ttl-ms", &c::lease_max_ttl, "longest lease TTL granted (longer asks are lowered)")
-          .range(follows("lease-min-ttl-ms",
-                         [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
+          .range(follows<c>("lease-min-ttl-ms",
+                            [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
                  {7 * 24 * 3'600'000}, count_of(&c::lease_max_ttl)));
   add(duration("sweep-ms", &c::sweep_period, "lease sweeper period: leases expire at most this late")
           .range({1},
-                 follows("lease-min-ttl-ms",
-                         [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
+                 follows<c>("lease-min-ttl-ms",
+                            [](const c& x) { return static_cast<std::int64_t>(x.lease_min_ttl.count()); }),
                  count_of(&c::sweep_period)));
   add(integer("max-expiries-per-sweep", &c::max_expiries_per_sweep,
               "leases expired per sweep at most; the rest wait for the next turn")
@@ -646,17 +426,6 @@ std::vector<setting> build() {
   return out;
 }
 
-std::string cell(std::string_view text) {
-  std::string out;
-  for (const char ch : text) {
-    if (ch == '|')
-      out += "\\|";
-    else
-      out += ch;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::span<const setting> settings() {
@@ -664,11 +433,7 @@ std::span<const setting> settings() {
   return table;
 }
 
-const setting* find_setting(std::string_view name) {
-  for (const auto& s : settings())
-    if (s.name == name) return &s;
-  return nullptr;
-}
+const setting* find_setting(std::string_view name) { return settings::find(settings(), name); }
 
 std::span<const std::size_t> internal_fields() {
   static const std::vector<std::size_t> fields{
@@ -681,25 +446,8 @@ std::span<const std::size_t> internal_fields() {
 }
 
 std::string settings_markdown() {
-  const server_config defaults;
-  std::string out =
-      "| flag | default | range | on SIGHUP | meaning |\n"
-      "| --- | --- | --- | --- | --- |\n";
-  for (const auto& s : settings()) {
-    std::string value;
-    if (!s.default_doc.empty()) {
-      value = std::string(s.default_doc);
-    } else {
-      const std::string v = s.show(defaults);
-      value = v.empty() ? "–" : v == "false" ? "off" : v == "true" ? "on" : "`" + v + "`";
-    }
-    const std::string_view meaning = s.doc.empty() ? s.help : s.doc;
-    out += "| `--" + std::string(s.name) + "` | " + cell(value) + " | " +
-           cell(s.range_doc.empty() ? "–" : s.range_doc) + " | " +
-           (s.effect == takes_effect::at_reload ? "applied" : "restart") + " | " + cell(meaning) + " |\n";
-  }
-  out += "| `--config` | – | – | – | TOML file with any of these settings, long names as keys |\n";
-  return out;
+  return settings::markdown(settings(), server_config{},
+                            "| `--config` | – | – | – | TOML file with any of these settings, long names as keys |\n");
 }
 
 }  // namespace switchyard::broker

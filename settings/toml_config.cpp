@@ -1,4 +1,4 @@
-#include "broker/config/toml_config.hpp"
+#include "settings/toml_config.hpp"
 
 #include <toml++/toml.h>
 
@@ -6,7 +6,7 @@
 #include <charconv>
 #include <string_view>
 
-namespace switchyard::broker {
+namespace switchyard::settings {
 
 namespace {
 
@@ -102,4 +102,4 @@ std::vector<CLI::ConfigItem> toml_config::from_config(std::istream& input) const
   return items;
 }
 
-}  // namespace switchyard::broker
+}  // namespace switchyard::settings

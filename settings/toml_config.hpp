@@ -1,5 +1,6 @@
 #pragma once
-// The --config file reader of switchyard-server: CLI11 hands it the file,
+// The --config file reader of a program's settings (parse_args() installs
+// it on the program's CLI::App): CLI11 hands it the file,
 // toml++ parses it, so a syntax error is reported as such (file, line,
 // column, what is wrong) instead of as whatever CLI11's own lenient reader
 // made of the broken line.
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace switchyard::broker {
+namespace switchyard::settings {
 
 // Accepts a flat TOML document: each key is a long option name without the
 // dashes; a value is a string, an integer, a float, a boolean or an array of
@@ -27,11 +28,11 @@ class toml_config : public CLI::Config {
   void known_keys(std::vector<std::string> keys) { known_ = std::move(keys); }
 
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
-  // Not used (the server never writes its config back); CLI11 requires it.
+  // Not used (no program writes its config back); CLI11 requires it.
   std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
 
  private:
   std::vector<std::string> known_;
 };
 
-}  // namespace switchyard::broker
+}  // namespace switchyard::settings
