@@ -177,6 +177,13 @@ int command::run() {
     }
     events->cv.notify_all();
   };
+  o.on_receipt = [events = events_](const receipt& r) {
+    {
+      switchyard::lock_guard lock(events->mu);
+      events->receipts.push_back(r);
+    }
+    events->cv.notify_all();
+  };
   o.on_dropped = [events = events_](std::uint64_t n) {
     {
       switchyard::lock_guard lock(events->mu);

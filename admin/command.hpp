@@ -49,6 +49,9 @@ struct settings {
   std::string channel;           // pub: a channel; sub: a pattern
   std::string message;           // pub, send: the payload, "-" = read it from stdin
   std::uint64_t expires_ms = 0;  // send: the expiry (0 = none); at most 2^32 - 1
+  std::string send_stream;       // send --stream: a durable send through this stream
+  std::uint64_t offer_id = 0;    // send --offer: an offer with this id (0 = a plain send)
+  std::uint64_t receipt_ms = 0;  // send --receipt-ms: wait this long for the offer's receipt (0 = none asked)
   std::string flag;              // flags set: the flag's name
   std::string node;              // cluster takeover: the node whose streams are declared lost
   bool yes = false;              // cluster takeover: the loss is confirmed
@@ -114,6 +117,7 @@ struct session_events {
   std::uint64_t dropped_here SWITCHYARD_GUARDED_BY(mu) = 0;  // past max_queued_bytes, since the command last looked
   bool closed SWITCHYARD_GUARDED_BY(mu) = false;             // the connection ended (reconnect is off)
   std::error_code why SWITCHYARD_GUARDED_BY(mu);             // ... with this
+  std::deque<receipt> receipts SWITCHYARD_GUARDED_BY(mu);    // send --offer --receipt-ms
 };
 
 // A stored or delivered payload as text, or base64 when it is not
@@ -188,6 +192,8 @@ class command {
   // ---- offer_commands.cpp ----
   int pending();
   int send_expiring();  // send with --expires-ms
+  int send_durable();   // send with --stream
+  int send_offer();     // send with --offer (and --receipt-ms: waits for the receipt)
   int flags_list();
   int flags_set();
   static void write_flag(json_writer& j, const flag_info& f);

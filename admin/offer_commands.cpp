@@ -9,11 +9,14 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace switchyard::admin {
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -125,6 +128,49 @@ int command::send_expiring() {
   }
   out_ << "sent " << payload.size() << " bytes to " << s_.key << " through inbox " << inbox << " (expires in "
        << format_duration_ms(s_.expires_ms) << ")\n";
+  return exit_ok;
+}
+
+int command::send_offer() {
+  const std::string payload = message_payload();
+  const std::array<std::string_view, 1> keys{s_.key};
+  offer_options o;
+  o.offer_id = s_.offer_id;
+  o.expires_in = std::chrono::milliseconds(static_cast<std::int64_t>(s_.expires_ms));
+  o.receipt_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s_.receipt_ms));
+  auto r = client_->send_offer(keys, payload, o);
+  if (!r) return fail(r.error(), "send " + s_.key + " --offer " + std::to_string(s_.offer_id));
+  const key_outcome outcome = r->outcomes.empty() ? key_outcome::no_route : r->outcomes.front();
+  const std::string inbox = r->gateways.empty() ? std::string() : r->gateways.front();
+  std::optional<receipt> got;
+  if (outcome == key_outcome::routed && s_.receipt_ms != 0) {
+    // The broker answers by the receipt timeout at the latest; a second more
+    // for the way back.
+    switchyard::unique_lock lock(events_->mu);
+    events_->cv.wait_for(
+        lock.native(), std::chrono::milliseconds(static_cast<std::int64_t>(s_.receipt_ms)) + 1s,
+        [&]() SWITCHYARD_REQUIRES(events_->mu) { return !events_->receipts.empty() || events_->closed; });
+    if (!events_->receipts.empty()) got = events_->receipts.front();
+  }
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("route_key", s_.key).string("inbox", inbox).number("bytes", payload.size());
+    j.number("offer", s_.offer_id).string("outcome", outcome_name(outcome));
+    if (got) {
+      j.key("receipt").begin_object().string("outcome", got->outcome == receipt_outcome::acked ? "acked" : "timeout");
+      j.string("inbox", got->inbox_id).number("elapsed_us", static_cast<std::uint64_t>(got->elapsed.count()));
+      j.end_object();
+    }
+    out_ << j.end_object().str() << "\n";
+  } else {
+    out_ << "offer " << s_.offer_id << " to " << s_.key << ": " << outcome_name(outcome)
+         << (inbox.empty() ? std::string() : " through inbox " + inbox) << "\n";
+    if (got)
+      out_ << "receipt: " << (got->outcome == receipt_outcome::acked ? "acked" : "timeout") << " after "
+           << format_duration_ms(static_cast<std::uint64_t>(got->elapsed.count() / 1000)) << "\n";
+  }
+  if (outcome == key_outcome::no_route) return exit_no_route;
+  if (s_.receipt_ms != 0 && !got) return fail(exit_connection, "timeout", "no receipt came");
   return exit_ok;
 }
 

@@ -8,7 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -144,6 +147,8 @@ int command::inboxes_list() {
 }
 
 int command::send() {
+  if (!s_.send_stream.empty()) return send_durable();
+  if (s_.offer_id != 0) return send_offer();
   if (s_.expires_ms != 0) return send_expiring();
   const std::string payload = message_payload();
   auto inbox = client_->send(s_.key, payload);
@@ -164,6 +169,30 @@ int command::send() {
   return exit_ok;
 }
 
+int command::send_durable() {
+  const std::string payload = message_payload();
+  const std::array<std::string_view, 1> keys{s_.key};
+  const auto bytes = std::as_bytes(std::span(payload.data(), payload.size()));
+  auto r = s_.expires_ms ? client_->send_durable(keys, s_.send_stream, bytes,
+                                                 std::chrono::milliseconds(static_cast<std::int64_t>(s_.expires_ms)))
+                         : client_->send_durable(keys, s_.send_stream, bytes);
+  if (!r) return fail(r.error(), "send " + s_.key + " --stream " + s_.send_stream);
+  const std::string inbox = r->gateways.empty() ? std::string() : r->gateways.front();
+  if (s_.json) {
+    json_writer j;
+    j.begin_object().string("route_key", s_.key).string("inbox", inbox).number("bytes", payload.size());
+    j.string("stream", s_.send_stream).number("seq", r->seq).string("epoch", std::to_string(r->epoch)).end_object();
+    out_ << j.str() << "\n";
+  } else {
+    out_ << "stored " << payload.size() << " bytes in " << s_.send_stream << " at " << r->seq << " (epoch " << r->epoch
+         << ")";
+    out_ << (inbox.empty() ? std::string(", no live route") : ", sent to " + s_.key + " through inbox " + inbox)
+         << "\n";
+  }
+  // In the log either way; exit 6 says it reached no gateway now.
+  return inbox.empty() ? exit_no_route : exit_ok;
+}
+
 // One registry entry as a JSON object; the lease id as a string (64-bit).
 void command::write_route(json_writer& j, const registry_entry& e) {
   j.begin_object().string("key", e.key).string("value", e.value).number("version", e.version);
@@ -180,11 +209,27 @@ void register_send_command(CLI::App& app, cli_context& cli) {
   send->add_option("route_key", s.key, "route key, e.g. user:alice")->required();
   send->add_option("message", s.message, "the payload; - reads it from stdin (all of it, bytes as they are)")
       ->required();
-  send->add_option("--expires-ms", s.expires_ms,
-                   "the broker never writes it to the gateway after this many ms (capability \"offers\"; the "
-                   "gateway sees the time it had left)")
+  auto* expires =
+      send->add_option("--expires-ms", s.expires_ms,
+                       "the broker never writes it to the gateway after this many ms (capability \"offers\"; the "
+                       "gateway sees the time it had left)")
+          ->check(whole_number)
+          ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}));
+  auto* stream = send->add_option("--stream", s.send_stream,
+                                  "a durable send: appended to this stream first (fsynced), then delivered with its "
+                                  "place in the log (a gateway's device can resume from it)");
+  auto* offer = send->add_option("--offer", s.offer_id,
+                                 "an offer with this id (capability \"offers\"; needs --expires-ms): the gateway's "
+                                 "ack becomes its receipt")
+                    ->check(whole_number)
+                    ->check(CLI::Range(std::uint64_t{1}, UINT64_MAX))
+                    ->needs(expires);
+  send->add_option("--receipt-ms", s.receipt_ms,
+                   "with --offer: wait this long for the receipt (acked or timeout) and print it")
       ->check(whole_number)
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}));
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{UINT32_MAX}))
+      ->needs(offer);
+  stream->excludes(offer);
 }
 
 void register_routing_commands(CLI::App& app, cli_context& cli) {

@@ -81,18 +81,66 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
     });
   }
 
-  // Any thread but the loop's: runs `o` through the queue and waits for the
-  // error code it hands to its `result`.
-  std::error_code run_and_wait(std::function<void(std::function<void(std::error_code)> result, step finished)> o) {
+  using result_fn = std::function<void(std::error_code)>;
+  using route_op = std::function<void(result_fn result, step finished)>;
+
+  // Any thread: runs `o` through the queue; `done` gets the error code it
+  // hands to its `result`, on the loop thread.
+  void run_async(route_op o, result_fn done) {
+    if (!done) done = [](std::error_code) {};
+    asio::post(core->io, [self = shared_from_this(), done = std::move(done), o = std::move(o)]() mutable {
+      if (self->stopped) return done(make_error_code(errc::not_connected));
+      self->submit([done = std::move(done), o = std::move(o)](step finished) { o(done, std::move(finished)); });
+    });
+  }
+
+  // Any thread but the loop's: run_async, waiting for the outcome.
+  std::error_code run_and_wait(route_op o) {
     auto result = std::make_shared<std::promise<std::error_code>>();
     auto outcome = result->get_future();
-    asio::post(core->io, [self = shared_from_this(), result, o = std::move(o)]() mutable {
-      if (self->stopped) return result->set_value(make_error_code(errc::not_connected));
-      self->submit([result, o = std::move(o)](step finished) {
-        o([result](std::error_code ec) { result->set_value(ec); }, std::move(finished));
-      });
-    });
+    run_async(std::move(o), [result](std::error_code ec) { result->set_value(ec); });
     return outcome.get();
+  }
+
+  // The op that puts route_key under the gateway's lease. The ops hold the
+  // gateway's state: an async caller does not wait for them.
+  route_op add_op(std::string key) {
+    return [self = shared_from_this(), key = std::move(key)](result_fn result, step finished) {
+      const lease_id id = self->current_lease();
+      self->core->call_timed<std::uint64_t>(
+          [&](std::uint64_t r) { return local_builder().registry_put(r, key, self->opts.inbox_id, id, 0); },
+          detail::parse_put_version,
+          [self, key, id, result, finished](std::expected<std::uint64_t, std::error_code> r) {
+            if (r) {
+              self->core->track_put(key, self->opts.inbox_id, id);
+              switchyard::lock_guard lock(self->mu);
+              self->routes.insert(key);
+            }
+            result(r ? std::error_code{} : r.error());
+            finished();
+          });
+    };
+  }
+
+  // The op that removes route_key (not_found when it is not one of ours).
+  route_op remove_op(std::string key) {
+    return [self = shared_from_this(), key = std::move(key)](result_fn result, step finished) {
+      {
+        switchyard::lock_guard lock(self->mu);
+        auto it = self->routes.find(key);
+        if (it == self->routes.end()) {
+          result(errc::not_found);
+          return finished();
+        }
+        self->routes.erase(it);
+      }
+      self->core->forget_put(key);
+      self->core->timed_request([&](std::uint64_t r) { return local_builder().registry_delete(r, key); },
+                                [result, finished](std::error_code ec, const protocol::wire::Frame*) {
+                                  result(ec);
+                                  finished();
+                                });
+    };
   }
 
   // ------------------------------------------------------------ keepalive
@@ -341,43 +389,21 @@ gateway::~gateway() {
 std::error_code gateway::add_route(std::string_view route_key) {
   auto& p = *impl_;
   if (p.core->loop.on_loop_thread()) return errc::would_deadlock;
-  return p.run_and_wait([&p, key = std::string(route_key)](auto result, impl::step finished) {
-    const lease_id id = p.current_lease();
-    p.core->call_timed<std::uint64_t>(
-        [&](std::uint64_t r) { return local_builder().registry_put(r, key, p.opts.inbox_id, id, 0); },
-        detail::parse_put_version,
-        [&p, key, id, result, finished](std::expected<std::uint64_t, std::error_code> r) {
-          if (r) {
-            p.core->track_put(key, p.opts.inbox_id, id);
-            switchyard::lock_guard lock(p.mu);
-            p.routes.insert(key);
-          }
-          result(r ? std::error_code{} : r.error());
-          finished();
-        });
-  });
+  return p.run_and_wait(p.add_op(std::string(route_key)));
 }
 
 std::error_code gateway::remove_route(std::string_view route_key) {
   auto& p = *impl_;
   if (p.core->loop.on_loop_thread()) return errc::would_deadlock;
-  return p.run_and_wait([&p, key = std::string(route_key)](auto result, impl::step finished) {
-    {
-      switchyard::lock_guard lock(p.mu);
-      auto it = p.routes.find(key);
-      if (it == p.routes.end()) {
-        result(errc::not_found);
-        return finished();
-      }
-      p.routes.erase(it);
-    }
-    p.core->forget_put(key);
-    p.core->timed_request([&](std::uint64_t r) { return local_builder().registry_delete(r, key); },
-                          [result, finished](std::error_code ec, const protocol::wire::Frame*) {
-                            result(ec);
-                            finished();
-                          });
-  });
+  return p.run_and_wait(p.remove_op(std::string(route_key)));
+}
+
+void gateway::async_add_route(std::string_view route_key, std::function<void(std::error_code)> done) {
+  impl_->run_async(impl_->add_op(std::string(route_key)), std::move(done));
+}
+
+void gateway::async_remove_route(std::string_view route_key, std::function<void(std::error_code)> done) {
+  impl_->run_async(impl_->remove_op(std::string(route_key)), std::move(done));
 }
 
 std::vector<std::string> gateway::routes() const {

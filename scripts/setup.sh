@@ -12,6 +12,7 @@ pkgs=(build-essential cmake pkg-config
       gnuplot-nox jq                # bench/plot-*.sh and their test
       nlohmann-json3-dev etcd-server  # cluster/: etcd_client's JSON; a real etcd for its tests
       libnats-dev nats-server       # cluster/nats_link (cnats), its tests and bench against a real NATS server
+      libjwt-dev                    # gateway/: HS*, RS*, ES* tokens (EdDSA by libsodium)
       prometheus chromium)          # tests of the monitoring port: promtool, a headless browser
 missing=()
 for p in "${pkgs[@]}"; do

@@ -34,6 +34,20 @@ bool is_control(char32_t cp) { return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F); }
 
 }  // namespace
 
+bool is_utf8(std::string_view s) {
+  while (!s.empty()) {
+    if (static_cast<unsigned char>(s.front()) < 0x80) {  // ASCII, the common case
+      s.remove_prefix(1);
+      continue;
+    }
+    char32_t cp = 0;
+    const std::size_t len = utf8_sequence(s, cp);
+    if (len == 0) return false;
+    s.remove_prefix(len);
+  }
+  return true;
+}
+
 bool is_printable_utf8(std::string_view s) {
   while (!s.empty()) {
     char32_t cp = 0;

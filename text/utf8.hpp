@@ -13,6 +13,10 @@ namespace switchyard::text {
 std::size_t utf8_sequence(std::string_view s, char32_t& cp);
 
 // Valid UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF), control characters allowed: a JSON string can carry it as is.
+bool is_utf8(std::string_view s);
+
+// Valid UTF-8 (no overlong forms, surrogates or code points past
 // U+10FFFF) without control characters (U+0000..U+001F, U+007F..U+009F,
 // newlines and tabs included): safe to print as one line of text.
 bool is_printable_utf8(std::string_view s);

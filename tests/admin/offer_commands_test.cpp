@@ -175,3 +175,43 @@ TEST_CASE("send --expires-ms gives a gateway with the offers flag on the time th
   CHECK(left > 0ms);
   CHECK(left <= 30s);
 }
+
+TEST_CASE("send --offer --receipt-ms waits for the gateway's ack and prints the receipt", "[admin][offers]") {
+  test_server server;
+  auto gw = connect_to(server.port(), "gw-9");
+  auto l = gw->lease_grant(30s);
+  REQUIRE(l);
+  // The gateway acks every offer it gets.
+  REQUIRE_FALSE(gw->open_inbox("gw-9", l->id, [&gw](const inbox_message& m) { (void)gw->ack(m); }));
+  REQUIRE(gw->registry_put("user:alice", "gw-9", l->id));
+  const auto [code, out] =
+      cli(server.port(), "send user:alice 'job 1' --offer 41 --expires-ms 10000 --receipt-ms 5000 --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(one_json_object(out));
+  CHECK(contains(out, R"({"route_key":"user:alice","inbox":"gw-9","bytes":5,"offer":41,"outcome":"routed",)"
+                      R"("receipt":{"outcome":"acked","inbox":"gw-9","elapsed_us":)"));
+  const auto [code2, text] =
+      cli(server.port(), "send user:alice 'job 2' --offer 42 --expires-ms 10000 --receipt-ms 5000");
+  CHECK(code2 == 0);
+  CHECK(contains(text, "offer 42 to user:alice: routed through inbox gw-9\nreceipt: acked after "));
+}
+
+TEST_CASE("send --offer without an ack prints the timeout receipt", "[admin][offers]") {
+  test_server server;
+  gateway_conn gw(server.port(), "gw-7", {"user:alice"});  // never acks
+  const auto [code, out] = cli(server.port(), "send user:alice x --offer 5 --expires-ms 10000 --receipt-ms 200 --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, R"("receipt":{"outcome":"timeout","inbox":"gw-7")"));
+}
+
+TEST_CASE("send --receipt-ms needs --offer, --offer needs --expires-ms, and --stream excludes it", "[admin][offers]") {
+  test_server server;
+  for (const char* args : {"send user:alice x --receipt-ms 100", "send user:alice x --offer 1 --stream s",
+                           "send user:alice x --offer 0 --expires-ms 100", "send user:alice x --offer 1"}) {
+    INFO(args);
+    const auto [code, err] = cli_stderr(server.port(), args);
+    CHECK(code == 1);
+  }
+}

@@ -6,6 +6,8 @@
 #include "switchyard/client.hpp"
 #include "tests/admin/cli_runner.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/log_helpers.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
 
@@ -186,4 +188,20 @@ TEST_CASE("inboxes list says so when no inbox is open", "[admin]") {
   const auto [code, out] = cli(server.port(), "inboxes list");
   CHECK(code == 0);
   CHECK(out == "no inboxes\n");
+}
+
+TEST_CASE("send --stream stores the message in the log and delivers it with its place", "[admin]") {
+  test::temp_dir dir;
+  test_server server(test::with_data(dir));
+  gateway_conn gw(server.port(), "gw-a", "gw-7", {"user:alice"});
+  const auto [code, out] = cli(server.port(), "send user:alice 'kept' --stream u.alice --json");
+  INFO(out);
+  CHECK(code == 0);
+  CHECK(contains(out, R"({"route_key":"user:alice","inbox":"gw-7","bytes":4,"stream":"u.alice","seq":1,"epoch":")"));
+  REQUIRE(test::wait_until([&] { return gw.got.count == 1; }));
+  // Without a route it is stored all the same, and exit 6 says so.
+  const auto [code2, text] = cli(server.port(), "send user:bob 'kept too' --stream u.alice");
+  CHECK(code2 == 6);
+  CHECK(contains(text, "stored 8 bytes in u.alice at 2 (epoch "));
+  CHECK(contains(text, "), no live route\n"));
 }

@@ -89,6 +89,13 @@ class gateway {
   // Removes a route added here. Errors as add_route; not_found also when
   // route_key is not a route of this gateway.
   std::error_code remove_route(std::string_view route_key);
+  // The same without waiting, for code on a thread of its own that must
+  // not block (a WebSocket server's loop): `done` gets what add_route or
+  // remove_route would have returned, on the client's loop thread (do not
+  // block there). Changes run in the order they were asked, from any
+  // thread, the loop thread included. `done` may be empty.
+  void async_add_route(std::string_view route_key, std::function<void(std::error_code)> done);
+  void async_remove_route(std::string_view route_key, std::function<void(std::error_code)> done);
   std::vector<std::string> routes() const;
 
   // The user's device took the offer m (a delivery of on_message with

@@ -4,6 +4,7 @@
 #include "broker/config/setting_table.hpp"
 
 #include "storage/durability.hpp"
+#include "tests/support/field_count.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -24,20 +25,7 @@ server_config parse(std::initializer_list<const char*> args) {
   return parse_server_args(static_cast<int>(argv.size()), argv.data());
 }
 
-// Converts to any type in an unevaluated aggregate initialisation: the
-// number of these that server_config{...} accepts is its number of fields.
-struct any_field {
-  template <class T>
-  operator T() const;  // never defined: only used where nothing is evaluated
-};
-
-template <class T, class... Fields>
-consteval std::size_t field_count() {
-  if constexpr (requires { T{Fields{}..., any_field{}}; })
-    return field_count<T, Fields..., any_field>();
-  else
-    return sizeof...(Fields);
-}
+using switchyard::test::field_count;
 
 struct counted {
   int a = 1;

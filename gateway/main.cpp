@@ -1,0 +1,61 @@
+// switchyard-gateway: flags and config file, then the gateway's io loop.
+// Exit codes: 0 after a stop (SIGINT) or a finished drain (SIGTERM, SIGUSR2),
+// 1 on a start-up error (the broker unreachable, the port taken, a key file
+// unreadable), 2 on bad flags or config.
+
+#include "gateway/gateway_server.hpp"
+#include "gateway/gateway_settings.hpp"
+
+#include "common/asio.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <exception>
+#include <thread>
+
+int main(int argc, char** argv) {
+  using namespace switchyard::edge;
+  gateway_config cfg;
+  try {
+    cfg = parse_gateway_args(argc, argv);
+  } catch (const gateway_cli_exit& e) {
+    std::fputs(e.text.c_str(), e.code == 0 ? stdout : stderr);
+    return e.code == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "switchyard-gateway: %s\n", e.what());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z [%n] [%l] %v");
+
+  // Signals on a thread of their own: SIGTERM and SIGUSR2 drain, SIGINT
+  // stops at once.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGINT, SIGTERM, SIGUSR2}) sigaddset(&mask, s);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);  // before any thread starts: they all inherit it
+  try {
+    gateway_server server(std::move(cfg));
+    std::thread signals([&server, mask] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&mask, &sig) != 0) continue;
+        if (sig == SIGINT) {
+          server.stop();
+          return;
+        }
+        server.drain();
+        if (sig == SIGTERM) return;
+      }
+    });
+    signals.detach();  // ends with the process
+    server.run();
+    spdlog::get("gateway")->info("stopped");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "switchyard-gateway: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
