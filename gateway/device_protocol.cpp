@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sodium.h>
 
+#include <charconv>
+
 namespace switchyard::edge {
 
 namespace {
@@ -42,6 +44,21 @@ std::expected<std::uint64_t, parse_failure> number_field(const json& j, const ch
   return it->get<std::uint64_t>();
 }
 
+// A 64-bit id (an epoch, an offer id): a decimal string (what the gateway
+// sends: JavaScript numbers hold 53 bits) or a non-negative integer.
+std::expected<std::uint64_t, parse_failure> id_field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it != j.end() && it->is_string()) {
+    const auto& text = it->get_ref<const std::string&>();
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc{} || end != text.data() + text.size() || text.empty())
+      return bad(std::string("\"") + name + "\" must be a decimal string of a 64-bit number");
+    return v;
+  }
+  return number_field(j, name, true);
+}
+
 std::expected<device_message, parse_failure> parse_hello(const json& j) {
   hello_message h;
   auto token = string_field(j, "token", max_token_bytes, true);
@@ -65,7 +82,7 @@ std::expected<device_message, parse_failure> parse_hello(const json& j) {
       if (stream.empty() || stream.size() > max_channel_bytes || !at.is_object())
         return bad("\"resume\" maps stream names to {\"seq\":N,\"epoch\":E}");
       auto seq = number_field(at, "seq", true);
-      auto epoch = number_field(at, "epoch", true);
+      auto epoch = id_field(at, "epoch");
       if (!seq) return std::unexpected(seq.error());
       if (!epoch) return std::unexpected(epoch.error());
       h.resume.emplace(stream, resume_point{*seq, *epoch});
@@ -114,7 +131,7 @@ std::expected<device_message, parse_failure> parse_device_message(std::string_vi
   if (kind == "sub") return parse_channel_request<subscribe_message>(j);
   if (kind == "unsub") return parse_channel_request<unsubscribe_message>(j);
   if (kind == "ack") {
-    auto offer = number_field(j, "offer", true);
+    auto offer = id_field(j, "offer");
     if (!offer) return std::unexpected(offer.error());
     if (*offer == 0) return bad("\"offer\" must not be 0");
     return ack_message{*offer};
@@ -139,9 +156,9 @@ std::string welcome_text(const welcome_fields& f) {
 std::string delivery_text(const delivery_fields& d) {
   text::json_writer w;
   w.begin_object().string("t", d.offer ? "offer" : "msg");
-  if (d.offer) w.number("offer", d.offer);
+  if (d.offer) w.string("offer", std::to_string(d.offer));
   add_payload(w, d.payload);
-  if (!d.stream.empty()) w.string("stream", d.stream).number("seq", d.seq).number("epoch", d.epoch);
+  if (!d.stream.empty()) w.string("stream", d.stream).number("seq", d.seq).string("epoch", std::to_string(d.epoch));
   if (d.replayed) w.boolean("replayed", true);
   if (d.ttl_ms) w.number("ttl_ms", d.ttl_ms);
   return w.end_object().str();
@@ -156,7 +173,7 @@ std::string publication_text(std::string_view channel, std::span<const std::byte
 
 std::string withdrawn_text(std::uint64_t offer) {
   text::json_writer w;
-  return w.begin_object().string("t", "withdrawn").number("offer", offer).end_object().str();
+  return w.begin_object().string("t", "withdrawn").string("offer", std::to_string(offer)).end_object().str();
 }
 
 std::string heartbeat_text() { return R"({"t":"hb"})"; }
@@ -182,7 +199,7 @@ std::string trimmed_text(std::string_view stream, std::string_view reason, std::
                          std::uint64_t epoch) {
   text::json_writer w;
   w.begin_object().string("t", "trimmed").string("stream", stream).string("reason", reason);
-  return w.number("first_seq", first_seq).number("epoch", epoch).end_object().str();
+  return w.number("first_seq", first_seq).string("epoch", std::to_string(epoch)).end_object().str();
 }
 
 std::string close_reason(device_errc code, std::string_view detail) {

@@ -11,6 +11,7 @@
 #include <future>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <unistd.h>
 
@@ -117,38 +118,54 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
   o.client_name = "switchyard-gateway " + config_.inbox_id;
   o.addresses = config_.brokers;
   if (!config_.broker_token_file.empty()) o.token = trimmed(read_file(config_.broker_token_file, "broker-token-file"));
+  // Routes restored after a lost broker connection (or a lost lease): what
+  // was stored meanwhile for a connected user reached no gateway; every
+  // device's streams are read back from where it stands.
+  o.on_reconnect = [this](const reconnect_info&) { asio::post(io_, [this] { resume_all(); }); };
   o.on_withdrawn = [this](const withdrawn_notice& n) { asio::post(io_, [this, n] { withdrawn(n); }); };
   auto conn = client::connect(std::move(o));
   if (!conn)
     throw std::runtime_error("cannot reach the broker (" + (config_.brokers.empty() ? "" : config_.brokers.front()) +
                              "): " + conn.error().message());
   broker_ = std::move(*conn);
-  switchyard::gateway_options g{.inbox_id = config_.inbox_id,
-                                .lease_ttl = config_.lease_ttl,
-                                .on_message =
-                                    [this](const inbox_message& m) {
-                                      // On the client's loop thread: encode once, hand over.
-                                      delivery_fields d{.payload = m.payload,
-                                                        .stream = m.stream,
-                                                        .seq = m.seq,
-                                                        .epoch = m.epoch,
-                                                        .replayed = m.replayed,
-                                                        .ttl_ms = static_cast<std::uint64_t>(m.time_left.count())};
-                                      inbound in{.keys = {m.route_keys.begin(), m.route_keys.end()},
-                                                 .plain = std::make_shared<const std::string>(delivery_text(d)),
-                                                 .offer_id = m.offer_id,
-                                                 .stream = std::string(m.stream),
-                                                 .seq = m.seq,
-                                                 .epoch = m.epoch};
-                                      if (m.offer_id) {
-                                        d.offer = m.offer_id;
-                                        in.offer = std::make_shared<const std::string>(delivery_text(d));
-                                      }
-                                      asio::post(io_, [this, in = std::move(in)] { deliver(in); });
-                                    },
-                                .on_error = [](std::error_code ec) { logger()->warn("broker: {}", ec.message()); }};
+  switchyard::gateway_options g{
+      .inbox_id = config_.inbox_id,
+      .lease_ttl = config_.lease_ttl,
+      .on_message =
+          [this](const inbox_message& m) {
+            // On the client's loop thread: encode once, hand over.
+            delivery_fields d{.payload = m.payload,
+                              .stream = m.stream,
+                              .seq = m.seq,
+                              .epoch = m.epoch,
+                              .replayed = m.replayed,
+                              .ttl_ms = static_cast<std::uint64_t>(m.time_left.count())};
+            inbound in{.keys = {m.route_keys.begin(), m.route_keys.end()},
+                       .plain = std::make_shared<const std::string>(delivery_text(d)),
+                       .offer_id = m.offer_id,
+                       .stream = std::string(m.stream),
+                       .seq = m.seq,
+                       .epoch = m.epoch};
+            if (m.offer_id) {
+              d.offer = m.offer_id;
+              in.offer = std::make_shared<const std::string>(delivery_text(d));
+            }
+            asio::post(io_, [this, in = std::move(in)] { deliver(in); });
+          },
+      .on_lease_renewed = [this](lease_id, lease_id) { asio::post(io_, [this] { resume_all(); }); },
+      .on_error = [](std::error_code ec) { logger()->warn("broker: {}", ec.message()); }};
   if (!config_.plain_inbox) g.durable = durable_options{};
   auto helper = switchyard::gateway::start(*broker_, g);
+  // The inbox still held by the lease of a run that died (kill -9): it
+  // goes with that lease's TTL.
+  const auto give_up = std::chrono::steady_clock::now() + config_.lease_ttl + 2s;
+  if (!helper && helper.error() == errc::inbox_taken)
+    logger()->warn("inbox {} is held by a live lease (an earlier run that died?): waiting up to {} ms for it to expire",
+                   config_.inbox_id, (config_.lease_ttl + 2s).count());
+  while (!helper && helper.error() == errc::inbox_taken && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(200ms);
+    helper = switchyard::gateway::start(*broker_, g);
+  }
   if (!helper && helper.error() == errc::not_supported && g.durable) {
     logger()->warn(
         "the broker has no sequence log: a plain inbox (durable sends are not recovered after a lost "
@@ -229,7 +246,9 @@ void gateway_server::drain_step() {
     it->second->close(device_errc::going_away, "retry_after_ms=" + std::to_string(hint));
     ++drain_closed_;
   }
-  if (share >= 1.0) {
+  if (share >= 1.0 || drain_closed_ >= drain_total_) {
+    // All closed (or the window is over): the stragglers now, then the
+    // loop ends with the last socket.
     for (auto& [id, s] : sessions_) s->close(device_errc::going_away, "retry_after_ms=0");
     stopping_ = true;
     if (sessions_.empty()) io_.stop();
@@ -567,6 +586,18 @@ void gateway_server::start_resume(device_session& s) {
          }});
     if (!taken) return s.close(device_errc::unavailable, "too many resumes under way");
   }
+}
+
+void gateway_server::resume_all() {
+  std::size_t jobs = 0;
+  for (auto& [id, s] : sessions_) {
+    if (!s->welcomed() || !s->active()) continue;
+    for (const auto& [stream, at] : s->last_sent)
+      if (!s->resuming.contains(stream)) s->resume_request[stream] = {.seq = at.second, .epoch = at.first};
+    jobs += s->resume_request.size();
+    start_resume(*s);
+  }
+  if (jobs) logger()->info("routes restored on the broker: reading back {} device streams", jobs);
 }
 
 void gateway_server::resume_done(const std::weak_ptr<device_session>& weak, resume_result r) {

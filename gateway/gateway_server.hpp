@@ -113,6 +113,9 @@ class gateway_server final : private session_host {
   };
   void deliver(const inbound& in);
   void start_resume(device_session& s);
+  // After the broker restored this gateway's routes: every welcomed
+  // socket's streams are read back from its last position.
+  void resume_all();
   void resume_done(const std::weak_ptr<device_session>& weak, resume_result r);
   void withdrawn(const withdrawn_notice& n);
   bool flag_on(std::string_view flag, std::string_view user) const;

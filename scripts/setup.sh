@@ -25,3 +25,19 @@ if (( ${#missing[@]} )); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The JavaScript client (clients/js): Node.js 20 or later (on this machine
+# image; Debian 12's own nodejs is 18, too old for its WebSocket), and its
+# development packages from the npm registry, pinned by package-lock.json
+# (TypeScript, puppeteer-core: no browser download, Debian's chromium is
+# used). Installed again only when the lock file changed.
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if ! command -v node >/dev/null || (( $(node -p 'process.versions.node.split(".")[0]') < 20 )); then
+  echo "setup: Node.js 20 or later is needed for clients/js (found: $(node --version 2>/dev/null || echo none))" >&2
+  exit 1
+fi
+js=$root/clients/js
+if [[ ! -f $js/node_modules/.package-lock.json || $js/package-lock.json -nt $js/node_modules/.package-lock.json ]]; then
+  echo "setup: npm ci in clients/js" >&2
+  (cd "$js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
