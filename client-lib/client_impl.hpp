@@ -125,6 +125,8 @@ std::expected<stream_read, std::error_code> parse_records(const wire::Frame& f);
 // LeaseInfo -> lease_info; RegistryEntry -> its version (client_routing.cpp).
 std::expected<lease_info, std::error_code> parse_lease(const wire::Frame& f);
 std::expected<std::uint64_t, std::error_code> parse_put_version(const wire::Frame& f);
+// A RegistryEntry answer's value (registry_get).
+std::expected<std::string, std::error_code> parse_entry_value(const wire::Frame& f);
 
 }  // namespace detail
 

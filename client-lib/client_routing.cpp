@@ -46,6 +46,12 @@ result<std::uint64_t> detail::parse_put_version(const wire::Frame& f) {
   return e->version();
 }
 
+result<std::string> detail::parse_entry_value(const wire::Frame& f) {
+  const auto* e = f.message_as_RegistryEntry();
+  if (!e) return std::unexpected(mismatch());
+  return e->value() ? e->value()->str() : std::string{};
+}
+
 result<send_result> detail::parse_send_result(const wire::Frame& f) {
   const auto* m = f.message_as_SendResult();
   if (!m) return std::unexpected(mismatch());

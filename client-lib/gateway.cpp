@@ -111,7 +111,7 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
           [&](std::uint64_t r) { return local_builder().registry_put(r, key, self->opts.inbox_id, id, 0); },
           detail::parse_put_version,
           [self, key, id, result, finished](std::expected<std::uint64_t, std::error_code> r) {
-            if (r) {
+            if (r && !self->stopped) {  // a gateway destroyed meanwhile restores nothing
               self->core->track_put(key, self->opts.inbox_id, id);
               switchyard::lock_guard lock(self->mu);
               self->routes.insert(key);
@@ -123,6 +123,10 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
   }
 
   // The op that removes route_key (not_found when it is not one of ours).
+  // The broker's entry is deleted only while it still names this gateway's
+  // inbox: a user who moved to another gateway keeps the route that one put
+  // (a put there between this check and the delete is lost: a window of
+  // one round trip).
   route_op remove_op(std::string key) {
     return [self = shared_from_this(), key = std::move(key)](result_fn result, step finished) {
       {
@@ -135,11 +139,20 @@ struct gateway::impl : std::enable_shared_from_this<gateway::impl> {
         self->routes.erase(it);
       }
       self->core->forget_put(key);
-      self->core->timed_request([&](std::uint64_t r) { return local_builder().registry_delete(r, key); },
-                                [result, finished](std::error_code ec, const protocol::wire::Frame*) {
-                                  result(ec);
-                                  finished();
-                                });
+      self->core->call_timed<std::string>(
+          [&](std::uint64_t r) { return local_builder().registry_get(r, key); }, detail::parse_entry_value,
+          [self, key, result, finished](std::expected<std::string, std::error_code> value) {
+            if (!value || *value != self->opts.inbox_id) {
+              // Gone already, or another gateway's now: nothing to delete.
+              result(!value && value.error() != errc::not_found ? value.error() : std::error_code{});
+              return finished();
+            }
+            self->core->timed_request([&](std::uint64_t r) { return local_builder().registry_delete(r, key); },
+                                      [result, finished](std::error_code ec, const protocol::wire::Frame*) {
+                                        result(ec == errc::not_found ? std::error_code{} : ec);
+                                        finished();
+                                      });
+          });
     };
   }
 

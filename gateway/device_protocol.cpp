@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sodium.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace switchyard::edge {
@@ -137,7 +138,9 @@ std::expected<device_message, parse_failure> parse_device_message(std::string_vi
     return ack_message{*offer};
   }
   if (kind == "hello") return parse_hello(j);
-  return bad("unknown \"t\": " + kind.substr(0, 32));
+  std::size_t cut = std::min<std::size_t>(kind.size(), 32);
+  while (cut > 0 && cut < kind.size() && (static_cast<unsigned char>(kind[cut]) & 0xC0) == 0x80) --cut;
+  return bad("unknown \"t\": " + kind.substr(0, cut));
 }
 
 std::string welcome_text(const welcome_fields& f) {

@@ -87,6 +87,7 @@ asio::awaitable<void> device_session::run() {
   timers_.last_received = timers_.last_ping = now();
   in_.clear();
   in_.shrink_to_fit();
+  in_.max_size(limits_.max_message_bytes + 1024);  // the upgrade's header limit no more: read_message_max rules
   writer_started_ = true;
   asio::co_spawn(
       ws_.get_executor(), [self] { return self->writer(); }, asio::detached);
@@ -120,7 +121,10 @@ asio::awaitable<void> device_session::writer() {
     out_.pop_front();
     co_await ws_.async_write(asio::buffer(*frame), asio::redirect_error(use_awaitable, ec));
     pending_bytes_ -= std::min(pending_bytes_, frame->size());
-    if (ec) break;
+    if (ec) {
+      abort();  // the reader ends too, and finish() tells the host
+      break;
+    }
     if (out_.empty() && dropped_ > 0 && !closing()) {
       auto notice = std::make_shared<const std::string>(dropped_text(dropped_));
       dropped_ = 0;
@@ -160,10 +164,20 @@ bool device_session::take_token(steady_time at) {
   return true;
 }
 
-void device_session::send(text frame) {
+bool device_session::hold(std::size_t bytes) {
+  if (finished_ || closing()) return false;
+  if (pending_bytes_ + held_bytes_ + bytes > limits_.max_pending_bytes) {
+    close(device_errc::slow_consumer, "too much to hold while reading back");
+    return false;
+  }
+  held_bytes_ += bytes;
+  return true;
+}
+
+void device_session::send(text frame, bool must_arrive) {
   if (finished_ || closing()) return;
-  if (pending_bytes_ + frame->size() > limits_.max_pending_bytes) {
-    if (limits_.disconnect_slow) return close(device_errc::slow_consumer);
+  if (pending_bytes_ + held_bytes_ + frame->size() > limits_.max_pending_bytes) {
+    if (limits_.disconnect_slow || must_arrive) return close(device_errc::slow_consumer);
     ++dropped_;
     ++dropped_total_;
     return;

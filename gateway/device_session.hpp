@@ -74,11 +74,17 @@ class device_session : public std::enable_shared_from_this<device_session> {
   // Reads the upgrade, then messages, until the socket is done.
   void start();
 
-  // Queues a text frame, or drops it (a slow consumer, counted and told
-  // with a "dropped" message once the queue drains) or closes the socket
-  // (--slow-consumer disconnect). Nothing once closing.
-  void send(text frame);
+  // Queues a text frame, or, past --max-pending-bytes, drops it (counted
+  // and told with a "dropped" message once the queue drains) or closes the
+  // socket as a slow consumer (--slow-consumer disconnect, and always for a
+  // frame that `must_arrive`: a durable message dropped would leave a hole
+  // the device's position skips). Nothing once closing.
+  void send(text frame, bool must_arrive = false);
   void send(std::string frame) { send(std::make_shared<const std::string>(std::move(frame))); }
+  // Live frames held while a stream is read back count against the same
+  // bound: false (and the socket closed as a slow consumer) past it.
+  bool hold(std::size_t bytes);
+  void release_held(std::size_t bytes) { held_bytes_ -= std::min(held_bytes_, bytes); }
   // The hello was accepted: the welcome goes out; later messages are
   // handed to the host.
   void welcome(std::string user, std::string welcome_frame, std::optional<steady_time> token_expiry);
@@ -119,7 +125,11 @@ class device_session : public std::enable_shared_from_this<device_session> {
   // read back what a resume already gave).
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>, std::less<>> last_sent;
   // Whether (stream, epoch, seq) is new to this device; notes it if so.
+  // At most max_tracked_streams are tracked (then an arbitrary one is
+  // forgotten: only its repeats could get through).
+  static constexpr std::size_t max_tracked_streams = 256;
   bool first_time(std::string_view stream, std::uint64_t epoch, std::uint64_t seq) {
+    if (last_sent.size() >= max_tracked_streams && !last_sent.contains(stream)) last_sent.erase(last_sent.begin());
     auto [it, fresh] = last_sent.try_emplace(std::string(stream), epoch, seq);
     if (fresh) return true;
     if (it->second.first == epoch && seq <= it->second.second) return false;
@@ -144,6 +154,7 @@ class device_session : public std::enable_shared_from_this<device_session> {
   boost::beast::flat_buffer in_;
   std::deque<text> out_;
   std::size_t pending_bytes_ = 0;
+  std::size_t held_bytes_ = 0;
   std::uint64_t dropped_ = 0;  // since the last "dropped" message
   std::uint64_t dropped_total_ = 0;
   asio::steady_timer wake_;  // the writer waits on it while out_ is empty

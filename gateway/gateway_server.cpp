@@ -261,14 +261,15 @@ void gateway_server::drain_step() {
 }
 
 gateway_counters gateway_server::counters() {
-  std::promise<gateway_counters> p;
-  auto f = p.get_future();
-  asio::post(io_, [this, &p] {
+  // Shared: a gather that comes after the wait gave up writes to it safely.
+  auto p = std::make_shared<std::promise<gateway_counters>>();
+  auto f = p->get_future();
+  asio::post(io_, [this, p] {
     auto c = counters_;
     c.sockets = sessions_.size();
     c.users = static_cast<std::uint64_t>(std::count_if(
         users_.begin(), users_.end(), [](const auto& u) { return u.second.state == user_entry::route::held; }));
-    p.set_value(c);
+    p->set_value(c);
   });
   if (f.wait_for(10s) != std::future_status::ready) return {};
   return f.get();
@@ -284,6 +285,13 @@ asio::awaitable<void> gateway_server::accept_loop() {
       logger()->warn("accept: {}", ec.message());
       asio::steady_timer pause(io_, 100ms);
       co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    // Sockets not upgraded yet are answered 503 at their upgrade past
+    // --max-sockets; far past it they are not even read.
+    if (sessions_.size() >= std::size_t{config_.max_sockets} + config_.max_sockets / 10 + 100) {
+      ++counters_.refused;
+      socket.close(ec);
       continue;
     }
     socket.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -349,7 +357,12 @@ void gateway_server::hello(device_session& s, hello_message m) {
   std::optional<steady_time> expiry;
   if (claims->exp) {
     // exp is a wall-clock time: the time left now, on the monotonic clock.
-    const auto left = std::chrono::seconds(*claims->exp) + config_.jwt_leeway - wall_clock_().time_since_epoch();
+    // Clamped to a year ahead: an exp centuries away must not overflow the
+    // clock (the socket is closed then anyway, for a new token).
+    const auto wall = wall_clock_().time_since_epoch();
+    const std::int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(wall).count();
+    const std::int64_t exp_s = std::min<std::int64_t>(*claims->exp, now_s + 365LL * 24 * 3600);
+    const auto left = std::chrono::seconds(exp_s) + config_.jwt_leeway - wall;
     expiry = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
   }
   for (const auto& c : m.caps)
@@ -390,7 +403,10 @@ void gateway_server::reconcile_route(const std::string& user) {
     helper_->async_add_route(key, [this, user](std::error_code ec) {
       asio::post(io_, [this, user, ec] { route_changed(user, true, ec); });
     });
-  } else if (!wanted && u.state == user_entry::route::held) {
+  } else if (!wanted && u.state == user_entry::route::held && !draining_ && !stopping_) {
+    // (Draining or stopping: the lease's revoke at exit removes what is
+    // still this gateway's; a removal queued behind thousands would only
+    // race the user's put on the gateway it moved to.)
     u.state = user_entry::route::removing;
     helper_->async_remove_route(key, [this, user](std::error_code ec) {
       asio::post(io_, [this, user, ec] { route_changed(user, false, ec); });
@@ -554,17 +570,18 @@ void gateway_server::deliver(const inbound& in) {
       if (!in.stream.empty()) {
         // Held while the stream is read back for this device.
         if (const auto r = s->resuming.find(in.stream); r != s->resuming.end()) {
-          r->second.emplace_back(in.seq, in.plain);
+          if (s->hold(in.plain->size())) r->second.emplace_back(in.seq, in.plain);
           continue;
         }
         if (!s->first_time(in.stream, in.epoch, in.seq)) continue;  // a resume gave it already
       }
+      const bool durable = !in.stream.empty();
       if (in.offer && s->offers_on) {
-        s->send(in.offer);
+        s->send(in.offer, durable);
         s->offers_held.push_back(in.offer_id);
         if (s->offers_held.size() > config_.max_offers_held) s->offers_held.erase(s->offers_held.begin());
       } else {
-        s->send(in.plain);
+        s->send(in.plain, durable);
       }
       ++counters_.delivered;
     }
@@ -577,15 +594,23 @@ void gateway_server::start_resume(device_session& s) {
   for (auto& [stream, from] : points) {
     s.resuming[stream];                                               // live frames of this stream wait from now on
     if (from.seq != 0) s.last_sent[stream] = {from.epoch, from.seq};  // the device has these
-    const bool taken = resumes_->submit(
-        {.stream = stream,
-         .from = from,
-         .route_key = config_.route_prefix + s.user(),
-         .done = [this, weak = std::weak_ptr<device_session>(sessions_.at(s.id()))](resume_result r) {
-           asio::post(io_, [this, weak, r = std::move(r)]() mutable { resume_done(weak, std::move(r)); });
-         }});
-    if (!taken) return s.close(device_errc::unavailable, "too many resumes under way");
+    if (!submit_resume(s, stream, from)) return s.close(device_errc::unavailable, "too many resumes under way");
   }
+}
+
+bool gateway_server::submit_resume(device_session& s, const std::string& stream, resume_point from) {
+  const std::weak_ptr<device_session> weak = sessions_.at(s.id());
+  return resumes_->submit(
+      {.stream = stream,
+       .from = from,
+       .route_key = config_.route_prefix + s.user(),
+       .done =
+           [this, weak](resume_result r) {
+             asio::post(io_, [this, weak, r = std::move(r)]() mutable { resume_done(weak, std::move(r)); });
+           },
+       // A socket gone meanwhile: its job is dropped.
+       .wanted = [weak] { return !weak.expired(); },
+       .max_bytes = config_.max_pending_bytes / 2});
 }
 
 void gateway_server::resume_all() {
@@ -604,15 +629,23 @@ void gateway_server::resume_done(const std::weak_ptr<device_session>& weak, resu
   const auto s = weak.lock();
   if (!s || !s->active()) return;
   if (r.error) return s->close(device_errc::unavailable, "resume: " + r.error.message());
-  static constexpr std::string_view reasons[] = {"", "trimmed", "epoch_changed", "stream_gone", "limit"};
+  static constexpr std::string_view reasons[] = {"", "trimmed", "epoch_changed", "stream_gone", "limit", "damaged"};
   if (r.gap != resume_gap::none)
     s->send(trimmed_text(r.stream, reasons[static_cast<std::size_t>(r.gap)], r.first_seq, r.epoch));
   std::uint64_t last = 0;
   for (auto& [seq, frame] : r.frames) {
-    if (!s->first_time(r.stream, r.epoch, seq)) continue;
-    s->send(std::move(frame));
     last = std::max(last, seq);
+    if (!s->first_time(r.stream, r.epoch, seq)) continue;
+    s->send(std::move(frame), /*must_arrive=*/true);
     ++counters_.replayed;
+  }
+  if (!s->active()) return;
+  if (r.more) {
+    // More to read: on from the last record gathered, the live frames
+    // still held.
+    if (!submit_resume(*s, r.stream, {.seq = last, .epoch = r.epoch}))
+      s->close(device_errc::unavailable, "too many resumes under way");
+    return;
   }
   // What came live meanwhile: what the read did not cover, in order.
   const auto held = s->resuming.find(r.stream);
@@ -621,8 +654,9 @@ void gateway_server::resume_done(const std::weak_ptr<device_session>& weak, resu
   s->resuming.erase(held);
   const std::uint64_t covered = r.gap == resume_gap::limit ? 0 : std::max(last + 1, r.read_to);
   for (auto& [seq, frame] : frames) {
+    s->release_held(frame->size());
     if (seq < covered || !s->first_time(r.stream, r.epoch, seq)) continue;
-    s->send(std::move(frame));
+    s->send(std::move(frame), /*must_arrive=*/true);
     ++counters_.delivered;
   }
 }

@@ -113,6 +113,9 @@ class gateway_server final : private session_host {
   };
   void deliver(const inbound& in);
   void start_resume(device_session& s);
+  // A read-back of `stream` for `s` from `from`; false when the reader's
+  // queue is full.
+  bool submit_resume(device_session& s, const std::string& stream, resume_point from);
   // After the broker restored this gateway's routes: every welcomed
   // socket's streams are read back from its last position.
   void resume_all();

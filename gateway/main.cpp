@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -38,20 +39,22 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);  // before any thread starts: they all inherit it
   try {
     gateway_server server(std::move(cfg));
-    std::thread signals([&server, mask] {
+    std::atomic<bool> done{false};
+    std::thread signals([&server, &done, mask] {
       for (;;) {
         int sig = 0;
         if (sigwait(&mask, &sig) != 0) continue;
-        if (sig == SIGINT) {
-          server.stop();
-          return;
-        }
-        server.drain();
-        if (sig == SIGTERM) return;
+        if (done) return;  // run() returned: the server is going away
+        if (sig == SIGINT)
+          server.stop();  // also ends a drain under way
+        else
+          server.drain();
       }
     });
-    signals.detach();  // ends with the process
     server.run();
+    done = true;
+    pthread_kill(signals.native_handle(), SIGUSR2);  // wakes sigwait: the thread sees done and ends
+    signals.join();
     spdlog::get("gateway")->info("stopped");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "switchyard-gateway: %s\n", e.what());

@@ -42,25 +42,42 @@ void resume_reader::run() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    job.done(read(job));
+    if (job.wanted && !job.wanted()) continue;  // its socket is gone
+    auto result = read(job);
+    if (job.wanted && !job.wanted()) continue;
+    job.done(std::move(result));
   }
 }
 
 resume_result resume_reader::read(const resume_job& job) {
   resume_result out;
   out.stream = job.stream;
-  std::uint64_t from = job.from.seq + 1;
-  // The first page says where the stream is; a position in another epoch,
-  // or before the first record kept, is a gap: told, then read from the
-  // first record there is.
-  auto page = broker_.read(job.stream, job.from.seq == 0 ? 0 : from, page_records);
+  const auto gap = [&out](resume_gap g, std::uint64_t first) {
+    if (out.gap == resume_gap::none) {
+      out.gap = g;
+      out.first_seq = first;
+    }
+  };
+  // A read at `from` (0: the first record kept); a damaged record is
+  // skipped (told once as a gap), a position trimmed away read from the
+  // start.
+  const auto read_at = [&](std::uint64_t from) -> std::expected<stream_read, std::error_code> {
+    for (int skipped = 0; skipped < 64; ++skipped) {
+      auto page = broker_.read(job.stream, from, page_records);
+      if (page || page.error() != errc::corrupted) return page;
+      gap(resume_gap::damaged, from + 1);
+      ++from;
+    }
+    return std::unexpected(make_error_code(errc::corrupted));
+  };
+  auto page = read_at(job.from.seq == 0 ? 0 : job.from.seq + 1);
   if (!page && page.error() == errc::trimmed) {
-    out.gap = resume_gap::trimmed;
-    page = broker_.read(job.stream, 0, page_records);
+    page = read_at(0);
+    if (page) gap(resume_gap::trimmed, page->first_seq);
   }
   if (!page) {
-    if (page.error() == errc::not_found) {
-      out.gap = resume_gap::stream_gone;
+    if (page.error() == errc::not_found || page.error() == errc::not_supported) {
+      gap(resume_gap::stream_gone, 0);
       return out;
     }
     out.error = page.error();
@@ -68,37 +85,46 @@ resume_result resume_reader::read(const resume_job& job) {
   }
   out.epoch = page->epoch;
   if (job.from.seq != 0 && job.from.epoch != page->epoch) {
-    out.gap = resume_gap::epoch_changed;
-    if (page->records.empty() || page->records.front().seq != page->first_seq)
-      page = broker_.read(job.stream, 0, page_records);
+    // Recreated since: its sequences started over, from its first record.
+    out.gap = resume_gap::none;
+    gap(resume_gap::epoch_changed, page->first_seq);
+    if (page->records.empty() || page->records.front().seq != page->first_seq) page = read_at(0);
     if (!page) {
       out.error = page.error();
       return out;
     }
   }
-  if (out.gap != resume_gap::none) out.first_seq = page->first_seq;
   std::uint64_t scanned = 0;
+  std::size_t bytes = 0;
   for (;;) {
     for (const auto& r : page->records) {
+      out.read_to = r.seq + 1;
       if (std::find(r.route_keys.begin(), r.route_keys.end(), job.route_key) == r.route_keys.end()) continue;
-      out.frames.emplace_back(r.seq, std::make_shared<const std::string>(
-                                         delivery_text({.payload = r.payload,
-                                                        .stream = job.stream,
-                                                        .seq = r.seq,
-                                                        .epoch = page->epoch,
-                                                        .replayed = true,
-                                                        .ttl_ms = static_cast<std::uint64_t>(r.time_left.count())})));
+      auto frame = std::make_shared<const std::string>(
+          delivery_text({.payload = r.payload,
+                         .stream = job.stream,
+                         .seq = r.seq,
+                         .epoch = page->epoch,
+                         .replayed = true,
+                         .ttl_ms = static_cast<std::uint64_t>(r.time_left.count())}));
+      bytes += frame->size();
+      out.frames.emplace_back(r.seq, std::move(frame));
+      if (bytes >= job.max_bytes) {
+        out.more = true;  // the rest once these are written
+        return out;
+      }
     }
     scanned += page->records.size() + page->expired;
     out.read_to = page->next_seq;
     if (page->next_seq > page->last_seq || (page->records.empty() && page->expired == 0)) return out;
     if (scanned >= max_scan_) {
-      out.gap = resume_gap::limit;
-      out.first_seq = page->next_seq;
       out.frames.clear();
+      out.gap = resume_gap::none;
+      gap(resume_gap::limit, page->next_seq);
       return out;
     }
-    page = broker_.read(job.stream, page->next_seq, page_records);
+    if (job.wanted && !job.wanted()) return out;
+    page = read_at(page->next_seq);
     if (!page) {
       out.error = page.error();
       return out;

@@ -24,13 +24,16 @@
 namespace switchyard::edge {
 
 // Why a position could not be resumed as asked (sent to the device as a
-// "trimmed" message).
-enum class resume_gap { none, trimmed, epoch_changed, stream_gone, limit };
+// "trimmed" message): records trimmed by retention, the stream recreated
+// (a new epoch) or gone, more than --resume-max-scan records to look at, a
+// record the log cannot read (skipped: the read goes on after it).
+enum class resume_gap { none, trimmed, epoch_changed, stream_gone, limit, damaged };
 
 struct resume_result {
   std::string stream;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<const std::string>>> frames;  // seq, "msg" frame
   std::uint64_t read_to = 0;  // every record below this was looked at
+  bool more = false;          // stopped at max_bytes of frames: read on from read_to
   std::uint64_t epoch = 0;    // the stream's epoch now
   resume_gap gap = resume_gap::none;
   std::uint64_t first_seq = 0;  // with a gap: the first sequence the log still has
@@ -42,6 +45,10 @@ struct resume_job {
   resume_point from;                        // the device's last (seq, epoch); {0, 0}: from the first record
   std::string route_key;                    // records sent to this key are the device's
   std::function<void(resume_result)> done;  // called on the reader's thread
+  // Whether the job is still wanted (its socket lives): asked before the
+  // job starts and between pages; false drops it without calling done.
+  std::function<bool()> wanted;
+  std::size_t max_bytes = 1 << 20;  // frames gathered per job; then `more`
 };
 
 class resume_reader {

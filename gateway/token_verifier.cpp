@@ -52,7 +52,10 @@ std::optional<std::int64_t> seconds_claim(const json& payload, const char* name,
   const auto it = payload.find(name);
   if (it == payload.end()) return std::nullopt;
   if (it->is_number_integer()) return it->get<std::int64_t>();
-  if (it->is_number_float()) return static_cast<std::int64_t>(it->get<double>());
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (d > -9.0e18 && d < 9.0e18) return static_cast<std::int64_t>(d);  // else NaN, or beyond any date
+  }
   malformed = true;
   return std::nullopt;
 }
@@ -149,7 +152,8 @@ std::expected<device_claims, std::error_code> token_verifier::verify(std::string
   if (malformed) return refuse(device_errc::unauthorized);
   const std::int64_t t = std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count();
   const std::int64_t leeway = keys_.leeway.count();
-  if ((claims.exp && t >= *claims.exp + leeway) || (nbf && t + leeway < *nbf))
+  // (Written so that no claim value can overflow: t and leeway are small.)
+  if ((claims.exp && t - leeway >= *claims.exp) || (nbf && t + leeway < *nbf))
     return refuse(device_errc::token_expired);
   if (!keys_.issuer.empty()) {
     const auto iss = payload.find("iss");

@@ -3,8 +3,6 @@
 #include "broker/monitor/metrics_exposition.hpp"
 #include "broker/config/server_config.hpp"
 
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -16,23 +14,11 @@
 
 namespace switchyard::broker {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-using asio::use_awaitable;
-
-struct http_monitor::client {
-  explicit client(asio::ip::tcp::socket s) : stream(std::move(s)) {}
-  beast::tcp_stream stream;
-};
-
 namespace {
 
-constexpr const char* text_plain = "text/plain; charset=utf-8";
 constexpr const char* json_type = "application/json";
 
-http_monitor::response plain(unsigned status, std::string body) {
-  return {status, std::string(text_plain), std::move(body)};
-}
+using http::plain;
 
 // A JSON error body: {"error":"..."}.
 http_monitor::response json_error(unsigned status, std::string_view message) {
@@ -60,116 +46,16 @@ std::optional<std::uint8_t> sort_of(std::string_view name) {
 }  // namespace
 
 http_monitor::http_monitor(asio::io_context& io, sources s, std::shared_ptr<spdlog::logger> logger)
-    : io_(io), sources_(std::move(s)), logger_(std::move(logger)), acceptor_(io) {}
+    : sources_(std::move(s)),
+      endpoint_(
+          io, [this](std::string_view target) { return answer(target); }, std::move(logger), "switchyard",
+          "monitoring (--http)") {}
 
 http_monitor::~http_monitor() { stop(); }
 
-void http_monitor::start(const std::string& host, std::uint16_t port) {
-  const auto address = asio::ip::make_address(listen_address(host));
-  const asio::ip::tcp::endpoint endpoint(address, port);
-  asio_error_code ec;
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    throw std::runtime_error("cannot serve monitoring (--http) on " + host + ":" + std::to_string(port) + ": " +
-                             ec.message());
-  port_ = acceptor_.local_endpoint().port();
-  asio::co_spawn(io_, accept_loop(), asio::detached);
-}
+void http_monitor::start(const std::string& host, std::uint16_t port) { endpoint_.start(listen_address(host), port); }
 
-void http_monitor::stop() {
-  if (stopped_) return;
-  stopped_ = true;
-  asio_error_code ignored;
-  acceptor_.close(ignored);
-  for (auto& w : clients_)
-    if (auto c = w.lock()) c->stream.socket().close(ignored);
-  clients_.clear();
-}
-
-asio::awaitable<void> http_monitor::accept_loop() {
-  while (!stopped_) {
-    asio_error_code ec;
-    auto socket = co_await acceptor_.async_accept(asio::redirect_error(use_awaitable, ec));
-    if (stopped_) co_return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted) co_return;
-      // Out of descriptors and the like: wait a little rather than spin.
-      logger_->warn("monitoring port: accept failed: {}", ec.message());
-      asio::steady_timer pause(io_, std::chrono::milliseconds(100));
-      co_await pause.async_wait(asio::redirect_error(use_awaitable, ec));
-      continue;
-    }
-    std::erase_if(clients_, [](const std::weak_ptr<client>& w) { return w.expired(); });
-    if (clients_.size() >= max_clients) {
-      socket.close(ec);  // bounded: the monitoring port never holds more than max_clients
-      continue;
-    }
-    auto c = std::make_shared<client>(std::move(socket));
-    clients_.push_back(c);
-    asio::co_spawn(io_, serve(std::move(c)), asio::detached);
-  }
-}
-
-asio::awaitable<void> http_monitor::serve(std::shared_ptr<client> c) {
-  beast::flat_buffer buffer(max_header_bytes);
-  // A bounded number of requests per connection; then the client reconnects.
-  for (int served = 0; served < 10'000 && !stopped_; ++served) {
-    http::request_parser<http::empty_body> parser;
-    parser.header_limit(max_header_bytes);
-    parser.body_limit(0);
-    c->stream.expires_after(idle_timeout);
-    beast::error_code ec;
-    co_await http::async_read(c->stream, buffer, parser, asio::redirect_error(use_awaitable, ec));
-    if (ec) {
-      if (ec != http::error::end_of_stream && ec != beast::error::timeout && ec != asio::error::operation_aborted &&
-          ec != asio::error::connection_reset && ec != asio::error::eof && !stopped_) {
-        // A malformed request: say so and close.
-        http::response<http::string_body> bad{http::status::bad_request, 11};
-        bad.set(http::field::content_type, text_plain);
-        bad.set(http::field::connection, "close");
-        bad.body() = "bad request: " + ec.message() + "\n";
-        bad.prepare_payload();
-        c->stream.expires_after(std::chrono::seconds(5));
-        co_await http::async_write(c->stream, bad, asio::redirect_error(use_awaitable, ec));
-      }
-      break;
-    }
-    if (stopped_) break;
-    const auto& req = parser.get();
-    response r;
-    const bool head = req.method() == http::verb::head;
-    if (req.method() != http::verb::get && !head) {
-      r = plain(405, "method not allowed: the monitoring port answers GET and HEAD\n");
-    } else {
-      r = answer(std::string_view(req.target().data(), req.target().size()));
-    }
-    http::response<http::string_body> res{static_cast<http::status>(r.status), req.version()};
-    res.set(http::field::server, "switchyard");
-    res.set(http::field::content_type, r.content_type);
-    res.set(http::field::cache_control, "no-store");
-    if (r.status == 405) res.set(http::field::allow, "GET, HEAD");
-    res.keep_alive(req.keep_alive());
-    const auto length = r.body.size();
-    if (!head) res.body() = std::move(r.body);
-    res.prepare_payload();
-    if (head) res.content_length(length);
-    c->stream.expires_after(idle_timeout);
-    if (head) {
-      http::response_serializer<http::string_body> sr{res};
-      sr.split(true);
-      co_await http::async_write_header(c->stream, sr, asio::redirect_error(use_awaitable, ec));
-    } else {
-      co_await http::async_write(c->stream, res, asio::redirect_error(use_awaitable, ec));
-    }
-    if (ec || !res.keep_alive()) break;
-  }
-  beast::error_code ignored;
-  c->stream.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
-  c->stream.close();
-}
+void http_monitor::stop() { endpoint_.stop(); }
 
 http_monitor::response http_monitor::answer(std::string_view target) {
   const auto q = target.find('?');

@@ -11,11 +11,10 @@
 //                  &cursor=N, paged as ConnList is
 //   GET /          an HTML status page that reloads itself
 //
-// HEAD is answered like GET without the body; other methods get 405.
-// Memory is bounded: at most max_clients connections (more are closed at
-// accept), a request's header at most 8 KiB and no body, one request at a
-// time per connection, and idle_timeout to send each request. The server
-// reaches nothing of the broker but the functions it is given (sources).
+// HEAD is answered like GET without the body; other methods get 405. The
+// sockets are http::http_endpoint's (bounded memory: see there); this class
+// routes and renders, and reaches nothing of the broker but the functions
+// it is given (sources).
 //
 // Loop thread only: the constructor, start(), stop() and every source call.
 
@@ -23,6 +22,7 @@
 #include "broker/monitor/monitor_pages.hpp"
 #include "broker/handlers/server_admin_handler.hpp"
 #include "common/asio.hpp"
+#include "http/http_endpoint.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -55,9 +55,6 @@ class http_monitor {
     std::function<stream_page(std::size_t max)> streams;  // unset: no log
   };
 
-  static constexpr std::size_t max_clients = 64;
-  static constexpr std::size_t max_header_bytes = 8 * 1024;
-  static constexpr std::chrono::seconds idle_timeout{30};
   static constexpr std::uint32_t page_refresh_seconds = 2;
 
   http_monitor(asio::io_context& io, sources s, std::shared_ptr<spdlog::logger> logger);
@@ -68,34 +65,21 @@ class http_monitor {
   // Binds host:port (port 0: any free one), listens and starts accepting.
   // Throws std::runtime_error naming the address (in use, permission, ...).
   void start(const std::string& host, std::uint16_t port);
-  std::uint16_t port() const noexcept { return port_; }
+  std::uint16_t port() const noexcept { return endpoint_.port(); }
   // Closes the listener and every open monitoring connection. Idempotent.
   void stop();
 
-  // One answer: status, content type, body, and for 405 the Allow header.
-  struct response {
-    unsigned status = 200;
-    std::string content_type;
-    std::string body;
-  };
+  using response = http::http_answer;
   // What a request for `target` (path and query) gets with GET: the routing
   // and rendering without the socket.
   response answer(std::string_view target);
 
  private:
-  struct client;
-  asio::awaitable<void> accept_loop();
-  asio::awaitable<void> serve(std::shared_ptr<client> c);
   response connz(std::string_view query);
   response status_page();
 
-  asio::io_context& io_;
   sources sources_;
-  std::shared_ptr<spdlog::logger> logger_;
-  asio::ip::tcp::acceptor acceptor_;
-  std::uint16_t port_ = 0;
-  bool stopped_ = false;
-  std::vector<std::weak_ptr<client>> clients_;
+  http::http_endpoint endpoint_;
   // The snapshot the status page's rates are computed against.
   metrics_snapshot rate_base_;
   std::chrono::steady_clock::time_point rate_base_at_{};

@@ -188,7 +188,7 @@ TEST_CASE("the monitoring port holds at most 64 connections at once", "[e2e][htt
   test_server server(monitored());
   asio::io_context io;
   std::vector<asio::ip::tcp::socket> idle;
-  for (std::size_t i = 0; i < broker::http_monitor::max_clients; ++i) {
+  for (std::size_t i = 0; i < http::http_endpoint::max_clients; ++i) {
     auto& s = idle.emplace_back(io);
     s.connect({asio::ip::make_address("127.0.0.1"), server.http_port()});
   }

@@ -463,7 +463,7 @@ TEST_CASE("a device that resumes from its last position gets exactly what it mis
     }
   }
   // Offline: sent to no route, but in the log; another user's record between.
-  CHECK(wait_until([&] { return f.gateway().counters().users == 0; }));
+  CHECK(wait_until([&] { return !service->registry_get("user:alice"); }));
   CHECK(send_durable_to(*service, "alice", "u.alice", "m4").gateways.at(0).empty());
   send_durable_to(*service, "bob", "u.alice", "not for alice");
   send_durable_to(*service, "alice", "u.alice", "m6");
@@ -578,4 +578,76 @@ TEST_CASE("what was stored while a broker restart left a user unrouted reaches t
   std::vector<std::uint64_t> all(last - 1);
   std::iota(all.begin(), all.end(), 2);
   CHECK(seqs == all);
+}
+
+TEST_CASE("a message above 8 KiB but within max-message-bytes is read", "[gateway][e2e]") {
+  gateway_fixture f;  // default: 16 KiB
+  auto d = f.device("alice");
+  d->send(R"({"t":"hb","pad":")" + std::string(12'000, 'x') + "\"}");
+  d->expect("hb");
+}
+
+TEST_CASE("a durable message that does not fit closes a slow device even under the drop policy",
+          "[gateway][e2e][resume]") {
+  gateway_fixture f([](gateway_config& c) { c.max_pending_bytes = 64 * 1024; }, {}, /*with_log=*/true);
+  auto d = f.device("alice");  // reads nothing
+  auto service = connect_to(f.broker(), "service");
+  const std::string big(60'000, 'x');
+  const std::string key = "user:alice";
+  const std::string_view keys[] = {key};
+  for (int i = 0; i < 400 && f.gateway().counters().closes_for(edge::device_errc::slow_consumer) == 0; ++i)
+    REQUIRE(service->send_durable(keys, "u.alice", std::as_bytes(std::span(big.data(), big.size()))));
+  // Closed: the device resumes from its last message, where dropping would
+  // have left a hole its position skips.
+  CHECK(wait_until([&] { return f.gateway().counters().closes_for(edge::device_errc::slow_consumer) == 1; }));
+  CHECK(wait_until([&] { return f.gateway().counters().sockets == 0; }));
+  CHECK(f.gateway().counters().dropped == 0);
+}
+
+TEST_CASE("a resume larger than the socket's queue arrives whole, read back a part at a time",
+          "[gateway][e2e][resume]") {
+  gateway_fixture f([](gateway_config& c) { c.max_pending_bytes = 16 * 1024; }, {}, /*with_log=*/true);
+  auto service = connect_to(f.broker(), "service");
+  const std::string payload(2000, 'p');
+  std::uint64_t epoch = 0;
+  for (int i = 0; i < 60; ++i) epoch = send_durable_to(*service, "alice", "u.alice", payload).epoch;  // 120 KB
+  auto d = f.device("alice", resume_of("u.alice", 0, 0));
+  for (std::uint64_t seq = 1; seq <= 60; ++seq) {
+    const auto m = d->expect("msg");
+    REQUIRE(m["seq"] == seq);
+    CHECK(m["epoch"] == std::to_string(epoch));
+  }
+  CHECK(f.gateway().counters().closed == 0);
+}
+
+TEST_CASE("a user's last socket on one gateway leaves the route another gateway put since", "[gateway][e2e]") {
+  gateway_fixture f;
+  gateway_config second = f.config();
+  second.inbox_id = "gw-second";
+  gateway_server other(second);
+  std::thread runs([&] { other.run(); });
+  {
+    auto here = f.device("alice");
+    ws_device there(other.port());
+    there.hello(hs256_token(secret, R"({"sub":"alice"})"));
+    there.expect("welcome");  // alice's route now names gw-second
+    auto service = connect_to(f.broker(), "service");
+    CHECK(send_to(*service, "alice", "x") == "gw-second");
+    here.reset();  // gw-test's last socket of alice: it must not delete gw-second's route
+    CHECK(wait_until([&] { return f.gateway().counters().users == 0; }));
+    CHECK(send_to(*service, "alice", "still routed") == "gw-second");
+    CHECK(there.expect("msg")["data"] == "x");
+    CHECK(there.expect("msg")["data"] == "still routed");
+  }
+  other.stop();
+  runs.join();
+}
+
+TEST_CASE("a resume on a broker without a log says the stream is gone", "[gateway][e2e][resume]") {
+  gateway_fixture f;  // no data folder: no log
+  auto d = f.device("alice", resume_of("u.alice", 3, 7));
+  const auto t = d->expect("trimmed");
+  CHECK(t["reason"] == "stream_gone");
+  d->send(R"({"t":"hb"})");
+  d->expect("hb");  // and the socket stays
 }

@@ -86,7 +86,9 @@ class gateway {
   // overlap). Errors: not_found (the lease was lost and not renewed yet:
   // retry after on_lease_renewed), not_connected, timeout, would_deadlock.
   std::error_code add_route(std::string_view route_key);
-  // Removes a route added here. Errors as add_route; not_found also when
+  // Removes a route added here: the broker's entry is deleted only while it
+  // still names this gateway's inbox (a user who moved to another gateway
+  // keeps that gateway's route). Errors as add_route; not_found when
   // route_key is not a route of this gateway.
   std::error_code remove_route(std::string_view route_key);
   // The same without waiting, for code on a thread of its own that must
