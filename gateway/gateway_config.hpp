@@ -19,6 +19,11 @@ struct gateway_config {
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 8080;
   std::string port_file;  // the bound port, written once listening
+  // The monitoring port (/metrics, /healthz, /readyz, /stats, /); empty
+  // host: off. Loopback only unless http_public.
+  std::string http_host;
+  std::uint16_t http_port = 0;
+  bool http_public = false;
 
   // The broker.
   std::vector<std::string> brokers{"127.0.0.1:7878"};

@@ -192,6 +192,13 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
     out << port_ << "\n";
     if (!out) throw std::runtime_error("cannot write port-file " + config_.port_file);
   }
+  if (!config_.http_host.empty()) {
+    http_ = std::make_unique<http::http_endpoint>(
+        io_, [this](std::string_view target) { return gateway_status_answer(target, gather(), health()); }, logger(),
+        "switchyard-gateway", "monitoring (--http)");
+    http_->start(config_.http_host, config_.http_port);
+    logger()->info("monitoring on {}:{}", config_.http_host, http_->port());
+  }
   logger()->info("listening on {}:{} (WebSocket at /ws), inbox {}, lease {}", config_.listen_host, port_,
                  config_.inbox_id, helper_->lease());
 }
@@ -214,6 +221,7 @@ void gateway_server::stop() {
     stopping_ = true;
     asio_error_code ignored;
     acceptor_.close(ignored);
+    if (http_) http_->stop();
     for (auto& [id, s] : sessions_) s->close(device_errc::going_away, "shutting down");
     if (sessions_.empty()) io_.stop();
   });
@@ -260,17 +268,29 @@ void gateway_server::drain_step() {
   });
 }
 
+gateway_counters gateway_server::gather() const {
+  auto c = counters_;
+  c.sockets = sessions_.size();
+  for (const auto& [id, s] : sessions_) c.pending_bytes += s->pending_bytes();
+  c.users = static_cast<std::uint64_t>(std::count_if(
+      users_.begin(), users_.end(), [](const auto& u) { return u.second.state == user_entry::route::held; }));
+  return c;
+}
+
+gateway_health gateway_server::health() const {
+  return {
+      .broker_connected = broker_->connected(),
+      .draining = draining_ || stopping_,
+      .inbox = config_.inbox_id,
+      .uptime_ms = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count())};
+}
+
 gateway_counters gateway_server::counters() {
   // Shared: a gather that comes after the wait gave up writes to it safely.
   auto p = std::make_shared<std::promise<gateway_counters>>();
   auto f = p->get_future();
-  asio::post(io_, [this, p] {
-    auto c = counters_;
-    c.sockets = sessions_.size();
-    c.users = static_cast<std::uint64_t>(std::count_if(
-        users_.begin(), users_.end(), [](const auto& u) { return u.second.state == user_entry::route::held; }));
-    p->set_value(c);
-  });
+  asio::post(io_, [this, p] { p->set_value(gather()); });
   if (f.wait_for(10s) != std::future_status::ready) return {};
   return f.get();
 }

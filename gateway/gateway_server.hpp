@@ -16,6 +16,7 @@
 
 #include "gateway/device_session.hpp"
 #include "gateway/gateway_config.hpp"
+#include "gateway/gateway_status.hpp"
 #include "gateway/resume_reader.hpp"
 #include "gateway/token_verifier.hpp"
 
@@ -36,23 +37,6 @@
 #include <vector>
 
 namespace switchyard::edge {
-
-struct gateway_counters {
-  std::uint64_t accepted = 0;      // TCP connections accepted
-  std::uint64_t welcomed = 0;      // hellos accepted
-  std::uint64_t refused = 0;       // upgrades answered 503 (cap, drain)
-  std::uint64_t closed = 0;        // sockets done, for any reason
-  std::uint64_t unauthorized = 0;  // hellos refused for the token
-  std::uint64_t delivered = 0;     // frames queued to devices
-  std::uint64_t dropped = 0;       // frames dropped for slow consumers
-  std::uint64_t offers_acked = 0;  // device acks passed to the broker
-  std::uint64_t replayed = 0;      // frames read back from the log for resuming devices
-  std::uint64_t sockets = 0;       // gauge: open now
-  std::uint64_t users = 0;         // gauge: users with a route held
-  // Sockets the gateway closed, per device_errc (index: its value).
-  std::array<std::uint64_t, 32> closes{};
-  std::uint64_t closes_for(device_errc e) const { return closes[static_cast<std::size_t>(e)]; }
-};
 
 class gateway_server final : private session_host {
  public:
@@ -77,6 +61,8 @@ class gateway_server final : private session_host {
   void drain();
 
   std::uint16_t port() const noexcept { return port_; }
+  // The monitoring port (--http), else 0.
+  std::uint16_t http_port() const noexcept { return http_ ? http_->port() : 0; }
   const std::string& inbox_id() const noexcept { return config_.inbox_id; }
   // Any thread: the figures, gathered on the io thread (empty while run()
   // is not running).
@@ -124,7 +110,11 @@ class gateway_server final : private session_host {
   bool flag_on(std::string_view flag, std::string_view user) const;
   std::string user_of(std::string_view route_key) const;
 
+  gateway_counters gather() const;  // io thread
+  gateway_health health() const;    // io thread
+
   gateway_config config_;
+  const steady_time started_ = std::chrono::steady_clock::now();
   session_limits limits_;
   liveness_timing timing_;
   std::function<std::chrono::system_clock::time_point()> wall_clock_;
@@ -138,6 +128,7 @@ class gateway_server final : private session_host {
   std::unique_ptr<client> broker_;
   std::unique_ptr<switchyard::gateway> helper_;
   std::unique_ptr<resume_reader> resumes_;  // after broker_: goes first
+  std::unique_ptr<http::http_endpoint> http_;
 
   // io thread only.
   std::unordered_map<std::uint64_t, std::shared_ptr<device_session>> sessions_;

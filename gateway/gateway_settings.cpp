@@ -1,6 +1,7 @@
 #include "gateway/gateway_settings.hpp"
 
 #include "settings/parse_args.hpp"
+#include "common/asio.hpp"
 #include "settings/setting_rows.hpp"
 
 #include <CLI/CLI.hpp>
@@ -60,6 +61,14 @@ std::vector<gateway_setting> build() {
   add(address("listen", &c::listen_host, &c::listen_port,
               "host:port for devices' WebSockets (upgrades at /ws; port 0 = any free port)"));
   add(text("port-file", &c::port_file, "write the bound port to this file once listening"));
+  add(address("http", &c::http_host, &c::http_port,
+              "host:port of the monitoring port (/metrics, /healthz, /readyz, /stats, /; port 0 = any free port). "
+              "Off by default")
+          .doc("host:port of the monitoring port: `/metrics` (Prometheus), `/healthz`, `/readyz` (503 while "
+               "draining or while the broker is unreachable), `/stats` (JSON), `/` (a status page); port 0 = any free "
+               "port"));
+  add(toggle("http-public", &c::http_public,
+             "allow --http on an address other hosts can reach (the monitoring port has no authentication)"));
 
   // The broker.
   add(repeated("broker", &c::brokers, "a broker's host:port (repeat for a cluster's nodes)")
@@ -163,6 +172,18 @@ gateway_config parse_gateway_args(int argc, const char* const* argv) {
     throw std::invalid_argument("no token key: give --jwt-secret-file or --jwt-public-key");
   if (cfg.brokers.empty()) throw std::invalid_argument("broker: give at least one host:port");
   if (cfg.route_prefix.size() > 64) throw std::invalid_argument("route-prefix must be at most 64 bytes");
+  for (auto* host : {&cfg.listen_host, &cfg.http_host})
+    if (*host == "localhost") *host = "127.0.0.1";
+  asio_error_code ec;
+  if (cfg.http_host.empty()) {
+    if (cfg.http_public) throw std::invalid_argument("http-public needs --http");
+  } else if (const auto ip = asio::ip::make_address(cfg.http_host, ec); ec) {
+    throw std::invalid_argument("http host \"" + cfg.http_host + "\" is not an IPv4 or IPv6 address or localhost");
+  } else if (!ip.is_loopback() && !cfg.http_public) {
+    throw std::invalid_argument("refusing to serve monitoring on " + cfg.http_host +
+                                ": the HTTP port has no authentication. Serve it on 127.0.0.1, or give "
+                                "--http-public to expose it on purpose");
+  }
   return cfg;
 }
 

@@ -6,6 +6,7 @@
 #include "gateway/gateway_settings.hpp"
 #include "switchyard/client.hpp"
 #include "tests/support/clients.hpp"
+#include "tests/support/http_client.hpp"
 #include "tests/support/jwt_tokens.hpp"
 #include "tests/support/log_helpers.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -650,4 +651,37 @@ TEST_CASE("a resume on a broker without a log says the stream is gone", "[gatewa
   CHECK(t["reason"] == "stream_gone");
   d->send(R"({"t":"hb"})");
   d->expect("hb");  // and the socket stays
+}
+
+TEST_CASE("the monitoring port serves health, readiness, metrics that promtool accepts, stats and a page",
+          "[gateway][e2e][http]") {
+  gateway_fixture f([](gateway_config& c) {
+    c.http_host = "127.0.0.1";
+    c.http_port = 0;
+    c.drain_window = 60s;
+  });
+  REQUIRE(f.gateway().http_port() != 0);
+  auto d = f.device("alice");
+  CHECK(http_request(f.gateway().http_port(), "GET", "/healthz").body == "ok\n");
+  const auto ready = http_request(f.gateway().http_port(), "GET", "/readyz");
+  CHECK(ready.status == 200);
+  const auto metrics = http_request(f.gateway().http_port(), "GET", "/metrics");
+  CHECK(metrics.status == 200);
+  CHECK_THAT(metrics.body, Catch::Contains("switchyard_gateway_sockets 1\n"));
+  CHECK_THAT(metrics.body, Catch::Contains("switchyard_gateway_users 1\n"));
+  CHECK_THAT(metrics.body, Catch::Contains("switchyard_gateway_broker_connected 1\n"));
+  CHECK_THAT(metrics.body, Catch::Contains("switchyard_gateway_closes_total{reason=\"unauthorized\"} 0\n"));
+  temp_dir dir;
+  const auto file = (dir.path() / "metrics.txt").string();
+  std::ofstream(file) << metrics.body;
+  CHECK(std::system(("promtool check metrics < " + file + " > /dev/null 2>&1").c_str()) == 0);
+  const auto stats = nlohmann::json::parse(http_request(f.gateway().http_port(), "GET", "/stats").body);
+  CHECK(stats["inbox"] == "gw-test");
+  CHECK(stats["figures"]["welcomed_total"] == 1);
+  CHECK_THAT(http_request(f.gateway().http_port(), "GET", "/").body, Catch::Contains("switchyard-gateway"));
+  CHECK(http_request(f.gateway().http_port(), "GET", "/nope").status == 404);
+  // Draining (the socket is still open: the window is long): not ready.
+  f.gateway().drain();
+  CHECK(wait_until([&] { return http_request(f.gateway().http_port(), "GET", "/readyz").status == 503; }));
+  CHECK_THAT(http_request(f.gateway().http_port(), "GET", "/readyz").body, Catch::Contains("draining"));
 }

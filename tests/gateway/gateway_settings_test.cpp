@@ -80,6 +80,10 @@ TEST_CASE("the gateway refuses values out of range and settings that do not go t
                     Catch::Contains("dead-after-ms must be between ping-interval-ms (30000)"));
   CHECK_THROWS_WITH(parse({"--flag", "nosuch=5"}), Catch::Contains("known flag (offers)"));
   CHECK_THROWS_AS(parse({"--slow-consumer", "maybe"}), gateway_cli_exit);
+  CHECK_THROWS_WITH(parse({"--http", "0.0.0.0:9100"}), Catch::Contains("refusing to serve monitoring on 0.0.0.0"));
+  CHECK(parse({"--http", "0.0.0.0:9100", "--http-public"}).http_port == 9100);
+  CHECK(parse({"--http", "localhost:9100"}).http_host == "127.0.0.1");
+  CHECK_THROWS_WITH(parse({"--http-public"}), Catch::Contains("http-public needs --http"));
   const char* no_key[] = {"switchyard-gateway"};
   CHECK_THROWS_WITH(parse_gateway_args(1, no_key), Catch::Contains("no token key"));
 }
