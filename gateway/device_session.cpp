@@ -125,6 +125,7 @@ asio::awaitable<void> device_session::writer() {
       abort();  // the reader ends too, and finish() tells the host
       break;
     }
+    if (on_drained_ && pending_bytes_ <= drained_to_ && !closing()) std::exchange(on_drained_, nullptr)();
     if (out_.empty() && dropped_ > 0 && !closing()) {
       auto notice = std::make_shared<const std::string>(dropped_text(dropped_));
       dropped_ = 0;
@@ -172,6 +173,13 @@ bool device_session::hold(std::size_t bytes) {
   }
   held_bytes_ += bytes;
   return true;
+}
+
+void device_session::when_drained_to(std::size_t bytes, std::function<void()> fn) {
+  if (finished_ || closing()) return;
+  if (pending_bytes_ <= bytes) return fn();
+  drained_to_ = bytes;
+  on_drained_ = std::move(fn);
 }
 
 void device_session::send(text frame, bool must_arrive) {
@@ -232,6 +240,7 @@ void device_session::finish() {
   ws_.next_layer().close(ignored);
   wake_.cancel();
   out_.clear();
+  on_drained_ = nullptr;
   host_.closed(*this);
 }
 

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -84,6 +85,11 @@ class device_session : public std::enable_shared_from_this<device_session> {
   // Live frames held while a stream is read back count against the same
   // bound: false (and the socket closed as a slow consumer) past it.
   bool hold(std::size_t bytes);
+  // Calls `fn` (once, on the io thread) when at most `bytes` wait to be
+  // written: at once if so already, else after the write that gets there.
+  // Dropped if the socket closes first. One at a time (a later one
+  // replaces it).
+  void when_drained_to(std::size_t bytes, std::function<void()> fn);
   void release_held(std::size_t bytes) { held_bytes_ -= std::min(held_bytes_, bytes); }
   // The hello was accepted: the welcome goes out; later messages are
   // handed to the host.
@@ -155,6 +161,8 @@ class device_session : public std::enable_shared_from_this<device_session> {
   std::deque<text> out_;
   std::size_t pending_bytes_ = 0;
   std::size_t held_bytes_ = 0;
+  std::size_t drained_to_ = 0;
+  std::function<void()> on_drained_;
   std::uint64_t dropped_ = 0;  // since the last "dropped" message
   std::uint64_t dropped_total_ = 0;
   asio::steady_timer wake_;  // the writer waits on it while out_ is empty

@@ -1,5 +1,7 @@
 #include "gateway/gateway_server.hpp"
 
+#include "gateway/gateway_settings.hpp"
+
 #include "protocol/channel_name.hpp"
 
 #include <spdlog/spdlog.h>
@@ -265,6 +267,30 @@ void gateway_server::drain_step() {
   drain_timer_.expires_after(std::max<std::chrono::milliseconds>(config_.drain_window / 100, 10ms));
   drain_timer_.async_wait([this](asio_error_code ec) {
     if (!ec) drain_step();
+  });
+}
+
+void gateway_server::reload(const gateway_config& fresh) {
+  asio::post(io_, [this, fresh] {
+    std::string restart;
+    for (const auto& row : gateway_settings()) {
+      if (row.show(fresh) == row.show(config_)) continue;
+      if (row.effect == settings::takes_effect::at_reload)
+        row.assign(config_, fresh);
+      else
+        restart += (restart.empty() ? "" : ", ") + std::string(row.name);
+    }
+    logger()->set_level(spdlog::level::from_str(config_.log_level));
+    if (!restart.empty()) logger()->warn("reload: {} take effect only at a restart", restart);
+    // The ramp now, for the sockets open as well: a rollback is one signal.
+    std::size_t changed = 0;
+    for (auto& [id, s] : sessions_) {
+      if (!s->welcomed()) continue;
+      const bool on = !s->caps.empty() && flag_on("offers", s->user());
+      changed += on != s->offers_on;
+      s->offers_on = on;
+    }
+    logger()->info("reloaded: offers switched for {} open sockets", changed);
   });
 }
 
@@ -630,7 +656,7 @@ bool gateway_server::submit_resume(device_session& s, const std::string& stream,
            },
        // A socket gone meanwhile: its job is dropped.
        .wanted = [weak] { return !weak.expired(); },
-       .max_bytes = config_.max_pending_bytes / 2});
+       .max_bytes = config_.max_pending_bytes / 4});
 }
 
 void gateway_server::resume_all() {
@@ -661,10 +687,14 @@ void gateway_server::resume_done(const std::weak_ptr<device_session>& weak, resu
   }
   if (!s->active()) return;
   if (r.more) {
-    // More to read: on from the last record gathered, the live frames
-    // still held.
-    if (!submit_resume(*s, r.stream, {.seq = last, .epoch = r.epoch}))
-      s->close(device_errc::unavailable, "too many resumes under way");
+    // More to read: on from the last record gathered (the live frames
+    // still held), once the socket's queue is down to a quarter, so that
+    // the next part fits beside it.
+    s->when_drained_to(config_.max_pending_bytes / 4, [this, weak, stream = r.stream, last, epoch = r.epoch] {
+      const auto s = weak.lock();
+      if (s && s->active() && !submit_resume(*s, stream, {.seq = last, .epoch = epoch}))
+        s->close(device_errc::unavailable, "too many resumes under way");
+    });
     return;
   }
   // What came live meanwhile: what the read did not cover, in order.

@@ -59,6 +59,11 @@ class gateway_server final : private session_host {
   // batches spread over --drain-window-ms with code 1001 and a reconnect
   // hint, then ends run().
   void drain();
+  // Any thread: applies the settings of `fresh` that a reload applies (the
+  // rows marked reloadable: the flag ramp, the log level) and says which
+  // others changed (they take effect at a restart). A flag's new ramp is
+  // applied to the sockets open too.
+  void reload(const gateway_config& fresh);
 
   std::uint16_t port() const noexcept { return port_; }
   // The monitoring port (--http), else 0.

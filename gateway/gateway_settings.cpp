@@ -137,9 +137,13 @@ std::vector<gateway_setting> build() {
                "a drained device is told to wait a random 0 .. this before reconnecting")
           .range({0}, {600'000}, count_of(&c::drain_jitter)));
 
-  add(flags_row("server-side flag ramp, NAME=PERCENT of users (repeatable); known: offers"));
+  add(flags_row("server-side flag ramp, NAME=PERCENT of users (repeatable); known: offers")
+          .doc("server-side flag ramp, `NAME=PERCENT` of users by a stable hash of the user id (repeatable; known: "
+               "`offers`); a SIGHUP applies a change to the sockets already open too (a rollback takes a signal)")
+          .reloadable());
   add(text("log-level", &c::log_level, "trace, debug, info, warn, error, critical or off",
-           {"trace", "debug", "info", "warn", "error", "critical", "off"}));
+           {"trace", "debug", "info", "warn", "error", "critical", "off"})
+          .reloadable());
 
   std::vector<gateway_setting> out;
   out.reserve(rows.size());

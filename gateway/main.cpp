@@ -1,4 +1,6 @@
 // switchyard-gateway: flags and config file, then the gateway's io loop.
+// SIGHUP reads the command line and the config file again and applies the
+// reloadable settings (the flag ramp, the log level).
 // Exit codes: 0 after a stop (SIGINT) or a finished drain (SIGTERM, SIGUSR2),
 // 1 on a start-up error (the broker unreachable, the port taken, a key file
 // unreadable), 2 on bad flags or config.
@@ -35,20 +37,29 @@ int main(int argc, char** argv) {
   // stops at once.
   sigset_t mask;
   sigemptyset(&mask);
-  for (int s : {SIGINT, SIGTERM, SIGUSR2}) sigaddset(&mask, s);
+  for (int s : {SIGINT, SIGTERM, SIGUSR2, SIGHUP}) sigaddset(&mask, s);
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);  // before any thread starts: they all inherit it
   try {
     gateway_server server(std::move(cfg));
     std::atomic<bool> done{false};
-    std::thread signals([&server, &done, mask] {
+    std::thread signals([&server, &done, mask, argc, argv] {
       for (;;) {
         int sig = 0;
         if (sigwait(&mask, &sig) != 0) continue;
         if (done) return;  // run() returned: the server is going away
-        if (sig == SIGINT)
+        if (sig == SIGHUP) {
+          try {
+            server.reload(parse_gateway_args(argc, argv));
+          } catch (const gateway_cli_exit& e) {
+            spdlog::get("gateway")->error("reload refused: {}", e.text);
+          } catch (const std::exception& e) {
+            spdlog::get("gateway")->error("reload refused: {}", e.what());
+          }
+        } else if (sig == SIGINT) {
           server.stop();  // also ends a drain under way
-        else
+        } else {
           server.drain();
+        }
       }
     });
     server.run();

@@ -685,3 +685,23 @@ TEST_CASE("the monitoring port serves health, readiness, metrics that promtool a
   CHECK(wait_until([&] { return http_request(f.gateway().http_port(), "GET", "/readyz").status == 503; }));
   CHECK_THAT(http_request(f.gateway().http_port(), "GET", "/readyz").body, Catch::Contains("draining"));
 }
+
+TEST_CASE("a reload that turns the offers flag off sends plain messages to the sockets already open",
+          "[gateway][e2e][reload]") {
+  gateway_fixture f;
+  auto d = f.device("alice", R"("caps":["offers"])");
+  auto sender = connect_to(f.broker(), "sender");
+  const std::string_view keys[] = {"user:alice"};
+  REQUIRE(sender->send_offer(keys, std::as_bytes(std::span("one", 3)), {.offer_id = 1, .expires_in = 10s}));
+  CHECK(d->expect("offer")["offer"] == "1");
+  auto off = f.config();
+  off.flags = {{"offers", 0}};
+  f.gateway().reload(off);
+  // The reload runs on the gateway's loop: an app heartbeat after it proves it ran.
+  d->send(R"({"t":"hb"})");
+  d->expect("hb");
+  REQUIRE(sender->send_offer(keys, std::as_bytes(std::span("two", 3)), {.offer_id = 2, .expires_in = 10s}));
+  const auto plain = d->expect("msg");
+  CHECK(plain["data"] == "two");
+  CHECK_FALSE(plain.contains("offer"));
+}
