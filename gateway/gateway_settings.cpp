@@ -21,38 +21,6 @@ using c = gateway_config;
 
 constexpr std::array<std::string_view, 1> flag_names{"offers"};
 
-// --flag NAME=PERCENT, repeatable: the share of users (by a stable hash of
-// the user id) a flag is on for.
-row<c> flags_row(std::string_view help) {
-  row<c> r = make<c>("flag", help, {}, {offset_of(&c::flags)});
-  r.s.add = [help](CLI::App& app, c& into) {
-    return app.add_option_function<std::vector<std::string>>(
-        "--flag",
-        [&into](const std::vector<std::string>& given) {
-          for (const auto& f : given) {
-            const auto eq = f.find('=');
-            const std::string name = f.substr(0, eq);
-            if (eq == std::string::npos || std::find(flag_names.begin(), flag_names.end(), name) == flag_names.end())
-              throw std::invalid_argument("--flag " + f + ": expected NAME=PERCENT with a known flag (offers)");
-            const std::string pct = f.substr(eq + 1);
-            if (pct.empty() || pct.size() > 3 || pct.find_first_not_of("0123456789") != std::string::npos ||
-                std::stoi(pct) > 100)
-              throw std::invalid_argument("--flag " + f + ": the percentage is 0..100");
-            into.flags.emplace_back(name, static_cast<std::uint8_t>(std::stoi(pct)));
-          }
-        },
-        std::string(help));
-  };
-  r.s.show = [](const c& cfg) {
-    std::string out;
-    for (const auto& [name, pct] : cfg.flags) out += (out.empty() ? "" : ",") + name + "=" + std::to_string(pct);
-    return out;
-  };
-  r.s.assign = [](c& to, const c& from) { to.flags = from.flags; };
-  r.s.range_doc = "0 .. 100 per flag";
-  return r;
-}
-
 std::vector<gateway_setting> build() {
   std::vector<row<c>> rows;
   const auto add = [&rows](row<c> r) { rows.push_back(std::move(r)); };
@@ -137,7 +105,12 @@ std::vector<gateway_setting> build() {
                "a drained device is told to wait a random 0 .. this before reconnecting")
           .range({0}, {600'000}, count_of(&c::drain_jitter)));
 
-  add(flags_row("server-side flag ramp, NAME=PERCENT of users (repeatable); known: offers")
+  add(flag_ramp<c>(
+          "flag", &c::flags,
+          [](std::string_view name) {
+            return std::find(flag_names.begin(), flag_names.end(), name) != flag_names.end();
+          },
+          "offers", "server-side flag ramp, NAME=PERCENT of users (repeatable); known: offers")
           .doc("server-side flag ramp, `NAME=PERCENT` of users by a stable hash of the user id (repeatable; known: "
                "`offers`); a SIGHUP applies a change to the sockets already open too (a rollback takes a signal)")
           .reloadable());

@@ -1,5 +1,6 @@
 #include "gateway/gateway_status.hpp"
 
+#include "text/html.hpp"
 #include "text/json_writer.hpp"
 
 #include <array>
@@ -35,28 +36,7 @@ constexpr std::array metrics{
                    [](const gateway_counters& c) { return c.offers_acked; }},
 };
 
-std::string html_escape(std::string_view s) {
-  std::string out;
-  for (const char ch : s) {
-    switch (ch) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
+using text::html_escape;
 
 }  // namespace
 

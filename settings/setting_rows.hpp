@@ -234,6 +234,42 @@ row<Config> choice(std::string_view name, E Config::*m, std::array<std::string_v
   return r;
 }
 
+// NAME=PERCENT, repeatable: a feature flag's ramp (the share of users or
+// connections it is on for). `known` says which names exist; `known_text`
+// lists them for the error ("offers").
+template <class Config>
+row<Config> flag_ramp(std::string_view name, std::vector<std::pair<std::string, std::uint8_t>> Config::*m,
+                      std::function<bool(std::string_view)> known, std::string known_text, std::string_view help) {
+  row<Config> r = make<Config>(name, help, {}, {offset_of(m)});
+  r.s.add = [name, help, m, known, known_text](CLI::App& app, Config& into) {
+    return app.add_option_function<std::vector<std::string>>(
+        detail::flag_of(name),
+        [&into, name, m, known, known_text](const std::vector<std::string>& given) {
+          for (const auto& f : given) {
+            const auto eq = f.find('=');
+            const std::string flag = f.substr(0, eq);
+            if (eq == std::string::npos || !known(flag))
+              throw std::invalid_argument(detail::flag_of(name) + " " + f +
+                                          ": expected NAME=PERCENT with a known flag (" + known_text + ")");
+            const std::string pct = f.substr(eq + 1);
+            if (pct.empty() || pct.size() > 3 || pct.find_first_not_of("0123456789") != std::string::npos ||
+                std::stoi(pct) > 100)
+              throw std::invalid_argument(detail::flag_of(name) + " " + f + ": the percentage is 0..100");
+            (into.*m).emplace_back(flag, static_cast<std::uint8_t>(std::stoi(pct)));
+          }
+        },
+        std::string(help));
+  };
+  r.s.show = [m](const Config& c) {
+    std::string out;
+    for (const auto& [flag, pct] : c.*m) out += (out.empty() ? "" : ",") + flag + "=" + std::to_string(pct);
+    return out;
+  };
+  r.s.assign = [m](Config& to, const Config& from) { to.*m = from.*m; };
+  r.s.range_doc = "0 .. 100 per flag";
+  return r;
+}
+
 // A switch: given means true (a config file says true or false).
 template <class Config>
 row<Config> toggle(std::string_view name, bool Config::*m, std::string_view help) {

@@ -27,6 +27,7 @@ using settings::as_int64;
 using settings::choice;
 using settings::count_of;
 using settings::duration;
+using settings::flag_ramp;
 using settings::follows;
 using settings::integer;
 using settings::offset_of;
@@ -35,37 +36,6 @@ using settings::text;
 using settings::toggle;
 using settings::unbounded;
 using settings::value_of;
-
-// --flag NAME=PERCENT, repeatable.
-row server_flags(std::string_view help) {
-  row r = settings::make<server_config>("flag", help, {}, {offset_of(&server_config::flags)});
-  r.s.add = [help](CLI::App& app, server_config& into) {
-    return app.add_option_function<std::vector<std::string>>(
-        "--flag",
-        [&into](const std::vector<std::string>& given) {
-          for (const auto& f : given) {
-            const auto eq = f.find('=');
-            const std::string name = f.substr(0, eq);
-            if (eq == std::string::npos || !feature_flags::find(name))
-              throw std::invalid_argument("--flag " + f + ": expected NAME=PERCENT with a known flag (offers)");
-            const std::string pct = f.substr(eq + 1);
-            if (pct.empty() || pct.size() > 3 || pct.find_first_not_of("0123456789") != std::string::npos ||
-                std::stoi(pct) > 100)
-              throw std::invalid_argument("--flag " + f + ": the percentage is 0..100");
-            into.flags.emplace_back(name, static_cast<std::uint8_t>(std::stoi(pct)));
-          }
-        },
-        std::string(help));
-  };
-  r.s.show = [](const server_config& c) {
-    std::string out;
-    for (const auto& [name, pct] : c.flags) out += (out.empty() ? "" : ",") + name + "=" + std::to_string(pct);
-    return out;
-  };
-  r.s.assign = [](server_config& to, const server_config& from) { to.flags = from.flags; };
-  r.s.range_doc = "0 .. 100 per flag";
-  return r;
-}
 
 std::vector<setting> build() {
   using c = server_config;
@@ -218,8 +188,10 @@ std::vector<setting> build() {
           .doc("route keys whose offers are counted for caps at once (about 230 bytes each); offers to new keys "
                "past it are not counted (`exposure_untracked_total`)")
           .range({1}, {unbounded}, value_of(&c::max_exposure_keys)));
-  add(server_flags("NAME=PERCENT: a server flag's share of connections at start (0..100; known: offers; default "
-                   "100); repeatable")
+  add(flag_ramp<c>(
+          "flag", &c::flags, [](std::string_view name) { return feature_flags::find(name).has_value(); }, "offers",
+          "NAME=PERCENT: a server flag's share of connections at start (0..100; known: offers; default "
+          "100); repeatable")
           .doc("`NAME=PERCENT`: a server flag's share of connections at start (repeatable; the only flag is "
                "`offers`, [`docs/protocol.md`](protocol.md) §15.6). `switchyard-cli flags set` changes flags at "
                "once; a reload does not")

@@ -1,6 +1,7 @@
 #include "broker/monitor/monitor_pages.hpp"
 
 #include "broker/monitor/metric_catalog.hpp"
+#include "text/html.hpp"
 #include "text/json_writer.hpp"
 
 #include <fmt/format.h>
@@ -15,33 +16,7 @@ double per_second(std::uint64_t before, std::uint64_t after, double seconds) {
   return after >= before && seconds > 0 ? static_cast<double>(after - before) / seconds : 0.0;
 }
 
-// Text as HTML element content or attribute value.
-std::string html(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+using text::html_escape;
 
 // 1234567 -> "1,234,567".
 std::string grouped(std::uint64_t v) {
@@ -179,15 +154,16 @@ std::string status_html(const status_view& v) {
                  "font-weight:600}}\n"
                  "footer{{margin-top:1.5em;color:#5b6475;font-size:12px}} a{{color:#1f5fbf}}\n"
                  "</style></head><body>\n",
-                 v.refresh_seconds, html(st.version));
+                 v.refresh_seconds, html_escape(st.version));
   fmt::format_to(it,
                  "<h1>Switchyard {} <span class=\"state {}\" id=\"state\">{}</span></h1>\n"
                  "<div class=\"sub\">instance {} &middot; up {}",
-                 html(st.version), v.ready.ready ? "ready" : "notready",
-                 v.ready.ready ? "ready" : html("not ready: " + v.ready.reason), st.instance_id, elapsed(st.uptime_ms));
+                 html_escape(st.version), v.ready.ready ? "ready" : "notready",
+                 v.ready.ready ? "ready" : html_escape("not ready: " + v.ready.reason), st.instance_id,
+                 elapsed(st.uptime_ms));
   for (const auto& [name, value] : st.settings)
     if (name == "listen" || name == "durability" || name == "tls" || name == "auth")
-      fmt::format_to(it, " &middot; {} {}", html(name), html(value));
+      fmt::format_to(it, " &middot; {} {}", html_escape(name), html_escape(value));
   out += "</div>\n";
 
   const auto tile = [&](std::string_view label, const std::string& value, std::string_view id) {
@@ -253,9 +229,10 @@ std::string status_html(const status_view& v) {
                    "<tr><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}{}</td><td class=\"n\">{}</td>"
                    "<td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td>"
                    "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                   c.id, html(c.name.empty() ? "-" : c.name), html(c.principal.empty() ? "-" : c.principal),
-                   html(c.address), c.tls ? " (tls)" : "", elapsed(c.age_ms), elapsed(c.idle_ms), c.subscriptions,
-                   html(boxes.empty() ? "-" : boxes), bytes(static_cast<double>(c.pending_bytes)), grouped(c.dropped),
+                   c.id, html_escape(c.name.empty() ? "-" : c.name),
+                   html_escape(c.principal.empty() ? "-" : c.principal), html_escape(c.address), c.tls ? " (tls)" : "",
+                   elapsed(c.age_ms), elapsed(c.idle_ms), c.subscriptions, html_escape(boxes.empty() ? "-" : boxes),
+                   bytes(static_cast<double>(c.pending_bytes)), grouped(c.dropped),
                    bytes(static_cast<double>(c.bytes_in)), bytes(static_cast<double>(c.bytes_out)));
   }
   out += "</table>\n";
@@ -270,7 +247,8 @@ std::string status_html(const status_view& v) {
       fmt::format_to(it,
                      "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
                      "<td class=\"n\">{}</td></tr>\n",
-                     html(s.name), s.first_seq, s.last_seq, grouped(s.records), bytes(static_cast<double>(s.bytes)));
+                     html_escape(s.name), s.first_seq, s.last_seq, grouped(s.records),
+                     bytes(static_cast<double>(s.bytes)));
     out += "</table>\n";
   }
   fmt::format_to(it,

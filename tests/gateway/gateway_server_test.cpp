@@ -105,6 +105,28 @@ class gateway_fixture {
   std::atomic<bool> finished_{false};
 };
 
+// The HTTP answer to a GET of `target` on the gateway's port, with the
+// WebSocket upgrade headers when `upgrade`.
+boost::beast::http::response<boost::beast::http::string_body> http_upgrade_answer(std::uint16_t port,
+                                                                                  const std::string& target,
+                                                                                  bool upgrade) {
+  namespace http = boost::beast::http;
+  ws_device raw(port, ws_device::raw_tag{});
+  http::request<http::empty_body> req{http::verb::get, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  if (upgrade) {
+    req.set(http::field::upgrade, "websocket");
+    req.set(http::field::connection, "Upgrade");
+    req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
+    req.set(http::field::sec_websocket_version, "13");
+  }
+  http::write(raw.socket(), req);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(raw.socket(), buffer, res);
+  return res;
+}
+
 // What a service's send to `user` returned: the gateway's inbox id, or
 // the error.
 std::string send_to(client& service, const std::string& user, std::string_view payload) {
@@ -368,18 +390,8 @@ TEST_CASE("a drain of a gateway without sockets ends it at once", "[gateway][e2e
 TEST_CASE("past max-sockets an upgrade gets HTTP 503 with a Retry-After", "[gateway][e2e]") {
   gateway_fixture f([](gateway_config& c) { c.max_sockets = 1; });
   auto a = f.device("alice");
-  ws_device raw(f.port(), ws_device::raw_tag{});
   namespace http = boost::beast::http;
-  http::request<http::empty_body> req{http::verb::get, "/ws", 11};
-  req.set(http::field::host, "127.0.0.1");
-  req.set(http::field::upgrade, "websocket");
-  req.set(http::field::connection, "Upgrade");
-  req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
-  req.set(http::field::sec_websocket_version, "13");
-  http::write(raw.socket(), req);
-  boost::beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  http::read(raw.socket(), buffer, res);
+  const auto res = http_upgrade_answer(f.port(), "/ws", true);
   CHECK(res.result() == http::status::service_unavailable);
   CHECK(res[http::field::retry_after] == "1");
   CHECK(f.gateway().counters().refused == 1);
@@ -390,19 +402,7 @@ TEST_CASE("anything but a WebSocket upgrade at /ws gets an HTTP error", "[gatewa
   namespace http = boost::beast::http;
   for (const auto& [target, upgrade, status] : {std::tuple{"/ws", false, http::status::upgrade_required},
                                                 std::tuple{"/other", true, http::status::not_found}}) {
-    ws_device raw(f.port(), ws_device::raw_tag{});
-    http::request<http::empty_body> req{http::verb::get, target, 11};
-    req.set(http::field::host, "127.0.0.1");
-    if (upgrade) {
-      req.set(http::field::upgrade, "websocket");
-      req.set(http::field::connection, "Upgrade");
-      req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
-      req.set(http::field::sec_websocket_version, "13");
-    }
-    http::write(raw.socket(), req);
-    boost::beast::flat_buffer buffer;
-    http::response<http::string_body> res;
-    http::read(raw.socket(), buffer, res);
+    const auto res = http_upgrade_answer(f.port(), target, upgrade);
     CHECK(res.result() == status);
   }
 }
