@@ -28,7 +28,13 @@ struct gateway_config {
   // The broker.
   std::vector<std::string> brokers{"127.0.0.1:7878"};
   std::string broker_token_file;  // a bearer token for a broker with an auth file
-  std::string inbox_id;           // this gateway's stable id; empty: "gw-<hostname>"
+  // TLS to the broker (the client library's tls_options): on when any is set.
+  bool broker_tls = false;
+  std::string broker_tls_ca;           // CAs the broker's certificate must chain to (empty: the system's)
+  std::string broker_tls_cert;         // mTLS: this gateway's certificate chain (PEM) ...
+  std::string broker_tls_key;          // ... and its key
+  std::string broker_tls_server_name;  // the name the broker's certificate must carry (empty: the host)
+  std::string inbox_id;                // this gateway's stable id; empty: "gw-<hostname>"
   std::chrono::milliseconds lease_ttl{10'000};
   std::string route_prefix = "user:";       // route key = prefix + the token's sub
   bool plain_inbox = false;                 // true: no durable inbox (gap-free durable sends need the broker's log)

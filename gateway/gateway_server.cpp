@@ -120,6 +120,11 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
   o.client_name = "switchyard-gateway " + config_.inbox_id;
   o.addresses = config_.brokers;
   if (!config_.broker_token_file.empty()) o.token = trimmed(read_file(config_.broker_token_file, "broker-token-file"));
+  o.tls = {.enabled = config_.broker_tls || !config_.broker_tls_ca.empty(),
+           .ca_file = config_.broker_tls_ca,
+           .cert_file = config_.broker_tls_cert,
+           .key_file = config_.broker_tls_key,
+           .server_name = config_.broker_tls_server_name};
   // Routes restored after a lost broker connection (or a lost lease): what
   // was stored meanwhile for a connected user reached no gateway; every
   // device's streams are read back from where it stands.

@@ -44,6 +44,13 @@ std::vector<gateway_setting> build() {
                "when one is lost)"));
   add(text("broker-token-file", &c::broker_token_file,
            "file holding the bearer token this gateway presents to a broker with an auth file"));
+  add(toggle("broker-tls", &c::broker_tls, "TLS to the broker (implied by any other --broker-tls-* option)"));
+  add(text("broker-tls-ca", &c::broker_tls_ca,
+           "PEM file of the CAs the broker's certificate must chain to (empty: the system's CAs)"));
+  add(text("broker-tls-cert", &c::broker_tls_cert, "mTLS: PEM file of this gateway's certificate chain"));
+  add(text("broker-tls-key", &c::broker_tls_key, "mTLS: PEM file of this gateway's private key"));
+  add(text("broker-tls-server-name", &c::broker_tls_server_name,
+           "the name (DNS or IP) the broker's certificate must carry (empty: the host of --broker)"));
   add(text("inbox-id", &c::inbox_id, "this gateway's inbox id on the broker (stable across restarts)")
           .default_rule("`gw-<hostname>`"));
   add(duration("lease-ttl-ms", &c::lease_ttl, "TTL of this gateway's lease: its routes vanish this long after it died")
@@ -148,6 +155,11 @@ gateway_config parse_gateway_args(int argc, const char* const* argv) {
   if (cfg.jwt_secret_file.empty() && cfg.jwt_public_key.empty())
     throw std::invalid_argument("no token key: give --jwt-secret-file or --jwt-public-key");
   if (cfg.brokers.empty()) throw std::invalid_argument("broker: give at least one host:port");
+  if (!cfg.broker_tls_ca.empty() || !cfg.broker_tls_cert.empty() || !cfg.broker_tls_key.empty() ||
+      !cfg.broker_tls_server_name.empty())
+    cfg.broker_tls = true;
+  if (cfg.broker_tls_cert.empty() != cfg.broker_tls_key.empty())
+    throw std::invalid_argument("broker-tls-cert and broker-tls-key go together: set both or neither");
   if (cfg.route_prefix.size() > 64) throw std::invalid_argument("route-prefix must be at most 64 bytes");
   for (auto* host : {&cfg.listen_host, &cfg.http_host})
     if (*host == "localhost") *host = "127.0.0.1";

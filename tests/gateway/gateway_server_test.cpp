@@ -10,6 +10,7 @@
 #include "tests/support/jwt_tokens.hpp"
 #include "tests/support/log_helpers.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "tests/support/tls_certs.hpp"
 #include "tests/support/test_server.hpp"
 #include "tests/support/wait.hpp"
 #include "tests/support/ws_device.hpp"
@@ -37,9 +38,11 @@ const std::string secret = "gateway-test-secret";
 class gateway_fixture {
  public:
   explicit gateway_fixture(std::function<void(gateway_config&)> adjust = {},
-                           std::function<std::chrono::system_clock::time_point()> wall = {}, bool with_log = false)
+                           std::function<std::chrono::system_clock::time_point()> wall = {}, bool with_log = false,
+                           std::function<void(broker::server_config&)> adjust_broker = {})
       : wall_(std::move(wall)) {
     broker_cfg_ = with_log ? with_data(dir_) : test_server::default_config();
+    if (adjust_broker) adjust_broker(broker_cfg_);
     if (with_log) broker_cfg_.durability = storage::durability::none;  // delivery is under test, not fsync
     broker_.emplace(broker_cfg_);
     std::ofstream(dir_.path() / "secret") << secret << "\n";
@@ -704,4 +707,25 @@ TEST_CASE("a reload that turns the offers flag off sends plain messages to the s
   const auto plain = d->expect("msg");
   CHECK(plain["data"] == "two");
   CHECK_FALSE(plain.contains("offer"));
+}
+
+TEST_CASE("a gateway reaches a broker over TLS, its certificate checked against the CA given", "[gateway][e2e][tls]") {
+  const tls_certs certs;
+  const auto tls_broker = [&](broker::server_config& b) {
+    b.tls_cert = certs.pem("ca-broker");
+    b.tls_key = certs.key("ca-broker");
+  };
+  gateway_fixture f([&](gateway_config& c) { c.broker_tls_ca = certs.pem("ca"); }, {}, false, tls_broker);
+  auto d = f.device("alice");
+  client_options o;
+  o.port = f.broker().port();
+  o.tls = {.enabled = true, .ca_file = certs.pem("ca")};
+  auto service = client::connect(o).value();
+  CHECK(send_to(*service, "alice", "over TLS") == "gw-test");
+  CHECK(d->expect("msg")["data"] == "over TLS");
+  // A CA the broker's certificate does not chain to: no start.
+  gateway_config wrong = f.config();
+  wrong.broker_tls_ca = certs.pem("other-ca");
+  wrong.inbox_id = "gw-wrong";
+  CHECK_THROWS_WITH(gateway_server(wrong), Catch::Contains("cannot reach the broker"));
 }

@@ -84,6 +84,9 @@ TEST_CASE("the gateway refuses values out of range and settings that do not go t
   CHECK(parse({"--http", "0.0.0.0:9100", "--http-public"}).http_port == 9100);
   CHECK(parse({"--http", "localhost:9100"}).http_host == "127.0.0.1");
   CHECK_THROWS_WITH(parse({"--http-public"}), Catch::Contains("http-public needs --http"));
+  CHECK_THROWS_WITH(parse({"--broker-tls-cert", "c.pem"}),
+                    Catch::Contains("broker-tls-cert and broker-tls-key go together"));
+  CHECK(parse({"--broker-tls-ca", "ca.pem"}).broker_tls);
   const char* no_key[] = {"switchyard-gateway"};
   CHECK_THROWS_WITH(parse_gateway_args(1, no_key), Catch::Contains("no token key"));
 }
