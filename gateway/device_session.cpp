@@ -23,6 +23,8 @@ template <class... F>
 struct overloaded : F... {
   using F::operator()...;
 };
+template <class... F>
+overloaded(F...) -> overloaded<F...>;  // clang-14 has no deduction for aggregates
 
 steady_time now() { return std::chrono::steady_clock::now(); }
 

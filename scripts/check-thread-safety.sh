@@ -24,7 +24,7 @@ command -v "$clang" >/dev/null || { echo "thread-safety: $clang not found (scrip
 # are shared between threads (a folder: all of its files, new ones
 # included), and the files of admin/ and bench/ that use an annotated
 # class (session_events, connect_log; receipt_sink).
-folders=(storage client-lib broker/requests broker/cluster cluster chaos)
+folders=(storage client-lib broker/requests broker/cluster cluster chaos gateway)
 files=(admin/cli.cpp admin/pubsub_commands.cpp bench/offers_workload.cpp)
 # Left out, because clang-14 cannot parse them (checking their other
 # functions is not possible: clang skips the analysis after an error):
