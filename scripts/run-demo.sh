@@ -9,7 +9,7 @@
 set -euo pipefail
 here=$(pwd)
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-"$repo/scripts/setup.sh"
+"$repo/scripts/setup.sh" --js
 cmake -S "$repo" -B "$repo/build/release" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$repo/build/release" -j2 --target switchyard-gateway switchyard-cli
 (cd "$repo/clients/js" && node node_modules/typescript/bin/tsc -p tsconfig.json)

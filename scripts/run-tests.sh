@@ -12,7 +12,7 @@
 # each for FUZZ_SECONDS, default 30 here); FUZZ=0 skips them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-scripts/setup.sh
+scripts/setup.sh --js
 
 sanitize=${SANITIZE:-1}
 if [[ $sanitize == 1 ]]; then

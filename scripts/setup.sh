@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Switchyard builds and tests with.
+# Installs the Debian 12 packages Switchyard builds and tests with (and,
+# with --js, the JavaScript client's Node.js packages: see the end).
 # Idempotent: installs only what is missing, so a second run is a no-op.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
@@ -26,6 +27,9 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# With --js (scripts/run-tests.sh, scripts/run-demo.sh): the JavaScript
+# client (clients/js) too. The broker alone does not need it.
+[[ ${1:-} == --js ]] || exit 0
 # The JavaScript client (clients/js): Node.js 20 or later (on this machine
 # image; Debian 12's own nodejs is 18, too old for its WebSocket), and its
 # development packages from the npm registry, pinned by package-lock.json
