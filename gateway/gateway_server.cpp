@@ -77,10 +77,14 @@ bool allowed(const std::vector<std::string>& claims, std::string_view wanted) {
 struct gateway_server::user_entry {
   enum class route { absent, adding, held, removing };
   route state = route::absent;
-  std::vector<device_session*> sockets;                // welcomed
-  std::vector<std::weak_ptr<device_session>> waiting;  // hello accepted, route being added
-  std::vector<std::string> welcome_frames;             // per waiting socket, in the same order
-  std::vector<std::optional<steady_time>> expiries;
+  std::vector<device_session*> sockets;  // welcomed
+  // Hello accepted, route being added: the socket, its welcome, its token's expiry.
+  struct waiting_socket {
+    std::weak_ptr<device_session> socket;
+    std::string welcome;
+    std::optional<steady_time> expiry;
+  };
+  std::vector<waiting_socket> waiting;
 };
 
 // A channel some sockets subscribed to: one broker subscription.
@@ -437,9 +441,7 @@ void gateway_server::hello(device_session& s, hello_message m) {
     s.welcome(claims->user, std::move(frame), expiry);
     return start_resume(s);
   }
-  u.waiting.push_back(sessions_.at(s.id()));
-  u.welcome_frames.push_back(std::move(frame));
-  u.expiries.push_back(expiry);
+  u.waiting.push_back({sessions_.at(s.id()), std::move(frame), expiry});
   reconcile_route(claims->user);
 }
 
@@ -474,13 +476,9 @@ void gateway_server::route_changed(const std::string& user, bool added, std::err
   if (added) {
     u.state = ec ? user_entry::route::absent : user_entry::route::held;
     auto waiting = std::move(u.waiting);
-    auto frames = std::move(u.welcome_frames);
-    auto expiries = std::move(u.expiries);
     u.waiting.clear();
-    u.welcome_frames.clear();
-    u.expiries.clear();
-    for (std::size_t i = 0; i < waiting.size(); ++i) {
-      const auto s = waiting[i].lock();
+    for (auto& w : waiting) {
+      const auto s = w.socket.lock();
       if (!s || !s->active()) continue;
       if (ec) {
         logger()->warn("route for {}: {}", user, ec.message());
@@ -489,7 +487,7 @@ void gateway_server::route_changed(const std::string& user, bool added, std::err
       }
       u.sockets.push_back(s.get());
       ++counters_.welcomed;
-      s->welcome(user, std::move(frames[i]), expiries[i]);
+      s->welcome(user, std::move(w.welcome), w.expiry);
       start_resume(*s);
     }
   } else {
