@@ -17,6 +17,8 @@
 //
 // Output: a summary on stdout, or one JSON object with --json (the storm's
 // histograms for bench/plot-ws-storm.sh). Tokens are HS256 with --secret.
+// A wss:// URL connects with TLS (the certificate checked against --ca if
+// given, else not checked).
 
 #include "common/asio.hpp"
 
@@ -24,7 +26,9 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <fmt/format.h>
 #include <sodium.h>
 #include <sys/resource.h>
@@ -71,14 +75,15 @@ std::string hs256(const std::string& secret, const std::string& user) {
 struct endpoint {
   std::string host;
   std::string port;
+  bool tls = false;
 };
 
-endpoint parse_url(const std::string& url) {  // ws://host:port/ws
+endpoint parse_url(const std::string& url) {  // ws://host:port/ws or wss://
   const auto start = url.find("://");
   const auto rest = url.substr(start == std::string::npos ? 0 : start + 3);
   const auto colon = rest.find(':');
   const auto slash = rest.find('/', colon);
-  return {rest.substr(0, colon), rest.substr(colon + 1, slash - colon - 1)};
+  return {rest.substr(0, colon), rest.substr(colon + 1, slash - colon - 1), url.starts_with("wss://")};
 }
 
 long rss_kib(int pid) {
@@ -106,16 +111,22 @@ struct options {
   int rate = 20'000;
   int seconds = 10;
   std::string prefix = "user:";
+  std::string ca_file;  // wss://: the CA the gateway's certificate must chain to (empty: not checked)
   bool json = false;
   unsigned seed = 1;
 };
 
-// One device: a WebSocket, reconnecting by the JavaScript client's policy.
+using plain_ws = websocket::stream<beast::tcp_stream>;
+using tls_ws = websocket::stream<beast::ssl_stream<beast::tcp_stream>>;
+
+// One device: a WebSocket (plain or TLS, by its URL), reconnecting by the
+// JavaScript client's policy.
 struct device : std::enable_shared_from_this<device> {
   struct fleet* f;
   int index;
   std::string user;
-  std::unique_ptr<websocket::stream<beast::tcp_stream>> ws;
+  std::unique_ptr<plain_ws> ws;  // ws://
+  std::unique_ptr<tls_ws> wss;   // wss://
   beast::flat_buffer in;
   asio::steady_timer retry;
   int attempts = 0;       // since the last welcome
@@ -127,11 +138,17 @@ struct device : std::enable_shared_from_this<device> {
   device(struct fleet* fl, int i, asio::io_context& io);
   void connect();
   void failed();
-  void read();
+  template <class Ws>
+  void open(Ws& s, const endpoint& at);
+  template <class Ws>
+  void upgrade(Ws& s, const endpoint& at);
+  template <class Ws>
+  void read(Ws& s);
 };
 
 struct fleet {
   asio::io_context io;
+  asio::ssl::context tls{asio::ssl::context::tls_client};
   options o;
   std::vector<std::shared_ptr<device>> devices;
   std::vector<endpoint> urls;
@@ -158,29 +175,59 @@ device::device(fleet* fl, int i, asio::io_context& io) : f(fl), index(i), user("
 
 void device::connect() {
   ++attempts;
-  ws = std::make_unique<websocket::stream<beast::tcp_stream>>(f->io);
   const auto& at = f->urls[url_index % f->urls.size()];
-  auto resolver = std::make_shared<asio::ip::tcp::resolver>(f->io);
-  beast::get_lowest_layer(*ws).expires_after(10s);
-  beast::get_lowest_layer(*ws).async_connect(
+  ws.reset();
+  wss.reset();
+  if (at.tls) {
+    wss = std::make_unique<tls_ws>(f->io, f->tls);
+    open(*wss, at);
+  } else {
+    ws = std::make_unique<plain_ws>(f->io);
+    open(*ws, at);
+  }
+}
+
+// TCP connect, the TLS handshake for wss://, the upgrade, the hello. `s`
+// is owned by this device and replaced only by the next connect(), after
+// this chain ended.
+template <class Ws>
+void device::open(Ws& s, const endpoint& at) {
+  beast::get_lowest_layer(s).expires_after(10s);
+  beast::get_lowest_layer(s).async_connect(
       asio::ip::tcp::endpoint(asio::ip::make_address(at.host), static_cast<unsigned short>(std::stoi(at.port))),
-      [self = shared_from_this(), at](beast::error_code ec) {
+      [self = shared_from_this(), &s, at](beast::error_code ec) {
         if (ec) return self->failed();
-        self->ws->async_handshake(at.host + ":" + at.port, "/ws", [self](beast::error_code ec2) {
-          if (ec2) return self->failed();
-          beast::get_lowest_layer(*self->ws).expires_never();
-          const std::string hello = R"({"t":"hello","token":")" + hs256(self->f->secret, self->user) + "\"}";
-          self->ws->async_write(asio::buffer(hello), [self, keep = std::make_shared<std::string>(hello)](
-                                                         beast::error_code ec3, std::size_t) {
-            if (ec3) return self->failed();
-            self->read();
+        // As browsers do: a TLS handshake's last flight and the upgrade
+        // request go out at once, not after a delayed ACK (Nagle).
+        beast::get_lowest_layer(s).socket().set_option(asio::ip::tcp::no_delay(true), ec);
+        if constexpr (std::is_same_v<Ws, tls_ws>) {
+          s.next_layer().async_handshake(asio::ssl::stream_base::client, [self, &s, at](beast::error_code ec2) {
+            if (ec2) return self->failed();
+            self->upgrade(s, at);
           });
-        });
+        } else {
+          self->upgrade(s, at);
+        }
       });
 }
 
-void device::read() {
-  ws->async_read(in, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+template <class Ws>
+void device::upgrade(Ws& s, const endpoint& at) {
+  s.async_handshake(at.host + ":" + at.port, "/ws", [self = shared_from_this(), &s](beast::error_code ec2) {
+    if (ec2) return self->failed();
+    beast::get_lowest_layer(s).expires_never();
+    const std::string hello = R"({"t":"hello","token":")" + hs256(self->f->secret, self->user) + "\"}";
+    s.async_write(asio::buffer(hello),
+                  [self, &s, keep = std::make_shared<std::string>(hello)](beast::error_code ec3, std::size_t) {
+                    if (ec3) return self->failed();
+                    self->read(s);
+                  });
+  });
+}
+
+template <class Ws>
+void device::read(Ws& s) {
+  s.async_read(in, [self = shared_from_this(), &s](beast::error_code ec, std::size_t) {
     if (ec) return self->failed();
     const std::string_view text(static_cast<const char*>(self->in.cdata().data()), self->in.size());
     if (!self->welcomed && text.find(R"("t":"welcome")") != std::string_view::npos) {
@@ -202,7 +249,7 @@ void device::read() {
       ++self->f->received;
     }
     self->in.consume(self->in.size());
-    self->read();
+    self->read(s);
   });
 }
 
@@ -385,6 +432,8 @@ int main(int argc, char** argv) {
   app.add_option("--rate", o.rate, "sends per second after connecting (load; 0: none)")->capture_default_str();
   app.add_option("--seconds", o.seconds, "how long to send (load)")->capture_default_str();
   app.add_option("--seed", o.seed, "the randomness (jitter, users picked)")->capture_default_str();
+  app.add_option("--ca", o.ca_file,
+                 "wss://: the CA file the gateway's certificate must chain to (default: not checked)");
   app.add_flag("--json", o.json, "one JSON object on stdout");
   CLI11_PARSE(app, argc, argv);
   if (sodium_init() < 0) return 2;
@@ -392,6 +441,10 @@ int main(int argc, char** argv) {
   fleet f;
   f.o = o;
   f.rng.seed(o.seed);
+  if (!o.ca_file.empty()) {
+    f.tls.load_verify_file(o.ca_file);
+    f.tls.set_verify_mode(asio::ssl::verify_peer);
+  }
   for (const auto& g : o.gateways) f.urls.push_back(parse_url(g));
   std::ifstream in(o.secret_file);
   std::getline(in, f.secret);

@@ -28,16 +28,25 @@ overloaded(F...) -> overloaded<F...>;  // clang-14 has no deduction for aggregat
 
 steady_time now() { return std::chrono::steady_clock::now(); }
 
+// The session's stream over `socket`: TLS when `tls` is set.
+template <class Variant>
+Variant make_stream(asio::ip::tcp::socket socket, std::shared_ptr<device_tls> tls) {
+  using plain = std::variant_alternative_t<0, Variant>;
+  using secure = std::variant_alternative_t<1, Variant>;
+  if (tls) return Variant(std::in_place_type<secure>, std::move(socket), std::move(tls));
+  return Variant(std::in_place_type<plain>, std::move(socket));
+}
+
 }  // namespace
 
-device_session::device_session(asio::ip::tcp::socket socket, session_host& host, const session_limits& limits,
-                               std::uint64_t id, steady_time at)
-    : ws_(std::move(socket)),
+device_session::device_session(asio::ip::tcp::socket socket, std::shared_ptr<device_tls> tls, session_host& host,
+                               const session_limits& limits, std::uint64_t id, steady_time at)
+    : ws_(make_stream<decltype(ws_)>(std::move(socket), std::move(tls))),
       host_(host),
       limits_(limits),
       id_(id),
       in_(max_header_bytes),
-      wake_(ws_.get_executor()),
+      wake_(on_ws([](auto& ws) { return ws.get_executor(); })),
       tokens_(limits.message_burst),
       tokens_at_(at) {
   timers_.accepted = at;
@@ -49,15 +58,25 @@ device_session::~device_session() = default;
 
 void device_session::start() {
   asio::co_spawn(
-      ws_.get_executor(), [self = shared_from_this()] { return self->run(); }, asio::detached);
+      wake_.get_executor(), [self = shared_from_this()] { return self->run(); }, asio::detached);
 }
 
 asio::awaitable<void> device_session::run() {
   const auto self = shared_from_this();  // alive while the socket is read
   beast::error_code ec;
+  if (auto* secure = std::get_if<tls_ws>(&ws_)) {
+    // Within the hello timeout, as the upgrade is.
+    co_await secure->next_layer().async_handshake(asio::redirect_error(use_awaitable, ec));
+    if (ec || closing()) {
+      tls_failed_ = true;
+      co_return finish();
+    }
+  }
   http::request_parser<http::empty_body> parser;
   parser.header_limit(max_header_bytes);
-  co_await http::async_read(ws_.next_layer(), in_, parser, asio::redirect_error(use_awaitable, ec));
+  co_await on_ws([&](auto& ws) {
+    return http::async_read(ws.next_layer(), in_, parser, asio::redirect_error(use_awaitable, ec));
+  });
   if (ec || closing()) co_return finish();
   const auto& request = parser.get();
   const bool upgrade = websocket::is_upgrade(request) && request.target() == "/ws";
@@ -75,15 +94,18 @@ asio::awaitable<void> device_session::run() {
                           : "switchyard-gateway: too_many_sockets or draining; retry later\n";
     res.keep_alive(false);
     res.prepare_payload();
-    co_await http::async_write(ws_.next_layer(), res, asio::redirect_error(use_awaitable, ec));
+    co_await on_ws(
+        [&](auto& ws) { return http::async_write(ws.next_layer(), res, asio::redirect_error(use_awaitable, ec)); });
     co_return finish();
   }
-  ws_.read_message_max(limits_.max_message_bytes);
-  ws_.auto_fragment(false);
-  ws_.control_callback([this](websocket::frame_type, beast::string_view) { timers_.last_received = now(); });
-  ws_.set_option(websocket::stream_base::decorator(
-      [](websocket::response_type& res) { res.set(http::field::server, "switchyard-gateway/" SWITCHYARD_VERSION); }));
-  co_await ws_.async_accept(request, asio::redirect_error(use_awaitable, ec));
+  co_await on_ws([&](auto& ws) {
+    ws.read_message_max(limits_.max_message_bytes);
+    ws.auto_fragment(false);
+    ws.control_callback([this](websocket::frame_type, beast::string_view) { timers_.last_received = now(); });
+    ws.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "switchyard-gateway/" SWITCHYARD_VERSION); }));
+    return ws.async_accept(request, asio::redirect_error(use_awaitable, ec));
+  });
   if (ec || closing()) co_return finish();
   timers_.upgraded = true;
   timers_.last_received = timers_.last_ping = now();
@@ -92,14 +114,14 @@ asio::awaitable<void> device_session::run() {
   in_.max_size(limits_.max_message_bytes + 1024);  // the upgrade's header limit no more: read_message_max rules
   writer_started_ = true;
   asio::co_spawn(
-      ws_.get_executor(), [self] { return self->writer(); }, asio::detached);
+      wake_.get_executor(), [self] { return self->writer(); }, asio::detached);
 
   for (;;) {
-    co_await ws_.async_read(in_, asio::redirect_error(use_awaitable, ec));
+    co_await on_ws([&](auto& ws) { return ws.async_read(in_, asio::redirect_error(use_awaitable, ec)); });
     if (ec) break;  // closed (by either side), reset, or a message over the limit (Beast closes with 1009)
     timers_.last_received = now();
     if (!closing()) {
-      if (!ws_.got_text())
+      if (!on_ws([](auto& ws) { return ws.got_text(); }))
         close(device_errc::too_large, "binary frames are not accepted");
       else
         handle({static_cast<const char*>(in_.cdata().data()), in_.size()});
@@ -121,7 +143,8 @@ asio::awaitable<void> device_session::writer() {
     }
     const text frame = std::move(out_.front());
     out_.pop_front();
-    co_await ws_.async_write(asio::buffer(*frame), asio::redirect_error(use_awaitable, ec));
+    co_await on_ws(
+        [&](auto& ws) { return ws.async_write(asio::buffer(*frame), asio::redirect_error(use_awaitable, ec)); });
     pending_bytes_ -= std::min(pending_bytes_, frame->size());
     if (ec) {
       abort();  // the reader ends too, and finish() tells the host
@@ -211,35 +234,39 @@ void device_session::close(device_errc code, std::string_view detail) {
   pending_bytes_ = 0;
   wake_.cancel();
   if (!timers_.upgraded) {
-    beast::error_code ignored;
-    ws_.next_layer().close(ignored);  // the pending HTTP read ends; run() finishes
+    close_socket();  // the pending handshake or HTTP read ends; run() finishes
     return;
   }
   const auto& row = row_of(code);
-  ws_.async_close(websocket::close_reason(static_cast<websocket::close_code>(row.close_code ? row.close_code : 1008),
-                                          close_reason(code, detail)),
-                  [self = shared_from_this()](beast::error_code ec) {
-                    if (ec) self->abort();  // otherwise the read loop sees the device's close frame
-                  });
+  const websocket::close_reason reason(static_cast<websocket::close_code>(row.close_code ? row.close_code : 1008),
+                                       close_reason(code, detail));
+  on_ws([&](auto& ws) {
+    ws.async_close(reason, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) self->abort();  // otherwise the read loop sees the device's close frame
+    });
+  });
 }
 
-void device_session::abort() {
+void device_session::abort() { close_socket(); }
+
+void device_session::close_socket() {
   beast::error_code ignored;
-  ws_.next_layer().close(ignored);
+  on_ws([&](auto& ws) { beast::get_lowest_layer(ws).close(ignored); });
 }
 
 void device_session::ping(steady_time at) {
   if (!timers_.upgraded || ping_in_flight_ || finished_ || closing()) return;
   timers_.last_ping = at;
   ping_in_flight_ = true;
-  ws_.async_ping({}, [self = shared_from_this()](beast::error_code) { self->ping_in_flight_ = false; });
+  on_ws([&](auto& ws) {
+    ws.async_ping({}, [self = shared_from_this()](beast::error_code) { self->ping_in_flight_ = false; });
+  });
 }
 
 void device_session::finish() {
   if (finished_) return;
   finished_ = true;
-  beast::error_code ignored;
-  ws_.next_layer().close(ignored);
+  close_socket();
   wake_.cancel();
   out_.clear();
   on_drained_ = nullptr;

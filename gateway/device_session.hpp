@@ -1,5 +1,6 @@
 #pragma once
-// One device's socket: the HTTP upgrade at /ws, then WebSocket text frames
+// One device's socket: with --tls-cert a TLS handshake first (wss://), then
+// the HTTP upgrade at /ws, then WebSocket text frames
 // (device_protocol.hpp). It reads, rate-limits and parses what the device
 // sends and hands each message to its session_host (the gateway_server);
 // it writes what the host queues, within --max-pending-bytes (the slow
@@ -12,6 +13,7 @@
 
 #include "gateway/device_errc.hpp"
 #include "gateway/device_protocol.hpp"
+#include "gateway/tls_socket.hpp"
 #include "gateway/liveness.hpp"
 
 #include "common/asio.hpp"
@@ -27,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace switchyard::edge {
@@ -65,9 +68,11 @@ class device_session : public std::enable_shared_from_this<device_session> {
  public:
   using text = std::shared_ptr<const std::string>;
 
-  // Takes the accepted socket; nothing happens before start().
-  device_session(asio::ip::tcp::socket socket, session_host& host, const session_limits& limits, std::uint64_t id,
-                 steady_time now);
+  // Takes the accepted socket; with `tls` (shared: the socket keeps the
+  // context it started with) the device speaks TLS (tls_socket). Nothing
+  // happens before start().
+  device_session(asio::ip::tcp::socket socket, std::shared_ptr<device_tls> tls, session_host& host,
+                 const session_limits& limits, std::uint64_t id, steady_time now);
   ~device_session();
   device_session(const device_session&) = delete;
   device_session& operator=(const device_session&) = delete;
@@ -110,6 +115,8 @@ class device_session : public std::enable_shared_from_this<device_session> {
   bool active() const noexcept { return !finished_ && !closing(); }
   const liveness& timers() const noexcept { return timers_; }
   std::uint64_t dropped() const noexcept { return dropped_total_; }
+  // The TLS handshake failed (or the socket closed during it).
+  bool tls_failed() const noexcept { return tls_failed_; }
   // Why the gateway closed it (nullopt: the device closed, or the
   // connection was lost).
   std::optional<device_errc> closed_for() const noexcept { return closed_for_; }
@@ -150,7 +157,16 @@ class device_session : public std::enable_shared_from_this<device_session> {
   bool take_token(steady_time now);  // the rate limit: false = over it
   void finish();                     // closes the TCP socket, tells the host (once)
 
-  boost::beast::websocket::stream<asio::ip::tcp::socket> ws_;
+  // The stream's operations on either kind of socket.
+  template <class F>
+  decltype(auto) on_ws(F&& f) {
+    return std::visit(std::forward<F>(f), ws_);
+  }
+  void close_socket();  // the TCP socket, under TLS too
+
+  using plain_ws = boost::beast::websocket::stream<asio::ip::tcp::socket>;
+  using tls_ws = boost::beast::websocket::stream<tls_socket>;
+  std::variant<plain_ws, tls_ws> ws_;
   session_host& host_;
   const session_limits& limits_;
   const std::uint64_t id_;
@@ -169,6 +185,7 @@ class device_session : public std::enable_shared_from_this<device_session> {
   bool writer_started_ = false;
   bool ping_in_flight_ = false;
   bool finished_ = false;
+  bool tls_failed_ = false;
   double tokens_;  // the rate limit's bucket
   steady_time tokens_at_;
 };

@@ -24,6 +24,9 @@ struct gateway_config {
   std::string http_host;
   std::uint16_t http_port = 0;
   bool http_public = false;
+  // wss://: the certificate chain and its key (PEM); empty: plain ws://.
+  std::string tls_cert;
+  std::string tls_key;
 
   // The broker.
   std::vector<std::string> brokers{"127.0.0.1:7878"};

@@ -188,6 +188,11 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
   helper_ = std::move(*helper);
   resumes_ = std::make_unique<resume_reader>(*broker_, max_resume_jobs, config_.resume_max_scan);
 
+  if (!config_.tls_cert.empty()) {
+    auto loaded = device_tls::load(config_.tls_cert, config_.tls_key);
+    if (!loaded) throw std::runtime_error(loaded.error());
+    tls_ = std::move(*loaded);
+  }
   const asio::ip::tcp::endpoint at(asio::ip::make_address(config_.listen_host), config_.listen_port);
   acceptor_.open(at.protocol());
   acceptor_.set_option(asio::socket_base::reuse_address(true));
@@ -210,8 +215,9 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
     http_->start(config_.http_host, config_.http_port);
     logger()->info("monitoring on {}:{}", config_.http_host, http_->port());
   }
-  logger()->info("listening on {}:{} (WebSocket at /ws), inbox {}, lease {}", config_.listen_host, port_,
-                 config_.inbox_id, helper_->lease());
+  logger()->info("listening on {}:{} ({} at /ws{}), inbox {}, lease {}", config_.listen_host, port_,
+                 tls_ ? "wss://" : "ws://", tls_ ? ", certificate " + tls_->subject() : "", config_.inbox_id,
+                 helper_->lease());
 }
 
 gateway_server::~gateway_server() {
@@ -279,8 +285,26 @@ void gateway_server::drain_step() {
   });
 }
 
-void gateway_server::reload(const gateway_config& fresh) {
-  asio::post(io_, [this, fresh] {
+void gateway_server::reload(const gateway_config& given) {
+  asio::post(io_, [this, fresh = given]() mutable {
+    // The certificate files are read again even when their names did not
+    // change (a renewed certificate is written over the old one). TLS on
+    // or off takes a restart: the listening port's scheme stays.
+    if (fresh.tls_cert.empty() != config_.tls_cert.empty()) {
+      logger()->warn("reload: TLS on or off takes effect only at a restart");
+      fresh.tls_cert = config_.tls_cert;
+      fresh.tls_key = config_.tls_key;
+    } else if (tls_) {
+      if (auto loaded = device_tls::load(fresh.tls_cert, fresh.tls_key)) {
+        tls_ = std::move(*loaded);
+        logger()->info("reload: TLS certificate read from {} ({}); new sockets use it", fresh.tls_cert,
+                       tls_->subject());
+      } else {
+        logger()->error("reload: TLS certificate not reloaded, new sockets keep the old one: {}", loaded.error());
+        fresh.tls_cert = config_.tls_cert;
+        fresh.tls_key = config_.tls_key;
+      }
+    }
     std::string restart;
     for (const auto& row : gateway_settings()) {
       if (row.show(fresh) == row.show(config_)) continue;
@@ -352,7 +376,7 @@ asio::awaitable<void> gateway_server::accept_loop() {
     socket.set_option(asio::ip::tcp::no_delay(true), ec);
     ++counters_.accepted;
     const auto id = next_session_++;
-    auto s = std::make_shared<device_session>(std::move(socket), static_cast<session_host&>(*this), limits_, id,
+    auto s = std::make_shared<device_session>(std::move(socket), tls_, static_cast<session_host&>(*this), limits_, id,
                                               std::chrono::steady_clock::now());
     sessions_.emplace(id, s);
     s->start();
@@ -596,6 +620,7 @@ void gateway_server::ack(device_session& s, const ack_message& m) {
 
 void gateway_server::closed(device_session& s) {
   ++counters_.closed;
+  counters_.tls_failed += s.tls_failed();
   counters_.dropped += s.dropped();
   if (const auto why = s.closed_for()) ++counters_.closes[static_cast<std::size_t>(*why)];
   for (const auto& channel : s.subscriptions) leave_channel(s, channel);

@@ -60,7 +60,8 @@ class gateway_server final : private session_host {
   // hint, then ends run().
   void drain();
   // Any thread: applies the settings of `fresh` that a reload applies (the
-  // rows marked reloadable: the flag ramp, the log level) and says which
+  // rows marked reloadable: the flag ramp, the log level, the TLS
+  // certificate, whose files are read again) and says which
   // others changed (they take effect at a restart). A flag's new ramp is
   // applied to the sockets open too.
   void reload(const gateway_config& fresh);
@@ -134,6 +135,7 @@ class gateway_server final : private session_host {
   std::unique_ptr<switchyard::gateway> helper_;
   std::unique_ptr<resume_reader> resumes_;  // after broker_: goes first
   std::unique_ptr<http::http_endpoint> http_;
+  std::shared_ptr<device_tls> tls_;  // io thread; null: plain ws://
 
   // io thread only.
   std::unordered_map<std::uint64_t, std::shared_ptr<device_session>> sessions_;

@@ -38,6 +38,16 @@ std::vector<gateway_setting> build() {
   add(toggle("http-public", &c::http_public,
              "allow --http on an address other hosts can reach (the monitoring port has no authentication)"));
 
+  add(text("tls-cert", &c::tls_cert,
+           "wss://: PEM file of the certificate chain devices see; with --tls-key. Re-read on SIGHUP")
+          .doc("TLS for devices (`wss://`): PEM file of the gateway's certificate chain; needs `--tls-key`. TLS 1.2 "
+               "at least; the port then speaks TLS only. A SIGHUP reads both files again (new sockets get the new "
+               "certificate, open ones keep theirs); switching TLS on or off takes a restart")
+          .reloadable());
+  add(text("tls-key", &c::tls_key, "private key of --tls-cert (PEM, unencrypted)")
+          .doc("the private key of `--tls-cert` (PEM, unencrypted)")
+          .reloadable());
+
   // The broker.
   add(repeated("broker", &c::brokers, "a broker's host:port (repeat for a cluster's nodes)")
           .doc("a broker's `host:port`; repeat it for the nodes of a cluster (the client library goes round them "
@@ -155,6 +165,8 @@ gateway_config parse_gateway_args(int argc, const char* const* argv) {
   if (cfg.jwt_secret_file.empty() && cfg.jwt_public_key.empty())
     throw std::invalid_argument("no token key: give --jwt-secret-file or --jwt-public-key");
   if (cfg.brokers.empty()) throw std::invalid_argument("broker: give at least one host:port");
+  if (cfg.tls_cert.empty() != cfg.tls_key.empty())
+    throw std::invalid_argument("tls-cert and tls-key go together: set both or neither");
   if (!cfg.broker_tls_ca.empty() || !cfg.broker_tls_cert.empty() || !cfg.broker_tls_key.empty() ||
       !cfg.broker_tls_server_name.empty())
     cfg.broker_tls = true;

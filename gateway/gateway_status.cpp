@@ -24,6 +24,10 @@ constexpr std::array metrics{
                    true, [](const gateway_counters& c) { return c.refused; }},
     gateway_metric{"unauthorized_total", "Hellos refused for their token (unauthorized, token_expired).", true,
                    [](const gateway_counters& c) { return c.unauthorized; }},
+    gateway_metric{"tls_failed_total",
+                   "TLS handshakes that failed (wss:// only): not TLS, no common version or cipher, "
+                   "or closed during the handshake.",
+                   true, [](const gateway_counters& c) { return c.tls_failed; }},
     gateway_metric{"closed_total", "Sockets ended, for any reason.", true,
                    [](const gateway_counters& c) { return c.closed; }},
     gateway_metric{"delivered_total", "Frames queued to devices (sends, publications, offers).", true,

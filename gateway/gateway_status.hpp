@@ -29,6 +29,7 @@ struct gateway_counters {
   std::uint64_t refused = 0;        // upgrades answered 503 (cap, drain) and connections closed at accept
   std::uint64_t closed = 0;         // sockets done, for any reason
   std::uint64_t unauthorized = 0;   // hellos refused for the token
+  std::uint64_t tls_failed = 0;     // TLS handshakes that failed (wss:// only)
   std::uint64_t delivered = 0;      // frames queued to devices
   std::uint64_t dropped = 0;        // frames dropped for slow consumers
   std::uint64_t offers_acked = 0;   // device acks passed to the broker

@@ -10,6 +10,7 @@
 # BUILD_DIR is a configured build (scripts/run-tests.sh's) with its
 # compile_commands.json and generated headers. Prints one summary line, and
 # on a violation clang's diagnostics; exits 1 then. Nothing is built.
+# JOBS units are checked at once (default: the cores).
 set -euo pipefail
 [[ $# -eq 1 ]] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 build=$(cd "$1" && pwd)
@@ -78,19 +79,37 @@ clang_flags() {  # the build's command -> the flags for clang, one per line
   done
 }
 
+# One unit: its diagnostics on stderr, its name in $out/failed when it
+# fails. Units run JOBS at a time (default: the cores).
+check_one() {
+  local f=$1 command=$2
+  local -a flags
+  mapfile -t flags < <(clang_flags "$command")
+  if ! "$clang" -fsyntax-only -isystem "$src/fuzz/compat" -DBOOST_ASIO_HAS_CO_AWAIT=1 "${flags[@]}" \
+      -Wno-everything -Wthread-safety -Werror=thread-safety "$src/$f"; then
+    echo "$f" >> "$out/failed"
+  fi
+}
+jobs=${JOBS:-$(nproc)}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 start=$SECONDS
 checked=0
-failed=()
+running=0
 for ((i = 0; i < ${#entries[@]}; i += 2)); do
   f=${entries[i]}
   [[ " ${excluded[*]} " == *" $f "* ]] && continue
-  mapfile -t flags < <(clang_flags "${entries[i + 1]}")
   checked=$((checked + 1))
-  if ! "$clang" -fsyntax-only -isystem "$src/fuzz/compat" -DBOOST_ASIO_HAS_CO_AWAIT=1 "${flags[@]}" \
-      -Wno-everything -Wthread-safety -Werror=thread-safety "$src/$f"; then
-    failed+=("$f")
+  if ((running >= jobs)); then
+    wait -n || true
+    running=$((running - 1))
   fi
+  check_one "$f" "${entries[i + 1]}" &
+  running=$((running + 1))
 done
+wait || true
+failed=()
+[[ -f $out/failed ]] && mapfile -t failed < <(sort "$out/failed")
 secs=$((SECONDS - start))
 if ((${#failed[@]})); then
   echo "thread-safety: FAILED in ${#failed[@]} of $checked translation units: ${failed[*]} (${secs}s)"

@@ -7,8 +7,8 @@
 #
 # Extra arguments go to ctest, e.g. `scripts/run-tests.sh -R wildcard`.
 # Without them, the lock rules are checked after the build
-# (scripts/check-thread-safety.sh: clang-14's thread-safety analysis, about
-# a minute), and the fuzz targets run after the tests (scripts/run-fuzz.sh,
+# (scripts/check-thread-safety.sh: clang-14's thread-safety analysis, a unit
+# per core at once, about a minute and a half on two), and the fuzz targets run after the tests (scripts/run-fuzz.sh,
 # each for FUZZ_SECONDS, default 30 here); FUZZ=0 skips them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -1,6 +1,7 @@
 #include "broker/transport/byte_stream.hpp"
 
 #include "broker/transport/tls_context.hpp"
+#include "tls/openssl_error.hpp"
 
 #include <boost/asio/ssl/error.hpp>
 
@@ -190,7 +191,7 @@ asio::awaitable<asio_error_code> byte_stream::handshake() {
     asio_error_code failure;
     if (err == SSL_ERROR_SSL) {
       failure = ssl_error(ERR_peek_last_error());
-      tls_->detail_ = last_tls_error();
+      tls_->detail_ = tls::last_error();
       const long verify = SSL_get_verify_result(tls_->ssl_);
       if (verify != X509_V_OK)
         tls_->detail_ += std::string(" (client certificate: ") + X509_verify_cert_error_string(verify) + ")";

@@ -1,6 +1,7 @@
 #include "broker/transport/tls_context.hpp"
 
 #include "broker/config/server_config.hpp"
+#include "tls/openssl_error.hpp"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -8,23 +9,12 @@
 
 namespace switchyard::broker {
 
-std::string last_tls_error() {
-  std::string out;
-  while (const unsigned long e = ERR_get_error()) {
-    char text[256];
-    ERR_error_string_n(e, text, sizeof text);
-    if (!out.empty()) out += "; ";
-    out += text;
-  }
-  return out;
-}
-
 std::expected<std::shared_ptr<tls_context>, std::string> tls_context::load(const server_config& cfg) {
   ERR_clear_error();
   std::shared_ptr<tls_context> t(new tls_context());
   SSL_CTX* ctx = t->native();
   const auto failed = [](const std::string& what) {
-    const std::string why = last_tls_error();
+    const std::string why = tls::last_error();
     return std::unexpected(what + (why.empty() ? "" : ": " + why));
   };
   if (SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) return failed("cannot require TLS 1.2");

@@ -42,8 +42,4 @@ class tls_context {
   bool verify_client_ = false;
 };
 
-// OpenSSL's most recent error on this thread, as text ("" if none); clears
-// the thread's error queue.
-std::string last_tls_error();
-
 }  // namespace switchyard::broker

@@ -19,6 +19,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <thread>
@@ -728,4 +729,165 @@ TEST_CASE("a gateway reaches a broker over TLS, its certificate checked against 
   wrong.broker_tls_ca = certs.pem("other-ca");
   wrong.inbox_id = "gw-wrong";
   CHECK_THROWS_WITH(gateway_server(wrong), Catch::Contains("cannot reach the broker"));
+}
+
+namespace {
+
+// A gateway serving wss:// with `name`'s certificate (tls_certs), copied to
+// gateway.pem/gateway.key in `dir` so that a test can replace the files.
+std::function<void(gateway_config&)> wss_with(const tls_certs& certs, const temp_dir& dir, const std::string& name) {
+  std::filesystem::copy_file(certs.pem(name), dir.path() / "gateway.pem",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(certs.key(name), dir.path() / "gateway.key",
+                             std::filesystem::copy_options::overwrite_existing);
+  return [&dir](gateway_config& c) {
+    c.tls_cert = (dir.path() / "gateway.pem").string();
+    c.tls_key = (dir.path() / "gateway.key").string();
+  };
+}
+
+// A welcomed wss:// device of `user`, trusting `ca_file`.
+std::unique_ptr<wss_device> wss_user(std::uint16_t port, const std::string& ca_file, const std::string& user) {
+  auto d = std::make_unique<wss_device>(port, ca_file);
+  d->hello(hs256_token(secret, R"({"sub":")" + user + "\"}"));
+  REQUIRE(d->expect("welcome")["user"] == user);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("with a certificate the gateway speaks wss://, and a device receives sends over it", "[gateway][e2e][tls]") {
+  const tls_certs certs;
+  const temp_dir dir;
+  gateway_fixture f(wss_with(certs, dir, "ca-broker"));
+  auto d = wss_user(f.port(), certs.pem("ca"), "alice");
+  auto service = connect_to(f.broker(), "service");
+  CHECK(send_to(*service, "alice", "over wss") == "gw-test");
+  CHECK(d->expect("msg")["data"] == "over wss");
+  d->send(R"({"t":"hb"})");
+  d->expect("hb");
+  // A device that does not trust the certificate's CA cannot complete the handshake.
+  wss_device distrustful(f.port(), certs.pem("other-ca"), ws_device::raw_tag{});
+  CHECK_FALSE(distrustful.handshake_tls());
+  CHECK(f.gateway().counters().welcomed == 1);
+}
+
+TEST_CASE("a plain ws:// upgrade on a wss:// port is closed and counted as a failed handshake", "[gateway][e2e][tls]") {
+  const tls_certs certs;
+  const temp_dir dir;
+  gateway_fixture f(wss_with(certs, dir, "ca-broker"));
+  namespace http = boost::beast::http;
+  ws_device raw(f.port(), ws_device::raw_tag{});
+  http::request<http::empty_body> req{http::verb::get, "/ws", 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::upgrade, "websocket");
+  req.set(http::field::connection, "Upgrade");
+  req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
+  req.set(http::field::sec_websocket_version, "13");
+  http::write(raw.socket(), req);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  boost::beast::error_code ec;
+  http::read(raw.socket(), buffer, res, ec);
+  CHECK(ec);  // no HTTP answer: the connection ends
+  CHECK(wait_until([&] { return f.gateway().counters().tls_failed == 1; }));
+  CHECK(f.gateway().counters().welcomed == 0);
+}
+
+TEST_CASE("a TLS handshake never begun is closed at the hello timeout", "[gateway][e2e][tls]") {
+  const tls_certs certs;
+  const temp_dir dir;
+  auto tls = wss_with(certs, dir, "ca-broker");
+  gateway_fixture f([&](gateway_config& c) {
+    tls(c);
+    c.hello_timeout = 300ms;
+  });
+  ws_device silent(f.port(), ws_device::raw_tag{});  // TCP only: no ClientHello
+  char byte = 0;
+  asio_error_code ec;
+  silent.socket().read_some(asio::buffer(&byte, 1), ec);  // returns when the gateway closes it
+  CHECK(ec == asio::error::eof);
+  CHECK(wait_until([&] { return f.gateway().counters().tls_failed == 1; }));
+  CHECK(f.gateway().counters().closes_for(edge::device_errc::hello_timeout) == 1);
+}
+
+TEST_CASE("over wss:// large messages go both ways, a backed-up socket catches up in order, and closes carry codes",
+          "[gateway][e2e][tls]") {
+  const tls_certs certs;
+  const temp_dir dir;
+  auto tls = wss_with(certs, dir, "ca-broker");
+  gateway_fixture f([&](gateway_config& c) {
+    tls(c);
+    c.max_pending_bytes = 16 << 20;
+  });
+  auto d = wss_user(f.port(), certs.pem("ca"), "alice");
+  d->send(R"({"t":"hb","pad":")" + std::string(12'000, 'x') + "\"}");  // above one read, below a record
+  d->expect("hb");
+
+  // 8 MB to a device that does not read meanwhile: more than the kernel's
+  // socket buffers hold, so the gateway's writes wait for the socket.
+  auto service = connect_to(f.broker(), "service");
+  constexpr int count = 200;
+  for (int i = 0; i < count; ++i) {
+    const std::string payload = std::to_string(i) + ":" + std::string(40'000, static_cast<char>('a' + i % 26));
+    REQUIRE(service->send("user:alice", payload));
+  }
+  CHECK(wait_until([&] { return f.gateway().counters().delivered == count; }));
+  for (int i = 0; i < count; ++i) {
+    const auto m = d->expect("msg");
+    const std::string data = m["data"];
+    REQUIRE(data == std::to_string(i) + ":" + std::string(40'000, static_cast<char>('a' + i % 26)));
+  }
+  CHECK(f.gateway().counters().dropped == 0);
+
+  wss_device forged(f.port(), certs.pem("ca"));
+  forged.hello(hs256_token("not-the-secret", R"({"sub":"alice"})"));
+  CHECK(forged.wait_closed() == 4001);
+  CHECK(forged.close_reason() == "unauthorized");
+  d->send("not json");
+  CHECK(d->wait_closed() == 4000);
+  CHECK(wait_until([&] { return f.gateway().counters().sockets == 0; }));
+}
+
+TEST_CASE("a reload reads the certificate again: new sockets get the new one, open ones stay", "[gateway][e2e][tls]") {
+  const tls_certs certs;
+  const temp_dir dir;
+  gateway_fixture f(wss_with(certs, dir, "ca-broker"));
+  auto before = wss_user(f.port(), certs.pem("ca"), "alice");
+
+  wss_with(certs, dir, "other-ca-broker");  // the renewed certificate, written over the files
+  f.gateway().reload(f.config());
+  // The reload runs on the gateway's loop: a heartbeat answered after it proves it ran.
+  before->send(R"({"t":"hb"})");
+  before->expect("hb");
+  auto after = wss_user(f.port(), certs.pem("other-ca"), "bob");
+  wss_device old_ca(f.port(), certs.pem("ca"), ws_device::raw_tag{});
+  CHECK_FALSE(old_ca.handshake_tls());
+
+  // A key that does not match its certificate: refused, the certificate in use stays.
+  std::filesystem::copy_file(certs.key("ca-broker"), dir.path() / "gateway.key",
+                             std::filesystem::copy_options::overwrite_existing);
+  f.gateway().reload(f.config());
+  after->send(R"({"t":"hb"})");
+  after->expect("hb");
+  auto third = wss_user(f.port(), certs.pem("other-ca"), "carol");
+
+  auto service = connect_to(f.broker(), "service");
+  CHECK(send_to(*service, "alice", "still here") == "gw-test");
+  CHECK(before->expect("msg")["data"] == "still here");
+}
+
+TEST_CASE("a gateway whose certificate cannot be read does not start, and says which file", "[gateway][e2e][tls]") {
+  CHECK_THROWS_WITH(gateway_fixture([](gateway_config& c) {
+                      c.tls_cert = "/nonexistent/gateway.pem";
+                      c.tls_key = "/nonexistent/gateway.key";
+                    }),
+                    Catch::Contains("tls-cert /nonexistent/gateway.pem cannot be used"));
+  const tls_certs certs;
+  CHECK_THROWS_WITH(gateway_fixture([&](gateway_config& c) {
+                      c.tls_cert = certs.pem("ca-broker");
+                      c.tls_key = certs.key("other-ca-broker");
+                    }),
+                    Catch::Contains("tls-key " + certs.key("other-ca-broker") + " cannot be used") &&
+                        Catch::Contains("key values mismatch"));
 }

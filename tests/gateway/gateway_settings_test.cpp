@@ -87,6 +87,8 @@ TEST_CASE("the gateway refuses values out of range and settings that do not go t
   CHECK_THROWS_WITH(parse({"--broker-tls-cert", "c.pem"}),
                     Catch::Contains("broker-tls-cert and broker-tls-key go together"));
   CHECK(parse({"--broker-tls-ca", "ca.pem"}).broker_tls);
+  CHECK_THROWS_WITH(parse({"--tls-cert", "c.pem"}), Catch::Contains("tls-cert and tls-key go together"));
+  CHECK_THROWS_WITH(parse({"--tls-key", "c.key"}), Catch::Contains("tls-cert and tls-key go together"));
   const char* no_key[] = {"switchyard-gateway"};
   CHECK_THROWS_WITH(parse_gateway_args(1, no_key), Catch::Contains("no token key"));
 }

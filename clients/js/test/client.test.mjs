@@ -3,9 +3,14 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { SwitchyardClient, reconnectDelay, retryHint } from "../dist/index.js";
 import { Stack, sleep, token, waitFor } from "./harness.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 /** A client for `user` on the stack's gateway, recording what it gets. */
 function clientOf(stack, user, options = {}) {
@@ -241,6 +246,41 @@ test("a client started before its gateway retries with backoff and connects once
     assert.ok(got.states.filter((s) => s.state === "disconnected").every((s) => s.code === 1006));
     await stack.startGateway();
     assert.ok(await connected(c));
+  } finally {
+    c.close();
+    await stack.stop();
+  }
+});
+
+test("a client connects over wss:// to a gateway with a certificate, trusting its CA", async () => {
+  const stack = await new Stack().withTls().start();
+  assert.ok(stack.url.startsWith("wss://"));
+  const child = spawn(process.execPath, ["--experimental-websocket", "test/wss-device.mjs", stack.url, token("alice"),
+    "1"], { cwd: root, env: { ...process.env, NODE_EXTRA_CA_CERTS: stack.certs.ca }, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  child.stdout.on("data", (d) => (out += d));
+  child.stderr.on("data", (d) => (out += d));
+  const exited = new Promise((r) => child.once("exit", r));
+  try {
+    assert.ok(await waitFor(() => out.includes("connected\n")), out);
+    const sent = await stack.cli("send", "user:alice", "over wss");
+    assert.equal(sent.code, 0, sent.out);
+    assert.equal(await exited, 0, out);
+    assert.equal(out, "connected\nover wss\n");
+  } finally {
+    child.kill();
+    await stack.stop();
+  }
+});
+
+test("a client that does not trust the gateway's certificate does not connect", async () => {
+  const stack = await new Stack().withTls().start();
+  const { c, got } = clientOf(stack, "alice");
+  try {
+    c.connect();
+    assert.ok(await waitFor(() => got.states.filter((s) => s.state === "disconnected").length >= 2));
+    assert.ok(got.states.every((s) => s.state !== "connected"));
+    assert.equal(got.messages.length, 0);
   } finally {
     c.close();
     await stack.stop();

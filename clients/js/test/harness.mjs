@@ -4,7 +4,7 @@
 // from SWITCHYARD_SERVER, SWITCHYARD_GATEWAY, SWITCHYARD_CLI (ctest sets
 // them), else the default build folder.
 
-import { spawn, execFile } from "node:child_process";
+import { spawn, execFile, execFileSync } from "node:child_process";
 import { createHmac } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -54,6 +54,22 @@ async function readPort(file, child, what) {
   throw new Error(`${what} did not write its port`);
 }
 
+/**
+ * A CA and a certificate it signed for 127.0.0.1 (EC P-256, the openssl
+ * command line tool), in `dir`: { ca, cert, key } paths.
+ */
+export function makeCerts(dir) {
+  const p = (f) => join(dir, f);
+  const openssl = (...args) => execFileSync("openssl", args, { stdio: "ignore" });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+  openssl("req", "-x509", ...ec, "-days", "2", "-subj", "/CN=test-ca", "-keyout", p("ca.key"), "-out", p("ca.pem"));
+  writeFileSync(p("gateway.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+  openssl("req", ...ec, "-subj", "/CN=gateway", "-keyout", p("gateway.key"), "-out", p("gateway.csr"));
+  openssl("x509", "-req", "-days", "2", "-set_serial", "7", "-in", p("gateway.csr"), "-CA", p("ca.pem"), "-CAkey",
+    p("ca.key"), "-extfile", p("gateway.ext"), "-out", p("gateway.pem"));
+  return { ca: p("ca.pem"), cert: p("gateway.pem"), key: p("gateway.key") };
+}
+
 /** A broker, a gateway on it, and the CLI; stop() ends them. */
 export class Stack {
   constructor(gatewayArgs = []) {
@@ -62,6 +78,13 @@ export class Stack {
     this.brokerPort = 0;
     this.gatewayPort = 0;
     writeFileSync(join(this.dir, "secret"), secret + "\n");
+  }
+
+  /** The gateway serves wss:// with a certificate of a new CA (this.certs.ca). Before start(). */
+  withTls() {
+    this.certs = makeCerts(this.dir);
+    this.gatewayArgs = [...this.gatewayArgs, "--tls-cert", this.certs.cert, "--tls-key", this.certs.key];
+    return this;
   }
 
   async start() {
@@ -89,7 +112,7 @@ export class Stack {
   }
 
   get url() {
-    return `ws://127.0.0.1:${this.gatewayPort}/ws`;
+    return `${this.certs ? "wss" : "ws"}://127.0.0.1:${this.gatewayPort}/ws`;
   }
 
   /** Ends a process: `signal` and waits for its exit. */
