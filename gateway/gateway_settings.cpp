@@ -165,6 +165,9 @@ gateway_config parse_gateway_args(int argc, const char* const* argv) {
   if (cfg.jwt_secret_file.empty() && cfg.jwt_public_key.empty())
     throw std::invalid_argument("no token key: give --jwt-secret-file or --jwt-public-key");
   if (cfg.brokers.empty()) throw std::invalid_argument("broker: give at least one host:port");
+  for (const auto& b : cfg.brokers)
+    if (split_host_port("broker", b).second == 0)
+      throw std::invalid_argument("--broker " + b + ": port 0 is not a broker's port");
   if (cfg.tls_cert.empty() != cfg.tls_key.empty())
     throw std::invalid_argument("tls-cert and tls-key go together: set both or neither");
   if (!cfg.broker_tls_ca.empty() || !cfg.broker_tls_cert.empty() || !cfg.broker_tls_key.empty() ||

@@ -88,6 +88,10 @@ TEST_CASE("the gateway refuses values out of range and settings that do not go t
                     Catch::Contains("broker-tls-cert and broker-tls-key go together"));
   CHECK(parse({"--broker-tls-ca", "ca.pem"}).broker_tls);
   CHECK_THROWS_WITH(parse({"--tls-cert", "c.pem"}), Catch::Contains("tls-cert and tls-key go together"));
+  CHECK_THROWS_WITH(parse({"--broker", "nonsense"}), Catch::Contains("--broker must be host:port"));
+  CHECK_THROWS_WITH(parse({"--broker", "127.0.0.1:7878", "--broker", "10.0.0.2:x"}),
+                    Catch::Contains("--broker port must be a number"));
+  CHECK_THROWS_WITH(parse({"--broker", "127.0.0.1:0"}), Catch::Contains("port 0 is not a broker's port"));
   CHECK_THROWS_WITH(parse({"--tls-key", "c.key"}), Catch::Contains("tls-cert and tls-key go together"));
   const char* no_key[] = {"switchyard-gateway"};
   CHECK_THROWS_WITH(parse_gateway_args(1, no_key), Catch::Contains("no token key"));
