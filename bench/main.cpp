@@ -36,6 +36,7 @@
 #include "bench/route_check.hpp"
 #include "bench/server_process.hpp"
 #include "bench/temp_folder.hpp"
+#include "common/latency_probe.hpp"
 #include "switchyard/client.hpp"
 
 #include <CLI/CLI.hpp>
@@ -216,6 +217,7 @@ int run_pubsub(const settings& s, const target& t, bool latency) {
   } else {
     for (std::uint64_t i = 0; i < count; ++i) {
       const std::uint64_t now = pace.take(i);
+      switchyard::probe::mark(switchyard::probe::point::pub_call, i, now);  // --latency-probe builds only
       put_u64(buf.data(), i);
       put_u64(buf.data() + 8, now);
       if (auto ec = (*pub)->publish(channel, buf)) {

@@ -4,6 +4,7 @@
 #include "switchyard/client.hpp"
 
 #include "client_impl_inline.hpp"
+#include "common/latency_probe.hpp"
 
 #include <openssl/crypto.h>
 
@@ -111,7 +112,9 @@ std::expected<std::unique_ptr<client>, std::error_code> client::connect(client_o
 std::error_code client::publish(std::string_view channel, std::span<const std::byte> payload) {
   if (!protocol::is_valid_channel(channel)) return errc::invalid_channel;
   const protocol::bytes_view data(reinterpret_cast<const std::uint8_t*>(payload.data()), payload.size());
-  return impl_->enqueue(local_builder().publish(0, channel, data));
+  const auto ec = impl_->enqueue(local_builder().publish(0, channel, data));
+  probe::mark(probe::point::pub_written, probe::key_of(payload.data(), payload.size()));  // --latency-probe builds only
+  return ec;
 }
 
 std::error_code client::publish_confirmed(std::string_view channel, std::span<const std::byte> payload) {

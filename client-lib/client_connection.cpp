@@ -7,6 +7,7 @@
 #include "switchyard/client.hpp"
 
 #include "client_impl_inline.hpp"
+#include "common/latency_probe.hpp"
 
 #include <algorithm>
 #include <array>
@@ -179,6 +180,11 @@ bool client::impl::dispatch(const wire::Frame& f, const sub_list& subscriptions,
   switch (f.message_type()) {
     case wire::Message::Deliver: {
       const message m = detail::to_message(*f.message_as_Deliver());
+      if constexpr (probe::enabled) {
+        const std::uint64_t key = probe::key_of(m.payload.data(), m.payload.size());
+        probe::mark_held(probe::point::sub_read, key);
+        probe::mark(probe::point::sub_handler, key);
+      }
       for (const auto& s : subscriptions) {
         if (!protocol::pattern_matches(s->pattern, m.channel)) continue;
         if (s->durable && !m.stream.empty() && !s->durable->tracker->live(m.stream, m.seq, m.epoch)) continue;
@@ -311,6 +317,7 @@ asio::awaitable<void> client::impl::read_loop(std::shared_ptr<impl> self) {
       asio_error_code ec;
       const std::size_t n =
           co_await stream.async_read_some(asio::buffer(rbuf.tail(), rbuf.space()), redirect_error(use_awaitable, ec));
+      probe::hold();  // --latency-probe builds only
       if (gen != generation) co_return;
       if (ec) {
         fail(ec, "read");

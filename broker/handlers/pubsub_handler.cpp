@@ -1,5 +1,7 @@
 #include "broker/handlers/pubsub_handler.hpp"
 
+#include "common/latency_probe.hpp"
+
 #include "broker/cluster/node_bus.hpp"
 #include "broker/requests/durable_pipeline.hpp"
 #include "broker/handlers/offer_handler.hpp"
@@ -95,7 +97,12 @@ void pubsub_handler::publish(peer& from, std::uint64_t rid, const protocol::wire
     }
   }
   if (stream.empty()) {
+    const std::uint64_t key = probe::key_of(payload.data(), payload.size());  // --latency-probe builds only
+    probe::mark_held(probe::point::broker_read, key);
+    probe::mark(probe::point::broker_parsed, key);
     fanout_.publish(channel, payload);
+    probe::mark(probe::point::broker_queued, key);
+    probe::remember(key);
     if (rid != 0 && from.granted().publish_ack) from.send(builder_.ok(rid));
     return;
   }

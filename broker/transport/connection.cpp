@@ -1,5 +1,7 @@
 #include "broker/transport/connection.hpp"
 
+#include "common/latency_probe.hpp"
+
 #include "auth/credentials.hpp"
 #include "broker/admission/authenticator.hpp"
 #include "broker/transport/connection_registry.hpp"
@@ -414,7 +416,9 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
       writing += s.size();
     }
     asio_error_code ec;
+    probe::mark_remembered(probe::point::broker_writing, false);  // --latency-probe builds only
     co_await stream_.write(buffers, ec);
+    probe::mark_remembered(probe::point::broker_written, true);
     if (closed_) co_return;
     queue_.end_write();
     // Drained: give the lane's chunk back, so an idle connection holds none.
@@ -514,6 +518,7 @@ asio::awaitable<void> connection::read_frames() {
     }
     const std::size_t space = own ? buf.space() : read_size_;
     const std::size_t n = stream_.read_some(asio::buffer(buf.tail(), space), ec);
+    probe::hold();  // --latency-probe builds only
     // A read into spill_ reads only what the frame needs: filling it says
     // nothing about more input.
     more_waiting = !ec && !own && n == space;
