@@ -169,7 +169,7 @@ void server::impl::wire_handlers() {
                                           counters, logger);
   context = std::unique_ptr<connection_context>(new connection_context{config, arena, builder, *dispatch, pressure,
                                                                        input, registry, admission, auth, counters,
-                                                                       flags, logger, durable != nullptr});
+                                                                       flags, writes, logger, durable != nullptr});
 }
 
 server::server(server_config config) : impl_(std::make_unique<impl>((validate(config), std::move(config)))) {}

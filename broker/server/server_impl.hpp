@@ -41,6 +41,7 @@
 #include "broker/transport/connection_registry.hpp"
 #include "broker/transport/input_memory.hpp"
 #include "broker/transport/loop_pressure.hpp"
+#include "broker/transport/write_batch.hpp"
 #include "broker/transport/tls_context.hpp"
 #include "common/asio.hpp"
 
@@ -74,6 +75,7 @@ struct server::impl {
   routing_table routing;
   fanout fan;
   loop_pressure pressure;
+  write_batch writes;  // the connections a read queued frames for, written at its end
   input_memory input;
   connection_registry registry;
   admission_control admission;

@@ -355,6 +355,22 @@ asio::const_buffer byte_stream::tls_flush(asio_error_code& ec) {
   return tls_->take_output();
 }
 
+std::size_t byte_stream::try_write(std::span<const asio::const_buffer> buffers) noexcept {
+  if (tls_) return 0;
+  constexpr std::size_t max_iov = 64;  // the rest, if any, is the writer's
+  std::array<iovec, max_iov> iov;
+  std::size_t count = 0;
+  for (const auto& b : buffers) {
+    if (count == max_iov) break;
+    iov[count++] = {const_cast<void*>(b.data()), b.size()};
+  }
+  msghdr msg{};
+  msg.msg_iov = iov.data();
+  msg.msg_iovlen = count;
+  const ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n > 0 ? static_cast<std::size_t>(n) : 0;
+}
+
 std::size_t byte_stream::available() noexcept {
   asio_error_code ec;
   const std::size_t n = socket_.available(ec);

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace switchyard::broker {
@@ -135,6 +136,11 @@ class byte_stream {
         },
         token, &buffers);
   }
+
+  // Plain TCP only: writes what the socket takes of `buffers` now, without
+  // blocking, and returns how many bytes (0 with TLS, when it would block,
+  // or on an error, which the next write() meets again).
+  std::size_t try_write(std::span<const asio::const_buffer> buffers) noexcept;
 
   // Half-closes: no more writes; the peer reads end of stream after what
   // was written (with TLS, after a close_notify, sent best effort).

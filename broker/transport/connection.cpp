@@ -88,12 +88,93 @@ void connection::report_lost(std::uint64_t count) {
   send(ctx_.builder.dropped(count));
 }
 
-void connection::kick() noexcept {
-  if (writer_waiting_) {
-    writer_waiting_ = false;
+void connection::kick() {
+  if (!writer_waiting_ || write_listed_) return;
+  if (ctx_.writes.open()) {
+    write_listed_ = true;
     queued_since_ = clock::now();  // the queue was empty: this frame is the oldest
-    wake_.cancel();
+    ctx_.writes.add(shared_from_this());
+    return;
   }
+  queued_since_ = clock::now();
+  wake_writer();
+}
+
+void connection::wake_writer() noexcept {
+  if (!writer_waiting_) return;
+  writer_waiting_ = false;
+  wake_.cancel();
+}
+
+void connection::write_now() {
+  write_listed_ = false;
+  if (!writer_waiting_) return;
+  // Left to the writer: under load (its turns coalesce writes), TLS (the
+  // stream seals in its write), a goodbye (the writer's close sequence).
+  if (closed_ || closing_ || stream_.is_tls() || ctx_.pressure.input_waiting() || !queue_.has_pending())
+    return wake_writer();
+  if (!take_write()) {
+    if (queue_.has_pending()) wake_writer();
+    return;
+  }
+  probe::mark_remembered(probe::point::broker_writing, false);  // --latency-probe builds only
+  written_now_ = stream_.try_write(buffers_);
+  if (written_now_ < writing_bytes_) return wake_writer();  // the rest (or the error) is the writer's
+  probe::mark_remembered(probe::point::broker_written, true);
+  if (wrote({}) && queue_.has_pending()) wake_writer();
+}
+
+bool connection::take_write() {
+  // One clock read per write: how long the oldest frame waited; frames
+  // queued from now on wait behind this write.
+  const auto write_start = clock::now();
+  ctx_.counters.delivery_latency.observe(write_start - queued_since_);
+  queued_since_ = write_start;
+  spans_.clear();
+  buffers_.clear();
+  written_now_ = 0;
+  queue_.begin_write(spans_, write_start);
+  if (const auto n = queue_.take_expired()) ctx_.counters.expired += n;
+  if (const auto n = queue_.take_cancelled()) ctx_.counters.withdrawn_queued += n;
+  if (spans_.empty()) {
+    // Every frame taken had expired or was withdrawn: nothing to write.
+    queue_.end_write();
+    return false;
+  }
+  ++ctx_.counters.writes;
+  ctx_.counters.frames_written += queue_.frames_in_flight();
+  writing_bytes_ = 0;
+  for (const auto& s : spans_) {
+    buffers_.emplace_back(s.data(), s.size());
+    writing_bytes_ += s.size();
+  }
+  return true;
+}
+
+bool connection::wrote(asio_error_code ec) {
+  queue_.end_write();
+  // Drained: give the lane's chunk back, so an idle connection holds none.
+  if (!queue_.has_pending()) {
+    lane_.reset();
+    if (dropping_ && !ec) {
+      dropping_ = false;
+      ctx_.logger->info("conn={} slow consumer caught up: {} deliveries dropped since it connected", id(), dropped_);
+    }
+  }
+  if (ec) {
+    fail(ec, "write");
+    return false;
+  }
+  bytes_out_ += writing_bytes_;
+  ctx_.counters.bytes_out += writing_bytes_;
+  if (granted_.dropped_notice && !closing_ && queue_.notice_due()) {
+    const auto n = queue_.take_dropped();
+    ctx_.logger->info("conn={} slow consumer: {} deliveries dropped", id(), n);
+    send(ctx_.builder.dropped(n));
+    drops_reported_.clear();  // the next drop of any stream is told again
+    drop_reports_queued_ = 0;
+  }
+  return true;
 }
 
 frame_ref connection::store_own(protocol::bytes_view frame) {
@@ -351,9 +432,20 @@ asio::awaitable<void> connection::heartbeat(std::shared_ptr<connection> /*keep_a
 }
 
 asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_alive*/) {
-  std::vector<protocol::bytes_view> spans;
-  std::vector<asio::const_buffer> buffers;
   while (!closed_) {
+    if (queue_.writing()) {
+      // write_now wrote part of this write: the rest.
+      std::size_t skip = written_now_;
+      auto first = buffers_.begin();
+      while (skip > 0 && skip >= first->size()) skip -= (first++)->size();
+      buffers_.erase(buffers_.begin(), first);
+      if (skip > 0) buffers_.front() += skip;
+      asio_error_code ec;
+      co_await stream_.write(buffers_, ec);
+      probe::mark_remembered(probe::point::broker_written, true);  // --latency-probe builds only
+      if (closed_ || !wrote(ec)) co_return;
+      continue;
+    }
     if (!queue_.has_pending()) {
       if (closing_) {
         // Everything, the goodbye included, is written. Half-close and let
@@ -393,55 +485,12 @@ asio::awaitable<void> connection::writer(std::shared_ptr<connection> /*keep_aliv
       co_await asio::post(stream_.executor(), use_awaitable);
       if (closed_) co_return;
     }
-    // One clock read per write: how long the oldest frame waited; frames
-    // queued from now on wait behind this write.
-    const auto write_start = clock::now();
-    ctx_.counters.delivery_latency.observe(write_start - queued_since_);
-    queued_since_ = write_start;
-    spans.clear();
-    buffers.clear();
-    queue_.begin_write(spans, write_start);
-    if (const auto n = queue_.take_expired()) ctx_.counters.expired += n;
-    if (const auto n = queue_.take_cancelled()) ctx_.counters.withdrawn_queued += n;
-    if (spans.empty()) {
-      // Every frame taken had expired or was withdrawn: nothing to write.
-      queue_.end_write();
-      continue;
-    }
-    ++ctx_.counters.writes;
-    ctx_.counters.frames_written += queue_.frames_in_flight();
-    std::size_t writing = 0;
-    for (const auto& s : spans) {
-      buffers.emplace_back(s.data(), s.size());
-      writing += s.size();
-    }
+    if (!take_write()) continue;
     asio_error_code ec;
     probe::mark_remembered(probe::point::broker_writing, false);  // --latency-probe builds only
-    co_await stream_.write(buffers, ec);
+    co_await stream_.write(buffers_, ec);
     probe::mark_remembered(probe::point::broker_written, true);
-    if (closed_) co_return;
-    queue_.end_write();
-    // Drained: give the lane's chunk back, so an idle connection holds none.
-    if (!queue_.has_pending()) {
-      lane_.reset();
-      if (dropping_ && !ec) {
-        dropping_ = false;
-        ctx_.logger->info("conn={} slow consumer caught up: {} deliveries dropped since it connected", id(), dropped_);
-      }
-    }
-    if (ec) {
-      fail(ec, "write");
-      co_return;
-    }
-    bytes_out_ += writing;
-    ctx_.counters.bytes_out += writing;
-    if (granted_.dropped_notice && !closing_ && queue_.notice_due()) {
-      const auto n = queue_.take_dropped();
-      ctx_.logger->info("conn={} slow consumer: {} deliveries dropped", id(), n);
-      send(ctx_.builder.dropped(n));
-      drops_reported_.clear();  // the next drop of any stream is told again
-      drop_reports_queued_ = 0;
-    }
+    if (closed_ || !wrote(ec)) co_return;
   }
 }
 
@@ -536,7 +585,9 @@ asio::awaitable<void> connection::read_frames() {
     ctx_.counters.bytes_in += n;
     buf.end += n;
     ctx_.pressure.begin_read(more_waiting);  // deliveries this read causes note a backlog
+    ctx_.writes.begin();
     const std::size_t handled = handle_input(buf);
+    ctx_.writes.end([](connection& c) { c.write_now(); });
     if (closing_) co_return;
     if (!settle_input(buf, handled)) co_return;
     // A read that filled the buffer means more input is waiting. Reading

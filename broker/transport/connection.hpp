@@ -13,6 +13,7 @@
 
 #include "broker/admission/admission_control.hpp"
 #include "broker/transport/byte_stream.hpp"
+#include "broker/transport/write_batch.hpp"
 #include "broker/requests/capabilities.hpp"
 #include "broker/tables/frame_arena.hpp"
 #include "broker/tables/outbound_queue.hpp"
@@ -61,6 +62,7 @@ struct connection_context {
   authenticator& auth;           // who each hello is from (docs/security.md)
   server_counters& counters;
   feature_flags& flags;  // server flags (the "offers" ramp)
+  write_batch& writes;   // connections to write at the end of the current read
   std::shared_ptr<spdlog::logger> logger;
   bool log_available = false;  // the server has a sequence log ("log" may be granted)
 };
@@ -83,6 +85,12 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   void close_with_retry(protocol::errc code, std::string_view message, std::chrono::milliseconds retry_after);
   // Closing (a goodbye queued, or closed): nothing more will be handled.
   bool closing() const noexcept { return closing_; }
+  // The end of a read that queued frames for this connection while its
+  // writer waited (write_batch): writes them now, without blocking, as
+  // the writer would have in its next turn; what the socket does not take
+  // (or a TLS stream, a write under load, a closing connection) is left to
+  // the writer.
+  void write_now();
 
   // delivery_target: queue a Deliver (shared) or an InboxDelivery (own)
   // unless not welcomed yet or closing; over max-pending-bytes the frame
@@ -172,7 +180,18 @@ class connection final : public peer, public std::enable_shared_from_this<connec
 
   // Copies a frame only this connection gets into the arena (see lane_).
   frame_ref store_own(protocol::bytes_view frame);
-  void kick() noexcept;  // wake the writer if it waits
+  // A frame was queued: wakes the writer if it waits (or, within a read,
+  // lists this connection for write_now at the read's end).
+  void kick();
+  void wake_writer() noexcept;
+  // The writer's start of a write: the oldest frame's wait observed,
+  // frames taken from the queue into spans_/buffers_ (writing_bytes_);
+  // false when every frame taken had expired or was withdrawn.
+  bool take_write();
+  // The end of a write of writing_bytes_ that succeeded or failed (`ec`):
+  // the frames released, counters, a dropped notice due. False when the
+  // connection failed.
+  bool wrote(asio_error_code ec);
   // Accounts for a delivery that was queued or, when `queued` is false,
   // dropped (slow consumer: maybe close, per policy).
   void delivered(bool queued);
@@ -200,6 +219,12 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   std::string client_name_;
   std::string client_id_;
   outbound_queue queue_;
+  // The write in flight (take_write to wrote): its frames' bytes, and how
+  // many of them write_now wrote before it left the rest to the writer.
+  std::vector<protocol::bytes_view> spans_;
+  std::vector<asio::const_buffer> buffers_;
+  std::size_t writing_bytes_ = 0;
+  std::size_t written_now_ = 0;
   static constexpr std::size_t max_batch = 32;  // frames verified ahead of handling
   std::vector<protocol::frame_view> batch_;     // the current read's frames, reused
   frame_lane lane_;                             // this connection's own frames; reset whenever queue_ drains
@@ -235,6 +260,7 @@ class connection final : public peer, public std::enable_shared_from_this<connec
   bool closing_ = false;
   bool closed_ = false;
   bool writer_waiting_ = false;
+  bool write_listed_ = false;    // in ctx_.writes for the current read
   bool reading_ = false;         // the reader runs (not for a connection refused at accept)
   bool refused_ = false;         // refused by admission control: not counted (connection_registry::rejected_closing)
   bool goodbye_queued_ = false;  // the fatal Error is queued: nothing more is

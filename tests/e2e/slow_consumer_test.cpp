@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -240,4 +241,41 @@ TEST_CASE("a slow consumer that half-closes while a write is stuck still gets it
   REQUIRE(e != nullptr);
   CHECK(static_cast<int>(e->message_as_Error()->code()) == static_cast<int>(protocol::errc::slow_consumer));
   CHECK(slow.closed_by_peer());
+}
+
+TEST_CASE("deliveries a subscriber's socket takes only in part at the end of a read reach it whole and in order",
+          "[e2e][broker][slow]") {
+  // The broker writes what a read queued at the end of that read, without
+  // blocking (connection::write_now); a subscriber with a small receive
+  // buffer that reads nothing for a while makes such a write partial, and
+  // the writer must send the rest from where it stopped.
+  auto cfg = test_server::default_config();
+  cfg.max_frame = 64 * 1024;
+  cfg.max_pending_bytes = 64 << 20;
+  cfg.heartbeat_interval = std::chrono::seconds(60);  // the raw subscriber answers no pings
+  test_server server(cfg);
+  raw_connection sub(server.port(), 16 * 1024);
+  raw_subscribe(sub, "feed.big");
+  auto pub = connect_to(server, "publisher");
+  constexpr std::uint64_t count = 200;
+  constexpr std::size_t size = 40'000;  // 8 MB: far more than the subscriber's socket holds
+  std::vector<std::byte> payload(size);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::memcpy(payload.data(), &i, sizeof i);
+    std::memset(payload.data() + sizeof i, static_cast<int>('a' + i % 26), size - sizeof i);
+    REQUIRE_FALSE(pub->publish("feed.big", payload));
+    REQUIRE_FALSE(pub->flush());  // one publish per read: each is written at the end of its read
+  }
+  for (std::uint64_t i = 0; i < count; ++i) {
+    raw_frame storage;
+    const auto* f = sub.next_of(Message::Deliver, storage);
+    REQUIRE(f != nullptr);
+    const auto* data = f->message_as_Deliver()->payload();
+    REQUIRE(data->size() == size);
+    std::uint64_t seq = 0;
+    std::memcpy(&seq, data->data(), sizeof seq);
+    REQUIRE(seq == i);
+    REQUIRE(std::all_of(data->begin() + sizeof seq, data->end(),
+                        [i](std::uint8_t b) { return b == static_cast<std::uint8_t>('a' + i % 26); }));
+  }
 }
