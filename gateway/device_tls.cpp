@@ -4,7 +4,6 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 namespace switchyard::edge {
 
@@ -39,11 +38,7 @@ std::expected<std::shared_ptr<device_tls>, std::string> device_tls::load(const s
     return failed("tls-key " + key_file + " cannot be used");
   if (SSL_CTX_check_private_key(ctx) != 1)
     return failed("tls-key " + key_file + " does not match tls-cert " + cert_file);
-  if (X509* cert = SSL_CTX_get0_certificate(ctx)) {
-    char name[512];
-    X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);
-    t->subject_ = name;
-  }
+  t->subject_ = tls::certificate_subject(ctx);
   ERR_clear_error();
   return t;
 }

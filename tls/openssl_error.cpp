@@ -1,6 +1,8 @@
 #include "tls/openssl_error.hpp"
 
 #include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 namespace switchyard::tls {
 
@@ -13,6 +15,14 @@ std::string last_error() {
     out += text;
   }
   return out;
+}
+
+std::string certificate_subject(ssl_ctx_st* ctx) {
+  X509* cert = SSL_CTX_get0_certificate(ctx);
+  if (!cert) return {};
+  char name[512];
+  X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);
+  return name;
 }
 
 }  // namespace switchyard::tls

@@ -49,11 +49,7 @@ std::expected<std::shared_ptr<tls_context>, std::string> tls_context::load(const
   }
   t->verify_client_ = cfg.tls_verify_client;
   if (cfg.tls_verify_client) SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-  if (X509* cert = SSL_CTX_get0_certificate(ctx)) {
-    char name[512];
-    X509_NAME_oneline(X509_get_subject_name(cert), name, sizeof name);
-    t->subject_ = name;
-  }
+  t->subject_ = tls::certificate_subject(ctx);
   ERR_clear_error();
   return t;
 }

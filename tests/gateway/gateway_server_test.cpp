@@ -109,13 +109,9 @@ class gateway_fixture {
   std::atomic<bool> finished_{false};
 };
 
-// The HTTP answer to a GET of `target` on the gateway's port, with the
-// WebSocket upgrade headers when `upgrade`.
-boost::beast::http::response<boost::beast::http::string_body> http_upgrade_answer(std::uint16_t port,
-                                                                                  const std::string& target,
-                                                                                  bool upgrade) {
+// A GET of `target`, with the WebSocket upgrade headers when `upgrade`.
+boost::beast::http::request<boost::beast::http::empty_body> get_request(const std::string& target, bool upgrade) {
   namespace http = boost::beast::http;
-  ws_device raw(port, ws_device::raw_tag{});
   http::request<http::empty_body> req{http::verb::get, target, 11};
   req.set(http::field::host, "127.0.0.1");
   if (upgrade) {
@@ -124,7 +120,17 @@ boost::beast::http::response<boost::beast::http::string_body> http_upgrade_answe
     req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
     req.set(http::field::sec_websocket_version, "13");
   }
-  http::write(raw.socket(), req);
+  return req;
+}
+
+// The HTTP answer to a GET of `target` on the gateway's port, with the
+// WebSocket upgrade headers when `upgrade`.
+boost::beast::http::response<boost::beast::http::string_body> http_upgrade_answer(std::uint16_t port,
+                                                                                  const std::string& target,
+                                                                                  bool upgrade) {
+  namespace http = boost::beast::http;
+  ws_device raw(port, ws_device::raw_tag{});
+  http::write(raw.socket(), get_request(target, upgrade));
   boost::beast::flat_buffer buffer;
   http::response<http::string_body> res;
   http::read(raw.socket(), buffer, res);
@@ -778,13 +784,7 @@ TEST_CASE("a plain ws:// upgrade on a wss:// port is closed and counted as a fai
   gateway_fixture f(wss_with(certs, dir, "ca-broker"));
   namespace http = boost::beast::http;
   ws_device raw(f.port(), ws_device::raw_tag{});
-  http::request<http::empty_body> req{http::verb::get, "/ws", 11};
-  req.set(http::field::host, "127.0.0.1");
-  req.set(http::field::upgrade, "websocket");
-  req.set(http::field::connection, "Upgrade");
-  req.set(http::field::sec_websocket_key, "dGhlIHNhbXBsZSBub25jZQ==");
-  req.set(http::field::sec_websocket_version, "13");
-  http::write(raw.socket(), req);
+  http::write(raw.socket(), get_request("/ws", true));
   boost::beast::flat_buffer buffer;
   http::response<http::string_body> res;
   boost::beast::error_code ec;
