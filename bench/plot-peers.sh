@@ -38,7 +38,8 @@ def median: map(select(type == "number")) | sort
     else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 def rows: map(select(type == "object" and (.workload | IN("fanout", "latency", "durable", "route"))
   and .broker != null and .skipped == null and .error == null));
-def border: {"switchyard": 0, "nats": 1, "redis": 2, "redis-always": 3, "mqtt": 4, "floor": 5}[.] // 9;
+def border: {"switchyard": 0, "switchyard-tls": 1, "nats": 2, "nats-tls": 3, "redis": 4, "redis-always": 5,
+  "mqtt": 6, "floor": 7}[.] // 9;
 def fanouts($m): map(select(.workload == "fanout") | .subs) | unique | map(select(. != null))
   | .[] | {w: "fanout", subs: ., m: $m, label: "fan-out 1:\(.)"};
 def groups($panel): rows as $r
@@ -84,13 +85,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 colour() {
   case $1 in
-    switchyard) echo '#2c7fb8' ;; nats) echo '#27ae60' ;; redis) echo '#c0392b' ;;
+    switchyard) echo '#2c7fb8' ;; switchyard-tls) echo '#85c1e9' ;; nats) echo '#27ae60' ;;
+    nats-tls) echo '#82e0aa' ;; redis) echo '#c0392b' ;;
     redis-always) echo '#e67e22' ;; mqtt) echo '#8e44ad' ;; floor) echo '#7f8c8d' ;; *) echo '#34495e' ;;
   esac
 }
 legend() {
   case $1 in
-    switchyard) echo 'Switchyard' ;; nats) echo 'NATS (nats-server)' ;; redis) echo 'Redis' ;;
+    switchyard) echo 'Switchyard' ;; switchyard-tls) echo 'Switchyard over TLS' ;; nats) echo 'NATS (nats-server)' ;;
+    nats-tls) echo 'NATS over TLS' ;; redis) echo 'Redis' ;;
     redis-always) echo 'Redis (fsync always)' ;; mqtt) echo 'MQTT (Mosquitto)' ;;
     floor) echo 'floor (no broker)' ;; *) echo "$1" ;;
   esac
