@@ -234,7 +234,7 @@ void device_session::close(device_errc code, std::string_view detail) {
   pending_bytes_ = 0;
   wake_.cancel();
   if (!timers_.upgraded) {
-    close_socket();  // the pending handshake or HTTP read ends; run() finishes
+    abort();  // the pending handshake or HTTP read ends; run() finishes
     return;
   }
   const auto& row = row_of(code);
@@ -247,9 +247,7 @@ void device_session::close(device_errc code, std::string_view detail) {
   });
 }
 
-void device_session::abort() { close_socket(); }
-
-void device_session::close_socket() {
+void device_session::abort() {
   beast::error_code ignored;
   on_ws([&](auto& ws) { beast::get_lowest_layer(ws).close(ignored); });
 }
@@ -266,7 +264,7 @@ void device_session::ping(steady_time at) {
 void device_session::finish() {
   if (finished_) return;
   finished_ = true;
-  close_socket();
+  abort();
   wake_.cancel();
   out_.clear();
   on_drained_ = nullptr;

@@ -102,7 +102,8 @@ class device_session : public std::enable_shared_from_this<device_session> {
   // Closes with `code` (its close code and reason from device_errc; a
   // socket not upgraded yet is just closed). Idempotent.
   void close(device_errc code, std::string_view detail = {});
-  // Closes the TCP socket at once (a close that did not finish in time).
+  // Closes the TCP socket at once, under TLS too (a close that did not
+  // finish in time, a socket not upgraded yet, the end).
   void abort();
   // A WebSocket ping (at most one in flight).
   void ping(steady_time now);
@@ -162,7 +163,6 @@ class device_session : public std::enable_shared_from_this<device_session> {
   decltype(auto) on_ws(F&& f) {
     return std::visit(std::forward<F>(f), ws_);
   }
-  void close_socket();  // the TCP socket, under TLS too
 
   using plain_ws = boost::beast::websocket::stream<asio::ip::tcp::socket>;
   using tls_ws = boost::beast::websocket::stream<tls_socket>;

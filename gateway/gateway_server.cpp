@@ -113,6 +113,13 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
              .message_burst = config_.message_burst,
              .max_pending_bytes = config_.max_pending_bytes,
              .disconnect_slow = config_.slow_consumer == slow_consumer_policy::disconnect};
+  // The certificate first: a file that cannot be used fails the start
+  // before any broker is contacted.
+  if (!config_.tls_cert.empty()) {
+    auto loaded = device_tls::load(config_.tls_cert, config_.tls_key);
+    if (!loaded) throw std::runtime_error(loaded.error());
+    tls_ = std::move(*loaded);
+  }
   timing_ = {.hello_timeout = config_.hello_timeout,
              .ping_interval = config_.ping_interval,
              .dead_after = config_.dead_after,
@@ -188,11 +195,6 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
   helper_ = std::move(*helper);
   resumes_ = std::make_unique<resume_reader>(*broker_, max_resume_jobs, config_.resume_max_scan);
 
-  if (!config_.tls_cert.empty()) {
-    auto loaded = device_tls::load(config_.tls_cert, config_.tls_key);
-    if (!loaded) throw std::runtime_error(loaded.error());
-    tls_ = std::move(*loaded);
-  }
   const asio::ip::tcp::endpoint at(asio::ip::make_address(config_.listen_host), config_.listen_port);
   acceptor_.open(at.protocol());
   acceptor_.set_option(asio::socket_base::reuse_address(true));

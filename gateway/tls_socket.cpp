@@ -53,29 +53,26 @@ tls_socket::outcome tls_socket::settle(int ret, std::size_t n) {
   return r;
 }
 
-tls_socket::outcome tls_socket::handshake() {
+template <class Call>
+tls_socket::outcome tls_socket::call(Call openssl) {
   if (!ssl_) return {step::failed, 0, asio::error::no_memory};
-  ERR_clear_error();
+  ERR_clear_error();  // SSL_get_error reads the queue: only this call's errors
   errno = 0;
-  return settle(SSL_do_handshake(ssl_), 0);
+  std::size_t n = 0;
+  const int ret = openssl(n);
+  return settle(ret, n);
+}
+
+tls_socket::outcome tls_socket::handshake() {
+  return call([this](std::size_t&) { return SSL_do_handshake(ssl_); });
 }
 
 tls_socket::outcome tls_socket::read(void* data, std::size_t size) {
-  if (!ssl_) return {step::failed, 0, asio::error::no_memory};
-  ERR_clear_error();
-  errno = 0;
-  std::size_t n = 0;
-  const int ret = SSL_read_ex(ssl_, data, size, &n);
-  return settle(ret, n);
+  return call([&](std::size_t& n) { return SSL_read_ex(ssl_, data, size, &n); });
 }
 
 tls_socket::outcome tls_socket::write(const void* data, std::size_t size) {
-  if (!ssl_) return {step::failed, 0, asio::error::no_memory};
-  ERR_clear_error();
-  errno = 0;
-  std::size_t n = 0;
-  const int ret = SSL_write_ex(ssl_, data, size, &n);
-  return settle(ret, n);
+  return call([&](std::size_t& n) { return SSL_write_ex(ssl_, data, size, &n); });
 }
 
 bool tls_socket::pending() const noexcept { return ssl_ && SSL_has_pending(ssl_) == 1; }

@@ -173,6 +173,10 @@ class tls_socket {
     }
   };
 
+  // One OpenSSL call on ssl_, `openssl(size_t& n) -> int`, and what it
+  // came to (settle). Defined and used in tls_socket.cpp only.
+  template <class Call>
+  outcome call(Call openssl);
   outcome settle(int ret, std::size_t n);
 
   asio::ip::tcp::socket socket_;

@@ -90,14 +90,10 @@ void connection::report_lost(std::uint64_t count) {
 
 void connection::kick() {
   if (!writer_waiting_ || write_listed_) return;
-  if (ctx_.writes.open()) {
-    write_listed_ = true;
-    queued_since_ = clock::now();  // the queue was empty: this frame is the oldest
-    ctx_.writes.add(shared_from_this());
-    return;
-  }
-  queued_since_ = clock::now();
-  wake_writer();
+  queued_since_ = clock::now();  // the queue was empty: this frame is the oldest
+  if (!ctx_.writes.open()) return wake_writer();
+  write_listed_ = true;
+  ctx_.writes.add(shared_from_this());
 }
 
 void connection::wake_writer() noexcept {
