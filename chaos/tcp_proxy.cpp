@@ -26,7 +26,7 @@ void tcp_proxy::accept() {
     if (closing_ || ec == asio::error::operation_aborted) return;  // closed
     if (ec) return accept();  // this connection failed (e.g. no descriptor left): the next may not
     sessions_.insert(s);
-    if (cut_) {
+    if (any_cut()) {
       parked_.push_back([this, s] { connect(s); });
     } else {
       connect(s);
@@ -49,18 +49,18 @@ void tcp_proxy::connect(const std::shared_ptr<session>& s) {
 
 void tcp_proxy::pump(const std::shared_ptr<session>& s, int d) {
   if (s->ended) return;
-  if (cut_) {
+  if (cut_[d]) {
     parked_.push_back([this, s, d] { pump(s, d); });
     return;
   }
   s->sides[d].async_read_some(asio::buffer(s->buffers[d]), [this, s, d](asio_error_code ec, std::size_t n) {
-    if (ec && cut_) {
+    if (ec && any_cut()) {
       // The other side learns of the close only after the cut, as in a partition.
       parked_.push_back([this, s] { end(s); });
       return;
     }
     if (ec) return end(s);
-    if (cut_) {
+    if (cut_[d]) {
       // Read before the cut, not yet passed on: held with the session.
       parked_.push_back([this, s, d, n] {
         asio::async_write(s->sides[1 - d], asio::buffer(s->buffers[d], n),
@@ -86,10 +86,12 @@ void tcp_proxy::end(const std::shared_ptr<session>& s) {
   sessions_.erase(s);
 }
 
-void tcp_proxy::cut() { cut_ = true; }
+void tcp_proxy::cut() { cut_ = {true, true}; }
+
+void tcp_proxy::cut_from_node() { cut_[0] = true; }
 
 void tcp_proxy::heal() {
-  cut_ = false;
+  cut_ = {false, false};
   auto parked = std::move(parked_);
   parked_.clear();
   for (auto& resume : parked) resume();

@@ -6,7 +6,10 @@
 // directions (connections stay open, as in a network partition; a new
 // connection is accepted and held; a close by one side reaches the other
 // only after the cut; a read in progress at the cut completes and its
-// bytes wait), heal() lets them flow again.
+// bytes wait), heal() lets them flow again. cut_from_node() stops only
+// what the node sends (what the target sends still reaches the node), as a
+// target that stopped reading would: the node's socket buffers fill and
+// its writes block.
 //
 // Threads: everything runs on the io_context given (one thread); cut() and
 // heal() must be called there (post them).
@@ -32,6 +35,7 @@ class tcp_proxy {
 
   std::uint16_t port() const noexcept { return port_; }
   void cut();
+  void cut_from_node();
   void heal();
   // Closes every connection (heal() does not: a cut is not a reset).
   void close();
@@ -47,7 +51,9 @@ class tcp_proxy {
   asio::ip::tcp::acceptor acceptor_;
   asio::ip::tcp::endpoint target_;
   std::uint16_t port_ = 0;
-  bool cut_ = false;
+  // Per direction (0: node -> target, 1: target -> node): its bytes are held.
+  std::array<bool, 2> cut_{};
+  bool any_cut() const noexcept { return cut_[0] || cut_[1]; }
   bool closing_ = false;
   std::set<std::shared_ptr<session>> sessions_;
   std::vector<std::function<void()>> parked_;  // what waits for heal()

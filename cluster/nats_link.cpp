@@ -302,6 +302,7 @@ std::expected<void, std::error_code> nats_link::publish(std::string_view subject
     s.payload.assign(payload.begin(), payload.end());
     ++queue_publishes_;
     queue_bytes_ += size;
+    pending_bytes_.fetch_add(size, std::memory_order_relaxed);
   }
   if (was_empty) queue_cv_.notify_one();
   return {};
@@ -324,6 +325,8 @@ void nats_link::sender_main() {
     for (std::size_t i = 0; i < n; ++i) {
       out_slot& s = sending_[i];
       send_one(s);
+      if (s.kind == op::publish)
+        pending_bytes_.fetch_sub(s.subject.size() + s.reply.size() + s.payload.size(), std::memory_order_relaxed);
       trim(s.subject, kept, options_.queue_max_bytes);
       trim(s.reply, kept, options_.queue_max_bytes);
       trim(s.payload, kept, options_.queue_max_bytes);

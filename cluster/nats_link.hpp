@@ -206,6 +206,13 @@ class nats_link {
   // Any thread: a snapshot of the counters and state.
   link_stats stats() const;
 
+  // Any thread: bytes (subject, reply and payload) of the publishes
+  // accepted and not yet handed to cnats, those the sender thread is
+  // handing on included. A producer that must not overflow the queue
+  // (queue_max_bytes) paces itself by it.
+  std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
+  std::size_t queue_max_bytes() const noexcept { return options_.queue_max_bytes; }
+
   // Stops the link: later publishes fail with closed; the sender thread
   // hands what is already queued to cnats (sent if connected; if
   // reconnecting it sits in cnats's reconnect buffer and is lost), then
@@ -317,6 +324,7 @@ class nats_link {
   std::atomic<std::uint64_t> messages_in_{0}, bytes_in_{0}, messages_out_{0}, bytes_out_{0};
   std::atomic<std::uint64_t> dropped_in_{0}, dropped_out_{0}, send_failures_{0}, reconnects_{0};
   std::atomic<std::uint64_t> slow_consumer_events_{0}, cnats_dropped_{0};
+  std::atomic<std::size_t> pending_bytes_{0};  // pending_bytes()
 };
 
 }  // namespace switchyard::cluster

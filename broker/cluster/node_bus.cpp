@@ -42,6 +42,9 @@ void node_bus::start() {
   cluster::nats_link_options o;
   o.servers = options_.nats_servers;
   o.name = "switchyard " + options_.cluster_name + "/" + options_.node_id;
+  // At least one message of the largest size the link carries.
+  o.queue_max_bytes =
+      std::max<std::size_t>(options_.nats_queue_bytes, std::size_t{options_.max_frame} + envelope_bytes);
   link_ = std::make_unique<cluster::nats_link>(io_.get_executor(), std::move(o));
   link_->set_status_handler([this](cluster::link_state s) {
     if (s == cluster::link_state::connected) {

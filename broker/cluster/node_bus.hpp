@@ -63,6 +63,8 @@ struct node_bus_options {
   std::chrono::milliseconds interest_timeout{1000};
   std::uint32_t max_frame = 1u << 20;  // --max-frame: a Deliver of this size must fit a NATS message
   std::size_t batch_bytes = 64u << 10;
+  // --cluster-nats-queue-bytes: messages waiting to be handed to NATS.
+  std::size_t nats_queue_bytes = 16u << 20;
 };
 
 // Per peer, for cluster status and /metrics.
@@ -164,6 +166,10 @@ class node_bus {
   bool relaying() const noexcept { return relaying_; }
   node_bus_status status() const;
   const node_bus_options& options() const noexcept { return options_; }
+  // Bytes sent to NATS and not yet handed to cnats (0 before start()):
+  // a sender of much at once keeps it below a share of nats_queue_bytes,
+  // past which NATS refuses messages (and they are lost).
+  std::size_t link_pending_bytes() const noexcept { return link_ ? link_->pending_bytes() : 0; }
 
  private:
   std::string subject_of(std::string_view node_id) const;

@@ -105,6 +105,9 @@ struct route_relay::rebuild {
     std::string node_id;
     std::uint32_t next_part = 0;
     bool broken = false;  // a part of its answer went missing
+    // Its last part, or when it was last asked again: a large answer comes
+    // paced over many loop turns; only silence this long is a lost one.
+    clock::time_point heard{};
   };
   std::vector<std::uint32_t> partitions;  // ascending
   std::vector<member> waiting;
@@ -137,6 +140,7 @@ route_relay::route_relay(asio::io_context& io, route_relay_options options, node
           },
           [this] { schedule_flush(); }),
       timer_(io),
+      pump_timer_(io),
       here_(std::make_unique<key_group>()),
       all_(std::make_unique<key_group>()),
       homes_(std::make_unique<node_groups>()),
@@ -182,6 +186,8 @@ route_relay::~route_relay() {
   *alive_ = false;
   stopped_ = true;
   timer_.cancel();
+  pump_timer_.cancel();
+  key_answers_.clear();
   bus_.on_route_message(nullptr);
   routing_.on_entry_removed(nullptr);
 }
@@ -835,6 +841,7 @@ void route_relay::rebuild_part(const std::string& member, std::uint64_t ticket, 
   // this answer: the member is asked again once its last part is in.
   if (!w->broken && part != w->next_part) w->broken = true;
   ++w->next_part;
+  w->heard = clock::now();
   if (!last) return;
   if (w->broken) {
     logger_->info("cluster: parts of node '{}''s routes were lost in transit; asking again", member);
@@ -903,33 +910,72 @@ void route_relay::on_rebuild(remote_node& from, const link::RouteRebuild& r) {
   if (const auto* ps = r.partitions())
     for (const auto p : *ps)
       if (p < partition_map::partition_count) wanted[p] = true;
-  send_keys(from.member().node_id, wanted, r.ticket());
+  answer_rebuild(from.member().node_id, wanted, r.ticket());
 }
 
-void route_relay::send_keys(std::string_view to, const std::vector<bool>& partitions, std::uint64_t rebuild_ticket) {
-  std::vector<std::string> part, principals;
-  std::size_t bytes = 0;
-  std::uint32_t part_number = 0;
-  const auto send_part = [&](bool last) {
+void route_relay::answer_rebuild(std::string_view to, const std::vector<bool>& partitions,
+                                 std::uint64_t rebuild_ticket) {
+  // Asked again (a part went missing, or the answer was slow): start over.
+  std::erase_if(key_answers_, [&](const key_answer& a) { return a.to == to && a.ticket == rebuild_ticket; });
+  key_answer a;
+  a.to = to;
+  a.ticket = rebuild_ticket;
+  routing_.for_each_live_key([&](std::string_view key) {
+    if (partitions[partition_map::partition_of(key)]) a.keys.emplace_back(key);
+  });
+  key_answers_.push_back(std::move(a));
+  pump_answers();
+}
+
+void route_relay::pump_answers() {
+  if (stopped_) return;
+  // At least one part may always wait in the link.
+  const std::size_t limit = std::max(bus_.options().nats_queue_bytes / 4, options_.part_bytes);
+  std::size_t sent = 0;
+  bool link_full = false;
+  std::vector<std::string_view> part, principals;
+  while (!key_answers_.empty() && sent < answer_turn_bytes) {
+    if (bus_.link_pending_bytes() + options_.part_bytes > limit) {
+      link_full = true;
+      break;
+    }
+    auto& a = key_answers_.front();
+    std::size_t bytes = 0;
+    part.clear();
+    principals.clear();
+    while (a.next < a.keys.size() && bytes < options_.part_bytes) {
+      const std::string& key = a.keys[a.next++];
+      if (!routing_.entry_lease(key)) continue;  // gone since: its removal went to the owner already
+      part.emplace_back(key);
+      const auto by = put_by_.find(key);
+      principals.emplace_back(by == put_by_.end() ? std::string_view() : std::string_view(by->second));
+      bytes += key.size() + principals.back().size() + 16;
+    }
+    const bool last = a.next == a.keys.size();
     auto& b = bus_.link_builder();
     b.Clear();
     const auto puts = b.CreateVectorOfStrings(part.begin(), part.end());
     const auto by = b.CreateVectorOfStrings(principals.begin(), principals.end());
-    bus_.send_body(to, link::Body::RouteUpdate,
-                   link::CreateRouteUpdate(b, puts, 0, 0, rebuild_ticket, last, part_number++, by).Union());
-    part.clear();
-    principals.clear();
-    bytes = 0;
+    const bool ok = bus_.send_body(a.to, link::Body::RouteUpdate,
+                                   link::CreateRouteUpdate(b, puts, 0, 0, a.ticket, last, a.part++, by).Union());
+    sent += bytes + 64;
+    // Not sent (the asker left, or NATS refused it): the asker, if still
+    // there, finds the answer broken or silent and asks again.
+    if (!ok || last) key_answers_.pop_front();
+  }
+  if (key_answers_.empty() || pump_posted_) return;
+  pump_posted_ = true;
+  const auto go_on = [this, alive = alive_](const asio_error_code& ec = {}) {
+    if (!*alive) return;
+    pump_posted_ = false;
+    if (!ec) pump_answers();
   };
-  routing_.for_each_live_key([&](std::string_view key) {
-    if (!partitions[partition_map::partition_of(key)]) return;
-    part.emplace_back(key);
-    const auto by = put_by_.find(key);
-    principals.emplace_back(by == put_by_.end() ? std::string() : by->second);
-    bytes += key.size() + principals.back().size() + 16;
-    if (bytes >= options_.part_bytes) send_part(false);
-  });
-  send_part(true);
+  if (link_full) {
+    pump_timer_.expires_after(std::chrono::milliseconds(1));
+    pump_timer_.async_wait(go_on);
+  } else {
+    asio::post(io_, [go_on] { go_on(); });
+  }
 }
 
 void route_relay::on_sends(remote_node& from, const link::Sends& s) {
@@ -1180,14 +1226,13 @@ void route_relay::on_timer() {
       it = rebuilds_.erase(it);
       continue;
     }
-    if (now - r.sent_at >= options_.forward_timeout) {
-      r.sent_at = now;
-      for (auto& w : r.waiting) {
-        logger_->info("cluster: node '{}' has not answered the route rebuild; asking again", w.node_id);
-        w.next_part = 0;
-        w.broken = false;
-        ask_rebuild(w.node_id, it->first, r.partitions);
-      }
+    for (auto& w : r.waiting) {
+      if (now - std::max(r.sent_at, w.heard) < options_.forward_timeout) continue;
+      logger_->info("cluster: node '{}' has not answered the route rebuild; asking again", w.node_id);
+      w.next_part = 0;
+      w.broken = false;
+      w.heard = now;
+      ask_rebuild(w.node_id, it->first, r.partitions);
     }
     ++it;
   }

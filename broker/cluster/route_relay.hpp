@@ -54,6 +54,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -221,6 +222,16 @@ class route_relay {
   using outbox = outboxes::outbox;
   struct put_batch;
   struct rebuild;
+  // A rebuild's answer being sent (answer_rebuild, pump_answers).
+  struct key_answer {
+    std::string to;
+    std::uint64_t ticket = 0;
+    std::vector<std::string> keys;  // the live keys found when asked (each sent only if still live)
+    std::size_t next = 0;           // the first key not sent yet
+    std::uint32_t part = 0;         // the next part's number
+  };
+  // Bytes of answer parts sent per loop turn at most (other work runs between).
+  static constexpr std::size_t answer_turn_bytes = 1u << 20;
   using clock = std::chrono::steady_clock;
   // What a durable send or an offer adds to a send: the record's place,
   // the expiry, the offer id.
@@ -289,10 +300,17 @@ class route_relay {
                     std::span<const std::string_view> gateways, std::span<const std::uint32_t> indices,
                     std::uint32_t forwarded, std::uint32_t unavailable, bool from_owner,
                     std::span<const std::uint32_t> capped = {});
-  // The keys this node is home of in `partitions` (one flag per
-  // partition) to `to`, in numbered parts: the answer to rebuild
-  // `rebuild_ticket`.
-  void send_keys(std::string_view to, const std::vector<bool>& partitions, std::uint64_t rebuild_ticket);
+  // The answer to rebuild `rebuild_ticket`: the keys this node is home of
+  // in `partitions` (one flag per partition), to `to`, in numbered parts.
+  // Kept as a key_answer and sent by pump_answers; asked again (same `to`
+  // and ticket), it starts over.
+  void answer_rebuild(std::string_view to, const std::vector<bool>& partitions, std::uint64_t rebuild_ticket);
+  // Sends parts of the answers in key_answers_, oldest first, while the
+  // link holds less than a quarter of --cluster-nats-queue-bytes (NATS
+  // would drop the rest: the asker would find the answer broken and ask
+  // again, forever at the seed's scale) and at most answer_turn_bytes per
+  // loop turn; continues in a later turn (a timer while the link is full).
+  void pump_answers();
   // Asks `from` (members; this node skipped) for their routes in
   // `partitions`; blocking: they were just gained (this node's own keys go
   // in at once, and they answer unavailable until every member answered).
@@ -343,6 +361,10 @@ class route_relay {
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> put_by_;
   bool flush_posted_ = false;
   asio::steady_timer timer_;
+  // Home side: rebuilds' answers being sent, oldest first.
+  std::deque<key_answer> key_answers_;
+  bool pump_posted_ = false;
+  asio::steady_timer pump_timer_;
   bool timer_armed_ = false;
   bool stopped_ = false;
   // Cleared by the destructor: a posted flush or a timer handler that runs

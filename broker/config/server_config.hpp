@@ -158,6 +158,9 @@ struct server_config {
   std::uint32_t cluster_lease_ttl_s = 5;
   std::chrono::milliseconds cluster_interest_timeout{1000};
   std::chrono::milliseconds cluster_forward_timeout{2000};
+  // Messages to other nodes waiting to be handed to NATS; past it they
+  // are dropped (a channel's receivers see the gap).
+  std::size_t cluster_nats_queue_bytes = 16u << 20;
   // Out of standing (cut off from etcd) this long, the node drains its
   // clients to the other nodes and exits; 0 = never.
   std::chrono::seconds cluster_drain_after{0};

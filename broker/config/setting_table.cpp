@@ -370,6 +370,14 @@ std::vector<setting> build() {
                "another node holds) waits for the answer; then it is answered outcome_unknown (a send or a stream "
                "request: it may or may not have been carried out) or unavailable (a put)")
           .range({100}, {60'000}, count_of(&c::cluster_forward_timeout)));
+  add(integer("cluster-nats-queue-bytes", &c::cluster_nats_queue_bytes,
+              "cluster mode: messages to other nodes waiting to be handed to NATS; past it they are dropped", "bytes")
+          .doc("messages to other nodes waiting to be handed to NATS (a slow or unreachable NATS server makes "
+               "them wait; the link uses at least `--max-frame` plus 1 KiB). Past it they are dropped: a channel's "
+               "subscribers on the other nodes see "
+               "the gap (`Dropped`), a forwarded request is answered at its timeout. A rebuild's answer, the one "
+               "large thing a node sends at once, is paced to stay within a quarter of it")
+          .range({1 << 20}, {unbounded}, value_of(&c::cluster_nats_queue_bytes)));
   add(duration("cluster-drain-after-s", &c::cluster_drain_after,
                "cluster mode: out of standing (cut off from etcd) this long, drain the clients to the other nodes "
                "and exit 75; 0 = never")

@@ -58,6 +58,7 @@ void server::impl::join_cluster() {
   bo.nats_servers = config.cluster_nats;
   bo.interest_timeout = config.cluster_interest_timeout;
   bo.max_frame = config.max_frame;
+  bo.nats_queue_bytes = config.cluster_nats_queue_bytes;
   bus = std::make_unique<node_bus>(io, std::move(bo), channels, fan, logger);
   // A link that lost messages: every subscriber here may have missed some.
   bus->on_link_loss([this](std::uint64_t lost) {

@@ -210,6 +210,32 @@ TEST_CASE("a full outbound queue refuses with queue_full and counts the drop") {
   CHECK(st.messages_out + st.send_failures == static_cast<std::uint64_t>(accepted));
 }
 
+TEST_CASE("pending_bytes counts what waits to be handed to cnats, and falls to zero once it has been") {
+  nats_process server;
+  loop l;
+  auto o = options_for(server);
+  o.queue_max_bytes = 1u << 20;
+  o.write_deadline = 30s;
+  nats_link a(l.io.get_executor(), o);
+  REQUIRE(a.start());
+  CHECK(a.pending_bytes() == 0);
+  server.freeze();
+  const std::string payload(64 * 1024, 'p');
+  int accepted = 0;
+  for (int i = 0; i < 10'000; ++i) {  // at most ~640 MB through the kernel's buffers
+    if (!a.publish("load", bytes(payload))) break;
+    ++accepted;
+  }
+  // The queue is full: what it holds (and the sender's blocked batch) waits.
+  CHECK(a.pending_bytes() > o.queue_max_bytes - payload.size() - 64);
+  server.thaw();
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (a.pending_bytes() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  CHECK(a.pending_bytes() == 0);
+  CHECK(a.stats().messages_out == static_cast<std::uint64_t>(accepted));
+  a.stop();
+}
+
 TEST_CASE("a full mailbox drops and counts, and one drain delivers what it holds") {
   nats_process server;
   loop receiver_loop;

@@ -117,6 +117,7 @@ std::map<std::string, std::string> changed_values(const test::tls_certs& certs) 
       {"cluster-lease-ttl-s", "cluster-lease-ttl-s = 9"},
       {"cluster-interest-timeout-ms", "cluster-interest-timeout-ms = 2500"},
       {"cluster-forward-timeout-ms", "cluster-forward-timeout-ms = 2500"},
+      {"cluster-nats-queue-bytes", "cluster-nats-queue-bytes = 33554432"},
       {"cluster-drain-after-s", "cluster-drain-after-s = 120"},
       {"auth-failure-delay-ms", "auth-failure-delay-ms = 50"},
       {"auth-failures-per-min", "auth-failures-per-min = 3"},

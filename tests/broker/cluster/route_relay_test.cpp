@@ -4,6 +4,7 @@
 
 #include "auth/credentials.hpp"
 #include "broker/cluster/partition_map.hpp"
+#include "chaos/tcp_proxy.hpp"
 #include "tests/support/clients.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -15,7 +16,10 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <set>
+#include <thread>
 
 using namespace switchyard;
 using namespace std::chrono_literals;
@@ -197,6 +201,100 @@ TEST_CASE("a node that joins rebuilds the directory of the partitions it takes f
     REQUIRE(sent);
   }
   REQUIRE(wait_until([&] { return gw.got.count == users; }));
+}
+
+TEST_CASE("a rebuild's answer many times the link's outbound queue waits for NATS instead of being dropped",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  // a reaches NATS through a proxy that can hold what a sends (NATS
+  // stopped reading, in effect) while what NATS sends a still arrives.
+  asio::io_context proxy_io;
+  chaos::tcp_proxy proxy(proxy_io, f.nats->port());
+  auto guard = asio::make_work_guard(proxy_io);
+  std::thread proxy_thread([&proxy_io] { proxy_io.run(); });
+  const auto on_proxy = [&](auto fn) {
+    std::promise<void> done;
+    asio::post(proxy_io, [&] {
+      fn();
+      done.set_value();
+    });
+    done.get_future().wait();
+  };
+  struct stop_proxy {
+    asio::io_context& io;
+    std::thread& t;
+    ~stop_proxy() {
+      io.stop();
+      t.join();
+    }
+  } stop{proxy_io, proxy_thread};
+  // The least NATS queue allowed (--max-frame, 1 MiB).
+  auto ca = f.config("a");
+  ca.cluster_nats_queue_bytes = ca.max_frame;
+  ca.cluster_nats = {"nats://127.0.0.1:" + std::to_string(proxy.port())};
+  f.start(ca);
+  f.converge(1);
+  f.settle();
+  // 32,000 users with 1,000-byte keys: b will take about half, a 16 MB
+  // answer, several times what the socket buffers and the queue hold.
+  constexpr int users = 32'000;
+  const std::string pad(990, 'k');
+  const auto key = [&pad](int i) { return "user:" + pad + std::to_string(i); };
+  auto gw = test::connect_to(f.node("a"), "gateway");
+  auto lease = gw->lease_grant(60s);
+  REQUIRE(lease);
+  std::mutex got_mu;
+  std::set<std::string> got;  // the payloads delivered
+  REQUIRE_FALSE(gw->open_inbox("gw-a", lease->id, [&](const inbox_message& m) {
+    std::lock_guard lock(got_mu);
+    got.insert(text(m));
+  }));
+  std::atomic<int> put{0}, put_failed{0};
+  for (int i = 0; i < users; ++i)
+    gw->async_registry_put(key(i), "gw-a", lease->id,
+                           [&](std::expected<std::uint64_t, std::error_code> r) { ++(r ? put : put_failed); });
+  REQUIRE(wait_until([&] { return put + put_failed == users; }));
+  REQUIRE(put_failed == 0);
+  // b joins and asks a for the keys of the partitions it takes; a's answer
+  // cannot leave a meanwhile.
+  on_proxy([&] { proxy.cut_from_node(); });
+  auto cb = f.config("b");
+  cb.cluster_nats_queue_bytes = cb.max_frame;
+  f.start(cb);
+  f.converge(2);
+  REQUIRE(wait_until([&] { return f.node("b").live_metrics().cluster_partitions_rebuilding > 0; }));
+  // a has the request and answers into its link: sent at once, most of the
+  // answer would be refused by NATS's queue now (and asked for again).
+  const auto out_before = f.node("a").live_metrics().cluster_messages_out;
+  REQUIRE(wait_until([&] { return f.node("a").live_metrics().cluster_messages_out > out_before + 50; }));
+  std::this_thread::sleep_for(300ms);  // the answer's loop turns go on; well below cnats's write deadline (2 s)
+  on_proxy([&] { proxy.heal(); });
+  f.settle();
+  CHECK(f.node("a").live_metrics().cluster_send_failed == 0);  // nothing NATS refused
+  const auto b = f.node("b").live_metrics();
+  CHECK(b.cluster_rebuilt > 0);
+  CHECK(b.cluster_directory_entries > users / 4);
+  // Every user is reachable from b, those of b's partitions through the
+  // directory the answer rebuilt.
+  auto svc = test::connect_to(f.node("b"), "service");
+  std::size_t routed = 0;
+  constexpr int per_send = 200;
+  for (int first = 0; first < users; first += per_send) {
+    std::vector<std::string> keys;
+    for (int i = first; i < first + per_send; ++i) keys.push_back(key(i));
+    const std::vector<std::string_view> views(keys.begin(), keys.end());
+    const std::string payload = std::to_string(first);
+    auto sent = svc->send_many(views, std::as_bytes(std::span(payload.data(), payload.size())));
+    REQUIRE(sent);
+    routed += sent->routed;
+  }
+  CHECK(routed == users);
+  // Every send reached the gateway (once per path: the keys of a's
+  // partitions and of b's travel apart).
+  CHECK(wait_until([&] {
+    std::lock_guard lock(got_mu);
+    return got.size() == users / per_send;
+  }));
 }
 
 TEST_CASE("users of a stopped node's gateways are reachable again once the gateways put them on another node",
