@@ -255,6 +255,7 @@ void route_relay::view_changed() {
         if (same) continue;
         w.next_part = 0;
         w.broken = false;
+        w.heard = clock::now();
         ask_rebuild(w.node_id, it->first, it->second.partitions);
       }
       if (it->second.waiting.empty()) {
@@ -910,15 +911,25 @@ void route_relay::on_rebuild(remote_node& from, const link::RouteRebuild& r) {
   if (const auto* ps = r.partitions())
     for (const auto p : *ps)
       if (p < partition_map::partition_count) wanted[p] = true;
-  answer_rebuild(from.member().node_id, wanted, r.ticket());
+  answer_rebuild(from.member(), wanted, r.ticket());
 }
 
-void route_relay::answer_rebuild(std::string_view to, const std::vector<bool>& partitions,
+void route_relay::answer_rebuild(const cluster_member& to, const std::vector<bool>& partitions,
                                  std::uint64_t rebuild_ticket) {
-  // Asked again (a part went missing, or the answer was slow): start over.
-  std::erase_if(key_answers_, [&](const key_answer& a) { return a.to == to && a.ticket == rebuild_ticket; });
+  const auto same = [&](const key_answer& a) {
+    return a.to == to.node_id && a.incarnation == to.incarnation && a.ticket == rebuild_ticket;
+  };
+  // Asked again before a part of it went out (it waited behind others):
+  // it stays as it is.
+  if (std::any_of(key_answers_.begin(), key_answers_.end(),
+                  [&](const key_answer& a) { return same(a) && a.part == 0; }))
+    return;
+  // Asked again after parts went (one went missing, or the link was
+  // silent too long): start over.
+  std::erase_if(key_answers_, same);
   key_answer a;
-  a.to = to;
+  a.to = to.node_id;
+  a.incarnation = to.incarnation;
   a.ticket = rebuild_ticket;
   routing_.for_each_live_key([&](std::string_view key) {
     if (partitions[partition_map::partition_of(key)]) a.keys.emplace_back(key);
@@ -932,14 +943,21 @@ void route_relay::pump_answers() {
   // At least one part may always wait in the link.
   const std::size_t limit = std::max(bus_.options().nats_queue_bytes / 4, options_.part_bytes);
   std::size_t sent = 0;
-  bool link_full = false;
+  bool wait = false;
   std::vector<std::string_view> part, principals;
   while (!key_answers_.empty() && sent < answer_turn_bytes) {
-    if (bus_.link_pending_bytes() + options_.part_bytes > limit) {
-      link_full = true;
+    // Reconnecting, NATS takes publishes into its own reconnect buffer at
+    // once: pending_bytes would not hold the answer back.
+    if (!bus_.nats_connected() || bus_.link_pending_bytes() + options_.part_bytes > limit) {
+      wait = true;
       break;
     }
-    auto& a = key_answers_.front();
+    // One part of each answer in turn: none waits silent behind another.
+    key_answer a = std::move(key_answers_.front());
+    key_answers_.pop_front();
+    const auto* view = bus_.view();
+    const auto* member = view ? view->find(a.to) : nullptr;
+    if (!member || member->incarnation != a.incarnation) continue;  // the asker left or restarted
     std::size_t bytes = 0;
     part.clear();
     principals.clear();
@@ -959,9 +977,9 @@ void route_relay::pump_answers() {
     const bool ok = bus_.send_body(a.to, link::Body::RouteUpdate,
                                    link::CreateRouteUpdate(b, puts, 0, 0, a.ticket, last, a.part++, by).Union());
     sent += bytes + 64;
-    // Not sent (the asker left, or NATS refused it): the asker, if still
-    // there, finds the answer broken or silent and asks again.
-    if (!ok || last) key_answers_.pop_front();
+    // Not sent (NATS refused it): the asker finds the answer broken or
+    // silent and asks again.
+    if (ok && !last) key_answers_.push_back(std::move(a));
   }
   if (key_answers_.empty() || pump_posted_) return;
   pump_posted_ = true;
@@ -970,7 +988,7 @@ void route_relay::pump_answers() {
     pump_posted_ = false;
     if (!ec) pump_answers();
   };
-  if (link_full) {
+  if (wait) {
     pump_timer_.expires_after(std::chrono::milliseconds(1));
     pump_timer_.async_wait(go_on);
   } else {

@@ -225,6 +225,7 @@ class route_relay {
   // A rebuild's answer being sent (answer_rebuild, pump_answers).
   struct key_answer {
     std::string to;
+    std::int64_t incarnation = 0;  // the asker's: a restarted asker's tickets start again
     std::uint64_t ticket = 0;
     std::vector<std::string> keys;  // the live keys found when asked (each sent only if still live)
     std::size_t next = 0;           // the first key not sent yet
@@ -304,12 +305,14 @@ class route_relay {
   // in `partitions` (one flag per partition), to `to`, in numbered parts.
   // Kept as a key_answer and sent by pump_answers; asked again (same `to`
   // and ticket), it starts over.
-  void answer_rebuild(std::string_view to, const std::vector<bool>& partitions, std::uint64_t rebuild_ticket);
-  // Sends parts of the answers in key_answers_, oldest first, while the
-  // link holds less than a quarter of --cluster-nats-queue-bytes (NATS
-  // would drop the rest: the asker would find the answer broken and ask
-  // again, forever at the seed's scale) and at most answer_turn_bytes per
-  // loop turn; continues in a later turn (a timer while the link is full).
+  void answer_rebuild(const cluster_member& to, const std::vector<bool>& partitions, std::uint64_t rebuild_ticket);
+  // Sends parts of the answers in key_answers_, one of each in turn, while
+  // the link is connected and holds less than a quarter of
+  // --cluster-nats-queue-bytes (NATS would drop the rest: the asker would
+  // find the answer broken and ask again, forever at the seed's scale) and
+  // at most answer_turn_bytes per loop turn; continues in a later turn (a
+  // timer while the link is full or reconnecting). An answer whose asker
+  // left or restarted (another incarnation) is dropped.
   void pump_answers();
   // Asks `from` (members; this node skipped) for their routes in
   // `partitions`; blocking: they were just gained (this node's own keys go
@@ -361,7 +364,7 @@ class route_relay {
   std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> put_by_;
   bool flush_posted_ = false;
   asio::steady_timer timer_;
-  // Home side: rebuilds' answers being sent, oldest first.
+  // Home side: rebuilds' answers being sent, in turn.
   std::deque<key_answer> key_answers_;
   bool pump_posted_ = false;
   asio::steady_timer pump_timer_;
