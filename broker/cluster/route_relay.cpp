@@ -105,7 +105,7 @@ struct route_relay::rebuild {
     std::string node_id;
     std::uint32_t next_part = 0;
     bool broken = false;  // a part of its answer went missing
-    // Its last part, or when it was last asked again: a large answer comes
+    // When it was last asked, or its last part came: a large answer comes
     // paced over many loop turns; only silence this long is a lost one.
     clock::time_point heard{};
   };
@@ -116,7 +116,6 @@ struct route_relay::rebuild {
   // incarnation is asked for its routes in the partitions held (served
   // meanwhile).
   bool blocking = true;
-  clock::time_point sent_at;
 };
 
 route_relay::route_relay(asio::io_context& io, route_relay_options options, node_bus& bus, routing_table& routing,
@@ -326,14 +325,13 @@ void route_relay::start_rebuild(std::vector<std::uint32_t> partitions, const std
     });
   }
   for (const auto& id : from)
-    if (id != bus_.node_id()) r.waiting.push_back({id});
+    if (id != bus_.node_id()) r.waiting.push_back({.node_id = id, .heard = clock::now()});
   if (r.waiting.empty()) return;  // alone: complete
   if (blocking) {
     for (const auto p : r.partitions) rebuilding_[p] = ticket;
     logger_->info("cluster: rebuilding the route directory of {} partition(s) from {} node(s)", r.partitions.size(),
                   r.waiting.size());
   }
-  r.sent_at = clock::now();
   for (const auto& w : r.waiting) ask_rebuild(w.node_id, ticket, r.partitions);
   rebuilds_.emplace(ticket, std::move(r));
 }
@@ -1245,7 +1243,7 @@ void route_relay::on_timer() {
       continue;
     }
     for (auto& w : r.waiting) {
-      if (now - std::max(r.sent_at, w.heard) < options_.forward_timeout) continue;
+      if (now - w.heard < options_.forward_timeout) continue;
       logger_->info("cluster: node '{}' has not answered the route rebuild; asking again", w.node_id);
       w.next_part = 0;
       w.broken = false;
