@@ -211,7 +211,6 @@ class nats_link {
   // handing on included. A producer that must not overflow the queue
   // (queue_max_bytes) paces itself by it.
   std::size_t pending_bytes() const noexcept { return pending_bytes_.load(std::memory_order_relaxed); }
-  std::size_t queue_max_bytes() const noexcept { return options_.queue_max_bytes; }
 
   // Stops the link: later publishes fail with closed; the sender thread
   // hands what is already queued to cnats (sent if connected; if
