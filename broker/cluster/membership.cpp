@@ -73,7 +73,6 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   // before the first view, so a node starts owning.
   partitions_->claim(members_, lease_);
   auto view = make_view();
-  loop_seen_->store(steady_ns(clock::now()), std::memory_order_release);
   keeper_ = std::thread([this, next = revision_ + 1] { keeper_main(next); });
   prober_thread_ = std::thread([this] { probe_main(); });
   pinner_thread_ = std::thread([this] { pin_main(); });
@@ -206,13 +205,16 @@ void membership::keeper_main(std::int64_t next_revision) {
 void membership::tick() {
   const auto now = clock::now();
   const milliseconds ttl = options_.lease_ttl;  // in ms: a third of 2 s is not 0
+  // A probe at every tick (none while one waits): a loop that answers is
+  // never seen silent for longer than its answer takes (loop_watch).
+  const auto silence = loop_watch_.silence(now);
+  if (!loop_watch_.outstanding()) asio::post(loop_, loop_watch_.post(now));
   if (now >= next_renewal_) {
     next_renewal_ = now + ttl / 3;
-    const auto seen = clock::time_point(std::chrono::nanoseconds(loop_seen_->load(std::memory_order_acquire)));
-    if (now - seen > ttl / 2) {
+    if (silence > ttl / 2) {
       if (!loop_warned_)
         logger_->error("cluster: the loop has not answered for {} ms: the etcd lease is not renewed",
-                       duration_cast<milliseconds>(now - seen).count());
+                       duration_cast<milliseconds>(silence).count());
       loop_warned_ = true;
     } else {
       loop_warned_ = false;
@@ -228,8 +230,6 @@ void membership::tick() {
     }
     // Claims that failed (etcd unreachable) are tried again; a drain gives back.
     balance(false);
-    // The next probe: the loop stamps when it runs it.
-    asio::post(loop_, [seen = loop_seen_] { seen->store(steady_ns(clock::now()), std::memory_order_release); });
   }
   const bool standing = in_standing();
   if (std::exchange(standing_posted_, standing) != standing) {

@@ -16,8 +16,8 @@
 // stream keys asked for (pin_streams). Handlers run on the loop.
 //
 // The lease is renewed (every TTL/3) only while the loop shows it is
-// alive: the keeper posts a probe to the loop at each renewal and renews
-// only if the loop ran the last one within TTL/2. A stuck loop so loses its
+// alive: the keeper posts probes to the loop (loop_watch) and renews only
+// while none has waited more than TTL/2. A stuck loop so loses its
 // membership rather than holding it. The node is "in standing" while its
 // last renewal's answer, counted from when the renewal was sent, leaves
 // more than TTL/5 of the lease: a node cut off from etcd leaves standing
@@ -26,6 +26,7 @@
 // makes the node register again: a new incarnation.
 
 #include "broker/cluster/cluster_view.hpp"
+#include "broker/cluster/loop_watch.hpp"
 #include "broker/cluster/partition_keeper.hpp"
 #include "cluster/etcd_client.hpp"
 #include "common/asio.hpp"
@@ -180,8 +181,7 @@ class membership {
   bool standing_posted_ = true;  // the standing the loop was last told (join: in standing)
   void set_valid_until(clock::time_point t);
   bool loop_warned_ = false;
-  // Set by the loop when it runs the keeper's probe (steady ns).
-  std::shared_ptr<std::atomic<std::int64_t>> loop_seen_ = std::make_shared<std::atomic<std::int64_t>>(0);
+  loop_watch loop_watch_;  // keeper thread (the loop runs its probes)
   // Cleared by leave() on the loop: posted handlers check it first.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   // Counts the loop's runs of the keeper's release probes (balance).

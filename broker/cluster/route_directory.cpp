@@ -2,16 +2,33 @@
 
 namespace switchyard::broker {
 
-void route_directory::put(std::string_view key, std::uint32_t partition, std::int64_t home,
-                          std::string_view principal) {
+void route_directory::put(std::string_view key, std::uint32_t partition, std::int64_t home, std::string_view principal,
+                          route_stamp stamp) {
   auto& m = partitions_[partition];
   if (auto it = m.find(key); it != m.end()) {
     it->second.home = home;
     it->second.principal.assign(principal);
+    it->second.stamp = stamp;
     return;
   }
-  m.emplace(std::string(key), entry{home, std::string(principal)});
+  m.emplace(std::string(key), entry{home, std::string(principal), stamp});
   ++size_;
+}
+
+bool route_directory::put_if_newer(std::string_view key, std::uint32_t partition, std::int64_t home,
+                                   std::string_view principal, route_stamp stamp) {
+  auto& m = partitions_[partition];
+  if (auto it = m.find(key); it != m.end()) {
+    if (it->second.home != home && !(it->second.stamp < stamp)) return false;
+    if (it->second.home == home && stamp < it->second.stamp) return true;  // its own later put stands
+    it->second.home = home;
+    it->second.principal.assign(principal);
+    it->second.stamp = stamp;
+    return true;
+  }
+  m.emplace(std::string(key), entry{home, std::string(principal), stamp});
+  ++size_;
+  return true;
 }
 
 bool route_directory::remove(std::string_view key, std::uint32_t partition, std::int64_t home) {

@@ -91,7 +91,7 @@ struct route_relay::put_batch {
     std::vector<std::uint8_t> answer;
   };
   std::string owner;
-  std::vector<std::string> puts;
+  std::vector<std::string> puts;        // sent: kept until the RouteAck (its revisions are per put)
   std::vector<std::string> principals;  // per put
   std::vector<std::string> removes;
   std::vector<waiter> waiters;
@@ -189,6 +189,11 @@ route_relay::~route_relay() {
   key_answers_.clear();
   bus_.on_route_message(nullptr);
   routing_.on_entry_removed(nullptr);
+}
+
+const route_relay::home_entry* route_relay::home_route(std::string_view key) const {
+  const auto it = home_routes_.find(key);
+  return it == home_routes_.end() ? nullptr : &it->second;
 }
 
 const cluster_member* route_relay::owner_of(std::uint32_t partition) const {
@@ -319,8 +324,9 @@ void route_relay::start_rebuild(std::vector<std::uint32_t> partitions, const std
     routing_.for_each_live_key([&](std::string_view key) {
       const auto p = partition_map::partition_of(key);
       if (held_[p] != 0 && std::binary_search(r.partitions.begin(), r.partitions.end(), p)) {
-        const auto by = put_by_.find(key);
-        directory_.put(key, p, incarnation_, by == put_by_.end() ? std::string_view() : std::string_view(by->second));
+        const auto* own = home_route(key);
+        directory_.put(key, p, incarnation_, own ? std::string_view(own->principal) : std::string_view(),
+                       own ? own->stamp : route_stamp{});
       }
     });
   }
@@ -376,13 +382,14 @@ void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view ke
                               protocol::bytes_view answer) {
   const auto p = partition_map::partition_of(key);
   const auto* owner = owner_of(p);
-  if (principal.empty())
-    put_by_.erase(std::string(key));
-  else
-    put_by_.insert_or_assign(std::string(key), std::string(principal));
+  auto at = home_routes_.find(key);
+  if (at == home_routes_.end()) at = home_routes_.emplace(std::string(key), home_entry{}).first;
+  auto& own = at->second;
+  own.principal.assign(principal);
   if (owner && owner->node_id == bus_.node_id() && ready(p)) {
     if (taken_elsewhere(key, p, incarnation_, principal)) return refuse_taken(from, rid, key);
-    directory_.put(key, p, incarnation_, principal);
+    own.stamp = {held_[p], ++confirmations_};
+    directory_.put(key, p, incarnation_, principal, own.stamp);
     from.send(answer);
     return;
   }
@@ -403,7 +410,7 @@ void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view ke
 }
 
 void route_relay::removed(std::string_view key) {
-  if (!put_by_.empty()) put_by_.erase(std::string(key));
+  if (const auto it = home_routes_.find(key); it != home_routes_.end()) home_routes_.erase(it);
   const auto p = partition_map::partition_of(key);
   const auto* owner = owner_of(p);
   if (!owner) return;  // whoever gets the partition rebuilds it from the home tables
@@ -475,6 +482,7 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
     const auto principals = b.CreateVectorOfStrings(batch.principals.begin(), batch.principals.end());
     const bool sent = bus_.send_body(owner, link::Body::RouteUpdate,
                                      link::CreateRouteUpdate(b, puts, removes, ticket, 0, true, 0, principals).Union());
+    std::vector<std::string> sent_puts = std::move(batch.puts);
     batch.puts.clear();
     batch.principals.clear();
     batch.removes.clear();
@@ -494,6 +502,7 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
     }
     put_batch waiting;
     waiting.owner = owner;
+    waiting.puts = std::move(sent_puts);
     waiting.waiters = std::move(batch.waiters);
     batch.waiters.clear();
     waiting.deadline = deadline;
@@ -795,9 +804,16 @@ void route_relay::on_route_update(remote_node& from, const link::RouteUpdate& u)
   const auto home = from.member().incarnation;
   const bool live = u.ticket() != 0;  // a put waiting for its answer (else a rebuild's answer or a removal)
   std::vector<std::string> refused, forbidden;
+  std::vector<std::int64_t> confirmed;  // live: per put, the revision it was confirmed at (0: not)
   const auto* principals = u.principals();
+  const auto* revisions = u.revisions();
+  const auto* versions = u.versions();
+  // One count for the puts of this update: (revision, version) orders them
+  // after every put confirmed before, by this owner or an earlier one.
+  const std::uint64_t version = live ? ++confirmations_ : 0;
   if (const auto* puts = u.put())
     for (std::uint32_t i = 0; i < puts->size(); ++i) {
+      if (live) confirmed.push_back(0);
       const auto key = puts->Get(i)->string_view();
       if (key.empty() || key.size() > max_key_bytes) continue;
       const std::string_view principal =
@@ -810,8 +826,15 @@ void route_relay::on_route_update(remote_node& from, const link::RouteUpdate& u)
         if (live) refused.emplace_back(key);
       } else if (live && taken_elsewhere(key, p, home, principal)) {
         forbidden.emplace_back(key);
+      } else if (live) {
+        directory_.put(key, p, home, principal, {held_[p], version});
+        confirmed.back() = held_[p];
       } else {
-        directory_.put(key, p, home, principal);
+        // A rebuild's answer: of two homes holding the key, the later
+        // confirmed put stands, whichever answer comes first.
+        const route_stamp stamp{revisions && i < revisions->size() ? revisions->Get(i) : 0,
+                                versions && i < versions->size() ? versions->Get(i) : 0};
+        directory_.put_if_newer(key, p, home, principal, stamp);
       }
     }
   if (const auto* removes = u.removed())
@@ -825,7 +848,9 @@ void route_relay::on_route_update(remote_node& from, const link::RouteUpdate& u)
     b.Clear();
     const auto r = b.CreateVectorOfStrings(refused.begin(), refused.end());
     const auto fb = b.CreateVectorOfStrings(forbidden.begin(), forbidden.end());
-    bus_.send_body(from.member().node_id, link::Body::RouteAck, link::CreateRouteAck(b, u.ticket(), r, fb).Union());
+    const auto revs = b.CreateVector(confirmed);
+    bus_.send_body(from.member().node_id, link::Body::RouteAck,
+                   link::CreateRouteAck(b, u.ticket(), r, fb, revs, version).Union());
   }
   if (u.rebuild() != 0) rebuild_part(from.member().node_id, u.rebuild(), u.part(), u.last());
 }
@@ -873,6 +898,18 @@ void route_relay::ask_rebuild(const std::string& member, std::uint64_t ticket,
 void route_relay::on_route_ack(remote_node& from, const link::RouteAck& a) {
   const auto it = unacked_.find(a.ticket());
   if (it == unacked_.end() || it->second.owner != from.member().node_id) return;
+  // When each put was confirmed, for this node's answers to later
+  // rebuilds (a later stamp only: acks from two owners may cross).
+  if (const auto* revisions = a.revisions()) {
+    const auto& puts = it->second.puts;
+    for (std::size_t i = 0; i < std::min<std::size_t>(revisions->size(), puts.size()); ++i) {
+      if (revisions->Get(static_cast<flatbuffers::uoffset_t>(i)) == 0) continue;
+      const auto own = home_routes_.find(puts[i]);
+      if (own == home_routes_.end()) continue;  // removed since
+      own->second.stamp =
+          std::max(own->second.stamp, route_stamp{revisions->Get(static_cast<flatbuffers::uoffset_t>(i)), a.version()});
+    }
+  }
   std::vector<std::string_view> refused, forbidden;
   if (const auto* r = a.refused())
     for (const auto* s : *r) refused.push_back(s->string_view());
@@ -943,6 +980,8 @@ void route_relay::pump_answers() {
   std::size_t sent = 0;
   bool wait = false;
   std::vector<std::string_view> part, principals;
+  std::vector<std::int64_t> revisions;
+  std::vector<std::uint64_t> versions;
   while (!key_answers_.empty() && sent < answer_turn_bytes) {
     // Reconnecting, NATS takes publishes into its own reconnect buffer at
     // once: pending_bytes would not hold the answer back.
@@ -959,21 +998,28 @@ void route_relay::pump_answers() {
     std::size_t bytes = 0;
     part.clear();
     principals.clear();
+    revisions.clear();
+    versions.clear();
     while (a.next < a.keys.size() && bytes < options_.part_bytes) {
       const std::string& key = a.keys[a.next++];
       if (!routing_.entry_lease(key)) continue;  // gone since: its removal went to the owner already
       part.emplace_back(key);
-      const auto by = put_by_.find(key);
-      principals.emplace_back(by == put_by_.end() ? std::string_view() : std::string_view(by->second));
-      bytes += key.size() + principals.back().size() + 16;
+      const auto* own = home_route(key);
+      principals.emplace_back(own ? std::string_view(own->principal) : std::string_view());
+      revisions.push_back(own ? own->stamp.revision : 0);
+      versions.push_back(own ? own->stamp.version : 0);
+      bytes += key.size() + principals.back().size() + 32;
     }
     const bool last = a.next == a.keys.size();
     auto& b = bus_.link_builder();
     b.Clear();
     const auto puts = b.CreateVectorOfStrings(part.begin(), part.end());
     const auto by = b.CreateVectorOfStrings(principals.begin(), principals.end());
-    const bool ok = bus_.send_body(a.to, link::Body::RouteUpdate,
-                                   link::CreateRouteUpdate(b, puts, 0, 0, a.ticket, last, a.part++, by).Union());
+    const auto revs = b.CreateVector(revisions);
+    const auto vers = b.CreateVector(versions);
+    const bool ok =
+        bus_.send_body(a.to, link::Body::RouteUpdate,
+                       link::CreateRouteUpdate(b, puts, 0, 0, a.ticket, last, a.part++, by, revs, vers).Union());
     sent += bytes + 64;
     // Not sent (NATS refused it): the asker finds the answer broken or
     // silent and asks again.

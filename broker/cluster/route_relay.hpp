@@ -12,7 +12,12 @@
 //          node's incarnation. A partition it gains starts empty and is
 //          rebuilt from every member (RouteRebuild, answered by
 //          RouteUpdate parts); until every member answered, sends and
-//          puts that need it are answered `unavailable`.
+//          puts that need it are answered `unavailable`. Each put it
+//          confirms gets a route_stamp (the revision it holds the
+//          partition at, its count of confirmations), kept by the home
+//          and told in its answers: of two homes that hold one key (a
+//          gateway moved while the old lease lives), the later confirmed
+//          put wins a rebuild, whatever order the answers come in.
 //   send   At the node S the client sent to: the keys are grouped by
 //          owner; S -> owner (SendForward) -> home (SendForward, to_home),
 //          where fanout::send_to_users delivers as on one node; the home
@@ -36,7 +41,8 @@
 // forwarded send and per unconfirmed put (each until answered or the
 // forward timeout), each holding its keys or its answer; the directory
 // (route_directory.hpp); one outbox per peer (the link's batch bytes plus
-// one send).
+// one send); per local route, its key, principal and stamp (about 100
+// bytes beside the routing_table's entry).
 //
 // Loop thread only.
 
@@ -222,6 +228,13 @@ class route_relay {
   using outbox = outboxes::outbox;
   struct put_batch;
   struct rebuild;
+  // Home side, per local route key (for a rebuild's answer): who put it
+  // ("" without an auth file, or an admin) and when its owner confirmed
+  // it ({} until then).
+  struct home_entry {
+    std::string principal;
+    route_stamp stamp;
+  };
   // A rebuild's answer being sent (answer_rebuild, pump_answers).
   struct key_answer {
     std::string to;
@@ -268,6 +281,8 @@ class route_relay {
   void refuse_taken(peer& from, std::uint64_t request_id, std::string_view key);
   // Why a request that needs `key`'s owner cannot be served now, or nullopt.
   std::optional<std::string> unavailable_for(std::string_view key) const;
+  // What this node, as home, keeps of local route `key`; nullptr if none.
+  const home_entry* home_route(std::string_view key) const;
   // The owner of `partition` in the view when it is a member with that
   // incarnation; nullptr when nobody holds it.
   const cluster_member* owner_of(std::uint32_t partition) const;
@@ -359,9 +374,10 @@ class route_relay {
   std::map<std::uint64_t, put_batch> unacked_;
   // Per peer: SendForwards and SendOutcomes not sent yet.
   outboxes outboxes_;
-  // Home side, with an auth file: who put each local route (for a
-  // rebuild's answer); only non-empty principals.
-  std::unordered_map<std::string, std::string, string_hash, std::equal_to<>> put_by_;
+  // Home side, per local route key: what a rebuild's answer tells.
+  std::unordered_map<std::string, home_entry, string_hash, std::equal_to<>> home_routes_;
+  // Owner side: puts confirmed (the version of their stamps).
+  std::uint64_t confirmations_ = 0;
   bool flush_posted_ = false;
   asio::steady_timer timer_;
   // Home side: rebuilds' answers being sent, in turn.

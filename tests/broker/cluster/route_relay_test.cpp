@@ -203,6 +203,67 @@ TEST_CASE("a node that joins rebuilds the directory of the partitions it takes f
   REQUIRE(wait_until([&] { return gw.got.count == users; }));
 }
 
+TEST_CASE("of two nodes that both hold a moved user's route, a rebuild keeps the later put, whichever answers last",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  for (const auto* id : {"a", "b"}) {
+    auto c = f.config(id);
+    c.cluster_lease_ttl_s = 20;  // a's loop is held below: it must keep its membership
+    f.start(c);
+  }
+  f.converge(2);
+  f.settle();
+  // A user owned by b among {a, b} and by c once c joins.
+  const auto view_of = [](std::initializer_list<const char*> ids) {
+    broker::cluster_view v;
+    for (const auto* id : ids) {
+      broker::cluster_member m;
+      m.node_id = id;
+      v.members.push_back(m);
+    }
+    return v;
+  };
+  const auto two = view_of({"a", "b"}), three = view_of({"a", "b", "c"});
+  std::string user;
+  for (int i = 0; i < 100000 && user.empty(); ++i) {
+    const auto key = "user:" + std::to_string(i);
+    const auto p = broker::partition_map::partition_of(key);
+    if (broker::partition_map::preferred_owner(two, p)->node_id == "b" &&
+        broker::partition_map::preferred_owner(three, p)->node_id == "c")
+      user = key;
+  }
+  REQUIRE_FALSE(user.empty());
+  const int n = std::stoi(user.substr(5));
+  // The user's gateway moves from a to b; a's route stays while its lease lives.
+  gateway old_gw(f.node("a"), "gw-a", n, 1);
+  gateway new_gw(f.node("b"), "gw-b", n, 1);
+  auto svc = test::connect_to(f.node("b"), "service");
+  REQUIRE(svc->send(user, "before") == std::string("gw-b"));
+  auto c = f.config("c");
+  c.cluster_lease_ttl_s = 20;
+  {
+    // a answers c's rebuild last: after b's answer is in.
+    auto hold = f.node("a").hold_loop();
+    f.start(c);
+    REQUIRE(wait_until(
+        [&] {
+          const auto m = f.node("c").live_metrics();
+          return m.cluster_partitions_rebuilding > 0 && m.cluster_directory_entries > 0;
+        },
+        8s));
+  }
+  f.converge(3);
+  f.settle();
+  auto on_c = test::connect_to(f.node("c"), "service");
+  for (auto* s : {svc.get(), on_c.get()}) {
+    const auto sent = s->send(user, "after");
+    REQUIRE(sent);
+    CHECK(*sent == "gw-b");
+  }
+  REQUIRE(wait_until([&] { return new_gw.got.count == 3; }));
+  CHECK(old_gw.got.count == 0);
+}
+
 TEST_CASE("a rebuild's answer many times the link's outbound queue waits for NATS instead of being dropped",
           "[cluster][e2e]") {
   cluster_fixture f;
