@@ -9,8 +9,9 @@
 //
 // Soft state, rebuilt from the home nodes when a partition changes hands
 // (route_relay). Memory: one entry per route key of the owned partitions
-// (the key and its principal's name plus about 110 bytes), at most the sum of the home nodes'
-// registries (each bounded by its --max-registry-entries).
+// (the key and its principal's name plus about 120 bytes), at most the sum
+// of the home nodes' registries (each bounded by its
+// --max-registry-entries).
 //
 // Loop thread only.
 

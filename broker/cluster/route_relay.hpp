@@ -41,7 +41,7 @@
 // forwarded send and per unconfirmed put (each until answered or the
 // forward timeout), each holding its keys or its answer; the directory
 // (route_directory.hpp); one outbox per peer (the link's batch bytes plus
-// one send); per local route, its key, principal and stamp (about 100
+// one send); per local route, its key, principal and stamp (about 110
 // bytes beside the routing_table's entry).
 //
 // Loop thread only.
