@@ -8,6 +8,8 @@
 #   scripts/run-cluster.sh                 # build and run
 #   SWITCHYARD_SERVER=path scripts/run-cluster.sh   # a server already built (no build)
 #   BASE_PORT=17000 scripts/run-cluster.sh  # other ports (etcd BASE+0.., NATS BASE+20.., nodes BASE+40..)
+#   NATS_FIRST=same scripts/run-cluster.sh  # every node lists the same NATS server first
+#                                           # (default spread: each its own; docs/cluster.md)
 #
 # etcd runs with --unsafe-no-fsync: fast and fine for a try on tmpfs, NOT for
 # production (an etcd member that loses power may then lose what it
@@ -16,6 +18,8 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 base=${BASE_PORT:-17000}
 server=${SWITCHYARD_SERVER:-}
+nats_first=${NATS_FIRST:-spread}
+[[ $nats_first == spread || $nats_first == same ]] || { echo "run-cluster: NATS_FIRST is spread or same (got '$nats_first')" >&2; exit 2; }
 if [[ -z $server ]]; then
   "$repo/scripts/setup.sh"
   cmake -S "$repo" -B "$repo/build/release" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -83,13 +87,14 @@ done
 for i in 0 1 2; do wait_port $((base + i)); wait_port $((base + 20 + i)); done
 
 # The nodes: a, b, c on 7881..7883 (clients), each nearest to one NATS
-# server and listing every etcd member.
+# server (NATS_FIRST=same: all to the first) and listing every etcd member.
 nodes=(a b c)
 for i in 0 1 2; do
   args=(--listen "127.0.0.1:$((7881 + i))" --data-dir "$dir/node-${nodes[i]}"
         --http "127.0.0.1:$((base + 40 + i))" --cluster-node-id "${nodes[i]}")
   for e in "${etcd_endpoints[@]}"; do args+=(--cluster-etcd "$e"); done
-  for k in 0 1 2; do args+=(--cluster-nats "${nats_urls[(i + k) % 3]}"); done
+  first=$([[ $nats_first == same ]] && echo 0 || echo "$i")
+  for k in 0 1 2; do args+=(--cluster-nats "${nats_urls[(first + k) % 3]}"); done
   "$server" "${args[@]}" >"$dir/node-${nodes[i]}.log" 2>&1 &
   pids+=($!)
 done
