@@ -2,27 +2,26 @@
 // loop_watch: whether the broker's loop answers, as membership's keeper
 // thread sees it (docs/cluster.md, "Membership").
 //
-// The keeper posts a probe to the loop whenever none is outstanding (at
-// each of its ticks: every TTL/10, at least 100 ms) and asks how long the
-// outstanding one has waited. The loop is silent for as long as a probe
-// it was given waits; a probe it ran says it was alive after the probe was
-// posted. Counting from when the last probe *ran* instead (what membership
-// did before) called a loop that answered at once silent for the time
-// between two probes, which a loaded machine stretched past TTL/2: the
-// lease went unrenewed although the loop was alive.
+// The loop beats: a timer of its own calls beat() every beat_period
+// (TTL/10, at least 100 ms), and the keeper renews the etcd lease only
+// while silence() is at most TTL/2. The beats come from the loop's own
+// timer, not from probes the keeper posts, so neither a late keeper (etcd
+// calls, a give-back waiting for the loop) nor the spacing of its checks
+// moves the bound: the keeper never renews more than TTL/2 after the
+// loop's last beat, and a loop that runs its timers is never seen silent
+// for longer than one period and its own delay in running the timer.
+// (Counting from when the keeper's last probe ran, posted only at each
+// renewal, called a loaded but live loop silent for the TTL/3 between
+// probes plus the keeper's own delays: on a loaded machine past TTL/2, and
+// the lease went unrenewed.)
 //
-// Bound: a loop stuck just after answering is seen silent from the next
-// probe on, so the keeper stops renewing at most one tick plus TTL/2 after
-// the loop stopped.
-//
-// Threads: silence() and post() on the keeper thread; answer() on the loop
-// (through the handler post() returns). Time is passed in: tested without
-// sleeping.
+// Threads: beat() on the loop, silence() on the keeper. Time is passed
+// in: tested without sleeping.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <memory>
 
 namespace switchyard::broker {
 
@@ -30,28 +29,26 @@ class loop_watch {
  public:
   using clock = std::chrono::steady_clock;
 
-  // Keeper thread: how long the outstanding probe has waited at `now`; zero
-  // when none is outstanding (the loop ran every probe posted).
-  clock::duration silence(clock::time_point now) const {
-    if (!outstanding()) return clock::duration::zero();
-    return now > posted_at_ ? now - posted_at_ : clock::duration::zero();
+  // How often the loop beats for a lease of `ttl`.
+  static std::chrono::milliseconds beat_period(std::chrono::milliseconds ttl) noexcept {
+    return std::max(std::chrono::milliseconds(100), ttl / 10);
   }
 
-  // Keeper thread: whether a posted probe has not run yet.
-  bool outstanding() const { return answered_->load(std::memory_order_acquire) < posted_; }
+  // Loop thread (and once at the start, before the loop runs): the loop
+  // was alive at `now`.
+  void beat(clock::time_point now) noexcept {
+    last_ns_.store(now.time_since_epoch().count(), std::memory_order_release);
+  }
 
-  // Keeper thread: records a probe posted at `now` (call only when none is
-  // outstanding) and returns what the loop runs for it. The handler holds
-  // the shared count, not the watch: it may run after the watch is gone.
-  auto post(clock::time_point now) {
-    posted_at_ = now;
-    return [answered = answered_, n = ++posted_] { answered->store(n, std::memory_order_release); };
+  // Keeper thread: how long the loop has not beaten at `now` (zero if it
+  // beat later than `now`).
+  clock::duration silence(clock::time_point now) const noexcept {
+    const clock::time_point last{clock::duration(last_ns_.load(std::memory_order_acquire))};
+    return now > last ? now - last : clock::duration::zero();
   }
 
  private:
-  clock::time_point posted_at_{};
-  std::uint64_t posted_ = 0;  // probes posted; the last one's number
-  std::shared_ptr<std::atomic<std::uint64_t>> answered_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::atomic<clock::rep> last_ns_{0};
 };
 
 }  // namespace switchyard::broker

@@ -45,7 +45,7 @@ cluster_member member_of(std::string_view prefix, const cluster::kv& kv) {
 }  // namespace
 
 membership::membership(asio::any_io_executor loop, membership_options options, std::shared_ptr<spdlog::logger> logger)
-    : loop_(std::move(loop)), options_(std::move(options)), logger_(std::move(logger)) {}
+    : loop_(std::move(loop)), options_(std::move(options)), logger_(std::move(logger)), beat_timer_(loop_) {}
 
 membership::~membership() { leave(); }
 
@@ -73,6 +73,8 @@ std::shared_ptr<const cluster_view> membership::join(view_handler on_view, stand
   // before the first view, so a node starts owning.
   partitions_->claim(members_, lease_);
   auto view = make_view();
+  loop_watch_.beat(clock::now());
+  beat();
   keeper_ = std::thread([this, next = revision_ + 1] { keeper_main(next); });
   prober_thread_ = std::thread([this] { probe_main(); });
   pinner_thread_ = std::thread([this] { pin_main(); });
@@ -204,11 +206,8 @@ void membership::keeper_main(std::int64_t next_revision) {
 
 void membership::tick() {
   const auto now = clock::now();
-  const milliseconds ttl = options_.lease_ttl;  // in ms: a third of 2 s is not 0
-  // A probe at every tick (none while one waits): a loop that answers is
-  // never seen silent for longer than its answer takes (loop_watch).
-  const auto silence = loop_watch_.silence(now);
-  if (!loop_watch_.outstanding()) asio::post(loop_, loop_watch_.post(now));
+  const milliseconds ttl = options_.lease_ttl;    // in ms: a third of 2 s is not 0
+  const auto silence = loop_watch_.silence(now);  // the loop's own beats (loop_watch)
   if (now >= next_renewal_) {
     next_renewal_ = now + ttl / 3;
     if (silence > ttl / 2) {
@@ -507,10 +506,20 @@ std::vector<etcd_endpoint_health> membership::etcd_health() const {
   return health_;
 }
 
+void membership::beat() {
+  beat_timer_.expires_after(loop_watch::beat_period(options_.lease_ttl));
+  beat_timer_.async_wait([this, alive = alive_](const asio_error_code& ec) {
+    if (ec || !*alive) return;
+    loop_watch_.beat(clock::now());
+    beat();
+  });
+}
+
 void membership::leave() {
   if (left_) return;
   left_ = true;
   *alive_ = false;
+  beat_timer_.cancel();
   {
     switchyard::lock_guard lock(mu_);
     leaving_ = true;

@@ -16,9 +16,9 @@
 // stream keys asked for (pin_streams). Handlers run on the loop.
 //
 // The lease is renewed (every TTL/3) only while the loop shows it is
-// alive: the keeper posts probes to the loop (loop_watch) and renews only
-// while none has waited more than TTL/2. A stuck loop so loses its
-// membership rather than holding it. The node is "in standing" while its
+// alive: a timer on the loop beats every TTL/10 (loop_watch) and the
+// keeper renews only while the last beat is at most TTL/2 old. A stuck
+// loop so loses its membership rather than holding it. The node is "in standing" while its
 // last renewal's answer, counted from when the renewal was sent, leaves
 // more than TTL/5 of the lease: a node cut off from etcd leaves standing
 // before its lease can have lapsed at etcd (the standing handler tells the
@@ -135,6 +135,9 @@ class membership {
   // Keeper thread: renews the lease when due, re-registers when it lapsed,
   // updates the standing.
   void tick();
+  // Loop thread: arms the beat timer; each expiry beats loop_watch_ and
+  // arms it again, until leave() (from join(), which runs on the loop).
+  void beat();
   // Grants a lease and creates the member key (join, re-registration).
   // Throws std::runtime_error (join) / returns false (re-registration).
   bool register_self(bool at_start);
@@ -181,7 +184,9 @@ class membership {
   bool standing_posted_ = true;  // the standing the loop was last told (join: in standing)
   void set_valid_until(clock::time_point t);
   bool loop_warned_ = false;
-  loop_watch loop_watch_;  // keeper thread (the loop runs its probes)
+  // The loop beats (beat(), its timer), the keeper reads (tick()).
+  loop_watch loop_watch_;
+  asio::steady_timer beat_timer_;  // loop thread
   // Cleared by leave() on the loop: posted handlers check it first.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   // Counts the loop's runs of the keeper's release probes (balance).

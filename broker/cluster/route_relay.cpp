@@ -93,6 +93,7 @@ struct route_relay::put_batch {
   std::string owner;
   std::vector<std::string> puts;        // sent: kept until the RouteAck (its revisions are per put)
   std::vector<std::string> principals;  // per put
+  std::vector<std::uint64_t> serials;   // per put: its home_entry's serial (a re-put after a removal has another)
   std::vector<std::string> removes;
   std::vector<waiter> waiters;
   std::size_t bytes = 0;  // of puts and removes, about
@@ -383,7 +384,7 @@ void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view ke
   const auto p = partition_map::partition_of(key);
   const auto* owner = owner_of(p);
   auto at = home_routes_.find(key);
-  if (at == home_routes_.end()) at = home_routes_.emplace(std::string(key), home_entry{}).first;
+  if (at == home_routes_.end()) at = home_routes_.emplace(std::string(key), home_entry{.serial = ++home_serial_}).first;
   auto& own = at->second;
   own.principal.assign(principal);
   if (owner && owner->node_id == bus_.node_id() && ready(p)) {
@@ -402,6 +403,7 @@ void route_relay::confirm_put(peer& from, std::uint64_t rid, std::string_view ke
   std::erase(batch.removes, key);
   batch.puts.emplace_back(key);
   batch.principals.emplace_back(principal);
+  batch.serials.push_back(own.serial);
   batch.waiters.push_back({from.weak_peer(), rid, from.open_ticket(), std::string(key),
                            std::vector<std::uint8_t>(answer.begin(), answer.end())});
   batch.bytes += key.size() + 8;
@@ -424,6 +426,7 @@ void route_relay::removed(std::string_view key) {
     if (batch.puts[i] == key) {
       batch.puts.erase(batch.puts.begin() + static_cast<std::ptrdiff_t>(i));
       batch.principals.erase(batch.principals.begin() + static_cast<std::ptrdiff_t>(i));
+      batch.serials.erase(batch.serials.begin() + static_cast<std::ptrdiff_t>(i));
     } else {
       ++i;
     }
@@ -483,7 +486,9 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
     const bool sent = bus_.send_body(owner, link::Body::RouteUpdate,
                                      link::CreateRouteUpdate(b, puts, removes, ticket, 0, true, 0, principals).Union());
     std::vector<std::string> sent_puts = std::move(batch.puts);
+    std::vector<std::uint64_t> sent_serials = std::move(batch.serials);
     batch.puts.clear();
+    batch.serials.clear();
     batch.principals.clear();
     batch.removes.clear();
     batch.bytes = 0;
@@ -503,6 +508,7 @@ void route_relay::flush_owner(const std::string& owner, put_batch& batch) {
     put_batch waiting;
     waiting.owner = owner;
     waiting.puts = std::move(sent_puts);
+    waiting.serials = std::move(sent_serials);
     waiting.waiters = std::move(batch.waiters);
     batch.waiters.clear();
     waiting.deadline = deadline;
@@ -901,13 +907,44 @@ void route_relay::on_route_ack(remote_node& from, const link::RouteAck& a) {
   // When each put was confirmed, for this node's answers to later
   // rebuilds (a later stamp only: acks from two owners may cross).
   if (const auto* revisions = a.revisions()) {
-    const auto& puts = it->second.puts;
-    for (std::size_t i = 0; i < std::min<std::size_t>(revisions->size(), puts.size()); ++i) {
-      if (revisions->Get(static_cast<flatbuffers::uoffset_t>(i)) == 0) continue;
-      const auto own = home_routes_.find(puts[i]);
-      if (own == home_routes_.end()) continue;  // removed since
-      own->second.stamp =
-          std::max(own->second.stamp, route_stamp{revisions->Get(static_cast<flatbuffers::uoffset_t>(i)), a.version()});
+    const auto& sent = it->second;
+    std::map<std::string, std::vector<std::string_view>, std::less<>> late;  // per asker: keys it may hold older
+    for (std::size_t i = 0; i < std::min<std::size_t>(revisions->size(), sent.puts.size()); ++i) {
+      const route_stamp stamp{revisions->Get(static_cast<flatbuffers::uoffset_t>(i)), a.version()};
+      if (stamp.revision == 0) continue;
+      const auto own = home_routes_.find(sent.puts[i]);
+      // Removed since, or removed and put again: that later put waits for
+      // an ack of its own.
+      if (own == home_routes_.end() || i >= sent.serials.size() || own->second.serial != sent.serials[i]) continue;
+      if (!(own->second.stamp < stamp)) continue;
+      own->second.stamp = stamp;
+      // The partition changed hands while the ack was on its way: the new
+      // owner took this node's routes with the older stamp (this node, in
+      // its own directory; another node, from this node's answer).
+      const auto p = partition_map::partition_of(own->first);
+      if (held_[p] != 0)
+        directory_.put_if_newer(own->first, p, incarnation_, own->second.principal, stamp);
+      else if (!asked_by_[p].empty() && asked_by_[p] != from.member().node_id)
+        late[asked_by_[p]].push_back(own->first);
+    }
+    for (const auto& [asker, keys] : late) {
+      std::vector<std::string_view> principals;
+      std::vector<std::int64_t> revs;
+      std::vector<std::uint64_t> vers;
+      for (const auto key : keys) {
+        const auto* own = home_route(key);
+        principals.emplace_back(own->principal);
+        revs.push_back(own->stamp.revision);
+        vers.push_back(own->stamp.version);
+      }
+      auto& b = bus_.link_builder();
+      b.Clear();
+      const auto puts = b.CreateVectorOfStrings(keys.begin(), keys.end());
+      const auto by = b.CreateVectorOfStrings(principals.begin(), principals.end());
+      const auto rv = b.CreateVector(revs);
+      const auto vv = b.CreateVector(vers);
+      bus_.send_body(asker, link::Body::RouteUpdate,
+                     link::CreateRouteUpdate(b, puts, 0, 0, 0, true, 0, by, rv, vv).Union());
     }
   }
   std::vector<std::string_view> refused, forbidden;
@@ -945,7 +982,10 @@ void route_relay::on_rebuild(remote_node& from, const link::RouteRebuild& r) {
   std::vector<bool> wanted(partition_map::partition_count, false);
   if (const auto* ps = r.partitions())
     for (const auto p : *ps)
-      if (p < partition_map::partition_count) wanted[p] = true;
+      if (p < partition_map::partition_count) {
+        wanted[p] = true;
+        asked_by_[p] = from.member().node_id;
+      }
   answer_rebuild(from.member(), wanted, r.ticket());
 }
 

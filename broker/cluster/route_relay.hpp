@@ -234,6 +234,7 @@ class route_relay {
   struct home_entry {
     std::string principal;
     route_stamp stamp;
+    std::uint64_t serial = 0;  // this entry's, among the home's (a re-put after a removal is another)
   };
   // A rebuild's answer being sent (answer_rebuild, pump_answers).
   struct key_answer {
@@ -376,6 +377,10 @@ class route_relay {
   outboxes outboxes_;
   // Home side, per local route key: what a rebuild's answer tells.
   std::unordered_map<std::string, home_entry, string_hash, std::equal_to<>> home_routes_;
+  std::uint64_t home_serial_ = 0;  // home_entry serials given
+  // Home side, per partition: the node that last asked this node for its
+  // routes in it (a rebuild): told a stamp that came after its answer.
+  std::vector<std::string> asked_by_ = std::vector<std::string>(partition_map::partition_count);
   // Owner side: puts confirmed (the version of their stamps).
   std::uint64_t confirmations_ = 0;
   bool flush_posted_ = false;
