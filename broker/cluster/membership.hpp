@@ -9,11 +9,10 @@
 // it afresh. Every change of the member keys becomes a new cluster_view,
 // posted to the loop.
 //
-// Threads: join() and leave() on the loop thread (join() before the loop
-// runs: it blocks). The keeper thread watches the member keys and renews
-// the lease; the probe thread asks every etcd endpoint for its status
-// every probe_interval (for `cluster status`); the pin thread writes the
-// stream keys asked for (pin_streams). Handlers run on the loop.
+// Threads: join() on the thread that will run the loop, before it runs
+// (it blocks); leave() on the loop thread, or after the loop stopped. The keeper thread watches the member keys and
+// renews the lease; the probe thread asks every etcd endpoint for its status every probe_interval (for `cluster
+// status`); the pin thread writes the stream keys asked for (pin_streams). Handlers run on the loop.
 //
 // The lease is renewed (every TTL/3) only while the loop shows it is
 // alive: a timer on the loop beats every TTL/10 (loop_watch) and the

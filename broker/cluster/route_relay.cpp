@@ -908,6 +908,7 @@ void route_relay::on_route_ack(remote_node& from, const link::RouteAck& a) {
   // rebuilds (a later stamp only: acks from two owners may cross).
   if (const auto* revisions = a.revisions()) {
     const auto& sent = it->second;
+    const auto sent_at = sent.deadline - options_.forward_timeout;
     std::map<std::string, std::vector<std::string_view>, std::less<>> late;  // per asker: keys it may hold older
     for (std::size_t i = 0; i < std::min<std::size_t>(revisions->size(), sent.puts.size()); ++i) {
       const route_stamp stamp{revisions->Get(static_cast<flatbuffers::uoffset_t>(i)), a.version()};
@@ -924,8 +925,9 @@ void route_relay::on_route_ack(remote_node& from, const link::RouteAck& a) {
       const auto p = partition_map::partition_of(own->first);
       if (held_[p] != 0)
         directory_.put_if_newer(own->first, p, incarnation_, own->second.principal, stamp);
-      else if (!asked_by_[p].empty() && asked_by_[p] != from.member().node_id)
-        late[asked_by_[p]].push_back(own->first);
+      else if (const auto& by = asked_by_[p];
+               !by.node_id.empty() && by.node_id != from.member().node_id && sent_at < by.at)
+        late[by.node_id].push_back(own->first);
     }
     for (const auto& [asker, keys] : late) {
       std::vector<std::string_view> principals;
@@ -984,7 +986,7 @@ void route_relay::on_rebuild(remote_node& from, const link::RouteRebuild& r) {
     for (const auto p : *ps)
       if (p < partition_map::partition_count) {
         wanted[p] = true;
-        asked_by_[p] = from.member().node_id;
+        asked_by_[p] = {from.member().node_id, clock::now()};
       }
   answer_rebuild(from.member(), wanted, r.ticket());
 }

@@ -379,8 +379,13 @@ class route_relay {
   std::unordered_map<std::string, home_entry, string_hash, std::equal_to<>> home_routes_;
   std::uint64_t home_serial_ = 0;  // home_entry serials given
   // Home side, per partition: the node that last asked this node for its
-  // routes in it (a rebuild): told a stamp that came after its answer.
-  std::vector<std::string> asked_by_ = std::vector<std::string>(partition_map::partition_count);
+  // routes in it (a rebuild) and when: told the stamp of a put sent before
+  // it asked whose ack came after.
+  struct asker {
+    std::string node_id;
+    clock::time_point at{};
+  };
+  std::vector<asker> asked_by_ = std::vector<asker>(partition_map::partition_count);
   // Owner side: puts confirmed (the version of their stamps).
   std::uint64_t confirmations_ = 0;
   bool flush_posted_ = false;

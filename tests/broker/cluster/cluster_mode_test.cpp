@@ -388,7 +388,7 @@ TEST_CASE("a node whose loop was stuck past its lease registers again as a new i
   f.converge(2);
   const auto before = f.incarnation_of("a");
   {
-    auto hold = a.hold_loop();  // no probe answered: no renewal
+    auto hold = a.hold_loop();  // no beat: no renewal
     std::this_thread::sleep_for(std::chrono::milliseconds(3500));
   }
   // The lease lapsed at etcd; the keeper registers again.

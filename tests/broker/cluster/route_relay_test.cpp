@@ -449,7 +449,7 @@ TEST_CASE("the routes of a node that came back as a new incarnation are reachabl
   constexpr int users = 40;
   gateway gw(a, "gw-a", 0, users, 60s);
   {
-    auto hold = a.hold_loop();  // no probe answered: the lease lapses, b drops a's routes
+    auto hold = a.hold_loop();  // no beat: the lease lapses, b drops a's routes
     std::this_thread::sleep_for(3500ms);
   }
   // a registers again; b asks the new incarnation for its routes.
