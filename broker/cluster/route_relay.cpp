@@ -929,25 +929,7 @@ void route_relay::on_route_ack(remote_node& from, const link::RouteAck& a) {
                !by.node_id.empty() && by.node_id != from.member().node_id && sent_at < by.at)
         late[by.node_id].push_back(own->first);
     }
-    for (const auto& [asker, keys] : late) {
-      std::vector<std::string_view> principals;
-      std::vector<std::int64_t> revs;
-      std::vector<std::uint64_t> vers;
-      for (const auto key : keys) {
-        const auto* own = home_route(key);
-        principals.emplace_back(own->principal);
-        revs.push_back(own->stamp.revision);
-        vers.push_back(own->stamp.version);
-      }
-      auto& b = bus_.link_builder();
-      b.Clear();
-      const auto puts = b.CreateVectorOfStrings(keys.begin(), keys.end());
-      const auto by = b.CreateVectorOfStrings(principals.begin(), principals.end());
-      const auto rv = b.CreateVector(revs);
-      const auto vv = b.CreateVector(vers);
-      bus_.send_body(asker, link::Body::RouteUpdate,
-                     link::CreateRouteUpdate(b, puts, 0, 0, 0, true, 0, by, rv, vv).Union());
-    }
+    for (const auto& [asker, keys] : late) send_routes(asker, keys, 0, true, 0);
   }
   std::vector<std::string_view> refused, forbidden;
   if (const auto* r = a.refused())
@@ -1021,9 +1003,7 @@ void route_relay::pump_answers() {
   const std::size_t limit = std::max(bus_.options().nats_queue_bytes / 4, options_.part_bytes);
   std::size_t sent = 0;
   bool wait = false;
-  std::vector<std::string_view> part, principals;
-  std::vector<std::int64_t> revisions;
-  std::vector<std::uint64_t> versions;
+  std::vector<std::string_view> part;
   while (!key_answers_.empty() && sent < answer_turn_bytes) {
     // Reconnecting, NATS takes publishes into its own reconnect buffer at
     // once: pending_bytes would not hold the answer back.
@@ -1039,29 +1019,15 @@ void route_relay::pump_answers() {
     if (!member || member->incarnation != a.incarnation) continue;  // the asker left or restarted
     std::size_t bytes = 0;
     part.clear();
-    principals.clear();
-    revisions.clear();
-    versions.clear();
     while (a.next < a.keys.size() && bytes < options_.part_bytes) {
       const std::string& key = a.keys[a.next++];
       if (!routing_.entry_lease(key)) continue;  // gone since: its removal went to the owner already
       part.emplace_back(key);
       const auto* own = home_route(key);
-      principals.emplace_back(own ? std::string_view(own->principal) : std::string_view());
-      revisions.push_back(own ? own->stamp.revision : 0);
-      versions.push_back(own ? own->stamp.version : 0);
-      bytes += key.size() + principals.back().size() + 32;
+      bytes += key.size() + (own ? own->principal.size() : 0) + 32;
     }
     const bool last = a.next == a.keys.size();
-    auto& b = bus_.link_builder();
-    b.Clear();
-    const auto puts = b.CreateVectorOfStrings(part.begin(), part.end());
-    const auto by = b.CreateVectorOfStrings(principals.begin(), principals.end());
-    const auto revs = b.CreateVector(revisions);
-    const auto vers = b.CreateVector(versions);
-    const bool ok =
-        bus_.send_body(a.to, link::Body::RouteUpdate,
-                       link::CreateRouteUpdate(b, puts, 0, 0, a.ticket, last, a.part++, by, revs, vers).Union());
+    const bool ok = send_routes(a.to, part, a.ticket, last, a.part++);
     sent += bytes + 64;
     // Not sent (NATS refused it): the asker finds the answer broken or
     // silent and asks again.
@@ -1080,6 +1046,27 @@ void route_relay::pump_answers() {
   } else {
     asio::post(io_, [go_on] { go_on(); });
   }
+}
+
+bool route_relay::send_routes(const std::string& to, std::span<const std::string_view> keys, std::uint64_t rebuild,
+                              bool last, std::uint32_t part) {
+  std::vector<std::string_view> principals;
+  std::vector<std::int64_t> revisions;
+  std::vector<std::uint64_t> versions;
+  for (const auto key : keys) {
+    const auto* own = home_route(key);
+    principals.emplace_back(own ? std::string_view(own->principal) : std::string_view());
+    revisions.push_back(own ? own->stamp.revision : 0);
+    versions.push_back(own ? own->stamp.version : 0);
+  }
+  auto& b = bus_.link_builder();
+  b.Clear();
+  const auto puts = b.CreateVectorOfStrings(keys.begin(), keys.end());
+  const auto by = b.CreateVectorOfStrings(principals.begin(), principals.end());
+  const auto revs = b.CreateVector(revisions);
+  const auto vers = b.CreateVector(versions);
+  return bus_.send_body(to, link::Body::RouteUpdate,
+                        link::CreateRouteUpdate(b, puts, 0, 0, rebuild, last, part, by, revs, vers).Union());
 }
 
 void route_relay::on_sends(remote_node& from, const link::Sends& s) {

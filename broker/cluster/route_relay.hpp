@@ -330,6 +330,12 @@ class route_relay {
   // timer while the link is full or reconnecting). An answer whose asker
   // left or restarted (another incarnation) is dropped.
   void pump_answers();
+  // Sends `to` one RouteUpdate of `keys` (this node's routes; borrowed for
+  // the call) with the principal and stamp of each: a part of the answer to
+  // rebuild `rebuild`, or (rebuild 0) stamps that came after an answer.
+  // False when NATS refused it.
+  bool send_routes(const std::string& to, std::span<const std::string_view> keys, std::uint64_t rebuild, bool last,
+                   std::uint32_t part);
   // Asks `from` (members; this node skipped) for their routes in
   // `partitions`; blocking: they were just gained (this node's own keys go
   // in at once, and they answer unavailable until every member answered).
