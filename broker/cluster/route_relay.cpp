@@ -242,7 +242,9 @@ void route_relay::view_changed() {
     directory_.clear(p);
     rebuilding_[p] = 0;
     held_[p] = now;
-    if (now != 0) gained.push_back(p);
+    if (now == 0) continue;
+    gained.push_back(p);
+    asked_by_[p] = {};  // this node's own view is the newest word on it
   }
   if (members_changed) {
     // The entries of homes no longer in the view (gone, or a new
@@ -415,13 +417,24 @@ void route_relay::removed(std::string_view key) {
   if (const auto it = home_routes_.find(key); it != home_routes_.end()) home_routes_.erase(it);
   const auto p = partition_map::partition_of(key);
   const auto* owner = owner_of(p);
-  if (!owner) return;  // whoever gets the partition rebuilds it from the home tables
-  if (owner->node_id == bus_.node_id()) {
-    if (held_[p] != 0) directory_.remove(key, p, incarnation_);
+  // The partition's last asker, when this node's view does not name it
+  // (yet): it may own the partition already and hold this node's route from
+  // the answer, so it is told too. Whoever does not hold the partition
+  // ignores a removal; whoever does removes only this home's entry.
+  const auto& asker = asked_by_[p].node_id;
+  if (!asker.empty() && (!owner || owner->node_id != asker) && bus_.view() && bus_.view()->find(asker))
+    remove_at(asker, key, p);
+  // No owner: whoever gets the partition rebuilds it from the home tables.
+  if (owner) remove_at(owner->node_id, key, p);
+}
+
+void route_relay::remove_at(const std::string& node, std::string_view key, std::uint32_t partition) {
+  if (node == bus_.node_id()) {
+    if (held_[partition] != 0) directory_.remove(key, partition, incarnation_);
     return;
   }
-  auto& batch = outgoing_[owner->node_id];
-  batch.owner = owner->node_id;
+  auto& batch = outgoing_[node];
+  batch.owner = node;
   for (std::size_t i = 0; i < batch.puts.size();) {
     if (batch.puts[i] == key) {
       batch.puts.erase(batch.puts.begin() + static_cast<std::ptrdiff_t>(i));
@@ -433,7 +446,7 @@ void route_relay::removed(std::string_view key) {
   }
   batch.removes.emplace_back(key);
   batch.bytes += key.size() + 8;
-  if (batch.bytes >= options_.part_bytes) return flush_owner(owner->node_id, batch);
+  if (batch.bytes >= options_.part_bytes) return flush_owner(node, batch);
   schedule_flush();
 }
 

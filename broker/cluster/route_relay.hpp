@@ -289,7 +289,13 @@ class route_relay {
   const cluster_member* owner_of(std::uint32_t partition) const;
   // This node owns `partition`, in standing, and its directory is complete.
   bool ready(std::uint32_t partition) const;
+  // Local route `key` is gone: its home entry goes, and its removal to the
+  // partition's owner in the view and to the partition's last asker when
+  // the view does not name it (remove_at).
   void removed(std::string_view key);
+  // Queues the removal of this home's entry for `key` at `node` (this
+  // node: its own directory, when it holds `partition`).
+  void remove_at(const std::string& node, std::string_view key, std::uint32_t partition);
   void on_message(remote_node& from, const link::LinkMessage& m);
   void on_route_update(remote_node& from, const link::RouteUpdate& u);
   void on_route_ack(remote_node& from, const link::RouteAck& a);
@@ -385,8 +391,10 @@ class route_relay {
   std::unordered_map<std::string, home_entry, string_hash, std::equal_to<>> home_routes_;
   std::uint64_t home_serial_ = 0;  // home_entry serials given
   // Home side, per partition: the node that last asked this node for its
-  // routes in it (a rebuild) and when: told the stamp of a put sent before
-  // it asked whose ack came after.
+  // routes in it (a rebuild) and when, cleared when this node gains it:
+  // told the stamp of a put sent before it asked whose ack came after, and
+  // every removal while the view does not name it (it may own the partition
+  // before this node's view says so).
   struct asker {
     std::string node_id;
     clock::time_point at{};

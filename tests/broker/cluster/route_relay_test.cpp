@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <set>
@@ -68,6 +69,56 @@ std::size_t owners_of_users(int n, const std::vector<std::string>& ids) {
             ->node_id);
   return owners.size();
 }
+
+// The first user:<i> owned by `before` among nodes {a, b} and by `after`
+// once c joins.
+std::string user_moving(const std::string& before, const std::string& after) {
+  const auto view_of = [](std::initializer_list<const char*> ids) {
+    broker::cluster_view v;
+    for (const auto* id : ids) {
+      broker::cluster_member m;
+      m.node_id = id;
+      v.members.push_back(m);
+    }
+    return v;
+  };
+  const auto two = view_of({"a", "b"}), three = view_of({"a", "b", "c"});
+  for (int i = 0; i < 100000; ++i) {
+    const auto key = "user:" + std::to_string(i);
+    const auto p = broker::partition_map::partition_of(key);
+    if (broker::partition_map::preferred_owner(two, p)->node_id == before &&
+        broker::partition_map::preferred_owner(three, p)->node_id == after)
+      return key;
+  }
+  FAIL("no user moves from " << before << " to " << after);
+  return {};
+}
+
+// A chaos::tcp_proxy to 127.0.0.1:`target` with a thread of its own.
+class proxy_thread {
+ public:
+  explicit proxy_thread(std::uint16_t target) : proxy_(io_, target), thread_([this] { io_.run(); }) {}
+  ~proxy_thread() {
+    io_.stop();
+    thread_.join();
+  }
+  std::uint16_t port() const noexcept { return proxy_.port(); }
+  // Runs fn(proxy) on the proxy's thread; returns once it ran.
+  void run(const std::function<void(chaos::tcp_proxy&)>& fn) {
+    std::promise<void> done;
+    asio::post(io_, [&] {
+      fn(proxy_);
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+
+ private:
+  asio::io_context io_;
+  chaos::tcp_proxy proxy_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_ = asio::make_work_guard(io_);
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -184,6 +235,57 @@ TEST_CASE("routes whose lease ended leave their owners' directories, and sends t
   }
 }
 
+TEST_CASE("a route removed while its home's view still names the partition's previous owner leaves the new owner",
+          "[cluster][e2e]") {
+  cluster_fixture f;
+  // a reaches etcd through a proxy: cut, a's view stays as it was while
+  // NATS still carries the other nodes' messages to it.
+  proxy_thread etcd_proxy(f.etcd.client_port(0));
+  for (const auto* id : {"a", "b"}) {
+    auto c = f.config(id);
+    c.cluster_lease_ttl_s = 20;  // a is cut from etcd and b's loop held below: both keep their membership
+    if (c.cluster_node_id == "a") c.cluster_etcd = {"127.0.0.1:" + std::to_string(etcd_proxy.port())};
+    f.start(c);
+  }
+  f.converge(2);
+  f.settle();
+  // A user of a's gateway, owned by b among {a, b} and by c once c joins.
+  const auto user = user_moving("b", "c");
+  gateway gw(f.node("a"), "gw-a", std::stoi(user.substr(5)), 1);
+  REQUIRE(f.node("b").live_metrics().cluster_directory_entries == 1);
+  auto cc = f.config("c");
+  cc.cluster_lease_ttl_s = 20;
+  {
+    // b gives the partition up only once its loop has stopped serving it:
+    // not before a has seen c join and been cut from etcd.
+    auto hold = f.node("b").hold_loop();
+    f.start(cc);
+    REQUIRE(wait_until([&] { return f.node("a").live_metrics().cluster_members == 3; }));
+    etcd_proxy.run([](chaos::tcp_proxy& p) { p.cut(); });
+  }
+  // c takes the partition and, in a's answer to its rebuild, a's route.
+  REQUIRE(wait_until(
+      [&] {
+        const auto m = f.node("c").live_metrics();
+        return m.cluster_directory_entries == 1 && m.cluster_partitions_rebuilding == 0;
+      },
+      8s));
+  // a's view still names b, which no longer holds the partition.
+  REQUIRE_FALSE(gw.c->lease_revoke(gw.lease));
+  etcd_proxy.run([](chaos::tcp_proxy& p) { p.heal(); });
+  f.converge(3);
+  f.settle();
+  CHECK(wait_until([&] {
+    std::int64_t entries = 0;
+    for (const auto* id : {"a", "b", "c"}) entries += f.node(id).live_metrics().cluster_directory_entries;
+    return entries == 0;
+  }));
+  auto svc = test::connect_to(f.node("c"), "service");
+  const auto sent = svc->send(user, "after");
+  REQUIRE_FALSE(sent);
+  CHECK(sent.error() == errc::no_route);
+}
+
 TEST_CASE("a node that joins rebuilds the directory of the partitions it takes from the home nodes", "[cluster][e2e]") {
   cluster_fixture f;
   f.start_settled({"a", "b"});
@@ -214,25 +316,7 @@ TEST_CASE("of two nodes that both hold a moved user's route, a rebuild keeps the
   f.converge(2);
   f.settle();
   // A user owned by b among {a, b} and by c once c joins.
-  const auto view_of = [](std::initializer_list<const char*> ids) {
-    broker::cluster_view v;
-    for (const auto* id : ids) {
-      broker::cluster_member m;
-      m.node_id = id;
-      v.members.push_back(m);
-    }
-    return v;
-  };
-  const auto two = view_of({"a", "b"}), three = view_of({"a", "b", "c"});
-  std::string user;
-  for (int i = 0; i < 100000 && user.empty(); ++i) {
-    const auto key = "user:" + std::to_string(i);
-    const auto p = broker::partition_map::partition_of(key);
-    if (broker::partition_map::preferred_owner(two, p)->node_id == "b" &&
-        broker::partition_map::preferred_owner(three, p)->node_id == "c")
-      user = key;
-  }
-  REQUIRE_FALSE(user.empty());
+  const auto user = user_moving("b", "c");
   const int n = std::stoi(user.substr(5));
   // The user's gateway moves from a to b; a's route stays while its lease lives.
   gateway old_gw(f.node("a"), "gw-a", n, 1);
@@ -269,26 +353,7 @@ TEST_CASE("a rebuild's answer many times the link's outbound queue waits for NAT
   cluster_fixture f;
   // a reaches NATS through a proxy that can hold what a sends (NATS
   // stopped reading, in effect) while what NATS sends a still arrives.
-  asio::io_context proxy_io;
-  chaos::tcp_proxy proxy(proxy_io, f.nats->port());
-  auto guard = asio::make_work_guard(proxy_io);
-  std::thread proxy_thread([&proxy_io] { proxy_io.run(); });
-  const auto on_proxy = [&](auto fn) {
-    std::promise<void> done;
-    asio::post(proxy_io, [&] {
-      fn();
-      done.set_value();
-    });
-    done.get_future().wait();
-  };
-  struct stop_proxy {
-    asio::io_context& io;
-    std::thread& t;
-    ~stop_proxy() {
-      io.stop();
-      t.join();
-    }
-  } stop{proxy_io, proxy_thread};
+  proxy_thread proxy(f.nats->port());
   // The least NATS queue allowed (--max-frame, 1 MiB).
   auto ca = f.config("a");
   ca.cluster_nats_queue_bytes = ca.max_frame;
@@ -318,7 +383,7 @@ TEST_CASE("a rebuild's answer many times the link's outbound queue waits for NAT
   REQUIRE(put_failed == 0);
   // b joins and asks a for the keys of the partitions it takes; a's answer
   // cannot leave a meanwhile.
-  on_proxy([&] { proxy.cut_from_node(); });
+  proxy.run([](chaos::tcp_proxy& p) { p.cut_from_node(); });
   auto cb = f.config("b");
   cb.cluster_nats_queue_bytes = cb.max_frame;
   f.start(cb);
@@ -329,7 +394,7 @@ TEST_CASE("a rebuild's answer many times the link's outbound queue waits for NAT
   const auto out_before = f.node("a").live_metrics().cluster_messages_out;
   REQUIRE(wait_until([&] { return f.node("a").live_metrics().cluster_messages_out > out_before + 50; }));
   std::this_thread::sleep_for(300ms);  // the answer's loop turns go on; well below cnats's write deadline (2 s)
-  on_proxy([&] { proxy.heal(); });
+  proxy.run([](chaos::tcp_proxy& p) { p.heal(); });
   f.settle();
   CHECK(f.node("a").live_metrics().cluster_send_failed == 0);  // nothing NATS refused
   const auto b = f.node("b").live_metrics();
