@@ -253,8 +253,12 @@ std::error_code client::unsubscribe(subscription_id id) {
     std::tie(pattern, last) = p.remove_sub_locked(id);
     if (pattern.empty()) return errc::not_found;
   }
-  // The handler is already gone locally; the broker's answer is not awaited.
-  if (last) p.request([&](std::uint64_t r) { return local_builder().unsubscribe(r, pattern); }, nullptr);
+  // The handler is already gone locally; the broker's answer is not
+  // awaited, nor room in a full send buffer (one Unsubscribe per
+  // subscription the client held).
+  if (last)
+    p.request([&](std::uint64_t r) { return local_builder().unsubscribe(r, pattern); }, nullptr, false,
+              detail::client_state::room::exempt);
   return {};
 }
 

@@ -283,12 +283,23 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // ---------------------------------------------------------------- write
   // (client_impl_inline.hpp: on the publish and send path of several files)
 
-  // Appends one encoded frame (any thread). Waits for space unless on the
-  // loop thread. `internal`: restore()'s and the heartbeat's own frames,
+  // What a frame does past max_pending_bytes.
+  enum class room : std::uint8_t {
+    // Waits for room (up to request_timeout), or fails at once with
+    // buffer_full without opts.wait_for_space; never on the loop thread.
+    bounded,
+    // Neither: a frame that undoes state the client holds (an
+    // Unsubscribe), so that its count is bounded by that state.
+    exempt,
+  };
+
+  // Appends one encoded frame (any thread); past max_pending_bytes as
+  // `r` says. `internal`: restore()'s and the heartbeat's own frames,
   // which go out while the session is being restored and are refused
   // while it is down; the others are held (hold_locked) until it is
   // restored. `request_id`: the request the frame carries (0: none).
-  inline std::error_code enqueue(protocol::bytes_view frame, bool internal = false, std::uint64_t request_id = 0);
+  inline std::error_code enqueue(protocol::bytes_view frame, bool internal = false, std::uint64_t request_id = 0,
+                                 room r = room::bounded);
 
   // Under mu, while not up: keeps `frame` for the restored session.
   // Publishes count against reconnect.buffer_bytes (errc::buffer_full past
@@ -305,12 +316,13 @@ struct client::impl : std::enable_shared_from_this<client::impl> {
   // (client_impl_inline.hpp; complete: client_connection.cpp)
 
   // Registers `done` under a fresh request id, encodes with `encode(id)` and
-  // sends. `done` runs on the loop thread (or here, at once, on a send error).
+  // sends (past max_pending_bytes as `r` says). `done` runs on the loop
+  // thread (or here, at once, on a send error).
   // While the session is down or being restored, the request is held and
   // sent once it is restored (`internal`: restore()'s own, sent while
   // restoring, refused with not_connected while down).
   template <class Encode>
-  void request(Encode encode, completion done, bool internal = false);
+  void request(Encode encode, completion done, bool internal = false, room r = room::bounded);
 
   // Any thread: runs request `id`'s completion with `ec` and `answer`
   // (borrowed for the call) and forgets it; nothing if it already ran.

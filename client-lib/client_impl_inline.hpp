@@ -60,13 +60,17 @@ auto client::impl::on_loop(F fn) -> decltype(fn()) {
 
 // ---------------------------------------------------------------- write
 
-inline std::error_code client::impl::enqueue(protocol::bytes_view frame, bool internal, std::uint64_t request_id) {
+inline std::error_code client::impl::enqueue(protocol::bytes_view frame, bool internal, std::uint64_t request_id,
+                                             room r) {
   if (frame.size() > max_frame + protocol::frame_header_size) return errc::payload_too_large;
   switchyard::unique_lock lock(mu);
   for (;;) {
     if (state == link::closed || (state == link::down && internal)) return errc::not_connected;
     if (state == link::down || (state == link::restoring && !internal)) return hold_locked(frame, request_id);
-    if (out.size() + frame.size() <= opts.max_pending_bytes || out.empty() || loop.on_loop_thread()) break;
+    if (out.size() + frame.size() <= opts.max_pending_bytes || out.empty() || loop.on_loop_thread() ||
+        r == room::exempt)
+      break;
+    if (!opts.wait_for_space) return errc::buffer_full;
     const bool ok = space_cv.wait_for(lock.native(), opts.request_timeout, [&]() SWITCHYARD_REQUIRES(mu) {
       return state != link::up || out.size() + frame.size() <= opts.max_pending_bytes || out.empty();
     });
@@ -121,7 +125,7 @@ inline void client::impl::start_write() {
 // ------------------------------------------------------------- requests
 
 template <class Encode>
-void client::impl::request(Encode encode, completion done, bool internal) {
+void client::impl::request(Encode encode, completion done, bool internal, room r) {
   const std::uint64_t id = next_request.fetch_add(1, std::memory_order_relaxed);
   {
     switchyard::unique_lock lock(mu);
@@ -132,7 +136,7 @@ void client::impl::request(Encode encode, completion done, bool internal) {
     }
     requests.emplace(id, std::move(done));
   }
-  if (auto ec = enqueue(encode(id), internal, id)) complete(id, ec);
+  if (auto ec = enqueue(encode(id), internal, id, r)) complete(id, ec);
 }
 
 template <class Encode>

@@ -140,6 +140,11 @@ gateway_server::gateway_server(gateway_config config, std::function<std::chrono:
   // was stored meanwhile for a connected user reached no gateway; every
   // device's streams are read back from where it stands.
   o.on_reconnect = [this](const reconnect_info&) { asio::post(io_, [this] { resume_all(); }); };
+  // The I/O thread never waits for room in the broker connection's send
+  // buffer: with max_pending_bytes (8 MiB) unsent, an ack or a subscribe
+  // fails at once (buffer_full) instead of stalling every socket (an
+  // unsubscribe never waits: it goes past the limit).
+  o.wait_for_space = false;
   o.on_withdrawn = [this](const withdrawn_notice& n) { asio::post(io_, [this, n] { withdrawn(n); }); };
   auto conn = client::connect(std::move(o));
   if (!conn)

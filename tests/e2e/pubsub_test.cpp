@@ -14,6 +14,7 @@
 #include <vector>
 
 using namespace switchyard;
+using namespace std::chrono_literals;
 using switchyard::test::connect_to;
 using switchyard::test::test_server;
 using switchyard::test::wait_until;
@@ -26,6 +27,34 @@ struct inbox : test::collector<std::pair<std::string, std::string>> {
     return [this](const message& m) { add({std::string(m.channel), std::string(m.payload_text())}); };
   }
 };
+
+// Publishes messages of `bytes` bytes on `channel` from this thread until
+// one fails, at most `limit`; returns that failure (none: every publish
+// was taken).
+std::error_code publish_until_refused(client& c, int limit, std::size_t bytes = 1024,
+                                      std::string_view channel = "full.buffer") {
+  const std::string payload(bytes, 'x');
+  for (int i = 0; i < limit; ++i)
+    if (auto ec = c.publish(channel, payload)) return ec;
+  return {};
+}
+
+// A client to `server` with a 64 KiB send buffer and no reconnect.
+std::unique_ptr<client> small_buffer_client(test_server& server, bool wait_for_space,
+                                            std::chrono::milliseconds request_timeout) {
+  client_options o;
+  o.port = server.port();
+  o.max_pending_bytes = 64 * 1024;
+  o.request_timeout = request_timeout;
+  o.wait_for_space = wait_for_space;
+  // The held broker sends nothing: the connection must not be declared
+  // dead meanwhile (publishes would then be held for a reconnect).
+  o.heartbeat_interval = 60s;
+  o.reconnect.enabled = false;
+  auto c = client::connect(o);
+  REQUIRE(c);
+  return std::move(*c);
+}
 
 }  // namespace
 
@@ -201,4 +230,52 @@ TEST_CASE("many async subscribes made from the caller's thread all complete whil
         [&](std::expected<subscription_id, std::error_code> r) { ++(r ? answered : failed); });
   REQUIRE(test::wait_until([&] { return answered.load() + failed.load() == patterns; }, std::chrono::seconds(30)));
   CHECK(failed.load() == 0);
+}
+
+TEST_CASE("a publish into a full send buffer waits for room and then fails with timeout", "[e2e][client]") {
+  test_server server;
+  auto c = small_buffer_client(server, true, 300ms);
+  std::error_code ec;
+  {
+    auto hold = server.hold_loop();           // the broker reads nothing
+    ec = publish_until_refused(*c, 100'000);  // 100 MB: far more than the socket buffers take
+  }
+  CHECK(ec == errc::timeout);
+  // The connection goes on (the broker first reads what waited).
+  CHECK(wait_until([&] { return !c->flush(); }));
+}
+
+TEST_CASE("a publish into a full send buffer fails at once with buffer_full when the client must not wait",
+          "[e2e][client]") {
+  test_server server;
+  // A publish that waited would fail only after a minute, by when the
+  // hold (30 s at most) has let the broker read again.
+  auto c = small_buffer_client(server, false, 60s);
+  std::error_code ec;
+  {
+    auto hold = server.hold_loop();
+    ec = publish_until_refused(*c, 100'000);
+  }
+  CHECK(ec == errc::buffer_full);
+  CHECK(wait_until([&] { return !c->flush(); }));
+}
+
+TEST_CASE("an unsubscribe made while the send buffer is full reaches the broker", "[e2e][client]") {
+  test_server server;
+  auto c = small_buffer_client(server, true, 300ms);
+  const auto sub = c->subscribe("full.unsub", [](const message&) {});
+  REQUIRE(sub);
+  REQUIRE(server.live_metrics().subscriptions == 1);
+  {
+    auto hold = server.hold_loop();
+    // Full for good (a publish waited 300 ms for room in vain), then to
+    // the last bytes: a publish smaller than the Unsubscribe waited too.
+    REQUIRE(publish_until_refused(*c, 100'000) == errc::timeout);
+    REQUIRE(publish_until_refused(*c, 100'000, 0, "f") == errc::timeout);
+    CHECK_FALSE(c->unsubscribe(*sub));
+  }
+  // The same connection: everything it sent is read.
+  REQUIRE(wait_until([&] { return !c->flush(); }));
+  CHECK(server.live_metrics().connections == 1);
+  CHECK(server.live_metrics().subscriptions == 0);
 }

@@ -546,6 +546,14 @@ struct client_options {
   // Bytes of publishes waiting to be written. Past it, publish() waits (up
   // to request_timeout, then errc::timeout) except on the loop thread.
   std::size_t max_pending_bytes = 8u << 20;
+  // true: past max_pending_bytes, a call off the loop thread that writes a
+  // frame (publish, send_nowait, ack, the async_ forms, the requests of
+  // the blocking ones) waits for room, up to request_timeout (then
+  // errc::timeout). false: it fails at once with errc::buffer_full instead
+  // (an async_ form then calls `done` with it at once, on the calling
+  // thread), for code on a thread that must never block, such as a
+  // server's I/O thread. unsubscribe() never waits for room either way.
+  bool wait_for_space = true;
   // false: publishes are batched and written by the loop thread (best
   // throughput). true: publish() writes to the socket itself when nothing
   // else is waiting (lowest latency, one system call per message).
@@ -651,10 +659,12 @@ class client {
   // a plain subscription. Works after the connection is gone.
   stream_positions stream_positions_of(subscription_id id) const;
 
-  // Removes a subscription; never blocks (safe inside a handler). Called on
-  // the loop thread (from a handler), the handler is not called again;
-  // from another thread, a message already being dispatched may still
-  // reach it. Errors: not_found.
+  // Removes a subscription; never blocks (safe inside a handler): it waits
+  // neither for the broker's answer nor for room in a full send buffer
+  // (its frame goes past max_pending_bytes: one per subscription held).
+  // Called on the loop thread (from a handler), the handler is not called
+  // again; from another thread, a message already being dispatched may
+  // still reach it. Errors: not_found.
   std::error_code unsubscribe(subscription_id id);
 
   // Round trip to the broker: when it returns success, everything this
@@ -752,7 +762,8 @@ class client {
   // pending list. Fire and forget, like send_nowait: an unknown, expired
   // or withdrawn offer is reported by the broker as an error with request
   // id 0, which the library logs. Errors: not_supported, not_connected,
-  // timeout (buffer full), buffer_full (held while reconnecting).
+  // timeout (buffer full; buffer_full at once without wait_for_space),
+  // buffer_full (held while reconnecting).
   std::error_code ack(std::uint64_t offer_id, std::string_view route_key = {});
   // Acknowledges m.offer_id for every route key of m (one ack each; an m
   // without keys acks every key of the offer delivered to this

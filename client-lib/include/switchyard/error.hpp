@@ -51,7 +51,8 @@ enum class errc {
   not_supported = 107,       // the server did not grant the capability this needs
   invalid_position = 108,    // a stream position to resume from has a sequence but no epoch
   connection_lost = 109,     // a request in flight when the connection dropped (its outcome is unknown)
-  buffer_full = 110,         // reconnecting, and reconnect_options::buffer_bytes of publishes are held already
+  buffer_full = 110,         // reconnecting, and reconnect_options::buffer_bytes of publishes are held already; or
+                             // the send buffer is full and client_options::wait_for_space is false
   reconnect_failed = 111,    // the client gave up reconnecting (max_attempts / max_downtime): it is closed
   tls_failed =
       112,  // TLS set-up or handshake failed (certificate, CA, name, or a broker without TLS); the log says why

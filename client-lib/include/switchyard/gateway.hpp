@@ -105,7 +105,8 @@ class gateway {
   // route key of m. Fire and forget, like publish: it does not wait on
   // the loop thread (safe in on_message). Errors: bad_request (m is not an
   // offer), not_supported (the broker did not grant "offers"),
-  // not_connected, timeout (buffer full), buffer_full (reconnecting).
+  // not_connected, timeout (buffer full; buffer_full at once without
+  // client_options::wait_for_space), buffer_full (reconnecting).
   std::error_code ack(const inbox_message& m);
 
   lease_id lease() const;
