@@ -20,17 +20,18 @@
 set -euo pipefail
 usage='usage: bench/cluster-ratio.sh route|fanout [REPS]'
 case ${1:-} in -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; echo "$usage"; exit 0 ;; esac
-workload=${1:?$usage}
+workload=${1:-}
 reps=${2:-3}
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bench=${BENCH:-$repo/build/test-plain/bench/switchyard-bench}
-server=${SERVER:-$repo/build/test-plain/broker/switchyard-server}
-[[ -x $bench && -x $server ]] || { echo "cluster-ratio: no $bench or $server (build build/test-plain, or set BENCH and SERVER)" >&2; exit 2; }
 case $workload in
   route) count=${COUNT:-100000}; args=(route --users 10000 --gateways 20 --window "${WINDOW:-256}" --count "$count") ;;
   fanout) count=${COUNT:-200000}; args=(fanout --subs 4 --count "$count") ;;
   *) echo "$usage" >&2; exit 2 ;;
 esac
+[[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "cluster-ratio: REPS must be a positive number, not '$reps'" >&2; echo "$usage" >&2; exit 2; }
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bench=${BENCH:-$repo/build/test-plain/bench/switchyard-bench}
+server=${SERVER:-$repo/build/test-plain/broker/switchyard-server}
+[[ -x $bench && -x $server ]] || { echo "cluster-ratio: no $bench or $server (build build/test-plain, or set BENCH and SERVER)" >&2; exit 2; }
 tck=$(getconf CLK_TCK)
 ticks() {  # ticks PID...: CPU used so far (utime + stime), in clock ticks
   local t=0 f

@@ -10,19 +10,21 @@
 // posted to the loop.
 //
 // Threads: join() on the thread that will run the loop, before it runs
-// (it blocks); leave() on the loop thread, or after the loop stopped. The keeper thread watches the member keys and
-// renews the lease; the probe thread asks every etcd endpoint for its status every probe_interval (for `cluster
-// status`); the pin thread writes the stream keys asked for (pin_streams). Handlers run on the loop.
+// (it blocks); leave() on the loop thread, or after the loop stopped. The
+// keeper thread watches the member keys and renews the lease; the probe
+// thread asks every etcd endpoint for its status every probe_interval (for
+// `cluster status`); the pin thread writes the stream keys asked for
+// (pin_streams). Handlers run on the loop.
 //
 // The lease is renewed (every TTL/3) only while the loop shows it is
 // alive: a timer on the loop beats every TTL/10 (loop_watch) and the
 // keeper renews only while the last beat is at most TTL/2 old. A stuck
-// loop so loses its membership rather than holding it. The node is "in standing" while its
-// last renewal's answer, counted from when the renewal was sent, leaves
-// more than TTL/5 of the lease: a node cut off from etcd leaves standing
-// before its lease can have lapsed at etcd (the standing handler tells the
-// loop; /readyz then fails). A lease etcd no longer knows (it lapsed)
-// makes the node register again: a new incarnation.
+// loop so loses its membership rather than holding it. The node is "in
+// standing" while its last renewal's answer, counted from when the renewal
+// was sent, leaves more than TTL/5 of the lease: a node cut off from etcd
+// leaves standing before its lease can have lapsed at etcd (the standing
+// handler tells the loop; /readyz then fails). A lease etcd no longer knows
+// (it lapsed) makes the node register again: a new incarnation.
 
 #include "broker/cluster/cluster_view.hpp"
 #include "broker/cluster/loop_watch.hpp"

@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/cluster-ratio.sh's arguments (no cluster is started): --help prints
-# the header and the usage; an unknown workload, and a bench or server that
-# is not there, are refused with exit 2 and named.
+# the header and the usage; no workload or an unknown one, REPS that is not
+# a positive number, and a bench or server that is not there, are refused
+# with exit 2 and named.
 #
 #   cluster_ratio_test.sh path/to/bench/cluster-ratio.sh
 set -u
@@ -19,6 +20,16 @@ status=0
 BENCH=$tmp/exe SERVER=$tmp/exe bash "$script" latency >"$tmp/out" 2>&1 || status=$?
 [ "$status" = 2 ] || fail "an unknown workload: exit $status, expected 2"
 grep -q 'usage:' "$tmp/out" || fail "an unknown workload: no usage: $(cat "$tmp/out")"
+
+status=0
+bash "$script" >"$tmp/out" 2>&1 || status=$?
+[ "$status" = 2 ] || fail "no workload: exit $status, expected 2"
+grep -q '^usage:' "$tmp/out" || fail "no workload: no usage: $(cat "$tmp/out")"
+
+status=0
+BENCH=$tmp/exe SERVER=$tmp/exe bash "$script" route abc >"$tmp/out" 2>&1 || status=$?
+[ "$status" = 2 ] || fail "REPS not a number: exit $status, expected 2"
+grep -q "not 'abc'" "$tmp/out" || fail "REPS not a number is not named: $(cat "$tmp/out")"
 
 status=0
 BENCH=$tmp/missing SERVER=$tmp/exe bash "$script" route 1 >"$tmp/out" 2>&1 || status=$?
